@@ -1,0 +1,79 @@
+"""Terminal output: progress lines, the end-of-run summary table, task lists."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.records import TrialRecord
+from harness.run import RunOutcome
+from harness.tasks import Task
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def progress_line(record: TrialRecord, done: int, total: int) -> str:
+    """One plain line per finished trial (safe for logs and pipes)."""
+    reward = "-" if record.reward is None else f"{record.reward:g}"
+    secs = record.timings.get("total")
+    took = f" {secs:.2f}s" if secs is not None else ""
+    first_error = f" ({record.errors[0].message})" if record.errors else ""
+    return f"[{done}/{total}] {record.id}: {record.status} reward={reward}{took}{first_error}"
+
+
+def print_summary(console: Console, outcome: RunOutcome) -> None:
+    """The end-of-run table: per task, then the run's totals."""
+    summary = outcome.summary
+    per_task = Table(title="Tasks", title_justify="left")
+    for column in ("task", "trials", "graded", "mean reward", "successes"):
+        per_task.add_column(column, justify="left" if column == "task" else "right")
+    for key, task in sorted(summary.per_task.items()):
+        per_task.add_row(
+            key, str(task.trials), str(task.graded), _num(task.mean_reward), str(task.successes)
+        )
+    console.print(per_task)
+
+    totals = Table(title="Run", title_justify="left", show_header=False)
+    totals.add_column("metric")
+    totals.add_column("value", justify="right")
+    totals.add_row("trials", str(summary.trials))
+    totals.add_row("graded", str(summary.graded))
+    totals.add_row("mean reward", _num(summary.mean_reward))
+    totals.add_row(f"success (reward ≥ {summary.threshold:g})", _pct(summary.success_rate))
+    for k, value in summary.pass_at_k.items():
+        totals.add_row(f"pass@{k}", _pct(value))
+    for k, value in summary.pass_hat_k.items():
+        if k != "1":
+            totals.add_row(f"pass^{k}", _pct(value))
+    ci = summary.ci.get("mean_reward")
+    if ci is not None:
+        totals.add_row(f"mean reward {summary.ci_level:.0%} CI", f"[{ci[0]:.3f}, {ci[1]:.3f}]")
+    for status, count in sorted(summary.errors_by_status.items()):
+        totals.add_row(f"status {status}", str(count))
+    totals.add_row("run dir", str(outcome.run_dir))
+    console.print(totals)
+
+
+def print_task_list(console: Console, tasks: Sequence[Task]) -> None:
+    """A table of tasks: key, category, difficulty, timeouts, hash."""
+    table = Table(show_lines=False)
+    for column in ("key", "category", "difficulty", "agent timeout", "hash"):
+        table.add_column(column)
+    for task in tasks:
+        timeout = task.agent_timeout_sec
+        table.add_row(
+            task.key,
+            task.category or "-",
+            task.difficulty or "-",
+            "none" if timeout is None else f"{timeout:g}s",
+            task.hash[:12],
+        )
+    console.print(table)

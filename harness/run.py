@@ -1,0 +1,219 @@
+"""A whole run: validate everything first, then schedule trials, persist, summarize."""
+
+from __future__ import annotations
+
+import platform
+import secrets
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness.agents import Agent, make_agent
+from harness.config import RunConfig, save_config
+from harness.errors import UsageError
+from harness.metrics import Summary, summarize
+from harness.plan import plan_trials, select_tasks, slug
+from harness.records import TrialRecord, TrialStore, write_json_atomic
+from harness.tasks import Task, TaskSetError, load_tasks, taskset_name
+from harness.trial import SandboxFactory, TrialPlan, TrialSettings, run_trial
+from sandbox.backend import SandboxSpec
+from sandbox.local import IdentityPool, LocalSandbox
+
+EXIT_OK = 0
+EXIT_TRIAL_ERRORS = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class PreparedRun:
+    """A validated run: tasks loaded, agent built, trials planned; nothing written yet."""
+
+    config: RunConfig
+    tasks: list[Task]
+    agent: Agent
+    plans: list[TrialPlan]
+    taskset: str
+    make_sandbox: SandboxFactory
+    sandbox_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunOutcome:
+    """The result of a run."""
+
+    run_dir: Path
+    records: list[TrialRecord]
+    summary: Summary
+    exit_code: int
+    interrupted: bool = False
+
+
+def _sandbox_factory(config: RunConfig) -> tuple[SandboxFactory, dict[str, Any]]:
+    if config.sandbox == "local":
+        pool = IdentityPool(config.sandbox_uid, config.sandbox_gid)
+
+        def make_local(spec: SandboxSpec) -> LocalSandbox:
+            return LocalSandbox(spec, identities=pool)
+
+        return make_local, {"backend": "local"}
+    raise UsageError(
+        f"--sandbox {config.sandbox} is not available in this version; use --sandbox local"
+    )
+
+
+def prepare_run(config: RunConfig) -> PreparedRun:
+    """Load and check everything a run needs, writing nothing.
+
+    Raises:
+        UsageError: bad options, an agent that cannot run a task.
+        TaskSetError: any invalid task (every problem listed).
+    """
+    paths = [Path(p) for p in config.paths]
+    tasks = load_tasks(paths)
+    agent = make_agent(config.agent, agent_cmd=config.agent_cmd)
+    problems = []
+    for task in tasks:
+        try:
+            agent.check(task)
+        except UsageError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise UsageError("\n".join(problems))
+    chosen = select_tasks(
+        tasks, num_tasks=config.num_tasks, shuffle=config.shuffle, seed=config.seed
+    )
+    make_sandbox, info = _sandbox_factory(config)
+    return PreparedRun(
+        config=config,
+        tasks=chosen,
+        agent=agent,
+        plans=plan_trials(chosen, rollouts=config.rollouts),
+        taskset=taskset_name(paths),
+        make_sandbox=make_sandbox,
+        sandbox_info=info,
+    )
+
+
+def run_name(prepared: PreparedRun) -> str:
+    """``<taskset>--<model or none>--<agent>--<8 hex>`` (DESIGN §7)."""
+    model = slug(prepared.config.model or "none")
+    return f"{slug(prepared.taskset)}--{model}--{slug(prepared.agent.name)}--{secrets.token_hex(4)}"
+
+
+def versions(config: RunConfig) -> dict[str, str]:
+    """Versions that make a record reproducible."""
+    return {
+        "harness": harness.__version__,
+        "python": platform.python_version(),
+        "sandbox": config.sandbox,
+        "platform": platform.platform(),
+    }
+
+
+def _log_line(run_dir: Path, text: str) -> None:
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    with (run_dir / "eval.log").open("a") as fh:
+        fh.write(f"{stamp} {text}\n")
+
+
+def execute_run(
+    prepared: PreparedRun,
+    *,
+    on_record: Callable[[TrialRecord, int, int], None] | None = None,
+    on_phase: Callable[[str, str], None] | None = None,
+) -> RunOutcome:
+    """Run every planned trial, append each record as it finishes, write the summary."""
+    config = prepared.config
+    output = Path(config.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    run_dir = output / run_name(prepared)
+    run_dir.mkdir(mode=0o700)
+    run_dir = run_dir.resolve()
+    vers = versions(config)
+    save_config(config, run_dir / "config.toml", extra={"versions": vers})
+    store = TrialStore(run_dir)
+    cancel = threading.Event()
+    settings = TrialSettings(
+        run_dir=run_dir,
+        agent=prepared.agent,
+        make_sandbox=prepared.make_sandbox,
+        model=config.model,
+        versions=vers,
+        protected_paths=(run_dir,),
+        cancel=cancel,
+        on_phase=on_phase,
+    )
+    _log_line(run_dir, f"run started: {len(prepared.plans)} trials, {config.concurrency} at once")
+    records: list[TrialRecord] = []
+    interrupted = False
+    total = len(prepared.plans)
+    pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="trial")
+    pending: set[Future[TrialRecord]] = set()
+    try:
+        pending = {pool.submit(run_trial, plan, settings) for plan in prepared.plans}
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for future in done:
+                if future.cancelled():
+                    continue
+                record = future.result()
+                store.append(record)
+                records.append(record)
+                _log_line(
+                    run_dir,
+                    f"trial {record.id} {record.status} reward={record.reward} ok={record.ok}",
+                )
+                if on_record is not None:
+                    on_record(record, len(records), total)
+    except KeyboardInterrupt:
+        interrupted = True
+        cancel.set()
+        for future in pending:
+            future.cancel()
+        _log_line(run_dir, "interrupted: waiting for running trials to clean up")
+        for future in pending:
+            if future.cancelled():
+                continue
+            try:
+                record = future.result()
+            except BaseException:  # noqa: BLE001 - already interrupting; keep cleaning up
+                continue
+            store.append(record)
+            records.append(record)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    summary = summarize(records, threshold=config.threshold)
+    write_json_atomic(
+        run_dir / "summary.json",
+        {"run": run_dir.name, "interrupted": interrupted, **summary.model_dump(mode="json")},
+    )
+    _log_line(run_dir, "run finished" if not interrupted else "run interrupted")
+    if interrupted:
+        code = EXIT_INTERRUPTED
+    elif any(not r.ok for r in records) or (
+        config.fail_under is not None
+        and (summary.mean_reward is None or summary.mean_reward < config.fail_under)
+    ):
+        code = EXIT_TRIAL_ERRORS
+    else:
+        code = EXIT_OK
+    return RunOutcome(run_dir, records, summary, code, interrupted)
+
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_TRIAL_ERRORS",
+    "EXIT_USAGE",
+    "PreparedRun",
+    "RunOutcome",
+    "TaskSetError",
+    "execute_run",
+    "prepare_run",
+]

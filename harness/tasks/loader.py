@@ -1,0 +1,587 @@
+"""Find, load, validate and fingerprint task directories (DESIGN.md §4).
+
+A *task dir* holds ``task.toml``, ``instruction.md`` and ``tests/test.sh`` (plus optional
+``environment/``, ``solution/`` and ``workspace/``). A *task set* is a folder whose direct
+children are task dirs. Every path handed to :func:`discover`, :func:`load_tasks` or
+:func:`check_tasks` is either one or the other; task sets are not searched recursively.
+
+Every problem is reported as a :class:`TaskError` that names the file (or task dir) and,
+for config errors, the dotted field, on one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from harness.tasks.model import TaskConfig
+
+__all__ = [
+    "TASK_TOML",
+    "INSTRUCTION_MD",
+    "TEST_SCRIPT",
+    "SOLVE_SCRIPT",
+    "Task",
+    "TaskError",
+    "TaskSetError",
+    "check_tasks",
+    "content_hash",
+    "discover",
+    "is_task_dir",
+    "load_task",
+    "load_tasks",
+    "taskset_name",
+]
+
+TASK_TOML = "task.toml"
+"""The config file that makes a directory a task dir."""
+INSTRUCTION_MD = "instruction.md"
+"""The prompt given to the agent."""
+TEST_SCRIPT = "tests/test.sh"
+"""The verifier, relative to the task dir."""
+SOLVE_SCRIPT = "solution/solve.sh"
+"""The reference solution, relative to the task dir."""
+
+_HASH_DOMAIN = b"harness-task-hash-v1\0"
+_CHUNK = 1 << 20
+_REPR_LIMIT = 60
+
+
+class TaskError(Exception):
+    """One problem with one task (or with a path given as a task or task set).
+
+    Attributes:
+        path: The file the problem is in (``task.toml``, ``instruction.md``), or the task
+            dir / given path when something is missing.
+        field: Dotted config field (e.g. ``agent.timeout_sec``) for config errors, else None.
+        message: What is wrong, on one line.
+    """
+
+    def __init__(self, path: Path, message: str, *, field: str | None = None) -> None:
+        self.path = Path(path)
+        self.field = field
+        self.message = _one_line(message)
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if self.field:
+            return f"{self.path}: {self.field}: {self.message}"
+        return f"{self.path}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"TaskError(path={self.path!r}, field={self.field!r}, message={self.message!r})"
+
+
+class TaskSetError(Exception):
+    """Several task problems, raised by :func:`load_tasks` when anything failed to load.
+
+    Attributes:
+        problems: Every problem found, in discovery order.
+    """
+
+    def __init__(self, problems: Sequence[TaskError]) -> None:
+        self.problems = list(problems)
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "\n".join(str(problem) for problem in self.problems)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A loaded, validated task.
+
+    Equality and hashing use ``name``, ``key``, ``hash`` and ``path``; ``hash`` already covers
+    the config and the instruction.
+
+    Attributes:
+        name: ``[task].name``, else the task dir's name.
+        key: Stable identifier that goes into every record: ``[task].name`` when set, else
+            the task dir's path relative to its task set root, in posix form (for a task dir
+            given on its own, the root is its parent, so the key is the dir's name either
+            way).
+        hash: sha256 hex digest of the task's content; see :func:`content_hash`.
+        path: Absolute path of the task dir.
+        config: The validated ``task.toml``.
+        instruction: The text of ``instruction.md``.
+    """
+
+    name: str
+    key: str
+    hash: str
+    path: Path
+    config: TaskConfig = field(compare=False, repr=False)
+    instruction: str = field(compare=False, repr=False)
+
+    @property
+    def tests_dir(self) -> Path:
+        """The ``tests/`` dir (copied into the sandbox only for grading)."""
+        return self.path / "tests"
+
+    @property
+    def test_script(self) -> Path:
+        """The verifier script, ``tests/test.sh`` (always present in a loaded task)."""
+        return self.path / TEST_SCRIPT
+
+    @property
+    def solution_dir(self) -> Path | None:
+        """The ``solution/`` dir, or None when the task has none."""
+        return _dir_or_none(self.path / "solution")
+
+    @property
+    def solve_script(self) -> Path | None:
+        """The reference solution ``solution/solve.sh``, or None when absent."""
+        return _file_or_none(self.path / SOLVE_SCRIPT)
+
+    @property
+    def workspace_dir(self) -> Path | None:
+        """The optional ``workspace/`` dir seeded into the trial workspace, or None."""
+        return _dir_or_none(self.path / "workspace")
+
+    @property
+    def environment_dir(self) -> Path | None:
+        """The ``environment/`` dir (the image build context), or None when absent."""
+        return _dir_or_none(self.path / "environment")
+
+    @property
+    def dockerfile(self) -> Path | None:
+        """``environment/Dockerfile``, or None when absent."""
+        return _file_or_none(self.path / "environment" / "Dockerfile")
+
+    @property
+    def category(self) -> str | None:
+        """``[metadata].category`` when it is a string, else None."""
+        value = self.config.metadata.get("category")
+        return value if isinstance(value, str) else None
+
+    @property
+    def difficulty(self) -> str | None:
+        """``[metadata].difficulty`` when it is a string, else None."""
+        value = self.config.metadata.get("difficulty")
+        return value if isinstance(value, str) else None
+
+    @property
+    def agent_timeout_sec(self) -> float | None:
+        """``[agent].timeout_sec`` (None means no limit)."""
+        return self.config.agent.timeout_sec
+
+    @property
+    def verifier_timeout_sec(self) -> float:
+        """``[verifier].timeout_sec``."""
+        return self.config.verifier.timeout_sec
+
+    @property
+    def unknown_keys(self) -> list[str]:
+        """Dotted paths of the ``task.toml`` keys this harness does not recognise."""
+        return self.config.unknown_keys()
+
+
+def is_task_dir(path: Path) -> bool:
+    """Tell whether ``path`` is a task dir, i.e. a directory holding ``task.toml``.
+
+    Args:
+        path: Any path.
+
+    Returns:
+        True when ``path/task.toml`` is a file.
+    """
+    return Path(path).is_dir() and (Path(path) / TASK_TOML).is_file()
+
+
+def load_task(path: Path, root: Path | None = None) -> Task:
+    """Load and validate one task dir.
+
+    Args:
+        path: The task dir.
+        root: The task set root the key is relative to; defaults to ``path``'s parent.
+
+    Returns:
+        The loaded task.
+
+    Raises:
+        TaskError: The first problem found (use :func:`check_tasks` to get all of them).
+    """
+    task, problems = _inspect(Path(path), root)
+    if problems:
+        raise problems[0]
+    assert task is not None
+    return task
+
+
+def discover(paths: Sequence[Path]) -> list[Path]:
+    """Expand task dirs and task sets into a list of task dirs.
+
+    Each path is either a task dir (taken as is) or a folder whose direct children include
+    task dirs (a task set; only one level is searched, and children without ``task.toml``
+    are ignored). Paths keep the order given; a task set's tasks are sorted by name. A task
+    dir reached twice (e.g. through its set and on its own) is listed once.
+
+    Args:
+        paths: Task dirs and/or task sets.
+
+    Returns:
+        Task dir paths, built from the paths given (not resolved).
+
+    Raises:
+        TaskError: A path does not exist, is not a directory, or holds no task dirs.
+        ValueError: ``paths`` is empty.
+    """
+    dirs, problems = _discover(paths)
+    if problems:
+        raise problems[0]
+    return dirs
+
+
+def check_tasks(paths: Sequence[Path]) -> tuple[list[Task], list[TaskError]]:
+    """Load every task under ``paths`` and collect every problem instead of stopping.
+
+    A task dir can yield several problems (e.g. missing ``instruction.md`` and missing
+    ``tests/test.sh``, or several bad fields). Two tasks with the same key are a problem
+    too; the first one is kept.
+
+    Args:
+        paths: Task dirs and/or task sets, as for :func:`discover`.
+
+    Returns:
+        The tasks that loaded cleanly, and all problems found, both in discovery order.
+
+    Raises:
+        ValueError: ``paths`` is empty.
+    """
+    dirs, problems = _discover(paths)
+    tasks: list[Task] = []
+    by_key: dict[str, Task] = {}
+    for task_dir in dirs:
+        task, task_problems = _inspect(task_dir, task_dir.parent)
+        problems.extend(task_problems)
+        if task is None:
+            continue
+        first = by_key.get(task.key)
+        if first is not None:
+            named = task.config.task.name is not None
+            problems.append(
+                TaskError(
+                    task_dir / TASK_TOML if named else task_dir,
+                    f"duplicate task key {task.key!r} (also used by {first.path})",
+                    field="task.name" if named else None,
+                )
+            )
+            continue
+        by_key[task.key] = task
+        tasks.append(task)
+    return tasks, problems
+
+
+def load_tasks(paths: Sequence[Path]) -> list[Task]:
+    """Load every task under ``paths``, failing if anything is wrong.
+
+    Args:
+        paths: Task dirs and/or task sets, as for :func:`discover`.
+
+    Returns:
+        The tasks, in discovery order.
+
+    Raises:
+        TaskSetError: One or more problems; all of them are listed.
+        ValueError: ``paths`` is empty.
+    """
+    tasks, problems = check_tasks(paths)
+    if problems:
+        raise TaskSetError(problems)
+    return tasks
+
+
+def taskset_name(paths: Sequence[Path]) -> str:
+    """Name a task set after the folders given.
+
+    Each path contributes its (resolved) final component, sanitised to ``[A-Za-z0-9._-]``
+    (other runs of characters become ``-``); several names are joined with ``+``.
+
+    Args:
+        paths: The paths given to :func:`discover`.
+
+    Returns:
+        E.g. ``"tasks"`` for ``examples/tasks``, ``"set-a+set-b"`` for two sets.
+
+    Raises:
+        ValueError: ``paths`` is empty.
+    """
+    if not paths:
+        raise ValueError("no task paths given")
+    return "+".join(_sanitize(Path(path).resolve().name) for path in paths)
+
+
+def content_hash(task_dir: Path, config: TaskConfig) -> str:
+    """Fingerprint a task's content.
+
+    The digest covers, in order of relative posix path, every entry under ``task_dir``:
+
+    * a regular file as ``F NUL path NUL size NUL bytes``;
+    * a symlink (to a file or a dir) as ``L NUL path NUL target NUL``; links are never
+      followed, so their targets are never read;
+    * any other non-directory (fifo, socket, device) as ``O NUL path NUL``; never opened;
+
+    followed by ``C NUL`` and the normalised config JSON (:meth:`TaskConfig.normalized_json`).
+    Directories themselves, modes, owners and times are not hashed, so the digest survives
+    copies (that preserve symlinks) and ``touch``.
+
+    Args:
+        task_dir: The task dir.
+        config: Its validated config.
+
+    Returns:
+        The sha256 hex digest.
+
+    Raises:
+        OSError: An entry could not be read, or a file changed size while being read.
+    """
+    digest = hashlib.sha256(_HASH_DOMAIN)
+    for rel, full in _walk_entries(Path(task_dir)):
+        mode = os.lstat(full).st_mode
+        if stat.S_ISLNK(mode):
+            target = os.fsencode(os.readlink(full))
+            digest.update(b"L\0" + rel + b"\0" + target + b"\0")
+        elif stat.S_ISREG(mode):
+            _hash_file(digest, rel, full)
+        else:
+            digest.update(b"O\0" + rel + b"\0")
+    digest.update(b"C\0" + config.normalized_json().encode("utf-8"))
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _inspect(path: Path, root: Path | None) -> tuple[Task | None, list[TaskError]]:
+    """Load one task dir, collecting every problem rather than stopping at the first."""
+    if not path.exists():
+        return None, [TaskError(path, "task directory does not exist")]
+    if not path.is_dir():
+        return None, [TaskError(path, "not a directory (expected a task dir)")]
+
+    problems: list[TaskError] = []
+    config = _read_config(path, problems)
+    instruction = _read_instruction(path, problems)
+    if not (path / TEST_SCRIPT).is_file():
+        problems.append(TaskError(path, f"missing {TEST_SCRIPT}"))
+    if problems or config is None or instruction is None:
+        return None, problems
+
+    try:
+        digest = content_hash(path, config)
+    except OSError as exc:
+        return None, [TaskError(path, f"cannot hash task content: {exc}")]
+
+    absolute = path.resolve()
+    name = config.task.name or absolute.name
+    return (
+        Task(
+            name=name,
+            key=config.task.name or _relative_key(absolute, root),
+            hash=digest,
+            path=absolute,
+            config=config,
+            instruction=instruction,
+        ),
+        [],
+    )
+
+
+def _read_config(task_dir: Path, problems: list[TaskError]) -> TaskConfig | None:
+    """Parse and validate ``task.toml``; append problems and return None on failure."""
+    toml_path = task_dir / TASK_TOML
+    if not toml_path.is_file():
+        problems.append(TaskError(task_dir, f"missing {TASK_TOML}"))
+        return None
+    try:
+        raw = tomllib.loads(toml_path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        problems.append(TaskError(toml_path, f"cannot read: {exc.strerror or exc}"))
+        return None
+    except UnicodeDecodeError as exc:
+        problems.append(TaskError(toml_path, f"not valid UTF-8 (byte {exc.start})"))
+        return None
+    except tomllib.TOMLDecodeError as exc:
+        problems.append(TaskError(toml_path, f"invalid TOML: {exc}"))
+        return None
+    try:
+        return TaskConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(_validation_problems(toml_path, raw, exc))
+        return None
+
+
+def _validation_problems(
+    toml_path: Path, raw: dict[str, Any], exc: ValidationError
+) -> list[TaskError]:
+    """Turn a pydantic error into one :class:`TaskError` per offending field."""
+    problems: list[TaskError] = []
+    seen: set[str] = set()
+    for error in exc.errors(include_url=False):
+        loc = [str(part) for part in error["loc"]]
+        if loc[:1] == ["schema_version"] and "schema_version" not in raw and "version" in raw:
+            loc[0] = "version"  # the legacy key the user actually wrote
+        dotted = ".".join(loc)
+        if dotted in seen:
+            continue
+        seen.add(dotted)
+        message = _describe(error["type"], error["msg"], error.get("input"))
+        problems.append(TaskError(toml_path, message, field=dotted or None))
+    return problems
+
+
+def _describe(kind: str, message: str, value: object) -> str:
+    """Phrase a pydantic error in TOML terms, with the offending value when it is short."""
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        message = "Input should be a TOML table"
+    if isinstance(value, dict):
+        return f"{message} (got a table)"
+    if isinstance(value, list):
+        return f"{message} (got an array)"
+    if isinstance(value, bool):
+        return f"{message} (got {str(value).lower()})"
+    text = repr(value)
+    if len(text) > _REPR_LIMIT:
+        text = text[: _REPR_LIMIT - 3] + "..."
+    return f"{message} (got {text})"
+
+
+def _read_instruction(task_dir: Path, problems: list[TaskError]) -> str | None:
+    """Read ``instruction.md``; append problems and return None on failure."""
+    md_path = task_dir / INSTRUCTION_MD
+    if not md_path.is_file():
+        problems.append(TaskError(task_dir, f"missing {INSTRUCTION_MD}"))
+        return None
+    try:
+        text = md_path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        problems.append(TaskError(md_path, f"cannot read: {exc.strerror or exc}"))
+        return None
+    except UnicodeDecodeError as exc:
+        problems.append(TaskError(md_path, f"not valid UTF-8 (byte {exc.start})"))
+        return None
+    if not text.strip():
+        problems.append(TaskError(md_path, "instruction is empty"))
+        return None
+    return text
+
+
+def _discover(paths: Sequence[Path]) -> tuple[list[Path], list[TaskError]]:
+    """Expand ``paths`` into task dirs, collecting problems with the paths themselves."""
+    if not paths:
+        raise ValueError("no task paths given")
+    found: list[Path] = []
+    seen: set[Path] = set()
+    problems: list[TaskError] = []
+    for given in map(Path, paths):
+        if not given.exists():
+            problems.append(TaskError(given, "path does not exist"))
+            continue
+        if not given.is_dir():
+            problems.append(
+                TaskError(given, "not a directory (expected a task dir or a folder of task dirs)")
+            )
+            continue
+        if is_task_dir(given):
+            candidates = [given]
+        else:
+            candidates = sorted(
+                (child for child in given.iterdir() if is_task_dir(child)),
+                key=lambda child: child.name,
+            )
+            if not candidates:
+                problems.append(
+                    TaskError(given, "no task directories found (a task dir holds task.toml)")
+                )
+                continue
+        for candidate in candidates:
+            resolved = candidate.resolve()
+            if resolved not in seen:
+                seen.add(resolved)
+                found.append(candidate)
+    return found, problems
+
+
+def _relative_key(task_dir: Path, root: Path | None) -> str:
+    """The task dir's posix path relative to ``root`` (default: its parent)."""
+    if root is not None:
+        try:
+            rel = task_dir.relative_to(Path(root).resolve()).as_posix()
+        except ValueError:
+            rel = ""
+        if rel and rel != ".":
+            return rel
+    return task_dir.name
+
+
+def _walk_entries(top: Path) -> Iterator[tuple[bytes, str]]:
+    """Yield ``(relative posix path as bytes, full path)`` for every non-dir entry, sorted.
+
+    Symlinks to directories are yielded as entries and not descended into.
+    """
+
+    def fail(exc: OSError) -> None:
+        raise exc
+
+    entries: list[tuple[bytes, str]] = []
+    for dirpath, dirnames, filenames in os.walk(top, onerror=fail, followlinks=False):
+        rel_dir = Path(dirpath).relative_to(top)
+        names = list(filenames)
+        names.extend(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))
+        for name in names:
+            rel = os.fsencode((rel_dir / name).as_posix())
+            entries.append((rel, os.path.join(dirpath, name)))
+    entries.sort()
+    yield from entries
+
+
+class _Digest(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+
+def _hash_file(digest: _Digest, rel: bytes, full: str) -> None:
+    """Feed one regular file into ``digest`` without following a link swapped in."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(full, flags)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{full}: changed type while hashing")
+        size = info.st_size
+        digest.update(b"F\0" + rel + b"\0" + str(size).encode("ascii") + b"\0")
+        remaining = size
+        while remaining > 0:
+            chunk = handle.read(min(_CHUNK, remaining))
+            if not chunk:
+                break
+            digest.update(chunk)
+            remaining -= len(chunk)
+        if remaining or handle.read(1):
+            raise OSError(f"{full}: changed size while hashing")
+
+
+def _dir_or_none(path: Path) -> Path | None:
+    return path if path.is_dir() else None
+
+
+def _file_or_none(path: Path) -> Path | None:
+    return path if path.is_file() else None
+
+
+def _one_line(text: str) -> str:
+    """Collapse line breaks so a message always prints on one line."""
+    return re.sub(r"\s*[\r\n]+\s*", " ", text.strip())
+
+
+def _sanitize(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")
+    return cleaned or "tasks"

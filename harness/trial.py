@@ -1,0 +1,447 @@
+"""One trial's lifecycle: prepare → reset → execute → collect → grade → cleanup (DESIGN §3).
+
+Every step is timed. Whatever happens, the cleanup runs in the contract order and its errors
+are reported together with the run error; the record always reaches the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from harness.agents.base import Agent
+from harness.errors import VerifierError
+from harness.grading import read_rewards
+from harness.records import (
+    AgentRef,
+    SandboxRef,
+    TaskRef,
+    TrialError,
+    TrialRecord,
+    TrialStatus,
+    Usage,
+)
+from harness.tasks import Task
+from sandbox.backend import PhaseRequest, PhaseResult, Resources, Sandbox, SandboxSpec
+from sandbox.cleanup import CleanupStep, run_cleanup
+from sandbox.environment import EnvironmentIsolation, isolated_env
+from sandbox.errors import (
+    CLEANUP_FAILED,
+    RUN_AND_CLEANUP_FAILED,
+    PostureCheckFailed,
+    SandboxError,
+    SessionFileMissing,
+    SupervisorError,
+)
+from sandbox.evidence import EvidenceEvent
+from sandbox.seeding import Fixture, collect_fixture_dir
+
+SandboxFactory = Callable[[SandboxSpec], Sandbox]
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One planned trial: a task, a rollout index and a stable id."""
+
+    id: str
+    task: Task
+    rollout: int
+
+
+@dataclass
+class TrialSettings:
+    """What every trial of a run shares."""
+
+    run_dir: Path
+    agent: Agent
+    make_sandbox: SandboxFactory
+    model: str | None = None
+    versions: Mapping[str, str] = field(default_factory=dict)
+    #: Secrets given to the agent phase's environment (e.g. a per-trial gateway token).
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: Host paths the agent must never read (task sources, the output dir).
+    protected_paths: tuple[Path, ...] = ()
+    max_evidence_file_bytes: int = 16 << 20
+    max_evidence_total_bytes: int = 64 << 20
+    max_output_bytes: int = 4 << 20
+    cancel: threading.Event = field(default_factory=threading.Event)
+    on_phase: Callable[[str, str], None] | None = None
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+
+
+def _error(exc: BaseException, phase: str) -> TrialError:
+    return TrialError(type=type(exc).__name__, message=str(exc) or repr(exc), phase=phase)
+
+
+def _flatten(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for inner in exc.exceptions:
+            out.extend(_flatten(inner))
+        return out
+    return [exc]
+
+
+class _TrialRun:
+    """The mutable state of one running trial."""
+
+    def __init__(self, plan: TrialPlan, settings: TrialSettings, attempt: int) -> None:
+        self.plan = plan
+        self.task = plan.task
+        self.settings = settings
+        self.attempt = attempt
+        self.clock = _Clock()
+        self.status = TrialStatus.COMPLETED
+        self.errors: list[TrialError] = []
+        self.events: list[dict[str, Any]] = []
+        self.reward: float | None = None
+        self.rewards: dict[str, float] = {}
+        self.posture: dict[str, Any] | None = None
+        self.sandbox: Sandbox | None = None
+        self.sandbox_info: dict[str, Any] = {"backend": "unknown"}
+        self.isolation = EnvironmentIsolation(target={})
+        self.evidence = settings.run_dir / "trials" / plan.id
+        self.phase = "prepare"
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _enter(self, phase: str) -> None:
+        self.phase = phase
+        if self.settings.on_phase is not None:
+            self.settings.on_phase(self.plan.id, phase)
+
+    def _fail(self, status: TrialStatus, exc: BaseException, phase: str) -> None:
+        if self.status is TrialStatus.COMPLETED:
+            self.status = status
+        self.errors.append(_error(exc, phase))
+
+    def _record_events(self, events: list[EvidenceEvent]) -> None:
+        self.events.extend(e.as_dict() for e in events)
+
+    def _phase_events(self, role: str, result: PhaseResult) -> None:
+        if result.survivors:
+            self.events.append(
+                {
+                    "type": "survivors",
+                    "phase": role,
+                    "detail": "processes outlived the phase and were killed before grading",
+                    "processes": result.survivors[:50],
+                }
+            )
+        if result.output_truncated:
+            self.events.append(
+                {
+                    "type": "output_truncated",
+                    "phase": role,
+                    "stdout_bytes": result.stdout_bytes,
+                    "stderr_bytes": result.stderr_bytes,
+                }
+            )
+
+    def _copy(self, path: str, dest: Path) -> None:
+        assert self.sandbox is not None
+        self._record_events(
+            self.sandbox.copy_out(
+                path,
+                dest,
+                max_file_bytes=self.settings.max_evidence_file_bytes,
+                max_total_bytes=self.settings.max_evidence_total_bytes,
+            )
+        )
+
+    def _base_env(self, extra: Mapping[str, str]) -> dict[str, str]:
+        assert self.sandbox is not None
+        paths = self.sandbox.paths
+        return isolated_env(
+            Path(paths.root),
+            os.environ,
+            home=Path(paths.home),
+            extra={
+                **self.task.config.environment.env,
+                "HARNESS_WORKSPACE": paths.workspace,
+                "HARNESS_TRIAL_ID": self.plan.id,
+                **extra,
+            },
+        )
+
+    # -- phases ------------------------------------------------------------------------------
+
+    def prepare(self) -> SandboxSpec:
+        fixtures: dict[str, Fixture] = {}
+        if self.task.workspace_dir is not None:
+            fixtures = collect_fixture_dir(self.task.workspace_dir)
+        env_cfg = self.task.config.environment
+        return SandboxSpec(
+            trial_id=self.plan.id,
+            fixtures=fixtures,
+            resources=Resources(
+                cpus=env_cfg.cpus, memory_mb=env_cfg.memory_mb, storage_mb=env_cfg.storage_mb
+            ),
+            allow_internet=env_cfg.allow_internet,
+            image=env_cfg.docker_image,
+            workdir=env_cfg.workdir,
+            agent_user=self.task.config.agent.user,
+            verifier_user=self.task.config.verifier.user,
+            protected_paths=(self.task.path, *self.settings.protected_paths),
+            labels={"org.harness.trial": self.plan.id, "org.harness.task": self.task.key},
+        )
+
+    def execute(self) -> None:
+        sandbox = self.sandbox
+        assert sandbox is not None
+        agent = self.settings.agent
+        sandbox.put_file(
+            sandbox.paths.instruction, self.task.instruction.encode(), agent_readable=True
+        )
+        agent.prepare(self.task, sandbox)
+        command = agent.command(self.task, sandbox)
+        env = self._base_env(
+            {"HARNESS_INSTRUCTION_FILE": sandbox.paths.instruction, **command.env}
+        )
+        self.isolation.apply(env)
+        timeout = self.task.agent_timeout_sec
+        result = sandbox.run_phase(
+            PhaseRequest(
+                role="agent",
+                argv=command.argv,
+                env=dict(self.isolation.target),
+                stdin=command.stdin,
+                timeout_sec=timeout,
+                secret_env=self.settings.secret_env,
+                max_output_bytes=self.settings.max_output_bytes,
+            )
+        )
+        self.clock.timings["agent"] = result.duration_sec
+        self.posture = result.posture
+        self._phase_events("agent", result)
+        if result.error is not None:
+            kind = result.error.get("type", "SupervisorError")
+            message = result.error.get("message", "")
+            exc_type = PostureCheckFailed if kind == "PostureError" else SupervisorError
+            raise exc_type(f"{kind}: {message}")
+        if result.timed_out:
+            self._fail(
+                TrialStatus.AGENT_TIMEOUT,
+                TimeoutError(f"agent did not finish within {timeout:g}s and was killed"),
+                "execute",
+            )
+        elif result.signal is not None:
+            self._fail(
+                TrialStatus.AGENT_ERROR,
+                RuntimeError(f"agent was killed by signal {result.signal}"),
+                "execute",
+            )
+        elif result.exit_code not in (0, None):
+            self._fail(
+                TrialStatus.AGENT_ERROR,
+                RuntimeError(f"agent exited with code {result.exit_code}"),
+                "execute",
+            )
+
+    def collect(self) -> None:
+        assert self.sandbox is not None
+        paths = self.sandbox.paths
+        self._copy(f"{paths.logs}/agent.stdout", self.evidence / "agent.log")
+        self._copy(f"{paths.logs}/agent.stderr", self.evidence / "agent.stderr.log")
+        self._copy(paths.workspace, self.evidence / "workspace")
+
+    def grade(self) -> None:
+        sandbox = self.sandbox
+        assert sandbox is not None
+        paths = sandbox.paths
+        # Tests arrive only now: every agent process is dead (the supervisor killed them).
+        sandbox.reset_verifier_dir()
+        sandbox.put_dir(self.task.tests_dir, paths.tests, agent_readable=False)
+        timeout = self.task.verifier_timeout_sec
+        env = self._base_env(
+            {**self.task.config.verifier.env, "HARNESS_VERIFIER_DIR": paths.verifier}
+        )
+        result = sandbox.run_phase(
+            PhaseRequest(
+                role="verifier",
+                argv=["bash", f"{paths.tests}/test.sh"],
+                env=env,
+                timeout_sec=timeout,
+                max_output_bytes=self.settings.max_output_bytes,
+            )
+        )
+        self.clock.timings["verifier"] = result.duration_sec
+        self._phase_events("verifier", result)
+        self._copy(f"{paths.logs}/verifier.stdout", self.evidence / "verifier" / "test-stdout.txt")
+        self._copy(f"{paths.logs}/verifier.stderr", self.evidence / "verifier" / "test-stderr.txt")
+        self._copy(paths.verifier, self.evidence / "verifier")
+        if result.error is not None:
+            raise VerifierError(
+                f"verifier could not run: {result.error.get('type')}: "
+                f"{result.error.get('message')}"
+            )
+        if result.timed_out:
+            raise VerifierError(f"verifier timed out after {timeout:g}s")
+        try:
+            self.reward, self.rewards, events = read_rewards(sandbox)
+        except VerifierError:
+            raise
+        self._record_events(events)
+
+    # -- cleanup -----------------------------------------------------------------------------
+
+    def snapshot_session(self) -> None:
+        name = self.settings.agent.session_file
+        if name is None or self.sandbox is None:
+            return
+        data, event = self.sandbox.read_file(
+            f"{self.sandbox.paths.session}/{name}", max_bytes=self.settings.max_evidence_file_bytes
+        )
+        if event is not None:
+            self._record_events([event])
+            if event.kind == "missing":
+                raise SessionFileMissing(f"Agent produced no session file ({name}).")
+            raise SessionFileMissing(
+                f"Session file {name} is a {event.kind}, not a regular file; recorded as tampering"
+            )
+        assert data is not None
+        self.evidence.mkdir(parents=True, exist_ok=True)
+        (self.evidence / "session.jsonl").write_bytes(data)
+
+    def cleanup_steps(self) -> list[CleanupStep]:
+        sandbox = self.sandbox
+        return [
+            CleanupStep("snapshot_session", self.snapshot_session),
+            CleanupStep("dispose", self.settings.agent.dispose),
+            CleanupStep("remove_root", sandbox.stop if sandbox is not None else lambda: None),
+            CleanupStep("restore_env", self.isolation.restore),
+        ]
+
+    # -- the whole trial ---------------------------------------------------------------------
+
+    def run(self) -> TrialRecord:
+        started_at = datetime.now(UTC)
+        start = time.perf_counter()
+        if self.evidence.exists():
+            shutil.rmtree(self.evidence)
+        self.evidence.mkdir(parents=True)
+        run_error: BaseException | None = None
+        try:
+            if self.settings.cancel.is_set():
+                self.status = TrialStatus.CANCELLED
+                self.errors.append(
+                    TrialError(type="Cancelled", message="run interrupted", phase="prepare")
+                )
+            else:
+                self._run_phases()
+        except BaseException as exc:  # recorded, never lost; re-raised below if fatal
+            run_error = exc
+            self.errors.append(_error(exc, self.phase))
+            if self.status is TrialStatus.COMPLETED:
+                interrupted = isinstance(exc, KeyboardInterrupt)
+                self.status = (
+                    TrialStatus.CANCELLED if interrupted else TrialStatus.ENVIRONMENT_ERROR
+                )
+        run_failed = bool(self.errors)
+        with self.clock.phase("cleanup"):
+            outcome = run_cleanup(self.cleanup_steps())
+        for cleanup_error, step in zip(outcome.errors, outcome.failed_steps, strict=True):
+            for inner in _flatten(cleanup_error):
+                self.errors.append(_error(inner, f"cleanup:{step}"))
+        if outcome.errors:
+            if run_failed or len(outcome.errors) > 1:
+                # The aggregate's message (DESIGN §5), as sandbox.errors.aggregate_errors builds it.
+                message = RUN_AND_CLEANUP_FAILED if run_failed else CLEANUP_FAILED
+                self.events.append({"type": "cleanup_failed", "message": message})
+            if self.status is TrialStatus.COMPLETED:
+                self.status = TrialStatus.ENVIRONMENT_ERROR
+        self.clock.timings["total"] = time.perf_counter() - start
+        if isinstance(run_error, KeyboardInterrupt | SystemExit):
+            raise run_error
+        return self._record(started_at)
+
+    def _run_phases(self) -> None:
+        try:
+            with self.clock.phase("prepare"):
+                self._enter("prepare")
+                spec = self.prepare()
+                self.sandbox = self.settings.make_sandbox(spec)
+            with self.clock.phase("reset"):
+                self._enter("reset")
+                self.sandbox.start()
+                self.sandbox_info = self.sandbox.describe()
+        except Exception as exc:
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, self.phase)
+            return
+        try:
+            with self.clock.phase("execute"):
+                self._enter("execute")
+                self.execute()
+        except (SandboxError, OSError) as exc:
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "execute")
+            return
+        except Exception as exc:
+            self._fail(TrialStatus.AGENT_ERROR, exc, "execute")
+        try:
+            with self.clock.phase("collect"):
+                self._enter("collect")
+                self.collect()
+        except Exception as exc:
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "collect")
+        try:
+            with self.clock.phase("grade"):
+                self._enter("grade")
+                self.grade()
+        except VerifierError as exc:
+            self._fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
+        except (SandboxError, OSError) as exc:
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "grade")
+        except Exception as exc:
+            self._fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
+
+    def _record(self, started_at: datetime) -> TrialRecord:
+        task = self.task
+        info = dict(self.sandbox_info)
+        backend = str(info.pop("backend", "unknown"))
+        image = info.pop("image", None)
+        return TrialRecord(
+            id=self.plan.id,
+            task=TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path)),
+            agent=AgentRef(model=self.settings.model, **self.settings.agent.describe()),
+            sandbox=SandboxRef(backend=backend, image=image, **info),
+            rollout=self.plan.rollout,
+            attempt=self.attempt,
+            status=self.status,
+            ok=self.status is TrialStatus.COMPLETED and not self.errors,
+            reward=self.reward,
+            rewards=self.rewards,
+            errors=self.errors,
+            timings=self.clock.timings,
+            usage=Usage(),
+            versions=dict(self.settings.versions),
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+            evidence_dir=str(self.evidence.relative_to(self.settings.run_dir)),
+            events=self.events,
+            posture=self.posture,
+        )
+
+
+def run_trial(plan: TrialPlan, settings: TrialSettings, *, attempt: int = 1) -> TrialRecord:
+    """Run one trial to the end and return its record (errors are in the record)."""
+    return _TrialRun(plan, settings, attempt).run()

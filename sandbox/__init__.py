@@ -1,0 +1,5 @@
+"""The isolation runtime: trial roots, env isolation, credentials, privilege drop, backends.
+
+``sandbox`` never imports ``harness``. Its in-sandbox part (``sandbox.supervisor``) is
+stdlib-only and runs on Python >= 3.9 inside any task image.
+"""

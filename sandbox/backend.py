@@ -1,0 +1,231 @@
+"""The one seam every sandbox backend implements, and the supervisor channel they share."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from sandbox.errors import SupervisorError
+from sandbox.evidence import EvidenceEvent
+from sandbox.seeding import Fixture
+
+SUPERVISOR_PATH = Path(__file__).with_name("supervisor.py")
+PROTOCOL_VERSION = 1
+
+Role = Literal["agent", "verifier"]
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Limits for one trial (from ``[environment]`` of task.toml)."""
+
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    storage_mb: int | None = None
+    pids: int = 512
+    nofile: int = 4096
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything a backend needs to create one trial's sandbox."""
+
+    trial_id: str
+    fixtures: Mapping[str, Fixture] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
+    allow_internet: bool = False
+    image: str | None = None
+    workdir: str | None = None
+    agent_user: str | int | None = None
+    verifier_user: str | int | None = None
+    #: Host paths the agent must never read (task sources, the run dir). Local backend only.
+    protected_paths: tuple[Path, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SandboxPaths:
+    """Paths as the processes inside the sandbox see them."""
+
+    root: str
+    workspace: str
+    home: str
+    session: str
+    verifier: str
+    tests: str
+    solution: str
+    instruction: str
+    #: Where the supervisor writes each phase's captured output; never agent-readable.
+    logs: str
+
+
+@dataclass(frozen=True)
+class PhaseRequest:
+    """One supervised phase: the agent, or the verifier."""
+
+    role: Role
+    argv: list[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    stdin: str | None = None
+    timeout_sec: float | None = None
+    cwd: str | None = None
+    #: Secrets for the phase's environment; sent on the supervisor's stdin only.
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    max_output_bytes: int = 4 << 20
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """What the supervisor reports about one phase."""
+
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    duration_sec: float
+    posture: dict[str, Any] | None
+    error: dict[str, str] | None
+    survivors: list[dict[str, Any]]
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    output_truncated: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PhaseResult:
+        """Build from the supervisor's result line."""
+        return cls(
+            exit_code=data.get("exit_code"),
+            signal=data.get("signal"),
+            timed_out=bool(data.get("timed_out")),
+            duration_sec=float(data.get("duration_sec") or 0.0),
+            posture=data.get("posture"),
+            error=data.get("error"),
+            survivors=list(data.get("survivors") or []),
+            stdout_bytes=int(data.get("stdout_bytes") or 0),
+            stderr_bytes=int(data.get("stderr_bytes") or 0),
+            output_truncated=bool(data.get("output_truncated")),
+        )
+
+
+class Sandbox(ABC):
+    """One trial's sandbox. Backends: ``local``, ``docker``, and ``fake`` for tests.
+
+    Lifecycle: ``start`` → (``put_file``/``put_dir``) → ``run_phase("agent")`` → evidence
+    via ``read_file``/``copy_out`` → ``reset_verifier_dir`` + ``put_dir(tests)`` →
+    ``run_phase("verifier")`` → ``stop``. ``stop`` must be safe to call at any point and
+    more than once, and must leave no process, container or temp dir behind.
+    """
+
+    backend: str = "abstract"
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+
+    @property
+    @abstractmethod
+    def paths(self) -> SandboxPaths:
+        """In-sandbox paths of this trial."""
+
+    @abstractmethod
+    def start(self) -> None:
+        """Create a fresh root (and container) and seed the workspace."""
+
+    @abstractmethod
+    def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:
+        """Write one file at the in-sandbox path ``dest`` (root-owned)."""
+
+    @abstractmethod
+    def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:
+        """Copy a host dir to the in-sandbox path ``dest`` (root-owned)."""
+
+    @abstractmethod
+    def run_phase(self, request: PhaseRequest) -> PhaseResult:
+        """Run one phase under the supervisor; every process of it is dead on return."""
+
+    @abstractmethod
+    def reset_verifier_dir(self) -> None:
+        """Recreate the verifier output dir empty and writable only by the grader."""
+
+    @abstractmethod
+    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:
+        """Read a small regular in-sandbox file without following symlinks."""
+
+    @abstractmethod
+    def copy_out(
+        self, path: str, dest: Path, *, max_file_bytes: int, max_total_bytes: int
+    ) -> list[EvidenceEvent]:
+        """Copy a file or tree out as evidence: regular files only, never following links."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Kill every process of the trial and remove the root (and container)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Backend facts for the trial record (backend, image, runtime, ...)."""
+        return {"backend": self.backend, "image": self.spec.image}
+
+
+class SupervisorSession:
+    """A long-lived supervisor process: one JSON request line in, one result line out.
+
+    The agent phase and the verifier phase of a trial share one supervisor, so each trial
+    pays for one interpreter start. Closing stdin ends it; if the harness dies, the
+    supervisor sees EOF mid-phase and kills the phase.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes] | None = None) -> None:
+        self._proc = proc
+        self._stdin: IO[bytes] | None = proc.stdin if proc else None
+        self._stdout: IO[bytes] | None = proc.stdout if proc else None
+
+    def attach(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+        """Use an already-open channel (e.g. a docker exec socket)."""
+        self._stdin, self._stdout = stdin, stdout
+
+    def request(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """Send one request and wait for its result.
+
+        Raises:
+            SupervisorError: if the supervisor died or answered something unreadable.
+        """
+        if self._stdin is None or self._stdout is None:
+            raise SupervisorError("supervisor is not running")
+        line = json.dumps({"version": PROTOCOL_VERSION, **payload}) + "\n"
+        try:
+            self._stdin.write(line.encode())
+            self._stdin.flush()
+            answer = self._stdout.readline()
+        except (BrokenPipeError, OSError) as exc:
+            raise SupervisorError(f"supervisor channel broke: {exc}") from exc
+        if not answer:
+            code = self._proc.poll() if self._proc else None
+            raise SupervisorError(f"supervisor exited without a result (exit code {code})")
+        try:
+            result = json.loads(answer)
+        except json.JSONDecodeError as exc:
+            raise SupervisorError(f"supervisor answered garbage: {answer[:200]!r}") from exc
+        if not isinstance(result, dict):
+            raise SupervisorError("supervisor answered a non-object")
+        return result
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close the channel and reap the supervisor."""
+        if self._stdin is not None:
+            try:
+                self._stdin.close()
+            except OSError:
+                pass
+            self._stdin = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            if self._proc.stdout:
+                self._proc.stdout.close()
+            self._proc = None

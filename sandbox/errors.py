@@ -1,0 +1,66 @@
+"""Typed errors of the isolation runtime and the cleanup error aggregation (DESIGN §5)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+CLEANUP_FAILED = "Agent cleanup failed."
+RUN_AND_CLEANUP_FAILED = "Agent run failed and cleanup also failed."
+
+
+class SandboxError(Exception):
+    """Base class for errors raised by the isolation runtime."""
+
+
+class EnvironmentStartError(SandboxError):
+    """The sandbox could not be created (root, container, image)."""
+
+
+class SeedingError(SandboxError):
+    """A workspace fixture path was rejected; the message names the path."""
+
+
+class PostureCheckFailed(SandboxError):
+    """The privilege drop or the secrecy self-check failed; no agent ran."""
+
+
+class SupervisorError(SandboxError):
+    """The in-sandbox supervisor failed or broke its protocol."""
+
+
+class EvidenceError(SandboxError):
+    """Evidence could not be copied out safely."""
+
+
+class SessionFileMissing(SandboxError):
+    """The agent declared a session file but none was produced."""
+
+
+class EngineUnavailable(SandboxError):
+    """The container engine cannot be reached; the message says how to start it."""
+
+
+def aggregate_errors(
+    run_error: BaseException | None, cleanup_errors: Sequence[Exception]
+) -> BaseException | None:
+    """Combine a run error with cleanup errors the way the cleanup contract requires.
+
+    Args:
+        run_error: The error that ended the run, or None if the run succeeded.
+        cleanup_errors: Errors of the cleanup steps, in step order.
+
+    Returns:
+        None when nothing failed; the run error alone; the single cleanup error; an
+        ``ExceptionGroup("Agent cleanup failed.", ...)`` for several cleanup errors; or
+        ``ExceptionGroup("Agent run failed and cleanup also failed.", [run, *cleanup])``.
+    """
+    if not cleanup_errors:
+        return run_error
+    if run_error is None:
+        if len(cleanup_errors) == 1:
+            return cleanup_errors[0]
+        return ExceptionGroup(CLEANUP_FAILED, list(cleanup_errors))
+    first: Exception = (
+        run_error if isinstance(run_error, Exception) else RuntimeError(repr(run_error))
+    )
+    return ExceptionGroup(RUN_AND_CLEANUP_FAILED, [first, *cleanup_errors])

@@ -1,0 +1,135 @@
+"""An in-memory sandbox for tests, in the spirit of httpx's ``MockTransport``.
+
+No process runs: each phase is answered by a handler you pass in, which may read and write
+the fake filesystem (e.g. a verifier handler writes ``reward.txt``). Every call is logged in
+``calls`` so tests can assert the lifecycle order.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from pathlib import Path
+
+from sandbox.backend import PhaseRequest, PhaseResult, Sandbox, SandboxPaths, SandboxSpec
+from sandbox.evidence import EvidenceEvent
+
+PhaseHandler = Callable[[PhaseRequest, "FakeSandbox"], PhaseResult]
+
+
+def ok_result(exit_code: int = 0, **fields: object) -> PhaseResult:
+    """A phase result for a process that exited by itself."""
+    base: dict[str, object] = {
+        "exit_code": exit_code,
+        "signal": None,
+        "timed_out": False,
+        "duration_sec": 0.0,
+        "posture": {"dropped": True},
+        "error": None,
+        "survivors": [],
+    }
+    base.update(fields)
+    return PhaseResult(**base)  # type: ignore[arg-type]
+
+
+def _default_handler(request: PhaseRequest, sandbox: FakeSandbox) -> PhaseResult:
+    return ok_result()
+
+
+class FakeSandbox(Sandbox):
+    """A sandbox whose filesystem is a dict and whose phases are a function."""
+
+    backend = "fake"
+    ROOT = "/fake"
+
+    def __init__(
+        self,
+        spec: SandboxSpec,
+        handler: PhaseHandler = _default_handler,
+        *,
+        fail_on: set[str] | None = None,
+    ) -> None:
+        super().__init__(spec)
+        self.handler = handler
+        self.files: dict[str, bytes] = {}
+        self.calls: list[str] = []
+        self.fail_on = fail_on or set()
+        self.started = False
+        self.stopped = False
+
+    @property
+    def paths(self) -> SandboxPaths:  # noqa: D102
+        r = self.ROOT
+        return SandboxPaths(
+            root=r,
+            workspace=f"{r}/workspace",
+            home=f"{r}/home",
+            session=f"{r}/session",
+            verifier=f"{r}/verifier",
+            tests=f"{r}/tests",
+            solution=f"{r}/solution",
+            instruction=f"{r}/instruction.md",
+            logs=f"{r}/logs",
+        )
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.fail_on:
+            raise RuntimeError(f"fake failure in {name}")
+
+    def start(self) -> None:  # noqa: D102
+        self._call("start")
+        self.started = True
+        for name, fixture in self.spec.fixtures.items():
+            data = fixture[0] if isinstance(fixture, tuple) else fixture
+            self.files[posixpath.join(self.paths.workspace, name)] = data
+
+    def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:  # noqa: D102
+        self._call(f"put_file:{dest}")
+        self.files[dest] = data
+
+    def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:  # noqa: D102
+        self._call(f"put_dir:{dest}")
+        for path in sorted(src.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                self.files[posixpath.join(dest, path.relative_to(src).as_posix())] = (
+                    path.read_bytes()
+                )
+
+    def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
+        self._call(f"run_phase:{request.role}")
+        return self.handler(request, self)
+
+    def reset_verifier_dir(self) -> None:  # noqa: D102
+        self._call("reset_verifier_dir")
+        prefix = self.paths.verifier + "/"
+        for name in [n for n in self.files if n.startswith(prefix)]:
+            del self.files[name]
+
+    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:  # noqa: D102
+        if path not in self.files:
+            return None, EvidenceEvent("missing", path)
+        data = self.files[path]
+        if len(data) > max_bytes:
+            return None, EvidenceEvent("too_large", path)
+        return data, None
+
+    def copy_out(  # noqa: D102
+        self, path: str, dest: Path, *, max_file_bytes: int, max_total_bytes: int
+    ) -> list[EvidenceEvent]:
+        self._call(f"copy_out:{path}")
+        prefix = path.rstrip("/") + "/"
+        for name, data in self.files.items():
+            if name == path:
+                target = dest
+            elif name.startswith(prefix):
+                target = dest / name[len(prefix) :]
+            else:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data[:max_file_bytes])
+        return []
+
+    def stop(self) -> None:  # noqa: D102
+        self._call("stop")
+        self.stopped = True

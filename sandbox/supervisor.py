@@ -1,0 +1,597 @@
+"""The in-sandbox supervisor: one phase of a trial (the agent, or the verifier).
+
+Runs as root inside the sandbox (a container, or the host for the local backend) and is the
+only code that holds the trial's secrets. Stdlib-only and Python >= 3.9, because it is
+mounted read-only into arbitrary task images and run as ``python3 -I -S supervisor.py``.
+
+Protocol:
+    stdin   one JSON request (see ``Request``), then EOF. Secrets arrive only here: never in
+            argv, never in this process's environment, never in a file the agent can read.
+    stdout  one JSON result line, written after every process of the phase is dead. The
+            agent never holds this fd, so it cannot forge the result.
+
+Order inside one phase: read request → non-dumpable, child subreaper → delete hidden files →
+chown the trial dirs → fork the agent child; in the child: new session, rlimits, optional
+mount masks, bounding set dropped, ``setgroups([])`` → ``setresgid`` → ``setresuid``,
+``no_new_privs``, posture verified, protected paths verified unreadable, then ``execve``.
+Any failed check aborts the phase before the agent runs. At the end (exit or deadline) every
+process of the phase is killed, survivors recorded, and the result written.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+PROTOCOL_VERSION = 1
+
+# prctl(2) and mount(2) constants (linux/prctl.h, linux/mount.h, linux/sched.h).
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWNS = 0x00020000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+
+_RLIMITS = {
+    "core": "RLIMIT_CORE",
+    "nofile": "RLIMIT_NOFILE",
+    "nproc": "RLIMIT_NPROC",
+    "fsize": "RLIMIT_FSIZE",
+    "as": "RLIMIT_AS",
+    "cpu": "RLIMIT_CPU",
+}
+_STATUS_CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+_READ_CHUNK = 65536
+
+
+class PostureError(Exception):
+    """A privilege or secrecy check failed after the drop; the agent must not run."""
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+_LIBC = _libc()
+
+
+def _check(result: int, what: str) -> int:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "%s failed: %s" % (what, os.strerror(err)))
+    return result
+
+
+def prctl(option: int, arg2: int = 0) -> int:
+    """Call the prctl syscall with one argument; raise OSError on failure."""
+    res = _LIBC.prctl(
+        ctypes.c_int(option),
+        ctypes.c_ulong(arg2),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+    )
+    if res < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "prctl(%d) failed: %s" % (option, os.strerror(err)))
+    return int(res)
+
+
+def last_cap() -> int:
+    """Highest capability number the kernel knows."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as fh:
+            return int(fh.read().strip())
+    except OSError:
+        return 40
+
+
+def drop_bounding_set() -> None:
+    """Empty the capability bounding set (needs CAP_SETPCAP; skipped caps are verified later)."""
+    for cap in range(last_cap() + 1):
+        try:
+            prctl(PR_CAPBSET_DROP, cap)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    """Drop to uid/gid in the only safe order: groups, then gid, then uid (CERT POS36-C)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def read_status() -> Dict[str, str]:
+    """Parse /proc/self/status into a dict of field → raw value."""
+    fields: Dict[str, str] = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def verify_posture(uid: int, gid: int) -> Dict[str, Any]:
+    """Check the dropped posture (CERT POS37-C); raise PostureError naming the first failure.
+
+    Returns:
+        What was observed, for the trial record.
+    """
+    status = read_status()
+    observed: Dict[str, Any] = {
+        "uid": list(os.getresuid()),
+        "gid": list(os.getresgid()),
+        "groups": os.getgroups(),
+        "no_new_privs": status.get("NoNewPrivs"),
+        "caps": {name: status.get(name) for name in _STATUS_CAP_FIELDS},
+        "seccomp": status.get("Seccomp"),
+    }
+    if tuple(os.getresuid()) != (uid, uid, uid):
+        raise PostureError("uids are %s, expected all %d" % (observed["uid"], uid))
+    if tuple(os.getresgid()) != (gid, gid, gid):
+        raise PostureError("gids are %s, expected all %d" % (observed["gid"], gid))
+    if os.getgroups():
+        raise PostureError("supplementary groups remain: %s" % observed["groups"])
+    for name in _STATUS_CAP_FIELDS:
+        value = status.get(name)
+        if value is None or int(value, 16) != 0:
+            raise PostureError("capability set %s is %s, expected 0" % (name, value))
+    if status.get("NoNewPrivs") != "1":
+        raise PostureError("NoNewPrivs is %s, expected 1" % status.get("NoNewPrivs"))
+    for what in ("setuid(0)", "setgid(0)", "setgroups([0])"):
+        try:
+            if what == "setuid(0)":
+                os.setuid(0)
+            elif what == "setgid(0)":
+                os.setgid(0)
+            else:
+                os.setgroups([0])
+        except PermissionError:
+            continue
+        raise PostureError("%s succeeded after the drop" % what)
+    return observed
+
+
+def check_unreadable(paths: List[str]) -> None:
+    """Raise PostureError if the current user can read any of ``paths`` (file or dir)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.ENOENT, errno.EPERM, errno.ENOTDIR):
+                continue
+            raise PostureError("cannot decide whether %s is readable: %s" % (path, exc)) from exc
+        os.close(fd)
+        raise PostureError("The agent user can read protected path: %s" % path)
+
+
+def mask_paths(paths: List[str]) -> None:
+    """In a private mount namespace, cover each path with an empty read-only mount."""
+    _check(_LIBC.unshare(ctypes.c_int(CLONE_NEWNS)), "unshare(CLONE_NEWNS)")
+    _check(
+        _LIBC.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None),
+        "making / private",
+    )
+    flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+    for path in paths:
+        if not os.path.lexists(path):
+            continue
+        target = path.encode()
+        if os.path.isdir(path) and not os.path.islink(path):
+            _check(
+                _LIBC.mount(b"harness-mask", target, b"tmpfs", ctypes.c_ulong(flags), b"size=4k,mode=000"),
+                "masking %s" % path,
+            )
+        else:
+            _check(
+                _LIBC.mount(b"/dev/null", target, None, ctypes.c_ulong(MS_BIND), None),
+                "masking %s" % path,
+            )
+
+
+def set_rlimits(limits: Dict[str, int]) -> None:
+    """Apply rlimits by short name (core, nofile, nproc, fsize, as, cpu)."""
+    import resource
+
+    for name, value in limits.items():
+        res = getattr(resource, _RLIMITS[name])
+        soft, hard = resource.getrlimit(res)
+        new = value if value >= 0 else resource.RLIM_INFINITY
+        if hard != resource.RLIM_INFINITY and (new == resource.RLIM_INFINITY or new > hard):
+            new = hard
+        resource.setrlimit(res, (new, new))
+
+
+# --- process bookkeeping -----------------------------------------------------------------
+
+
+def _proc_entries() -> List[Dict[str, Any]]:
+    entries = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+            with open("/proc/%s/status" % name) as fh:
+                uid_line = next(line for line in fh if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        # comm may contain spaces and parentheses: split after the last ')'.
+        rest = stat[stat.rfind(")") + 2 :].split()
+        entries.append(
+            {
+                "pid": int(name),
+                "ppid": int(rest[1]),
+                "state": rest[0],
+                "uid": int(uid_line.split()[1]),
+            }
+        )
+    return entries
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            raw = fh.read(4096)
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+
+
+def phase_processes(kill_uid: Optional[int]) -> List[Dict[str, Any]]:
+    """Every live process of this phase: our descendants, plus all of ``kill_uid``'s."""
+    me = os.getpid()
+    entries = [e for e in _proc_entries() if e["state"] != "Z"]
+    children: Dict[int, List[int]] = {}
+    for e in entries:
+        children.setdefault(e["ppid"], []).append(e["pid"])
+    found = set()
+    stack = [me]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    if kill_uid is not None:
+        found.update(e["pid"] for e in entries if e["uid"] == kill_uid and e["pid"] != me)
+    by_pid = {e["pid"]: e for e in entries}
+    return [dict(by_pid[p], cmdline=_cmdline(p)) for p in sorted(found) if p in by_pid]
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_phase(kill_uid: Optional[int], deadline_sec: float = 10.0) -> int:
+    """SIGKILL every process of the phase until none is left; return how many were killed."""
+    killed = 0
+    stop_at = time.monotonic() + deadline_sec
+    while time.monotonic() < stop_at:
+        procs = phase_processes(kill_uid)
+        if not procs:
+            return killed
+        for proc in procs:
+            try:
+                os.kill(proc["pid"], signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        time.sleep(0.002)
+        _reap()
+    if phase_processes(kill_uid):
+        raise RuntimeError("processes of the phase survived SIGKILL for %.0fs" % deadline_sec)
+    return killed
+
+
+# --- the phase ---------------------------------------------------------------------------
+
+
+class _Capture:
+    """Drains one pipe into a file, keeping at most ``limit`` bytes and counting the rest."""
+
+    def __init__(self, fd: int, path: Optional[str], limit: int) -> None:
+        self.fd = fd
+        self.limit = limit
+        self.total = 0
+        self.out = None
+        if path:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            self.out = os.open(path, flags, 0o600)
+
+    def feed(self) -> bool:
+        try:
+            data = os.read(self.fd, _READ_CHUNK)
+        except BlockingIOError:
+            return True
+        if not data:
+            return False
+        room = self.limit - self.total
+        if self.out is not None and room > 0:
+            os.write(self.out, data[:room])
+        self.total += len(data)
+        return True
+
+    def close(self) -> None:
+        if self.out is not None:
+            os.close(self.out)
+            self.out = None
+
+
+def _child(req: Dict[str, Any], fds: Dict[str, int], status_w: int) -> None:
+    """In the forked child: set up, drop, verify, exec. Never returns."""
+    try:
+        os.setsid()
+        os.dup2(fds["stdin"], 0)
+        os.dup2(fds["stdout"], 1)
+        os.dup2(fds["stderr"], 2)
+        # Everything but stdio and the CLOEXEC status pipe closes here (CVE-2024-21626 lesson).
+        os.closerange(3, status_w)
+        os.closerange(status_w + 1, 65536)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.umask(int(req.get("umask", 0o022)))
+        set_rlimits(req.get("rlimits") or {"core": 0})
+        user = req.get("user")
+        posture: Dict[str, Any] = {"dropped": False}
+        if user is not None:
+            uid, gid = int(user["uid"]), int(user["gid"])
+            if req.get("mask_paths"):
+                mask_paths(req["mask_paths"])
+            drop_bounding_set()
+            drop_privileges(uid, gid)
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+            posture = verify_posture(uid, gid)
+            posture["dropped"] = True
+            check_unreadable(list(req.get("unreadable") or []))
+        os.chdir(req["cwd"])
+        env = dict(req.get("env") or {})
+        env.update(req.get("secret_env") or {})
+        os.write(status_w, (json.dumps({"posture": posture}) + "\n").encode())
+        os.execvpe(req["argv"][0], req["argv"], env)
+    except PostureError as exc:
+        msg = {"error": {"type": "PostureError", "message": str(exc)}}
+    except FileNotFoundError as exc:
+        msg = {"error": {"type": "ExecError", "message": "command not found: %s" % exc.filename}}
+    except BaseException as exc:  # noqa: B036 - report anything, then die without cleanup
+        msg = {"error": {"type": type(exc).__name__, "message": str(exc)}}
+    try:
+        os.write(status_w, (json.dumps(msg) + "\n").encode())
+    finally:
+        os._exit(127)
+
+
+def _prepare(req: Dict[str, Any]) -> None:
+    """Hide secret files and hand the trial dirs to their owners, never following symlinks."""
+    for path in req.get("delete_files") or []:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    user = req.get("user")
+    for entry in req.get("prepare_dirs") or []:
+        path = entry["path"]
+        os.makedirs(path, exist_ok=True)
+        if os.path.islink(path):
+            raise PostureError("trial dir is a symlink: %s" % path)
+        if entry.get("owner") == "agent" and user is not None:
+            os.lchown(path, int(user["uid"]), int(user["gid"]))
+        elif entry.get("owner") == "root":
+            os.lchown(path, 0, 0)
+        if "mode" in entry:
+            os.chmod(path, int(entry["mode"]))
+
+
+def run_phase(req: Dict[str, Any], control_fd: int = -1) -> Dict[str, Any]:
+    """Run one phase as described by ``req`` and return the result dict.
+
+    ``control_fd`` is the harness's request channel: EOF on it mid-phase means the harness
+    died, and the phase is killed at once rather than left running unsupervised.
+    """
+    started = time.monotonic()
+    result: Dict[str, Any] = {
+        "version": PROTOCOL_VERSION,
+        "exit_code": None,
+        "signal": None,
+        "timed_out": False,
+        "posture": None,
+        "error": None,
+        "survivors": [],
+        "killed": 0,
+        "stdout_bytes": 0,
+        "stderr_bytes": 0,
+    }
+    user = req.get("user")
+    kill_uid = int(user["uid"]) if user is not None and req.get("kill_uid", True) else None
+    _prepare(req)
+
+    stdin_r, stdin_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    status_r, status_w = os.pipe2(os.O_CLOEXEC) if hasattr(os, "pipe2") else os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _child(req, {"stdin": stdin_r, "stdout": out_w, "stderr": err_w}, status_w)
+    for fd in (stdin_r, out_w, err_w, status_w):
+        os.close(fd)
+
+    status_raw = b""
+    while True:
+        chunk = os.read(status_r, _READ_CHUNK)
+        if not chunk:
+            break
+        status_raw += chunk
+    os.close(status_r)
+    for line in status_raw.decode("utf-8", "replace").splitlines():
+        msg = json.loads(line)
+        result["posture"] = msg.get("posture", result["posture"])
+        if msg.get("error"):
+            result["error"] = msg["error"]
+
+    limit = int(req.get("max_output_bytes", 1 << 20))
+    logs = req.get("logs") or {}
+    captures = [
+        _Capture(out_r, logs.get("stdout"), limit),
+        _Capture(err_r, logs.get("stderr"), limit),
+    ]
+    sel = selectors.DefaultSelector()
+    for cap in captures:
+        os.set_blocking(cap.fd, False)
+        sel.register(cap.fd, selectors.EVENT_READ, cap)
+    stdin_data = (req.get("stdin") or "").encode()
+    if stdin_data and result["error"] is None:
+        os.set_blocking(stdin_w, False)
+        sel.register(stdin_w, selectors.EVENT_WRITE, None)
+    else:
+        os.close(stdin_w)
+        stdin_w = -1
+
+    # A pidfd wakes the loop the moment the agent exits; without one (old kernels) we poll.
+    pidfd = -1
+    if hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(pid)
+            sel.register(pidfd, selectors.EVENT_READ, "exit")
+        except OSError:
+            pidfd = -1
+    if control_fd >= 0:
+        sel.register(control_fd, selectors.EVENT_READ, "control")
+    timeout = req.get("timeout_sec")
+    deadline = started + float(timeout) if timeout else None
+    wait_status: Optional[int] = None
+    while wait_status is None:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            result["timed_out"] = not result.get("harness_gone", False)
+            break
+        tick = 0.05 if pidfd < 0 else 1.0
+        wait = tick if deadline is None else max(0.0, min(tick, deadline - now))
+        for key, _ in sel.select(wait):
+            if key.data == "exit":
+                continue
+            if key.data == "control":
+                result["harness_gone"] = True
+                deadline = now
+            if key.data is None:
+                try:
+                    sent = os.write(stdin_w, stdin_data)
+                except (BrokenPipeError, BlockingIOError) as exc:
+                    sent = len(stdin_data) if isinstance(exc, BrokenPipeError) else 0
+                stdin_data = stdin_data[sent:]
+                if not stdin_data:
+                    sel.unregister(stdin_w)
+                    os.close(stdin_w)
+                    stdin_w = -1
+            elif not key.data.feed():
+                sel.unregister(key.fd)
+        done_pid, st = os.waitpid(pid, os.WNOHANG)
+        if done_pid == pid:
+            wait_status = st
+
+    # The phase is over: record what outlived the main process, then kill everything.
+    result["survivors"] = [p for p in phase_processes(kill_uid) if p["pid"] != pid]
+    result["killed"] = kill_phase(kill_uid)
+    if wait_status is None:
+        _, wait_status = os.waitpid(pid, 0)
+    if os.WIFEXITED(wait_status):
+        result["exit_code"] = os.WEXITSTATUS(wait_status)
+    elif os.WIFSIGNALED(wait_status):
+        result["signal"] = os.WTERMSIG(wait_status)
+    if stdin_w >= 0:
+        os.close(stdin_w)
+    if pidfd >= 0:
+        os.close(pidfd)
+    sel.close()
+    for cap in captures:
+        os.set_blocking(cap.fd, True)
+        while cap.feed():
+            pass
+        os.close(cap.fd)
+        cap.close()
+    result["stdout_bytes"] = captures[0].total
+    result["stderr_bytes"] = captures[1].total
+    result["output_truncated"] = any(c.total > limit for c in captures)
+    result["duration_sec"] = time.monotonic() - started
+    return result
+
+
+class _Channel:
+    """Newline-delimited JSON requests from the harness on a private fd."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
+
+    def read_request(self) -> Optional[Dict[str, Any]]:
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, _READ_CHUNK)
+            if not chunk:
+                if self.buf.strip():
+                    raise ValueError("truncated request on stdin")
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        req = json.loads(line.decode("utf-8"))
+        if not isinstance(req, dict):
+            raise ValueError("request must be a JSON object")
+        return req
+
+
+def main() -> int:
+    """Entry point: requests on stdin, one result line each on stdout, until EOF."""
+    # Nothing below may be ptraced or dumped by the agent; orphans of a phase reparent to us.
+    prctl(PR_SET_DUMPABLE, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    os.umask(0o077)
+    channel = _Channel(os.dup(0))
+    out = os.fdopen(os.dup(1), "w")
+    # Our own stdio must never be shared with the agent: point it at /dev/null.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    while True:
+        try:
+            req = channel.read_request()
+            if req is None:
+                return 0
+            if req.get("version") != PROTOCOL_VERSION:
+                raise ValueError(
+                    "supervisor protocol %r, expected %d" % (req.get("version"), PROTOCOL_VERSION)
+                )
+            result = run_phase(req, channel.fd)
+            req.clear()  # drop our references to the secrets as soon as the phase is over
+        except Exception as exc:
+            result = {
+                "version": PROTOCOL_VERSION,
+                "error": {"type": type(exc).__name__, "message": str(exc)},
+            }
+        out.write(json.dumps(result) + "\n")
+        out.flush()
+        if result.get("harness_gone"):
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
