@@ -32,6 +32,7 @@ class RunConfig(BaseModel):
     output_dir: str = "runs"
     fail_under: float | None = None
     threshold: float = 1.0
+    base_aliases: list[str] = Field(default_factory=list)
     sandbox_uid: int = Field(default=65532, gt=0)
     sandbox_gid: int = Field(default=65532, gt=0)
 

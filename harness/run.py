@@ -7,7 +7,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,8 @@ class PreparedRun:
     plans: list[TrialPlan]
     taskset: str
     make_sandbox: SandboxFactory
-    sandbox_info: dict[str, Any] = field(default_factory=dict)
+    #: Backend state shared by all trials (the docker runtime), closed after the run.
+    backend_runtime: Any = None
 
 
 @dataclass
@@ -54,17 +55,44 @@ class RunOutcome:
     interrupted: bool = False
 
 
-def _sandbox_factory(config: RunConfig) -> tuple[SandboxFactory, dict[str, Any]]:
+def _sandbox_factory(config: RunConfig) -> tuple[SandboxFactory, Any]:
+    """The factory of the configured backend, and its shared runtime (if any)."""
     if config.sandbox == "local":
+        if config.runtime:
+            raise UsageError("--runtime applies to --sandbox docker only")
         pool = IdentityPool(config.sandbox_uid, config.sandbox_gid)
 
         def make_local(spec: SandboxSpec) -> LocalSandbox:
             return LocalSandbox(spec, identities=pool)
 
-        return make_local, {"backend": "local"}
-    raise UsageError(
-        f"--sandbox {config.sandbox} is not available in this version; use --sandbox local"
-    )
+        return make_local, None
+    from sandbox.docker.backend import DockerRuntime, DockerSandbox
+    from sandbox.docker.engine import connect
+    from sandbox.docker.images import ImageResolver, parse_aliases
+    from sandbox.errors import EngineUnavailable
+
+    try:
+        aliases = parse_aliases(config.base_aliases)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        client = connect()
+    except EngineUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    if config.runtime:
+        runtimes = client.info().get("Runtimes") or {}
+        if config.runtime not in runtimes:
+            raise UsageError(
+                f"--runtime {config.runtime} is not registered with the engine "
+                f"(available: {', '.join(sorted(runtimes)) or 'none'}); "
+                "`bash docker/start-engine.sh` registers runsc when Debian has it"
+            )
+    runtime = DockerRuntime(client, ImageResolver(client, aliases=aliases), runtime=config.runtime)
+
+    def make_docker(spec: SandboxSpec) -> DockerSandbox:
+        return DockerSandbox(spec, runtime)
+
+    return make_docker, runtime
 
 
 def prepare_run(config: RunConfig) -> PreparedRun:
@@ -88,7 +116,7 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     chosen = select_tasks(
         tasks, num_tasks=config.num_tasks, shuffle=config.shuffle, seed=config.seed
     )
-    make_sandbox, info = _sandbox_factory(config)
+    make_sandbox, backend_runtime = _sandbox_factory(config)
     return PreparedRun(
         config=config,
         tasks=chosen,
@@ -96,7 +124,7 @@ def prepare_run(config: RunConfig) -> PreparedRun:
         plans=plan_trials(chosen, rollouts=config.rollouts),
         taskset=taskset_name(paths),
         make_sandbox=make_sandbox,
-        sandbox_info=info,
+        backend_runtime=backend_runtime,
     )
 
 
@@ -122,6 +150,17 @@ def _log_line(run_dir: Path, text: str) -> None:
         fh.write(f"{stamp} {text}\n")
 
 
+def _close_backend(runtime: Any, run_dir: Path) -> None:
+    """Remove what the run's backend may have leaked (by label), then its shared state."""
+    from sandbox.docker.engine import remove_leaks
+
+    report = remove_leaks(runtime.client, run=runtime.run_label)
+    leaked = report.containers + report.volumes + report.networks
+    if leaked:
+        _log_line(run_dir, f"removed leaked docker objects: {', '.join(leaked)}")
+    runtime.close()
+
+
 def execute_run(
     prepared: PreparedRun,
     *,
@@ -135,6 +174,8 @@ def execute_run(
     run_dir = output / run_name(prepared)
     run_dir.mkdir(mode=0o700)
     run_dir = run_dir.resolve()
+    if prepared.backend_runtime is not None:
+        prepared.backend_runtime.run_label = run_dir.name
     vers = versions(config)
     save_config(config, run_dir / "config.toml", extra={"versions": vers})
     store = TrialStore(run_dir)
@@ -188,6 +229,8 @@ def execute_run(
             records.append(record)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if prepared.backend_runtime is not None:
+            _close_backend(prepared.backend_runtime, run_dir)
     summary = summarize(records, threshold=config.threshold)
     write_json_atomic(
         run_dir / "summary.json",

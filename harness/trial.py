@@ -199,6 +199,8 @@ class _TrialRun:
             ),
             allow_internet=env_cfg.allow_internet,
             image=env_cfg.docker_image,
+            dockerfile=self.task.dockerfile,
+            task_name=self.task.name,
             workdir=env_cfg.workdir,
             agent_user=self.task.config.agent.user,
             verifier_user=self.task.config.verifier.user,

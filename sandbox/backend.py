@@ -40,6 +40,9 @@ class SandboxSpec:
     resources: Resources = field(default_factory=Resources)
     allow_internet: bool = False
     image: str | None = None
+    #: ``environment/Dockerfile`` of the task, built into an image by container backends.
+    dockerfile: Path | None = None
+    task_name: str = "task"
     workdir: str | None = None
     agent_user: str | int | None = None
     verifier_user: str | int | None = None

@@ -12,7 +12,7 @@ import os
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 _NOFOLLOW_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CHUNK = 1 << 16
@@ -125,8 +125,14 @@ def copy_file(
         os.close(parent)
 
 
-def read_file(root: Path, rel: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:
-    """Read a small regular file under ``root`` safely; (None, event) when refused."""
+def read_file(
+    root: Path, rel: str, *, max_bytes: int, truncate: bool = False
+) -> tuple[bytes | None, EvidenceEvent | None]:
+    """Read a small regular file under ``root`` safely; (None, event) when refused.
+
+    A file over ``max_bytes`` is refused, or with ``truncate`` returned cut to
+    ``max_bytes`` together with a ``too_large`` event.
+    """
     try:
         parent, name = _open_beneath(root, rel)
     except FileNotFoundError:
@@ -145,11 +151,12 @@ def read_file(root: Path, rel: str, *, max_bytes: int) -> tuple[bytes | None, Ev
             fst = os.fstat(fd)
             if not stat.S_ISREG(fst.st_mode):
                 return None, EvidenceEvent(_kind_of(fst.st_mode), rel)
-            data = os.read(fd, max_bytes + 1)
+            data, truncated = read_fd(fd, max_bytes)
         finally:
             os.close(fd)
-        if len(data) > max_bytes:
-            return None, EvidenceEvent("too_large", rel, f"over {max_bytes} bytes")
+        if truncated:
+            event = EvidenceEvent("too_large", rel, f"over {max_bytes} bytes")
+            return (data, event) if truncate else (None, event)
         return data, None
     finally:
         os.close(parent)
@@ -168,6 +175,44 @@ def copy_tree(
 
     Symlinks, FIFOs, sockets and devices are recorded, never followed or opened; the copy
     stops at ``max_files`` files or ``max_total_bytes`` bytes with a ``too_large`` event.
+    """
+    return walk_tree(
+        root,
+        rel,
+        lambda sub, fd, limit: _copy_fd(fd, dest / sub, limit),
+        max_file_bytes=max_file_bytes,
+        max_total_bytes=max_total_bytes,
+        max_files=max_files,
+    )
+
+
+def read_fd(fd: int, limit: int) -> tuple[bytes, bool]:
+    """Read at most ``limit`` bytes of an open file; (data, truncated)."""
+    chunks = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, min(_CHUNK, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    data = b"".join(chunks)
+    return data[:limit], len(data) > limit
+
+
+def walk_tree(
+    root: Path,
+    rel: str,
+    sink: Callable[[str, int, int], tuple[int, bool]],
+    *,
+    max_file_bytes: int,
+    max_total_bytes: int,
+    max_files: int = 10_000,
+) -> list[EvidenceEvent]:
+    """Hand every regular file under ``root/rel`` to ``sink(sub_path, fd, limit)``.
+
+    ``sink`` returns (bytes taken, truncated). The walk goes by dir fd with O_NOFOLLOW, so a
+    dir swapped for a symlink mid-walk is never entered.
     """
     events: list[EvidenceEvent] = []
     try:
@@ -225,8 +270,7 @@ def copy_tree(
                             events.append(EvidenceEvent("not_regular", entry_rel, "swapped"))
                             continue
                         limit = min(max_file_bytes, max_total_bytes - total)
-                        target = dest / entry_rel[len(rel) :].lstrip("/")
-                        copied, truncated = _copy_fd(fd, target, limit)
+                        copied, truncated = sink(entry_rel[len(rel) :].lstrip("/"), fd, limit)
                     finally:
                         os.close(fd)
                     total += copied

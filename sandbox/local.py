@@ -9,6 +9,7 @@ a security boundary.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
@@ -49,32 +50,70 @@ def is_root() -> bool:
 
 
 class IdentityPool:
-    """Hands out one uid/gid pair per running trial: ``base + slot``."""
+    """Hands out one uid/gid pair per running trial: ``base + slot``.
 
-    def __init__(self, base_uid: int = DEFAULT_SANDBOX_UID, base_gid: int = DEFAULT_SANDBOX_GID):
+    A slot is also locked host-wide (``flock`` on a file under ``lock_dir``), so two harness
+    processes on one host never give the same uid to concurrent trials: the uid sweep that
+    ends a trial must only ever hit that trial's processes.
+    """
+
+    def __init__(
+        self,
+        base_uid: int = DEFAULT_SANDBOX_UID,
+        base_gid: int = DEFAULT_SANDBOX_GID,
+        *,
+        lock_dir: Path | None = None,
+        max_slots: int = 1024,
+    ):
         if base_uid <= 0 or base_gid <= 0:
             raise ValueError("sandbox uid and gid must be positive integers")
         self.base_uid = base_uid
         self.base_gid = base_gid
-        self._used: set[int] = set()
+        self.max_slots = max_slots
+        self.lock_dir = lock_dir or Path(tempfile.gettempdir()) / "harness-identities"
+        self._held: dict[int, int] = {}
         self._lock = threading.Lock()
 
+    def _try_lock(self, uid: int) -> int | None:
+        self.lock_dir.mkdir(mode=0o700, exist_ok=True)
+        path = self.lock_dir / f"uid-{uid}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
     def acquire(self) -> tuple[int, int]:
-        """Reserve the lowest free slot and return its (uid, gid)."""
+        """Reserve the lowest free slot (here and host-wide) and return its (uid, gid)."""
         with self._lock:
-            slot = 0
-            while slot in self._used:
-                slot += 1
-            self._used.add(slot)
-        return self.base_uid + slot, self.base_gid + slot
+            for slot in range(self.max_slots):
+                uid = self.base_uid + slot
+                if uid in self._held:
+                    continue
+                fd = self._try_lock(uid)
+                if fd is not None:
+                    self._held[uid] = fd
+                    return uid, self.base_gid + slot
+        raise SandboxError(f"no free sandbox uid in {self.base_uid}..+{self.max_slots}")
 
     def release(self, uid: int) -> None:
         """Free the slot of ``uid``."""
         with self._lock:
-            self._used.discard(uid - self.base_uid)
+            fd = self._held.pop(uid, None)
+        if fd is not None:
+            os.close(fd)  # closing the fd drops the flock
 
 
 _DEFAULT_POOL = IdentityPool()
+
+
+def _pid_ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -292,7 +331,12 @@ class LocalSandbox(Sandbox):
             return
         uid = self._identity[0]
         for _ in range(50):
-            procs = [p for p in psutil.process_iter(["uids"]) if p.info["uids"].real == uid]
+            own_ns = os.readlink("/proc/self/ns/pid")
+            procs = [
+                p
+                for p in psutil.process_iter(["uids"])
+                if p.info["uids"].real == uid and _pid_ns(p.pid) == own_ns
+            ]
             if not procs:
                 return
             for proc in procs:

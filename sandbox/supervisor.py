@@ -28,7 +28,7 @@ import selectors
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 PROTOCOL_VERSION = 1
 
@@ -196,7 +196,9 @@ def mask_paths(paths: List[str]) -> None:
         target = path.encode()
         if os.path.isdir(path) and not os.path.islink(path):
             _check(
-                _LIBC.mount(b"harness-mask", target, b"tmpfs", ctypes.c_ulong(flags), b"size=4k,mode=000"),
+                _LIBC.mount(
+                    b"harness-mask", target, b"tmpfs", ctypes.c_ulong(flags), b"size=4k,mode=000"
+                ),
                 "masking %s" % path,
             )
         else:
@@ -247,6 +249,13 @@ def _proc_entries() -> List[Dict[str, Any]]:
     return entries
 
 
+def _pid_ns(pid: str) -> Optional[str]:
+    try:
+        return os.readlink("/proc/%s/ns/pid" % pid)
+    except OSError:
+        return None
+
+
 def _cmdline(pid: int) -> str:
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as fh:
@@ -271,7 +280,13 @@ def phase_processes(kill_uid: Optional[int]) -> List[Dict[str, Any]]:
                 found.add(child)
                 stack.append(child)
     if kill_uid is not None:
-        found.update(e["pid"] for e in entries if e["uid"] == kill_uid and e["pid"] != me)
+        # Only our own pid namespace: a container elsewhere on the host may run the same uid.
+        own_ns = _pid_ns("self")
+        found.update(
+            e["pid"]
+            for e in entries
+            if e["uid"] == kill_uid and e["pid"] != me and _pid_ns(str(e["pid"])) == own_ns
+        )
     by_pid = {e["pid"]: e for e in entries}
     return [dict(by_pid[p], cmdline=_cmdline(p)) for p in sorted(found) if p in by_pid]
 
@@ -537,6 +552,171 @@ def run_phase(req: Dict[str, Any], control_fd: int = -1) -> Dict[str, Any]:
     return result
 
 
+# --- file operations (the docker backend has no other safe way in or out) -----------------
+
+
+def _evidence() -> Any:
+    """The sibling ``evidence`` module (mounted next to this file in a container)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import importlib
+
+    return importlib.import_module("evidence")
+
+
+def _owner(spec: Optional[Dict[str, Any]]) -> Optional[Tuple[int, int]]:
+    if not spec:
+        return None
+    return int(spec["uid"]), int(spec["gid"])
+
+
+def op_whois(req: Dict[str, Any]) -> Dict[str, Any]:
+    """Resolve a user name (or numeric id) against the sandbox's own /etc/passwd."""
+    import pwd
+
+    name = req["name"]
+    try:
+        entry = pwd.getpwuid(int(name)) if str(name).isdigit() else pwd.getpwnam(str(name))
+    except (KeyError, ValueError):
+        if str(name).isdigit():
+            return {"uid": int(name), "gid": int(name), "home": None}
+        raise ValueError("user %r does not exist in the sandbox image" % name) from None
+    return {"uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir}
+
+
+def op_reset_dir(req: Dict[str, Any]) -> Dict[str, Any]:
+    """Recreate ``path`` empty (symlink-safe removal), with owner and mode."""
+    import shutil
+
+    path = req["path"]
+    if os.path.islink(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        if req.get("keep_dir"):
+            for entry in os.listdir(path):
+                full = os.path.join(path, entry)
+                if os.path.isdir(full) and not os.path.islink(full):
+                    shutil.rmtree(full)
+                else:
+                    os.unlink(full)
+        else:
+            shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+    os.makedirs(path, exist_ok=True)
+    owner = _owner(req.get("owner")) or (0, 0)
+    os.lchown(path, owner[0], owner[1])
+    os.chmod(path, int(req.get("mode", 0o755)))
+    return {}
+
+
+def op_chown_tree(req: Dict[str, Any]) -> Dict[str, Any]:
+    """Hand a tree to an owner without following symlinks."""
+    owner = _owner(req["owner"])
+    assert owner is not None
+    top = req["path"]
+    os.lchown(top, owner[0], owner[1])
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), owner[0], owner[1])
+    if "mode" in req:
+        os.chmod(top, int(req["mode"]))
+    return {}
+
+
+def op_put(req: Dict[str, Any]) -> Dict[str, Any]:
+    """Write files under ``dest`` (root-controlled), never following a symlink."""
+    import base64
+
+    dest = req["dest"]
+    owner = _owner(req.get("owner"))
+    dir_mode = int(req.get("dir_mode", 0o755))
+    os.makedirs(dest, exist_ok=True)
+    for item in req.get("files") or []:
+        rel = item["path"]
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        if not parts or ".." in parts or rel.startswith("/"):
+            raise ValueError("bad file path %r" % rel)
+        parent = dest
+        for part in parts[:-1]:
+            parent = os.path.join(parent, part)
+            if os.path.islink(parent):
+                raise ValueError("refusing to write through a symlink: %s" % parent)
+            if not os.path.isdir(parent):
+                os.mkdir(parent, dir_mode)
+                if owner:
+                    os.lchown(parent, owner[0], owner[1])
+        target = os.path.join(parent, parts[-1])
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(target, flags, 0o600)
+        try:
+            data = base64.b64decode(item["data"])
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fchmod(fd, int(item.get("mode", 0o644)))
+            if owner:
+                os.fchown(fd, owner[0], owner[1])
+        finally:
+            os.close(fd)
+    if req.get("top_mode") is not None:
+        os.chmod(dest, int(req["top_mode"]))
+    if owner and req.get("own_top"):
+        os.lchown(dest, owner[0], owner[1])
+    return {}
+
+
+def op_read(req: Dict[str, Any]) -> Dict[str, Any]:
+    """Read one small regular file without following symlinks."""
+    import base64
+
+    ev = _evidence()
+    data, event = ev.read_file("/", req["path"].lstrip("/"), max_bytes=int(req["max_bytes"]))
+    if event is not None:
+        return {"event": event.as_dict()}
+    return {"data": base64.b64encode(data).decode()}
+
+
+def op_archive(req: Dict[str, Any]) -> Dict[str, Any]:
+    """Read a file or tree as evidence: regular files only, capped, never following links."""
+    import base64
+
+    ev = _evidence()
+    files: List[Dict[str, Any]] = []
+
+    def sink(sub: str, fd: int, limit: int) -> Tuple[int, bool]:
+        data, truncated = ev.read_fd(fd, limit)
+        files.append({"path": sub, "data": base64.b64encode(data).decode()})
+        return len(data), truncated
+
+    path = req["path"]
+    if os.path.isdir(path) and not os.path.islink(path):
+        events = ev.walk_tree(
+            "/",
+            path.lstrip("/"),
+            sink,
+            max_file_bytes=int(req["max_file_bytes"]),
+            max_total_bytes=int(req["max_total_bytes"]),
+        )
+        return {"files": files, "events": [e.as_dict() for e in events]}
+    limit = min(int(req["max_file_bytes"]), int(req["max_total_bytes"]))
+    data, event = ev.read_file("/", path.lstrip("/"), max_bytes=limit, truncate=True)
+    events = [] if event is None or event.kind == "missing" else [event.as_dict()]
+    if data is None:
+        return {"files": [], "events": events}
+    return {"files": [{"path": "", "data": base64.b64encode(data).decode()}], "events": events}
+
+
+_OPS = {
+    "whois": op_whois,
+    "reset_dir": op_reset_dir,
+    "chown_tree": op_chown_tree,
+    "put": op_put,
+    "read": op_read,
+    "archive": op_archive,
+}
+
+
 class _Channel:
     """Newline-delimited JSON requests from the harness on a private fd."""
 
@@ -580,7 +760,13 @@ def main() -> int:
                 raise ValueError(
                     "supervisor protocol %r, expected %d" % (req.get("version"), PROTOCOL_VERSION)
                 )
-            result = run_phase(req, channel.fd)
+            op = req.get("op", "run")
+            if op == "run":
+                result = run_phase(req, channel.fd)
+            elif op in _OPS:
+                result = {"version": PROTOCOL_VERSION, "error": None, **_OPS[op](req)}
+            else:
+                raise ValueError("unknown supervisor op %r" % op)
             req.clear()  # drop our references to the secrets as soon as the phase is over
         except Exception as exc:
             result = {

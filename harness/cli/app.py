@@ -60,6 +60,17 @@ def run(
         ),
     ] = None,
     sandbox: Annotated[str, typer.Option("--sandbox", help="local or docker.")] = "local",
+    runtime: Annotated[
+        str | None,
+        typer.Option("--runtime", help="Container runtime for --sandbox docker (e.g. runsc)."),
+    ] = None,
+    base_alias: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--base-alias",
+            help="FROM=LOCAL: rewrite a Dockerfile FROM image at build time (repeatable).",
+        ),
+    ] = None,
     rollouts: Annotated[int, typer.Option("--rollouts", "-r", help="Trials per task.")] = 1,
     concurrency: Annotated[
         int, typer.Option("--concurrency", "-j", help="Trials running at once.")
@@ -87,6 +98,8 @@ def run(
             agent=agent,
             agent_cmd=agent_cmd,
             sandbox=sandbox,  # type: ignore[arg-type]  # validated by pydantic
+            runtime=runtime,
+            base_aliases=base_alias or [],
             rollouts=rollouts,
             concurrency=concurrency,
             num_tasks=num_tasks,

@@ -1,0 +1,1 @@
+"""The docker backend: one hardened container per trial (DESIGN §6)."""

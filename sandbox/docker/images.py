@@ -1,0 +1,196 @@
+"""Task images: content-addressed builds reused across trials, and FROM aliases.
+
+A task with ``environment/Dockerfile`` gets ``harness-task/<name>:<hash12>``, where the
+hash covers the build context and the aliases applied to it; a tag that exists is reused,
+never rebuilt or deleted per trial. ``[environment].docker_image`` is used as it is. Builds
+go through python-on-whales with the classic builder (buildx is often absent offline).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker.errors
+
+import docker
+from sandbox.docker.labels import IMAGE_HASH, MANAGED
+from sandbox.errors import EnvironmentStartError
+
+DEFAULT_IMAGE = "harness/base:bookworm"
+_FROM = re.compile(r"^(\s*FROM\s+(?:--platform=\S+\s+)?)(\S+)(.*)$", re.IGNORECASE)
+_TAG_UNSAFE = re.compile(r"[^a-z0-9._-]+")
+LOG_TAIL_LINES = 40
+
+
+class ImageBuildError(EnvironmentStartError):
+    """A task image failed to build; ``log_tail`` holds the end of the build output."""
+
+    def __init__(self, message: str, log_tail: str) -> None:
+        super().__init__(f"{message}\n--- build log (tail) ---\n{log_tail}")
+        self.log_tail = log_tail
+
+
+def parse_aliases(pairs: list[str]) -> dict[str, str]:
+    """Parse ``FROM=LOCAL`` pairs (``--base-alias``).
+
+    Raises:
+        ValueError: for a pair without ``=`` or with an empty side.
+    """
+    aliases = {}
+    for pair in pairs:
+        source, sep, target = pair.partition("=")
+        if not sep or not source.strip() or not target.strip():
+            raise ValueError(f"--base-alias expects FROM=LOCAL, got {pair!r}")
+        aliases[source.strip()] = target.strip()
+    return aliases
+
+
+def rewrite_from_lines(dockerfile: str, aliases: Mapping[str, str]) -> str:
+    """Replace the image of each ``FROM`` line that has an alias; keep everything else."""
+    out = []
+    for line in dockerfile.splitlines(keepends=True):
+        match = _FROM.match(line.rstrip("\n"))
+        if match and match.group(2) in aliases:
+            ending = "\n" if line.endswith("\n") else ""
+            line = f"{match.group(1)}{aliases[match.group(2)]}{match.group(3)}{ending}"
+        out.append(line)
+    return "".join(out)
+
+
+def context_hash(context: Path, dockerfile: Path, aliases: Mapping[str, str]) -> str:
+    """sha256 of the build context files (no symlinks followed) plus the applied aliases."""
+    digest = hashlib.sha256(b"harness-image-v1\0")
+    for dirpath, dirnames, filenames in os.walk(context, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            full = Path(dirpath) / name
+            rel = full.relative_to(context).as_posix().encode()
+            if full.is_symlink():
+                digest.update(b"L\0" + rel + b"\0" + os.readlink(full).encode() + b"\0")
+                continue
+            digest.update(b"F\0" + rel + b"\0")
+            digest.update(full.read_bytes())
+    digest.update(b"D\0" + dockerfile.read_bytes())
+    for source, target in sorted(aliases.items()):
+        digest.update(f"A\0{source}\0{target}\0".encode())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    """What a trial needs: a prebuilt image, or a Dockerfile to build."""
+
+    name: str
+    image: str | None = None
+    dockerfile: Path | None = None
+
+
+class ImageResolver:
+    """Resolves and builds task images once per run; thread-safe, failures remembered."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        *,
+        aliases: Mapping[str, str] | None = None,
+        default_image: str = DEFAULT_IMAGE,
+    ) -> None:
+        self.client = client
+        self.aliases = dict(aliases or {})
+        self.default_image = default_image
+        self._lock = threading.Lock()
+        self._tag_locks: dict[str, threading.Lock] = {}
+        self._done: dict[str, str | ImageBuildError] = {}
+
+    def tag_for(self, request: ImageRequest) -> str:
+        """The content-addressed tag a Dockerfile task builds to."""
+        assert request.dockerfile is not None
+        digest = context_hash(request.dockerfile.parent, request.dockerfile, self.aliases)
+        name = _TAG_UNSAFE.sub("-", request.name.lower()).strip("-.") or "task"
+        return f"harness-task/{name[:100]}:{digest[:12]}"
+
+    def resolve(self, request: ImageRequest) -> str:
+        """Return a local image reference for the request, building it if needed.
+
+        Raises:
+            ImageBuildError: when the build fails (also on every later call).
+            EnvironmentStartError: when a named image is not present locally.
+        """
+        if request.image:
+            self._require_local(request.image)
+            return request.image
+        if request.dockerfile is None:
+            self._require_local(self.default_image)
+            return self.default_image
+        tag = self.tag_for(request)
+        with self._lock:
+            lock = self._tag_locks.setdefault(tag, threading.Lock())
+        with lock:
+            done = self._done.get(tag)
+            if isinstance(done, ImageBuildError):
+                raise done
+            if done is not None:
+                return done
+            try:
+                self._build(request, tag)
+            except ImageBuildError as exc:
+                self._done[tag] = exc
+                raise
+            self._done[tag] = tag
+            return tag
+
+    def _require_local(self, image: str) -> None:
+        try:
+            self.client.images.get(image)
+        except docker.errors.ImageNotFound:
+            raise EnvironmentStartError(
+                f"image {image} is not present locally and cannot be pulled here; build or "
+                "load it first (for the base image: `bash images/bootstrap-base.sh`)"
+            ) from None
+
+    def _build(self, request: ImageRequest, tag: str) -> None:
+        try:
+            self.client.images.get(tag)
+            return  # content-addressed: an existing tag is exactly this context
+        except docker.errors.ImageNotFound:
+            pass
+        from python_on_whales import DockerClient
+        from python_on_whales.exceptions import DockerException
+
+        assert request.dockerfile is not None
+        with tempfile.TemporaryDirectory(prefix="harness-build-") as tmp:
+            context = Path(tmp) / "context"
+            shutil.copytree(request.dockerfile.parent, context, symlinks=True)
+            dockerfile = context / request.dockerfile.name
+            dockerfile.write_text(rewrite_from_lines(dockerfile.read_text(), self.aliases))
+            previous = os.environ.get("DOCKER_BUILDKIT")
+            os.environ["DOCKER_BUILDKIT"] = "0"  # classic builder: buildx may be absent
+            try:
+                DockerClient().legacy_build(
+                    context,
+                    file=dockerfile,
+                    tags=[tag],
+                    labels={MANAGED: "1", IMAGE_HASH: tag.rsplit(":", 1)[1]},
+                    quiet=True,
+                )
+            except DockerException as exc:
+                output = "\n".join(
+                    part for part in (exc.stdout or "", exc.stderr or "") if part
+                )
+                tail = "\n".join(output.splitlines()[-LOG_TAIL_LINES:])
+                raise ImageBuildError(
+                    f"building the image of task {request.name} failed", tail
+                ) from None
+            finally:
+                if previous is None:
+                    os.environ.pop("DOCKER_BUILDKIT", None)
+                else:
+                    os.environ["DOCKER_BUILDKIT"] = previous

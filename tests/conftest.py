@@ -1,0 +1,129 @@
+"""Shared fixtures: the ``root`` marker, canaries, task dirs, and local sandboxes.
+
+Tests marked ``@pytest.mark.root`` skip only when not running as root (CI runs as root).
+Local sandboxes get their own uid range (so a uid sweep can never touch anything else) and
+the system ``python3``, exactly as the supervisor runs inside a task image.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.tasks import Task, load_task
+from sandbox.backend import SandboxSpec
+from sandbox.environment import FIXED_PATH
+from sandbox.local import IdentityPool, LocalSandbox
+
+IS_ROOT = os.geteuid() == 0
+#: uids/gids no real account uses; a pool of 8 slots starts here.
+TEST_UID_BASE = 61000
+SYSTEM_PYTHON = shutil.which("python3", path=FIXED_PATH) or sys.executable
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("root") is not None and not IS_ROOT:
+        pytest.skip("needs root: the local sandbox drops privileges only when started as root")
+
+
+def live_procs_of(uids: range) -> list[psutil.Process]:
+    """Every non-zombie process whose real uid is in ``uids``."""
+    found = []
+    for proc in psutil.process_iter(["uids", "status"]):
+        try:
+            if proc.info["uids"].real in uids and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, TypeError, AttributeError):
+            continue
+    return found
+
+
+@pytest.fixture
+def canary() -> str:
+    return f"CANARY-{secrets.token_hex(16)}"
+
+
+@pytest.fixture
+def make_task(tmp_path: Path) -> Callable[..., Task]:
+    """Build a real task dir under tmp_path and load it."""
+
+    def make(
+        name: str = "demo",
+        *,
+        test_sh: str = 'echo 1 > "$HARNESS_VERIFIER_DIR/reward.txt"\n',
+        workspace: dict[str, bytes] | None = None,
+        agent_timeout: float = 30,
+    ) -> Task:
+        task_dir = tmp_path / "tasks" / name
+        (task_dir / "tests").mkdir(parents=True)
+        (task_dir / "task.toml").write_text(
+            f'[task]\nname = "{name}"\n\n[agent]\ntimeout_sec = {agent_timeout}\n\n'
+            "[verifier]\ntimeout_sec = 30\n"
+        )
+        (task_dir / "instruction.md").write_text("Do the thing.\n")
+        (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + test_sh)
+        for rel, data in (workspace or {}).items():
+            target = task_dir / "workspace" / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        return load_task(task_dir)
+
+    return make
+
+
+@pytest.fixture
+def outside_dir() -> Iterator[Path]:
+    """A world-readable dir outside any trial root (tmp_path is 0700, useless as bait)."""
+    path = Path(tempfile.mkdtemp(prefix="harness-test-outside-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def identity_pool() -> Iterator[IdentityPool]:
+    """A private uid pool; teardown fails if any process of its uids is still alive."""
+    yield IdentityPool(TEST_UID_BASE, TEST_UID_BASE)
+    leaked = live_procs_of(range(TEST_UID_BASE, TEST_UID_BASE + 8))
+    assert not leaked, f"sandbox processes leaked: {[p.info for p in leaked]}"
+
+
+@pytest.fixture
+def roots_dir() -> Iterator[Path]:
+    """Where local trial roots are created: traversable (not listable) by sandbox uids."""
+    path = Path(tempfile.mkdtemp(prefix="harness-test-roots-", dir="/tmp"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def make_local_sandbox(
+    identity_pool: IdentityPool, roots_dir: Path
+) -> Iterator[Callable[..., LocalSandbox]]:
+    """Create (and always stop) LocalSandboxes running the real supervisor."""
+    made: list[LocalSandbox] = []
+
+    def make(spec: SandboxSpec | None = None, *, start: bool = True) -> LocalSandbox:
+        sandbox = LocalSandbox(
+            spec or SandboxSpec(trial_id=f"t-{secrets.token_hex(4)}"),
+            identities=identity_pool,
+            python=SYSTEM_PYTHON,
+            tmp_dir=roots_dir,
+        )
+        made.append(sandbox)
+        if start:
+            sandbox.start()
+        return sandbox
+
+    yield make
+    for sandbox in made:
+        sandbox.stop()
