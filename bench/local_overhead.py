@@ -50,6 +50,7 @@ from harness.run import execute_run, prepare_run  # noqa: E402
 
 TASK_DIR = BENCH_DIR / "tasks" / "trivial"
 TARGET_MS = 50.0
+DEFAULT_UID = 61532
 PHASES = (
     "prepare",
     "reset",
@@ -112,16 +113,23 @@ def machine_info() -> dict[str, Any]:
 # --- the harness run -------------------------------------------------------------------------
 
 
-def run_harness(trials: int, concurrency: int, out_dir: Path) -> dict[str, Any]:
-    """Run ``trials`` nop trials of the trivial task through the public API."""
-    config = RunConfig(
+def bench_config(trials: int, concurrency: int, out_dir: Path, uid: int) -> RunConfig:
+    """The run config of the benchmark: ``trials`` rollouts of the trivial task with ``nop``."""
+    return RunConfig(
         paths=[str(TASK_DIR)],
         agent="nop",
         sandbox="local",
         rollouts=trials,
         concurrency=concurrency,
         output_dir=str(out_dir),
+        sandbox_uid=uid,
+        sandbox_gid=uid,
     )
+
+
+def run_harness(trials: int, concurrency: int, out_dir: Path, uid: int) -> dict[str, Any]:
+    """Run ``trials`` nop trials of the trivial task through the public API."""
+    config = bench_config(trials, concurrency, out_dir, uid)
     prepared = prepare_run(config)
     start = time.perf_counter()
     outcome = execute_run(prepared)
@@ -296,11 +304,9 @@ def profile_pieces(n: int) -> dict[str, Any]:
     return out
 
 
-def cprofile_trials(n: int, work: Path, top: int = 25) -> str:
+def cprofile_trials(n: int, work: Path, uid: int, top: int = 25) -> str:
     """cProfile ``n`` trials run through the public API (profiling the worker thread)."""
-    config = RunConfig(
-        paths=[str(TASK_DIR)], agent="nop", rollouts=n, concurrency=1, output_dir=str(work)
-    )
+    config = bench_config(n, 1, work, uid)
     prepared = prepare_run(config)
     profiler = cProfile.Profile()
     # execute_run runs each trial in a pool thread (one, at concurrency 1): profile that thread.
@@ -347,6 +353,16 @@ def main(argv: list[str] | None = None) -> int:
         help="JSON output (default bench/results/local_overhead.json)",
     )
     parser.add_argument(
+        "--uid",
+        type=int,
+        default=DEFAULT_UID,
+        help=(
+            f"base sandbox uid/gid (default {DEFAULT_UID}, not the harness default 65532: the "
+            "local backend's end-of-trial sweep kills every process of its uid, so sharing a "
+            "uid with another harness process on this host would kill each other's agents)"
+        ),
+    )
+    parser.add_argument(
         "--profile",
         choices=("auto", "always", "never"),
         default="auto",
@@ -361,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-local-overhead-") as tmp:
         tmpdir = Path(tmp)
         baseline = run_baseline(args.trials, tmpdir / "baseline")
-        run = run_harness(args.trials, args.concurrency, tmpdir / "runs")
+        run = run_harness(args.trials, args.concurrency, tmpdir / "runs", args.uid)
         records = run["records"]
         if run["bad"]:
             first = run["bad"][0]
@@ -404,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                 "task": str(TASK_DIR.relative_to(REPO)),
                 "agent": "nop",
                 "sandbox": "local",
+                "sandbox_uid": args.uid,
             },
             "overhead_ms": o,
             "overhead_first_trial_ms": overhead[0] * 1000.0,
@@ -450,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(_row(name, s, 44))
                 else:
                     print(f"  {name}: {s}")
-            text = cprofile_trials(min(args.trials, 20), tmpdir / "profile-runs")
+            text = cprofile_trials(min(args.trials, 20), tmpdir / "profile-runs", args.uid)
             result["profile"]["cprofile"] = text
             print("\ncProfile of the harness worker thread (see JSON 'profile.cprofile')")
             print("\n".join(text.splitlines()[:45]))

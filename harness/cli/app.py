@@ -29,6 +29,17 @@ app = typer.Typer(
 tasks_app = typer.Typer(help="Inspect and validate task sets.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 
+
+def _register_docker_commands() -> None:
+    from harness.cli.docker_cmds import doctor, images_app, sandbox_app
+
+    app.add_typer(images_app, name="images")
+    app.add_typer(sandbox_app, name="sandbox")
+    app.command("doctor")(doctor)
+
+
+_register_docker_commands()
+
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
