@@ -294,6 +294,7 @@ class LocalSandbox(Sandbox):
             payload["rlimits"]["nproc"] = self.spec.resources.pids
             protected = [str(p) for p in self.spec.protected_paths if p.exists()]
             payload["mask_paths"] = protected
+            payload["isolate_network"] = not self.spec.allow_internet
             payload["unreadable"] = [
                 *protected,
                 str(logs),

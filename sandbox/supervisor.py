@@ -39,6 +39,10 @@ PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -208,6 +212,22 @@ def mask_paths(paths: List[str]) -> None:
             )
 
 
+def isolate_network() -> None:
+    """Move into a fresh network namespace with only loopback, brought up."""
+    import fcntl
+    import socket
+    import struct
+
+    _check(_LIBC.unshare(ctypes.c_int(CLONE_NEWNET)), "unshare(CLONE_NEWNET)")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifreq = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(sock, SIOCGIFFLAGS, ifreq))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+    finally:
+        sock.close()
+
+
 def set_rlimits(limits: Dict[str, int]) -> None:
     """Apply rlimits by short name (core, nofile, nproc, fsize, as, cpu)."""
     import resource
@@ -375,6 +395,8 @@ def _child(req: Dict[str, Any], fds: Dict[str, int], status_w: int) -> None:
             uid, gid = int(user["uid"]), int(user["gid"])
             if req.get("mask_paths"):
                 mask_paths(req["mask_paths"])
+            if req.get("isolate_network"):
+                isolate_network()
             drop_bounding_set()
             drop_privileges(uid, gid)
             prctl(PR_SET_NO_NEW_PRIVS, 1)
