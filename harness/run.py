@@ -22,7 +22,7 @@ from harness.records import TrialRecord, TrialStore, write_json_atomic
 from harness.tasks import Task, TaskSetError, load_tasks, taskset_name
 from harness.trial import SandboxFactory, TrialPlan, TrialSettings, run_trial
 from sandbox.backend import SandboxSpec
-from sandbox.local import IdentityPool, LocalSandbox
+from sandbox.local import IdentityPool, LocalSandbox, SupervisorPool
 
 EXIT_OK = 0
 EXIT_TRIAL_ERRORS = 1
@@ -61,11 +61,12 @@ def _sandbox_factory(config: RunConfig) -> tuple[SandboxFactory, Any]:
         if config.runtime:
             raise UsageError("--runtime applies to --sandbox docker only")
         pool = IdentityPool(config.sandbox_uid, config.sandbox_gid)
+        supervisors = SupervisorPool(spares=min(config.concurrency, 4))
 
         def make_local(spec: SandboxSpec) -> LocalSandbox:
-            return LocalSandbox(spec, identities=pool)
+            return LocalSandbox(spec, identities=pool, supervisors=supervisors)
 
-        return make_local, None
+        return make_local, supervisors
     from sandbox.docker.backend import DockerRuntime, DockerSandbox
     from sandbox.docker.engine import connect
     from sandbox.docker.images import ImageResolver, parse_aliases
@@ -152,12 +153,13 @@ def _log_line(run_dir: Path, text: str) -> None:
 
 def _close_backend(runtime: Any, run_dir: Path) -> None:
     """Remove what the run's backend may have leaked (by label), then its shared state."""
-    from sandbox.docker.engine import remove_leaks
+    if not isinstance(runtime, SupervisorPool):
+        from sandbox.docker.engine import remove_leaks
 
-    report = remove_leaks(runtime.client, run=runtime.run_label)
-    leaked = report.containers + report.volumes + report.networks
-    if leaked:
-        _log_line(run_dir, f"removed leaked docker objects: {', '.join(leaked)}")
+        report = remove_leaks(runtime.client, run=runtime.run_label)
+        leaked = report.containers + report.volumes + report.networks
+        if leaked:
+            _log_line(run_dir, f"removed leaked docker objects: {', '.join(leaked)}")
     runtime.close()
 
 
@@ -174,7 +176,9 @@ def execute_run(
     run_dir = output / run_name(prepared)
     run_dir.mkdir(mode=0o700)
     run_dir = run_dir.resolve()
-    if prepared.backend_runtime is not None:
+    if prepared.backend_runtime is not None and not isinstance(
+        prepared.backend_runtime, SupervisorPool
+    ):
         prepared.backend_runtime.run_label = run_dir.name
     vers = versions(config)
     save_config(config, run_dir / "config.toml", extra={"versions": vers})

@@ -233,7 +233,9 @@ class _TrialRun:
                 max_output_bytes=self.settings.max_output_bytes,
             )
         )
-        self.clock.timings["agent"] = result.duration_sec
+        # "agent" is the agent process's own lifetime; everything else is harness overhead.
+        self.clock.timings["agent"] = result.process_sec or result.duration_sec
+        self.clock.timings["agent_phase"] = result.duration_sec
         self.posture = result.posture
         self._phase_events("agent", result)
         if result.error is not None:
@@ -287,7 +289,8 @@ class _TrialRun:
                 max_output_bytes=self.settings.max_output_bytes,
             )
         )
-        self.clock.timings["verifier"] = result.duration_sec
+        self.clock.timings["verifier"] = result.process_sec or result.duration_sec
+        self.clock.timings["verifier_phase"] = result.duration_sec
         self._phase_events("verifier", result)
         self._copy(f"{paths.logs}/verifier.stdout", self.evidence / "verifier" / "test-stdout.txt")
         self._copy(f"{paths.logs}/verifier.stderr", self.evidence / "verifier" / "test-stderr.txt")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -96,6 +98,8 @@ class PhaseResult:
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     output_truncated: bool = False
+    #: Lifetime of the phase's own process (execve to exit), without supervisor work.
+    process_sec: float | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PhaseResult:
@@ -111,6 +115,7 @@ class PhaseResult:
             stdout_bytes=int(data.get("stdout_bytes") or 0),
             stderr_bytes=int(data.get("stderr_bytes") or 0),
             output_truncated=bool(data.get("output_truncated")),
+            process_sec=data.get("process_sec"),
         )
 
 
@@ -172,6 +177,25 @@ class Sandbox(ABC):
         return {"backend": self.backend, "image": self.spec.image}
 
 
+def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait for ``proc`` to exit, woken by a pidfd (Popen.wait(timeout) polls with sleeps)."""
+    if proc.poll() is not None:
+        return True
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    return proc.poll() is not None
+
+
 class SupervisorSession:
     """A long-lived supervisor process: one JSON request line in, one result line out.
 
@@ -224,9 +248,7 @@ class SupervisorSession:
                 pass
             self._stdin = None
         if self._proc is not None:
-            try:
-                self._proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+            if not _wait_exit(self._proc, timeout):
                 self._proc.kill()
                 self._proc.wait()
             if self._proc.stdout:

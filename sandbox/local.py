@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import fcntl
 import os
+import py_compile
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from sandbox.backend import (
     SUPERVISOR_PATH,
@@ -109,7 +110,84 @@ class IdentityPool:
 _DEFAULT_POOL = IdentityPool()
 
 
-def _pid_ns(pid: int) -> str | None:
+class SupervisorPool:
+    """Keeps a started supervisor ready, so no trial waits for an interpreter to boot.
+
+    Each supervisor serves exactly one trial (then exits); taking one starts its
+    replacement in the background. The supervisor runs from bytecode compiled once into a
+    private dir, which saves compiling it at every start.
+    """
+
+    def __init__(self, python: str = sys.executable, spares: int = 1) -> None:
+        self.python = python
+        self.spares = spares
+        self._ready: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()
+        self._dir = tempfile.mkdtemp(prefix="harness-supervisor-")
+        self._script = os.path.join(self._dir, "supervisor.pyc")
+        py_compile.compile(str(SUPERVISOR_PATH), cfile=self._script, doraise=True)
+        evidence = SUPERVISOR_PATH.with_name("evidence.py")
+        shutil.copyfile(evidence, os.path.join(self._dir, "evidence.py"))
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [self.python, "-I", "-S", self._script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": FIXED_PATH},
+            cwd="/",
+            close_fds=True,
+            start_new_session=True,
+        )
+
+    def take(self) -> subprocess.Popen[bytes]:
+        """A started supervisor for one trial; a replacement starts right away."""
+        with self._lock:
+            proc = None
+            while self._ready and proc is None:
+                candidate = self._ready.pop(0)
+                if candidate.poll() is None:
+                    proc = candidate
+            if proc is None:
+                proc = self._spawn()
+            while len(self._ready) < self.spares:
+                self._ready.append(self._spawn())
+        return proc
+
+    def close(self) -> None:
+        """Stop the spare supervisors and remove the compiled copy."""
+        with self._lock:
+            for proc in self._ready:
+                if proc.stdin:
+                    proc.stdin.close()
+                proc.wait()
+                if proc.stdout:
+                    proc.stdout.close()
+            self._ready.clear()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _uid_processes(uid: int) -> list[int]:
+    """Live (non-zombie) processes owned by ``uid`` in our pid namespace; cheap /proc scan."""
+    own_ns = _pid_ns("self")
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid or _pid_ns(name) != own_ns:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        if stat[stat.rfind(b")") + 2 :].split()[0] != b"Z":
+            found.append(int(name))
+    return found
+
+
+def _pid_ns(pid: int | str) -> str | None:
     try:
         return os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
@@ -152,11 +230,13 @@ class LocalSandbox(Sandbox):
         spec: SandboxSpec,
         *,
         identities: IdentityPool | None = None,
+        supervisors: SupervisorPool | None = None,
         python: str = sys.executable,
         tmp_dir: Path | None = None,
     ) -> None:
         super().__init__(spec)
         self._identities = identities or _DEFAULT_POOL
+        self._supervisors = supervisors
         self._python = python
         self._tmp_dir = tmp_dir
         self._root: Path | None = None
@@ -253,20 +333,19 @@ class LocalSandbox(Sandbox):
 
     def _supervisor(self) -> SupervisorSession:
         if self._session is None:
-            stderr = open(self.root / "logs" / "supervisor.stderr", "wb")  # noqa: SIM115
-            try:
+            if self._supervisors is not None:
+                proc = self._supervisors.take()
+            else:
                 proc = subprocess.Popen(
                     [self._python, "-I", "-S", str(SUPERVISOR_PATH)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    stderr=stderr,
+                    stderr=subprocess.DEVNULL,
                     env={"PATH": FIXED_PATH},
                     cwd="/",
                     close_fds=True,
                     start_new_session=True,
                 )
-            finally:
-                stderr.close()
             self._session = SupervisorSession(proc)
         return self._session
 
@@ -332,20 +411,15 @@ class LocalSandbox(Sandbox):
             return
         uid = self._identity[0]
         for _ in range(50):
-            own_ns = os.readlink("/proc/self/ns/pid")
-            procs = [
-                p
-                for p in psutil.process_iter(["uids"])
-                if p.info["uids"].real == uid and _pid_ns(p.pid) == own_ns
-            ]
-            if not procs:
+            pids = _uid_processes(uid)
+            if not pids:
                 return
-            for proc in procs:
+            for pid in pids:
                 try:
-                    proc.kill()
-                except psutil.Error:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
                     pass
-            psutil.wait_procs(procs, timeout=0.2)
+            time.sleep(0.01)
         raise SandboxError(f"processes of uid {uid} survived the final sweep")
 
     def stop(self) -> None:  # noqa: D102
