@@ -7,15 +7,19 @@ baseline: the floor cost of the same work with no harness at all (spawn ``true``
 agent, then ``bash tests/test.sh`` for the verifier, no isolation).
 
 Overhead of one trial = ``timings["total"] - timings["agent"]``: everything the harness
-spends around the agent process (sandbox root, supervisor start, evidence copy, verifier,
-grading, cleanup). ``agent`` is measured by the in-sandbox supervisor, so the fork/exec of
-the agent itself is *not* overhead, while the verifier's spawn is.
+spends around the agent phase (sandbox root, supervisor start, evidence copy, verifier phase,
+grading, cleanup). ``agent`` is the phase duration measured by the in-sandbox supervisor, so
+the supervisor's own work inside the agent phase (fork, privilege drop, the end-of-phase
+process scans) is *not* counted, while the same work inside the verifier phase is.
 
 Usage::
 
     .venv/bin/python bench/local_overhead.py                 # 100 trials, 1 at a time
     .venv/bin/python bench/local_overhead.py --trials 300 --concurrency 2
-    .venv/bin/python bench/local_overhead.py --profile       # also profile where time goes
+    .venv/bin/python bench/local_overhead.py --profile always   # also profile where time goes
+
+Trials run as uid/gid ``--uid`` (+ slot), not the harness default 65532, so the local
+backend's uid sweep cannot hit another harness process running on the same host.
 
 Writes a JSON file (default ``bench/results/local_overhead.json``) and prints a table.
 When the median overhead misses the target, a profile is taken automatically.
@@ -376,8 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     date = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="bench-local-overhead-") as tmp:
         tmpdir = Path(tmp)
-        baseline = run_baseline(args.trials, tmpdir / "baseline")
+        # Half the baseline before the harness run and half after, so a load change on the
+        # host during the run skews both sides alike.
+        half = args.trials // 2
+        before = run_baseline(half, tmpdir / "baseline-before") if half else None
         run = run_harness(args.trials, args.concurrency, tmpdir / "runs", args.uid)
+        after = run_baseline(args.trials - half, tmpdir / "baseline-after")
+        baseline = {k: (before[k] if before else []) + v for k, v in after.items()}
         records = run["records"]
         if run["bad"]:
             first = run["bad"][0]

@@ -70,9 +70,11 @@ class CredentialStore:
             if not _ENV_NAME.match(name):
                 raise ValueError(f"not an environment variable name: {name!r}")
             value = target.pop(name, None)
+            if value is None:
+                continue
+            self._hidden[name] = value  # restored exactly, even when empty
             if value:
                 self._secrets[name] = value
-                self._hidden[name] = value
                 moved.append(name)
         return moved
 
@@ -90,6 +92,10 @@ class CredentialStore:
             isinstance(k, str) and isinstance(v, str) for k, v in data.items()
         ):
             raise ValueError(f"auth file {path} is invalid: expected an object of strings")
+        empty = sorted(k for k, v in data.items() if not v)
+        if empty:
+            names = ", ".join(empty)
+            raise ValueError(f"auth file {path} is invalid: empty credential for {names}")
         for name, value in data.items():
             self.set(name, value)
         if delete:

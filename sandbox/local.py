@@ -39,6 +39,7 @@ from sandbox.seeding import seed_workspace
 
 DEFAULT_SANDBOX_UID = 65532
 DEFAULT_SANDBOX_GID = 65532
+IDENTITY_LOCK_DIR = Path("/run/harness/identities")
 NOT_A_BOUNDARY = (
     "the local sandbox is not running as root, so it cannot drop privileges: it is NOT a "
     "security boundary (run as root, or use --sandbox docker, for untrusted agents)"
@@ -71,12 +72,13 @@ class IdentityPool:
         self.base_uid = base_uid
         self.base_gid = base_gid
         self.max_slots = max_slots
-        self.lock_dir = lock_dir or Path(tempfile.gettempdir()) / "harness-identities"
+        # A fixed path, not under TMPDIR: every harness process on the host must see it.
+        self.lock_dir = lock_dir or IDENTITY_LOCK_DIR
         self._held: dict[int, int] = {}
         self._lock = threading.Lock()
 
     def _try_lock(self, uid: int) -> int | None:
-        self.lock_dir.mkdir(mode=0o700, exist_ok=True)
+        self.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.lock_dir / f"uid-{uid}.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -304,9 +306,28 @@ class LocalSandbox(Sandbox):
         except Exception as exc:
             raise EnvironmentStartError(f"cannot create the local trial root: {exc}") from exc
 
+    def _safe_parent(self, target: Path, *, agent_readable: bool) -> None:
+        """Make every dir from the root to ``target``'s parent a real, root-owned dir.
+
+        Agents are dead between phases, but what they planted is still there: a symlink
+        anywhere on the way is refused instead of written through (as root).
+        """
+        current = self.root
+        for part in target.relative_to(self.root).parts[:-1]:
+            current = current / part
+            try:
+                st = current.lstat()
+            except FileNotFoundError:
+                current.mkdir(mode=0o755 if agent_readable else 0o700)
+                if is_root():
+                    os.lchown(current, 0, 0)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                raise SandboxError(f"refusing to write through {current}: not a plain directory")
+
     def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:  # noqa: D102
         target = self._host_path(dest)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        self._safe_parent(target, agent_readable=agent_readable)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -314,6 +335,7 @@ class LocalSandbox(Sandbox):
 
     def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:  # noqa: D102
         target = self._host_path(dest)
+        self._safe_parent(target, agent_readable=agent_readable)
         _remove_tree(target)
         shutil.copytree(src, target, symlinks=True)
         for dirpath, dirnames, filenames in os.walk(target):

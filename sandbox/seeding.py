@@ -23,6 +23,8 @@ def check_fixture_path(name: str) -> PurePosixPath:
         raise SeedingError(f"Invalid workspace fixture path: {name}")
     if ".." in path.parts:
         raise SeedingError(f"Workspace fixture escapes the workspace: {name}")
+    if not path.parts or path.name in ("", "."):
+        raise SeedingError(f"Invalid workspace fixture path: {name}")
     return path
 
 

@@ -27,6 +27,7 @@ import os
 import resource
 import selectors
 import signal
+import stat
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -183,7 +184,12 @@ def check_unreadable(paths: List[str]) -> None:
             if exc.errno in (errno.EACCES, errno.ENOENT, errno.EPERM, errno.ENOTDIR):
                 continue
             raise PostureError("cannot decide whether %s is readable: %s" % (path, exc)) from exc
-        os.close(fd)
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
+            continue  # a file masked by /dev/null: readable, but holds nothing
         raise PostureError("The agent user can read protected path: %s" % path)
 
 
@@ -313,18 +319,29 @@ def phase_processes(kill_uid: Optional[int]) -> List[Dict[str, Any]]:
     return [dict(by_pid[p], cmdline=_cmdline(p)) for p in sorted(found) if p in by_pid]
 
 
-def _reap() -> None:
+def _reap(statuses: Optional[Dict[int, int]] = None) -> None:
+    """Reap every exited child, noting each one's wait status in ``statuses``."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        if statuses is not None:
+            statuses[pid] = status
 
 
-def kill_phase(kill_uid: Optional[int], deadline_sec: float = 10.0) -> int:
-    """SIGKILL every process of the phase until none is left; return how many were killed."""
+def kill_phase(
+    kill_uid: Optional[int],
+    deadline_sec: float = 10.0,
+    statuses: Optional[Dict[int, int]] = None,
+) -> int:
+    """SIGKILL every process of the phase until none is left; return how many were killed.
+
+    Children reaped on the way (the phase's main process among them) have their wait status
+    stored in ``statuses``: a later ``waitpid`` on them would fail with ECHILD.
+    """
     killed = 0
     stop_at = time.monotonic() + deadline_sec
     while time.monotonic() < stop_at:
@@ -338,7 +355,7 @@ def kill_phase(kill_uid: Optional[int], deadline_sec: float = 10.0) -> int:
             except ProcessLookupError:
                 pass
         time.sleep(0.002)
-        _reap()
+        _reap(statuses)
     if phase_processes(kill_uid):
         raise RuntimeError("processes of the phase survived SIGKILL for %.0fs" % deadline_sec)
     return killed
@@ -560,7 +577,10 @@ def run_phase(req: Dict[str, Any], control_fd: int = -1) -> Dict[str, Any]:
     alive = phase_processes(kill_uid)
     result["survivors"] = [p for p in alive if p["pid"] != pid]
     # Nothing alive means nothing can fork any more: skip the kill loop's rescans.
-    result["killed"] = kill_phase(kill_uid) if alive else 0
+    reaped: Dict[int, int] = {}
+    result["killed"] = kill_phase(kill_uid, statuses=reaped) if alive else 0
+    if wait_status is None:
+        wait_status = reaped.get(pid)
     if wait_status is None:
         _, wait_status = os.waitpid(pid, 0)
     if os.WIFEXITED(wait_status):

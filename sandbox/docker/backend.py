@@ -141,6 +141,8 @@ class DockerSandbox(Sandbox):
         self._verifier_id: tuple[int, int] | None = None
         self._solution_readable = False
         self._stopped = False
+        #: Held while the main supervisor channel serves a request.
+        self._idle = threading.Lock()
 
     @property
     def paths(self) -> SandboxPaths:  # noqa: D102
@@ -159,26 +161,34 @@ class DockerSandbox(Sandbox):
     # -- supervisor channel ---------------------------------------------------------------
 
     def _call(self, payload: dict[str, Any]) -> dict[str, Any]:
-        if self._session is None:
+        if self._session is None or self._channel is None:
             raise SupervisorError("the container's supervisor is not running")
-        result = self._session.request(payload)
+        is_op = payload.get("op", "run") != "run"
+        if is_op and not self._idle.acquire(blocking=False):
+            # A phase holds the main channel: serve this file op on a one-shot supervisor.
+            session, channel = self._exec_supervisor()
+            try:
+                result = session.request(payload)
+            finally:
+                session.close()
+        else:
+            if not is_op:
+                self._idle.acquire()
+            session, channel = self._session, self._channel
+            try:
+                result = session.request(payload)
+            finally:
+                self._idle.release()
         error = result.get("error")
-        if error and payload.get("op", "run") != "run":
-            stderr = self._channel.stderr if self._channel else ""
+        if error and is_op:
+            stderr = channel.stderr
             raise SupervisorError(
                 f"supervisor op {payload.get('op')} failed: {error.get('type')}: "
                 f"{error.get('message')}" + (f"\n{stderr[-2000:]}" if stderr else "")
             )
         return result
 
-    def _open_supervisor(self, arch: str) -> None:
-        assert self.image is not None
-        image_arch = str(self.client.images.get(self.image).attrs.get("Architecture"))
-        if image_arch != arch:
-            raise EnvironmentStartError(
-                f"image {self.image} is {image_arch} but the supervisor runtime is {arch}; "
-                "use an image of the host architecture"
-            )
+    def _exec_supervisor(self) -> tuple[SupervisorSession, ExecChannel]:
         python = PYTHON_MOUNT
         command = [
             f"{python}/lib64/ld-linux-x86-64.so.2",
@@ -192,10 +202,20 @@ class DockerSandbox(Sandbox):
         exec_id = self.client.api.exec_create(
             self._container.id, command, stdin=True, stdout=True, stderr=True, user="0:0"
         )
-        raw = self.client.api.exec_start(exec_id["Id"], socket=True)
-        self._channel = ExecChannel(raw)
-        self._session = SupervisorSession()
-        self._session.attach(self._channel, self._channel)  # type: ignore[arg-type]
+        channel = ExecChannel(self.client.api.exec_start(exec_id["Id"], socket=True))
+        session = SupervisorSession()
+        session.attach(channel, channel)  # type: ignore[arg-type]
+        return session, channel
+
+    def _open_supervisor(self, arch: str) -> None:
+        assert self.image is not None
+        image_arch = str(self.client.images.get(self.image).attrs.get("Architecture"))
+        if image_arch != arch:
+            raise EnvironmentStartError(
+                f"image {self.image} is {image_arch} but the supervisor runtime is {arch}; "
+                "use an image of the host architecture"
+            )
+        self._session, self._channel = self._exec_supervisor()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -220,7 +240,10 @@ class DockerSandbox(Sandbox):
         try:
             self._volume = self.client.volumes.create(f"{name}-ws", labels=labels)
             res = spec.resources
-            scratch = "rw,nosuid,nodev"
+            # Docker adds noexec to tmpfs mounts unless told otherwise; agents and tests
+            # legitimately run what they build or install in these.
+            scratch = "rw,nosuid,nodev,exec"
+            plain = "rw,nosuid,nodev,noexec"
             self._container = self.client.containers.create(
                 self.image,
                 command=["sleep", "infinity"],
@@ -239,9 +262,9 @@ class DockerSandbox(Sandbox):
                 tmpfs={
                     "/tmp": f"{scratch},size=512m,mode=1777",
                     "/var/tmp": f"{scratch},size=256m,mode=1777",
-                    "/run": f"{scratch},size=16m,mode=755",
+                    "/run": f"{plain},size=16m,mode=755",
                     _TRIAL: f"{scratch},size=256m,mode=711",
-                    "/logs": f"{scratch},size=64m,mode=755",
+                    "/logs": f"{plain},size=64m,mode=755",
                     "/tests": f"{scratch},size=256m,mode=700",
                     "/solution": f"{scratch},size=256m,mode=700",
                 },

@@ -73,18 +73,46 @@ def _base_env() -> dict[str, str]:
     return env
 
 
-def run_cli(
+class RunningCli:
+    """A ``python -m harness`` subprocess started in the background (see :func:`start_cli`)."""
+
+    def __init__(self, args: tuple[str, ...], proc: subprocess.Popen[str]) -> None:
+        self.args = args
+        self.proc = proc
+
+    def wait(self, timeout: float = 60.0) -> CliResult:
+        """Wait at most ``timeout`` seconds; on timeout kill its process group and fail."""
+        try:
+            stdout, stderr = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            stdout, stderr = self.proc.communicate()
+            pytest.fail(
+                f"harness {' '.join(self.args)} did not finish within {timeout:g}s\n"
+                f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
+            )
+        return CliResult(self.proc.returncode, stdout, stderr)
+
+    def kill(self) -> None:
+        """SIGKILL the process group this helper started (only that one)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def start_cli(
     *args: str | os.PathLike[str],
     env: Mapping[str, str] | None = None,
-    timeout: float = 60.0,
     cwd: Path | None = None,
-) -> CliResult:
-    """Run ``python -m harness ARGS...`` and wait for it (at most ``timeout`` seconds)."""
+) -> RunningCli:
+    """Start ``python -m harness ARGS...`` in its own session; see :meth:`RunningCli.wait`."""
     full_env = _base_env()
     if env:
         full_env.update(env)
+    argv = tuple(map(str, args))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", *map(str, args)],
+        [sys.executable, "-m", "harness", *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -93,19 +121,17 @@ def run_cli(
         start_new_session=True,
         text=True,
     )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        stdout, stderr = proc.communicate()
-        pytest.fail(
-            f"harness {' '.join(map(str, args))} did not finish within {timeout:g}s\n"
-            f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
-        )
-    return CliResult(proc.returncode, stdout, stderr)
+    return RunningCli(argv, proc)
+
+
+def run_cli(
+    *args: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+    cwd: Path | None = None,
+) -> CliResult:
+    """Run ``python -m harness ARGS...`` and wait for it (at most ``timeout`` seconds)."""
+    return start_cli(*args, env=env, cwd=cwd).wait(timeout)
 
 
 def make_task_dir(
@@ -209,6 +235,7 @@ class E2E:
     TEST_SH_ONE = TEST_SH_ONE
     TEST_SH_ZERO = TEST_SH_ZERO
     run = staticmethod(run_cli)
+    start = staticmethod(start_cli)
     make_task = staticmethod(make_task_dir)
     read_run = staticmethod(read_run_dir)
     only_run_dir = staticmethod(only_run_dir)

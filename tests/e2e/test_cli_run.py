@@ -10,7 +10,10 @@ import math
 import os
 import re
 import secrets
+import shutil
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -302,11 +305,12 @@ def test_shuffle_is_seeded(e2e: Any, tmp_path: Path) -> None:
         assert run.config["run"]["shuffle"] is True
         return [r["task"]["key"] for r in run.records]
 
-    one_a, one_b, two = order(1, 1, "a"), order(1, 1, "b"), order(2, 1, "a")
+    runs = [(1, 1, "a"), (1, 1, "b"), (2, 1, "a"), (1, 4, "a"), (2, 4, "a")]
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        one_a, one_b, two, full_1, full_2 = pool.map(lambda args: order(*args), runs)
     assert len(one_a) == len(two) == 1
     assert one_a == one_b, "the same seed picked different tasks"
     assert set(one_a + two) <= set(e2e.EXAMPLE_KEYS)
-    full_1, full_2 = order(1, 4, "a"), order(2, 4, "a")
     assert sorted(full_1) == sorted(full_2) == sorted(e2e.EXAMPLE_KEYS)
     # -n takes a prefix of the seeded order, and seeds 1 and 2 order the four tasks differently.
     assert full_1[:1] == one_a and full_2[:1] == two
@@ -554,8 +558,10 @@ def test_planted_rewards_do_not_count(e2e: Any, tmp_path: Path) -> None:
     before = {p for p in shared if p.exists()}
     out = tmp_path / "out"
     try:
-        result = e2e.run("run", root, "--agent", "command", "--agent-cmd", "bash plant.sh",
-                         "-o", out, "--json")  # fmt: skip
+        result = e2e.run(
+            "run", root, "--agent", "command", "--agent-cmd", "bash plant.sh", "-j", "2",
+            "-o", out, "--json",
+        )  # fmt: skip
     finally:
         for path in shared:
             if path not in before and path.exists() and path.stat().st_uid != 0:
@@ -568,7 +574,104 @@ def test_planted_rewards_do_not_count(e2e: Any, tmp_path: Path) -> None:
     assert zero["reward"] == 0.0
     assert zero["rewards"] == {"reward": 0.0}
     assert (run.evidence(zero) / "workspace" / "reward.txt").is_file(), "the agent did not plant"
+    # The planter left a process behind: it is recorded as evidence and was killed before grading.
+    assert any(e.get("type") == "survivors" for e in zero["events"]), zero["events"]
     nothing = by_task["e2e/tests-write-nothing"]
     assert nothing["status"] == "verifier_error", nothing["errors"]
     assert nothing["reward"] is None
     assert result.json()["mean_reward"] == 0.0
+
+
+# --------------------------------------------------------------------------- concurrent runs
+
+
+@pytest.fixture(scope="module", params=["shared-tmpdir", "separate-tmpdirs"])
+def two_concurrent_runs(
+    request: pytest.FixtureRequest, e2e: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Any:
+    """Run A (a slow agent next to a seeded secret) and, while A's agent runs, run B.
+
+    B's agent tries to read a file in A's workspace (its path is easy to find: trial roots
+    sit in the harness's temp dir). Two `harness run` processes on one host are common (CI
+    shards, parallel sweeps, users with different TMPDIRs), so each must isolate its trials
+    from the other's: different sandbox uids, whatever each process's TMPDIR is.
+    """
+    base = tmp_path_factory.mktemp("two-runs")
+    tag = str(secrets.randbelow(10**6)).zfill(6)
+    token = f"victim-token-{secrets.token_hex(8)}"
+    victim = e2e.make_task(
+        base / "a", "victim", agent_timeout=30, workspace={"victim-secret.txt": token}
+    )
+    thief = e2e.make_task(base / "b", "thief", agent_timeout=30)
+    made: list[str] = []
+    if request.param == "separate-tmpdirs":
+        # Sandbox users must be able to traverse the temp dir that holds their trial root.
+        for _ in range(2):
+            made.append(tempfile.mkdtemp(prefix="harness-e2e-tmp-"))
+            os.chmod(made[-1], 0o755)
+        tmp_a, tmp_b = made
+    else:
+        tmp_a = tmp_b = tempfile.gettempdir()
+    run_a = e2e.start(
+        "run", victim, "--agent", "command", "--agent-cmd", f"bash -c 'exec sleep 4.{tag}'",
+        "-o", base / "out-a", "--json", env={"TMPDIR": tmp_a},
+    )  # fmt: skip
+    try:
+        pattern = "harness-trial-*/workspace/victim-secret.txt"
+        deadline = time.monotonic() + 20
+        secret_files: list[Path] = []
+        # Wait for A's agent itself (`sleep`), not the harness whose argv also holds the tag.
+        while not (
+            secret_files
+            and any(
+                hit.split(": ", 1)[1].startswith("sleep ")
+                for hit in _live_cmdlines_containing(f"sleep 4.{tag}")
+            )
+        ):
+            assert run_a.proc.poll() is None, run_a.wait()
+            assert time.monotonic() < deadline, "run A's agent never started"
+            time.sleep(0.05)
+            secret_files = list(Path(tmp_a).glob(pattern))
+        (secret_file,) = secret_files
+        steal = f"cat {secret_file} > stolen.txt 2> error.txt; true"
+        result_b = e2e.run(
+            "run", thief, "--agent", "command", "--agent-cmd", f"bash -c '{steal}'",
+            "-o", base / "out-b", "--json", env={"TMPDIR": tmp_b},
+        )  # fmt: skip
+        a_still_running = run_a.proc.poll() is None
+        result_a = run_a.wait(60)
+    finally:
+        run_a.kill()
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+    return {
+        "token": token,
+        "a": (result_a, e2e.read_run(e2e.only_run_dir(base / "out-a"))),
+        "b": (result_b, e2e.read_run(e2e.only_run_dir(base / "out-b"))),
+        "a_still_running": a_still_running,
+    }
+
+
+def test_concurrent_runs_do_not_kill_each_others_agents(two_concurrent_runs: Any) -> None:
+    result_b, _run_b = two_concurrent_runs["b"]
+    assert result_b.code == 0, result_b
+    result_a, run_a = two_concurrent_runs["a"]
+    (record,) = run_a.records
+    assert record["status"] == "completed", (
+        f"run B's end-of-phase kill sweep hit run A's agent: {record['errors']}"
+    )
+    assert two_concurrent_runs["a_still_running"], "run A ended before run B finished"
+    assert result_a.code == 0, result_a
+
+
+def test_concurrent_runs_cannot_read_each_others_workspace(two_concurrent_runs: Any) -> None:
+    _result_b, run_b = two_concurrent_runs["b"]
+    (record,) = run_b.records
+    stolen = run_b.evidence(record) / "workspace" / "stolen.txt"
+    assert stolen.is_file(), "the thief agent did not run"
+    _result_a, run_a = two_concurrent_runs["a"]
+    uids = (run_a.records[0]["sandbox"].get("uid"), record["sandbox"].get("uid"))
+    assert two_concurrent_runs["token"] not in stolen.read_text(), (
+        f"run B's agent read run A's workspace (sandbox uids of A and B: {uids})"
+    )
+    assert uids[0] != uids[1], f"two concurrent trials share sandbox uid {uids[0]}"

@@ -127,9 +127,7 @@ def test_isolated_env_extra_is_explicit_and_wins(tmp_path: Path) -> None:
     assert env["HOME"] == str(tmp_path / "h")
 
 
-def test_apply_and_restore_os_environ_exactly(
-    tmp_path: Path, guarded_environ: None
-) -> None:
+def test_apply_and_restore_os_environ_exactly(tmp_path: Path, guarded_environ: None) -> None:
     before = dict(os.environ)
     before_child = child_env()
     unset_name = f"HARNESS_TEST_UNSET_{secrets.token_hex(4).upper()}"

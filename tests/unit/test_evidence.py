@@ -76,8 +76,9 @@ def test_regular_files_are_copied_byte_exact(root: Path, tmp_path: Path) -> None
     assert (tmp_path / "out.jsonl").read_bytes() == blob
     data, event = read_file(root, "session/t.jsonl", max_bytes=1 << 20)
     assert event is None and data == blob
-    events = copy_tree(root, "session", tmp_path / "tree", max_file_bytes=1 << 20,
-                       max_total_bytes=1 << 21)
+    events = copy_tree(
+        root, "session", tmp_path / "tree", max_file_bytes=1 << 20, max_total_bytes=1 << 21
+    )
     assert events == []
     assert (tmp_path / "tree" / "t.jsonl").read_bytes() == blob
     assert (tmp_path / "tree" / "sub" / "empty").read_bytes() == b""
@@ -93,8 +94,9 @@ def test_planted_file_symlink_is_refused_everywhere(
     assert not (dest / "t.jsonl").exists()
     data, event = read_file(root, "session/t.jsonl", max_bytes=1 << 20)
     assert data is None and event is not None and event.kind == "symlink"
-    events = copy_tree(root, "session", dest / "tree", max_file_bytes=1 << 20,
-                       max_total_bytes=1 << 20)
+    events = copy_tree(
+        root, "session", dest / "tree", max_file_bytes=1 << 20, max_total_bytes=1 << 20
+    )
     assert kinds(events) == {"session/t.jsonl": "symlink"}
     assert events[0].as_dict()["type"] == "evidence"
     assert canary not in (tree_text(dest) if dest.exists() else "")
@@ -124,8 +126,7 @@ def test_symlinked_parent_dir_is_refused(
     data, event = read_file(root, "logs/canary.txt", max_bytes=1 << 20)
     assert data is None and event is not None and event.kind == "symlink"
     # Copying the symlinked dir itself as a tree is refused too.
-    events = copy_tree(root, "logs", dest / "tree", max_file_bytes=1 << 20,
-                       max_total_bytes=1 << 20)
+    events = copy_tree(root, "logs", dest / "tree", max_file_bytes=1 << 20, max_total_bytes=1 << 20)
     assert [e.kind for e in events] == ["symlink"]
     assert canary not in (tree_text(dest) if dest.exists() else "")
 
@@ -177,8 +178,9 @@ def test_device_node_is_never_read(root: Path, tmp_path: Path) -> None:
     data, event = no_hang(lambda: read_file(root, "session/t.jsonl", max_bytes=1 << 30))
     assert data is None and event is not None and event.kind == "device"
     events = no_hang(
-        lambda: copy_tree(root, "session", dest / "t", max_file_bytes=1 << 30,
-                          max_total_bytes=1 << 30)
+        lambda: copy_tree(
+            root, "session", dest / "t", max_file_bytes=1 << 30, max_total_bytes=1 << 30
+        )
     )
     assert kinds(events) == {"session/t.jsonl": "device"}
     assert not (dest / "t" / "t.jsonl").exists()
@@ -210,8 +212,7 @@ def test_tree_caps_file_count(root: Path, tmp_path: Path) -> None:
     for i in range(5):
         (root / "session" / f"f{i}").write_bytes(b"x")
     dest = tmp_path / "tree"
-    events = copy_tree(root, "session", dest, max_file_bytes=10, max_total_bytes=100,
-                       max_files=3)
+    events = copy_tree(root, "session", dest, max_file_bytes=10, max_total_bytes=100, max_files=3)
     assert len(list(dest.iterdir())) == 3
     assert [e.kind for e in events] == ["too_large"]
 

@@ -151,9 +151,7 @@ def test_stop_failure_alone_is_that_error_in_the_record(tmp_path: Path, make_tas
 def test_run_error_then_cleanup_error_run_first_with_aggregate_event(
     tmp_path: Path, make_task
 ) -> None:
-    record, fake = run(
-        tmp_path, make_task(), ScriptAgent(), fail_on={"run_phase:agent", "stop"}
-    )
+    record, fake = run(tmp_path, make_task(), ScriptAgent(), fail_on={"run_phase:agent", "stop"})
     assert errors_of(record) == [
         ("RuntimeError", "execute", "fake failure in run_phase:agent"),
         ("RuntimeError", "cleanup:remove_root", "fake failure in stop"),
@@ -194,9 +192,7 @@ def test_missing_session_file_is_a_cleanup_error_and_later_steps_still_run(
         ("SessionFileMissing", "cleanup:snapshot_session")
     ]
     assert "Agent produced no session file" in record.errors[0].message
-    assert any(
-        e.get("type") == "evidence" and e.get("kind") == "missing" for e in record.events
-    )
+    assert any(e.get("type") == "evidence" and e.get("kind") == "missing" for e in record.events)
     assert record.status is TrialStatus.ENVIRONMENT_ERROR
     assert record.reward == 1.0
     snapshot = fake.calls.index("read_file:/fake/session/transcript.jsonl")
@@ -236,9 +232,7 @@ def test_posture_failure_aborts_before_tests_are_copied_in(tmp_path: Path, make_
             127, posture=None, error={"type": "PostureError", "message": "NoNewPrivs is 0"}
         )
 
-    record, fake = run(
-        tmp_path, make_task(), ScriptAgent(), handler=grading_handler(posture_fails)
-    )
+    record, fake = run(tmp_path, make_task(), ScriptAgent(), handler=grading_handler(posture_fails))
     assert record.status is TrialStatus.ENVIRONMENT_ERROR
     assert [(t, p) for t, p, _ in errors_of(record)] == [("PostureCheckFailed", "execute")]
     assert "NoNewPrivs is 0" in record.errors[0].message

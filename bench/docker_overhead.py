@@ -1,0 +1,946 @@
+#!/usr/bin/env python3
+"""Per-trial cost of the harness on the docker sandbox vs a bare container (a script, not a test).
+
+Measures, in one run and against the same image (``harness/base:bookworm``):
+
+(a) the floor: Docker SDK ``containers.create(image, ["true"], network_mode="none")`` + start +
+    wait + remove, ``--trials`` times: what *any* container-per-trial design pays;
+(b) ``--trials`` no-op trials of ``bench/tasks/trivial`` (``nop`` agent, ``--sandbox docker``)
+    through the public API (``RunConfig`` -> ``prepare_run`` -> ``execute_run``), one at a
+    time: ``timings["total"]`` per trial, and overhead = ``total - agent``;
+(c) the ratio median(trial total) / median(floor), target <= 1.5x (PASS/MISS);
+(d) throughput: 4*k trials (k = ceil(trials/4) unless ``--k``) at concurrency 1 and at
+    concurrency 4, trials/s of each and the speedup.
+
+When the ratio misses the target (or with ``--profile always``) it also profiles where the
+time goes: every Docker API call and supervisor op of a few real trials, tagged by trial phase
+(prepare/reset/execute/collect/grade/cleanup), and a replay of the trial container's own create
+arguments with one hardening knob dropped at a time.
+
+Usage::
+
+    .venv/bin/python bench/docker_overhead.py                  # 30 trials
+    .venv/bin/python bench/docker_overhead.py --trials 60 --profile always
+
+Writes a JSON file (default ``bench/results/docker_overhead.json``) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import secrets
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+if str(REPO) not in sys.path:  # run as a plain script from anywhere
+    sys.path.insert(0, str(REPO))
+
+import docker.errors  # noqa: E402
+from docker.api.client import APIClient  # noqa: E402
+from docker.models.containers import ContainerCollection  # noqa: E402
+
+import docker  # noqa: E402
+from harness.config import RunConfig  # noqa: E402
+from harness.run import execute_run, prepare_run  # noqa: E402
+from sandbox.backend import SupervisorSession  # noqa: E402
+from sandbox.docker.backend import DockerSandbox  # noqa: E402
+from sandbox.docker.engine import connect, engine_facts  # noqa: E402
+
+TASK_DIR = BENCH_DIR / "tasks" / "trivial"
+IMAGE = "harness/base:bookworm"  # the image the trivial task resolves to (no docker_image)
+TARGET_RATIO = 1.5
+THROUGHPUT_CONCURRENCY = 4
+BENCH_LABEL = "org.harness.bench"
+PHASES = (
+    "prepare",
+    "reset",
+    "execute",
+    "agent",
+    "collect",
+    "grade",
+    "verifier",
+    "cleanup",
+    "total",
+)
+
+
+# --- statistics ------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 100]), like numpy's default."""
+    data = sorted(values)
+    if not data:
+        return float("nan")
+    pos = (len(data) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def stats_ms(seconds: list[float]) -> dict[str, float]:
+    """median, p90, mean, min, max of durations given in seconds, in milliseconds."""
+    ms = [s * 1000.0 for s in seconds]
+    if not ms:
+        return {k: float("nan") for k in ("median", "p90", "mean", "min", "max")}
+    return {
+        "median": statistics.median(ms),
+        "p90": percentile(ms, 90),
+        "mean": statistics.fmean(ms),
+        "min": min(ms),
+        "max": max(ms),
+    }
+
+
+# --- machine ---------------------------------------------------------------------------------
+
+
+def machine_info(client: docker.DockerClient) -> dict[str, Any]:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = None
+    info: dict[str, Any] = {
+        "nproc": affinity or os.cpu_count(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "root": os.geteuid() == 0,
+        "loadavg": list(os.getloadavg()),
+        "docker_sdk": docker.__version__,
+    }
+    try:
+        info["engine"] = engine_facts(client)
+        image = client.images.get(IMAGE)
+        info["image"] = {"ref": IMAGE, "id": image.id, "size": image.attrs.get("Size")}
+        # Other containers running on the engine compete with the benchmark.
+        info["containers_running_at_start"] = len(client.containers.list())
+    except docker.errors.DockerException as exc:
+        info["engine_error"] = str(exc)
+    return info
+
+
+# --- (a) the floor ---------------------------------------------------------------------------
+
+
+def run_floor(client: docker.DockerClient, n: int, warmup: int) -> dict[str, list[float]]:
+    """create(IMAGE, ["true"], network_mode="none") + start + wait + remove, ``n`` times."""
+    steps: dict[str, list[float]] = {
+        "total": [],
+        "create": [],
+        "start": [],
+        "wait": [],
+        "remove": [],
+    }
+    for i in range(warmup + n):
+        container = None
+        try:
+            t0 = time.perf_counter()
+            container = client.containers.create(IMAGE, ["true"], network_mode="none")
+            t1 = time.perf_counter()
+            container.start()
+            t2 = time.perf_counter()
+            status = container.wait()
+            t3 = time.perf_counter()
+            container.remove()
+            t4 = time.perf_counter()
+            container = None
+        finally:
+            if container is not None:
+                container.remove(force=True)
+        if status.get("StatusCode") != 0:
+            raise SystemExit(f"floor: `true` exited with {status}")
+        if i < warmup:
+            continue
+        for name, value in (
+            ("total", t4 - t0),
+            ("create", t1 - t0),
+            ("start", t2 - t1),
+            ("wait", t3 - t2),
+            ("remove", t4 - t3),
+        ):
+            steps[name].append(value)
+    return steps
+
+
+# --- (b, d) the harness ----------------------------------------------------------------------
+
+
+def bench_config(trials: int, concurrency: int, out_dir: Path) -> RunConfig:
+    """``trials`` rollouts of the trivial task with ``nop`` on the docker sandbox."""
+    return RunConfig(
+        paths=[str(TASK_DIR)],
+        agent="nop",
+        sandbox="docker",
+        rollouts=trials,
+        concurrency=concurrency,
+        output_dir=str(out_dir),
+    )
+
+
+def run_harness(
+    trials: int,
+    concurrency: int,
+    out_dir: Path,
+    on_phase: Callable[[str, str], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``trials`` nop trials through the public API; wall time of ``execute_run``."""
+    prepared = prepare_run(bench_config(trials, concurrency, out_dir))
+    start = time.perf_counter()
+    outcome = execute_run(prepared, on_phase=on_phase)
+    wall = time.perf_counter() - start
+    records = outcome.records
+    bad = [r for r in records if not r.ok or r.reward != 1.0]
+    if bad:
+        first = bad[0]
+        raise SystemExit(
+            f"error: {len(bad)}/{len(records)} docker trials failed; first: "
+            f"status={first.status} reward={first.reward} errors={first.errors}"
+        )
+    return {"records": records, "wall_sec": wall, "exit_code": outcome.exit_code}
+
+
+def phase_stats(records: list[Any]) -> dict[str, dict[str, float]]:
+    phases = {name: stats_ms([r.timings.get(name, 0.0) for r in records]) for name in PHASES}
+    derived = {
+        "overhead (total - agent)": [r.timings["total"] - r.timings["agent"] for r in records],
+        "execute - agent": [r.timings["execute"] - r.timings["agent"] for r in records],
+        "grade - verifier": [r.timings["grade"] - r.timings["verifier"] for r in records],
+    }
+    for name, values in derived.items():
+        phases[name] = stats_ms(values)
+    return phases
+
+
+# --- profiling: every Docker API call and supervisor op, by trial phase ---------------------
+
+_API_PATH = [
+    (re.compile(r"^/v[\d.]+"), ""),
+    (re.compile(r"^/images/.+/json$"), "/images/{ref}/json"),
+    (re.compile(r"^/(containers|exec|volumes)/[^/]+"), r"/\1/{id}"),
+]
+
+
+def _api_name(method: str, url: str) -> str:
+    path = re.sub(r"^[a-z+]+://[^/]+", "", url).split("?", 1)[0]
+    for pattern, repl in _API_PATH:
+        path = pattern.sub(repl, path)
+    return f"{method} {path}"
+
+
+class Tracer:
+    """Times Docker HTTP calls and supervisor ops, tagging each with the trial's phase."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        # (trial, phase, kind, name, seconds)
+        self.events: list[tuple[str, str, str, str, float]] = []
+
+    def where(self) -> tuple[str, str]:
+        return getattr(self.local, "trial", "-"), getattr(self.local, "phase", "run")
+
+    def on_phase(self, trial: str, phase: str) -> None:
+        self.local.trial, self.local.phase = trial, phase
+
+    def add(self, kind: str, name: str, seconds: float) -> None:
+        trial, phase = self.where()
+        with self.lock:
+            self.events.append((trial, phase, kind, name, seconds))
+
+    @contextmanager
+    def installed(self) -> Iterator[Tracer]:
+        tracer = self
+        orig_request = APIClient.request
+        orig_call = DockerSandbox._call
+        orig_open = DockerSandbox._open_supervisor
+        orig_stop = DockerSandbox.stop
+        orig_close = SupervisorSession.close
+
+        def request(self: APIClient, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return orig_request(self, method, url, *args, **kwargs)
+            finally:
+                tracer.add("docker", _api_name(method, url), time.perf_counter() - start)
+
+        def call(self: DockerSandbox, payload: dict[str, Any]) -> dict[str, Any]:
+            first = not getattr(self, "_bench_called", False)
+            self._bench_called = True  # type: ignore[attr-defined]
+            start = time.perf_counter()
+            try:
+                return orig_call(self, payload)
+            finally:
+                op = str(payload.get("op", "run"))
+                if op == "run":
+                    op = f"run ({payload.get('argv', ['?'])[0]})"
+                else:
+                    op += f" {payload.get('path') or payload.get('dest') or ''}".rstrip()
+                if first:
+                    op += " [1st: waits for python boot]"
+                tracer.add("supervisor", op, time.perf_counter() - start)
+
+        def open_supervisor(self: DockerSandbox, arch: str) -> None:
+            start = time.perf_counter()
+            try:
+                orig_open(self, arch)
+            finally:
+                tracer.add(
+                    "step", "_open_supervisor (exec create+start)", time.perf_counter() - start
+                )
+
+        def stop(self: DockerSandbox) -> None:
+            tracer.local.phase = "cleanup"
+            start = time.perf_counter()
+            try:
+                orig_stop(self)
+            finally:
+                tracer.add("step", "DockerSandbox.stop", time.perf_counter() - start)
+
+        def close(self: SupervisorSession, timeout: float = 10.0) -> None:
+            start = time.perf_counter()
+            try:
+                orig_close(self, timeout)
+            finally:
+                tracer.add(
+                    "step", "session.close (EOF -> supervisor exit)", time.perf_counter() - start
+                )
+
+        APIClient.request = request  # type: ignore[method-assign,assignment]
+        DockerSandbox._call = call  # type: ignore[method-assign]
+        DockerSandbox._open_supervisor = open_supervisor  # type: ignore[method-assign]
+        DockerSandbox.stop = stop  # type: ignore[method-assign]
+        SupervisorSession.close = close  # type: ignore[method-assign]
+        try:
+            yield self
+        finally:
+            APIClient.request = orig_request  # type: ignore[method-assign]
+            DockerSandbox._call = orig_call  # type: ignore[method-assign]
+            DockerSandbox._open_supervisor = orig_open  # type: ignore[method-assign]
+            DockerSandbox.stop = orig_stop  # type: ignore[method-assign]
+            SupervisorSession.close = orig_close  # type: ignore[method-assign]
+
+    def summary(self, records: list[Any]) -> dict[str, Any]:
+        """Per phase: each call's count per trial, median ms per call, median ms per trial."""
+        trials = {r.id for r in records}
+        per: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for trial, phase, kind, name, seconds in self.events:
+            if trial in trials:
+                per[(phase, kind, name)][trial].append(seconds)
+        out: dict[str, Any] = {}
+        order = {
+            p: i
+            for i, p in enumerate(("prepare", "reset", "execute", "collect", "grade", "cleanup"))
+        }
+        for (phase, kind, name), by_trial in sorted(
+            per.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1], kv[0][2])
+        ):
+            calls = [s for values in by_trial.values() for s in values]
+            sums = [sum(by_trial.get(t, [])) for t in trials]
+            out.setdefault(phase, {})[f"{kind}: {name}"] = {
+                "calls_per_trial": len(calls) / len(trials),
+                "median_ms_per_call": statistics.median(calls) * 1000.0,
+                "median_ms_per_trial": statistics.median(sums) * 1000.0,
+            }
+        return out
+
+
+def profile_trials(n: int, work: Path) -> dict[str, Any]:
+    """Trace ``n`` real trials (concurrency 1) and break their phases into calls."""
+    tracer = Tracer()
+    captured: dict[str, Any] = {}
+    orig_create = ContainerCollection.create
+
+    def create(self: Any, image: str, command: Any = None, **kwargs: Any) -> Any:
+        if kwargs.get("name", "").startswith("harness-"):
+            captured.update(kwargs, image=image, command=command)
+        return orig_create(self, image, command, **kwargs)
+
+    orig_exec_create = APIClient.exec_create
+
+    def exec_create(self: APIClient, container: str, cmd: Any, *args: Any, **kwargs: Any) -> Any:
+        captured["exec_cmd"] = list(cmd)
+        return orig_exec_create(self, container, cmd, *args, **kwargs)
+
+    ContainerCollection.create = create  # type: ignore[method-assign,assignment]
+    APIClient.exec_create = exec_create  # type: ignore[method-assign,assignment]
+    try:
+        with tracer.installed():
+            run = run_harness(n, 1, work, on_phase=tracer.on_phase)
+    finally:
+        ContainerCollection.create = orig_create  # type: ignore[method-assign]
+        APIClient.exec_create = orig_exec_create  # type: ignore[method-assign]
+    records = run["records"]
+    calls = tracer.summary(records)
+    phases = phase_stats(records)
+    # What the traced calls do not explain: Python, JSON/base64, thread handoffs.
+    unexplained = {}
+    for phase, items in calls.items():
+        traced = sum(
+            v["median_ms_per_trial"]
+            for k, v in items.items()
+            if k.startswith(("docker:", "supervisor:"))
+            or k == "step: session.close (EOF -> supervisor exit)"
+        )
+        if phase in phases:
+            unexplained[phase] = phases[phase]["median"] - traced
+    return {
+        "trials": n,
+        "phases_ms": phases,
+        "calls": calls,
+        "untraced_ms_per_phase": unexplained,
+        "create_kwargs": captured,
+    }
+
+
+# --- profiling: replay the trial container's create() with one knob dropped at a time -------
+
+
+def _variant_kwargs(
+    base: dict[str, Any], variant: str, volume: str | None, bind_dir: str
+) -> dict[str, Any]:
+    from docker.types import Mount
+
+    kwargs = dict(base)
+    kwargs["name"] = f"bench-knob-{secrets.token_hex(4)}"
+    kwargs["labels"] = {BENCH_LABEL: "docker_overhead"}
+    workdir = kwargs.get("working_dir") or "/app"
+    mounts = []
+    for m in kwargs.get("mounts", []):
+        if m.get("Target") == workdir:
+            continue
+        if m.get("Type") == "bind":  # the run's staged supervisor dir is gone by now
+            m = Mount(m["Target"], bind_dir, type="bind", read_only=bool(m.get("ReadOnly")))
+        mounts.append(m)
+    if volume is not None:
+        mounts.append(Mount(workdir, volume, type="volume"))
+    named = variant == "as DockerSandbox (named volume)"
+    bare = variant in ("no bind/volume mounts at all", "minimal (image + sleep, network none)")
+    if not named and not bare:
+        # Everything else starts from the anonymous-volume variant and changes one knob.
+        mounts.append(Mount(workdir, None, type="volume"))
+    kwargs["mounts"] = mounts
+    if variant == "no tmpfs mounts":
+        kwargs.pop("tmpfs", None)
+    elif variant == "no init (tini)":
+        kwargs["init"] = False
+    elif variant == "no resource limits/ulimits":
+        for key in ("pids_limit", "mem_limit", "memswap_limit", "nano_cpus", "ulimits"):
+            kwargs.pop(key, None)
+    elif variant == "no cap_drop/cap_add/no-new-privileges/read_only":
+        for key in ("cap_drop", "cap_add", "security_opt", "read_only"):
+            kwargs.pop(key, None)
+    elif variant == "no bind/volume mounts at all":
+        kwargs["mounts"] = []
+    elif variant == "minimal (image + sleep, network none)":
+        kwargs = {
+            "name": kwargs["name"],
+            "labels": kwargs["labels"],
+            "network_mode": "none",
+            "entrypoint": [],
+        }
+    return kwargs
+
+
+KNOB_VARIANTS = (
+    "as DockerSandbox (named volume)",
+    "anonymous workspace volume (no volume API calls)",
+    "no tmpfs mounts",
+    "no init (tini)",
+    "no resource limits/ulimits",
+    "no cap_drop/cap_add/no-new-privileges/read_only",
+    "no bind/volume mounts at all",
+    "minimal (image + sleep, network none)",
+)
+
+
+def profile_knobs(client: docker.DockerClient, captured: dict[str, Any], n: int) -> dict[str, Any]:
+    """Create/start/remove the trial container ``n`` times per variant (no supervisor)."""
+    base = dict(captured)
+    image, command = base.pop("image"), base.pop("command")
+    out: dict[str, Any] = {}
+    bind_dir = tempfile.mkdtemp(prefix="bench-knob-bind-")
+    os.chmod(bind_dir, 0o700)
+    steps: dict[str, dict[str, list[float]]] = {v: defaultdict(list) for v in KNOB_VARIANTS}
+    # Round-robin over the variants, so drift in the host's load hits them all alike.
+    for _ in range(n):
+        for variant in KNOB_VARIANTS:
+            named = variant == "as DockerSandbox (named volume)"
+            volume = container = None
+            try:
+                t0 = time.perf_counter()
+                if named:
+                    volume = client.volumes.create(
+                        f"bench-knob-{secrets.token_hex(4)}-ws",
+                        labels={BENCH_LABEL: "docker_overhead"},
+                    )
+                t1 = time.perf_counter()
+                kwargs = _variant_kwargs(base, variant, volume.name if volume else None, bind_dir)
+                container = client.containers.create(image, command, **kwargs)
+                t2 = time.perf_counter()
+                container.start()
+                t3 = time.perf_counter()
+                container.remove(force=True, v=True)
+                container = None
+                t4 = time.perf_counter()
+                if volume is not None:
+                    volume.remove(force=True)
+                    volume = None
+                t5 = time.perf_counter()
+            finally:
+                if container is not None:
+                    container.remove(force=True, v=True)
+                if volume is not None:
+                    volume.remove(force=True)
+            for name, value in (
+                ("volume create", t1 - t0),
+                ("container create", t2 - t1),
+                ("container start", t3 - t2),
+                ("container remove(force,v)", t4 - t3),
+                ("volume remove", t5 - t4),
+                ("total", t5 - t0),
+            ):
+                steps[variant][name].append(value)
+    for variant in KNOB_VARIANTS:
+        out[variant] = {k: stats_ms(v)["median"] for k, v in steps[variant].items()}
+    os.rmdir(bind_dir)
+    return out
+
+
+def profile_exec(
+    client: docker.DockerClient, captured: dict[str, Any], exec_cmd: list[str], n: int
+) -> dict[str, Any]:
+    """What the supervisor's start costs inside a trial-like container, piece by piece.
+
+    ``exec_cmd`` is the command ``_open_supervisor`` execs (runtime python + supervisor.py).
+    ``/opt/harness`` holds plain copies of supervisor.py/evidence.py (as the backend stages
+    them: sources only, read-only, so every start compiles them); ``/opt/harness-pyc`` holds
+    the same files plus a ``__pycache__`` compiled on the host (only when the host Python has
+    the container's bytecode version).
+    """
+    import py_compile
+    import shutil
+
+    from docker.types import Mount
+
+    from sandbox.backend import SUPERVISOR_PATH
+
+    base = dict(captured)
+    image, command = base.pop("image"), base.pop("command")
+    plain = tempfile.mkdtemp(prefix="bench-sup-plain-")
+    pyc = tempfile.mkdtemp(prefix="bench-sup-pyc-")
+    for d in (plain, pyc):
+        os.chmod(d, 0o700)
+        for name in ("supervisor.py", "evidence.py"):
+            shutil.copyfile(SUPERVISOR_PATH.with_name(name), Path(d) / name)
+    kwargs = _variant_kwargs(base, "anonymous workspace volume (no volume API calls)", None, plain)
+    kwargs["mounts"] = [
+        *kwargs["mounts"],
+        Mount("/opt/harness-pyc", pyc, type="bind", read_only=True),
+    ]
+    python = exec_cmd[: exec_cmd.index("-I")]  # ld.so --library-path ... python3
+    out: dict[str, Any] = {}
+    container = client.containers.create(image, command, **kwargs)
+    try:
+        container.start()
+
+        def run(cmd: list[str]) -> tuple[float, float, bytes]:
+            t0 = time.perf_counter()
+            exec_id = client.api.exec_create(container.id, cmd, user="0:0")
+            t1 = time.perf_counter()
+            output = client.api.exec_start(exec_id["Id"])
+            t2 = time.perf_counter()
+            code = client.api.exec_inspect(exec_id["Id"]).get("ExitCode")
+            if code != 0:
+                raise RuntimeError(f"exec {cmd} exited {code}: {output[-500:]!r}")
+            return t1 - t0, t2 - t1, output
+
+        version = run(
+            [
+                *python,
+                "-I",
+                "-S",
+                "-c",
+                "import sys; print(sys.version_info[0] * 100 + sys.version_info[1])",
+            ]
+        )[2]
+        same = int(version.strip()) == sys.version_info[0] * 100 + sys.version_info[1]
+        if same:
+            for name in ("supervisor.py", "evidence.py"):
+                py_compile.compile(str(Path(pyc) / name), doraise=True)
+            os.chmod(Path(pyc) / "__pycache__", 0o700)
+        out["host python compiles the container's bytecode"] = same
+
+        imp = "import sys; sys.path.insert(0, %r); import supervisor%s"
+        commands = {
+            "`true`": ["true"],
+            "python -I -S -c pass": [*python, "-I", "-S", "-c", "pass"],
+            "python -I -S supervisor.py, EOF at once (= boot)": [*exec_cmd],
+            "python: import supervisor (source)": [
+                *python, "-I", "-S", "-c", imp % ("/opt/harness", ""),
+            ],
+            "python: import supervisor, evidence (source)": [
+                *python, "-I", "-S", "-c", imp % ("/opt/harness", ", evidence"),
+            ],
+        }  # fmt: skip
+        if same:
+            commands["python: import supervisor (.pyc)"] = [
+                *python, "-I", "-S", "-c", imp % ("/opt/harness-pyc", ""),
+            ]  # fmt: skip
+            commands["python: import supervisor, evidence (.pyc)"] = [
+                *python, "-I", "-S", "-c", imp % ("/opt/harness-pyc", ", evidence"),
+            ]  # fmt: skip
+        creates: dict[str, list[float]] = defaultdict(list)
+        starts: dict[str, list[float]] = defaultdict(list)
+        for _ in range(n):  # round-robin, as in profile_knobs
+            for label, cmd in commands.items():
+                c, st, _ = run(cmd)
+                creates["exec_create"].append(c)
+                starts[label].append(st)
+        out["exec_create (any command)"] = stats_ms(creates["exec_create"])["median"]
+        for label, values in starts.items():
+            out[f"exec_start to exit: {label}"] = stats_ms(values)["median"]
+        # The compile alone, timed by the container's Python itself.
+        code = (
+            "import time\n"
+            "for name in ('supervisor', 'evidence'):\n"
+            "    src = open('/opt/harness/%s.py' % name).read()\n"
+            "    t = time.perf_counter()\n"
+            "    compile(src, name, 'exec')\n"
+            "    print(name, (time.perf_counter() - t) * 1000)\n"
+        )
+        compiles: dict[str, list[float]] = defaultdict(list)
+        for _ in range(n):
+            for line in run([*python, "-I", "-S", "-c", code])[2].decode().split("\n"):
+                if line.strip():
+                    name, ms = line.split()
+                    compiles[name].append(float(ms) / 1000.0)
+        for name, values in compiles.items():
+            out[f"in-container compile({name}.py)"] = stats_ms(values)["median"]
+    finally:
+        container.remove(force=True, v=True)
+        shutil.rmtree(plain, ignore_errors=True)
+        shutil.rmtree(pyc, ignore_errors=True)
+    return out
+
+
+def profile_boot(
+    client: docker.DockerClient, captured: dict[str, Any], exec_cmd: list[str], n: int
+) -> dict[str, Any]:
+    """Container create -> supervisor's first answer: today's ``sleep infinity`` + ``docker
+    exec`` vs the supervisor as the container's own command (stdin over an attach socket)."""
+    import shutil
+
+    from sandbox.backend import SUPERVISOR_PATH
+    from sandbox.docker.channel import ExecChannel
+
+    base = dict(captured)
+    image, command = base.pop("image"), base.pop("command")
+    bind_dir = tempfile.mkdtemp(prefix="bench-boot-")
+    os.chmod(bind_dir, 0o700)
+    for name in ("supervisor.py", "evidence.py"):
+        shutil.copyfile(SUPERVISOR_PATH.with_name(name), Path(bind_dir) / name)
+    request = {"op": "reset_dir", "path": "/trial/home", "owner": {"uid": 0, "gid": 0}}
+    modes = ("exec (as DockerSandbox)", "supervisor as container command (attach)")
+    steps: dict[str, dict[str, list[float]]] = {m: defaultdict(list) for m in modes}
+    try:
+        for _ in range(n):
+            for mode in modes:
+                kwargs = _variant_kwargs(
+                    base, "anonymous workspace volume (no volume API calls)", None, bind_dir
+                )
+                container = None
+                try:
+                    t0 = time.perf_counter()
+                    if mode == modes[0]:
+                        container = client.containers.create(image, command, **kwargs)
+                        t1 = time.perf_counter()
+                        container.start()
+                        t2 = time.perf_counter()
+                        exec_id = client.api.exec_create(
+                            container.id, exec_cmd, stdin=True, stdout=True, stderr=True,
+                            user="0:0",
+                        )  # fmt: skip
+                        raw = client.api.exec_start(exec_id["Id"], socket=True)
+                    else:
+                        kwargs["stdin_open"] = True
+                        container = client.containers.create(image, exec_cmd, **kwargs)
+                        t1 = time.perf_counter()
+                        raw = client.api.attach_socket(
+                            str(container.id), params={"stdin": 1, "stdout": 1, "stream": 1}
+                        )
+                        container.start()
+                        t2 = time.perf_counter()
+                    t3 = time.perf_counter()
+                    session = SupervisorSession()
+                    channel = ExecChannel(raw)
+                    session.attach(channel, channel)  # type: ignore[arg-type]
+                    answer = session.request(request)
+                    t4 = time.perf_counter()
+                    if answer.get("error"):
+                        raise RuntimeError(f"supervisor ({mode}) answered {answer}")
+                    container.remove(force=True, v=True)
+                    container = None
+                    t5 = time.perf_counter()
+                    channel.close()
+                finally:
+                    if container is not None:
+                        container.remove(force=True, v=True)
+                for name, value in (
+                    ("create", t1 - t0),
+                    ("(attach+)start", t2 - t1),
+                    ("exec", t3 - t2),
+                    ("1st answer", t4 - t3),
+                    ("create->answer", t4 - t0),
+                    ("remove(force)", t5 - t4),
+                ):
+                    steps[mode][name].append(value)
+    finally:
+        shutil.rmtree(bind_dir, ignore_errors=True)
+    return {m: {k: stats_ms(v)["median"] for k, v in steps[m].items()} for m in modes}
+
+
+# --- reporting -------------------------------------------------------------------------------
+
+
+def _row(name: str, s: dict[str, float], width: int = 30) -> str:
+    return (
+        f"  {name:<{width}}{s['median']:>9.1f}{s['p90']:>9.1f}{s['mean']:>9.1f}"
+        f"{s['min']:>9.1f}{s['max']:>9.1f}"
+    )
+
+
+def _header(width: int = 30) -> str:
+    return f"  {'ms':<{width}}{'median':>9}{'p90':>9}{'mean':>9}{'min':>9}{'max':>9}"
+
+
+def print_profile(profile: dict[str, Any]) -> None:
+    trace = profile["trace"]
+    print(f"\nwhere a trial's time goes ({trace['trials']} traced trials, medians, ms):")
+    for phase, items in trace["calls"].items():
+        phase_ms = trace["phases_ms"].get(phase, {}).get("median")
+        head = f"{phase_ms:.1f} ms" if phase_ms is not None else ""
+        print(f"  [{phase}] {head}")
+        for name, v in items.items():
+            print(
+                f"    {name:<62}{v['calls_per_trial']:>5.1f}x {v['median_ms_per_call']:>7.1f}"
+                f"  = {v['median_ms_per_trial']:>7.1f}/trial"
+            )
+        if phase in trace["untraced_ms_per_phase"]:
+            rest = trace["untraced_ms_per_phase"][phase]
+            print(f"    {'(untraced: python, json, base64)':<62}{'':>16}  ~ {rest:>6.1f}")
+    print("\n  trial container replayed with one knob changed (medians, ms):")
+    cols = (
+        "volume create",
+        "container create",
+        "container start",
+        "container remove(force,v)",
+        "volume remove",
+        "total",
+    )
+    print(f"    {'variant':<50}" + "".join(f"{c.split()[-1][:10]:>11}" for c in cols))
+    print(f"    {'':<50}" + "".join(f"{c.split()[0][:10]:>11}" for c in cols))
+    for variant, v in profile["knobs"].items():
+        print(f"    {variant:<50}" + "".join(f"{v[c]:>11.1f}" for c in cols))
+    print("\n  supervisor start, piece by piece, in a trial-like container (medians, ms):")
+    for name, v in profile["exec"].items():
+        if isinstance(v, bool):
+            print(f"    {name}: {v}")
+        else:
+            print(f"    {name:<62}{v:>9.1f}")
+    print("\n  container create -> supervisor's first answer (medians, ms):")
+    boot = profile["boot"]
+    names = list(next(iter(boot.values())))
+    print(f"    {'':<42}" + "".join(f"{c:>16}" for c in names))
+    for mode, v in boot.items():
+        print(f"    {mode:<42}" + "".join(f"{v[c]:>16.1f}" for c in names))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--trials", type=int, default=30, help="trials per measurement (default 30)"
+    )
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=None,
+        help="throughput runs use 4*k trials at each concurrency (default ceil(trials/4))",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unmeasured warm-up iterations (default 1)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=BENCH_DIR / "results" / "docker_overhead.json",
+        help="JSON output (default bench/results/docker_overhead.json)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="profile where the time goes: auto = only when the ratio misses the target",
+    )
+    parser.add_argument(
+        "--profile-trials",
+        type=int,
+        default=10,
+        help="traced trials / knob iterations (default 10)",
+    )
+    args = parser.parse_args(argv)
+    if args.trials < 1 or args.warmup < 0 or (args.k is not None and args.k < 1):
+        parser.error("--trials and --k must be >= 1, --warmup >= 0")
+    k = args.k or math.ceil(args.trials / THROUGHPUT_CONCURRENCY)
+    n_tp = THROUGHPUT_CONCURRENCY * k
+
+    client = connect()
+    info = machine_info(client)
+    date = datetime.now(UTC).isoformat(timespec="seconds")
+    with tempfile.TemporaryDirectory(prefix="bench-docker-overhead-") as tmp:
+        tmpdir = Path(tmp)
+        # (a) the floor, half before and half after (b): brackets drift in the host's load
+        first = (args.trials + 1) // 2
+        floor = run_floor(client, first, args.warmup)
+        # (b) no-op docker trials, one at a time (after a warm-up run: runtime volume, caches)
+        if args.warmup:
+            run_harness(args.warmup, 1, tmpdir / "warmup")
+        run = run_harness(args.trials, 1, tmpdir / "runs")
+        if args.trials > first:
+            later = run_floor(client, args.trials - first, args.warmup)
+            floor_halves = {"before": stats_ms(floor["total"]), "after": stats_ms(later["total"])}
+            for name, values in later.items():
+                floor[name].extend(values)
+        else:
+            floor_halves = {"before": stats_ms(floor["total"])}
+        records = run["records"]
+        phases = phase_stats(records)
+        # (d) throughput: the same 4*k trials at concurrency 1 and 4
+        tp: dict[int, dict[str, Any]] = {}
+        for conc in (1, THROUGHPUT_CONCURRENCY):
+            r = run_harness(n_tp, conc, tmpdir / f"throughput-c{conc}")
+            tp[conc] = {
+                "concurrency": conc,
+                "trials": n_tp,
+                "wall_sec": r["wall_sec"],
+                "trials_per_sec": n_tp / r["wall_sec"],
+                "trial_total_ms": stats_ms([x.timings["total"] for x in r["records"]]),
+                "phases_ms": phase_stats(r["records"]),
+            }
+        info["loadavg_at_end"] = list(os.getloadavg())
+        info["containers_running_at_end"] = len(client.containers.list())
+
+        floor_ms = stats_ms(floor["total"])
+        total_ms = phases["total"]
+        overhead_ms = phases["overhead (total - agent)"]
+        ratio = total_ms["median"] / floor_ms["median"]
+        passed = ratio <= TARGET_RATIO
+        speedup = tp[THROUGHPUT_CONCURRENCY]["trials_per_sec"] / tp[1]["trials_per_sec"]
+        result: dict[str, Any] = {
+            "date": date,
+            "machine": info,
+            "params": {
+                "trials": args.trials,
+                "warmup": args.warmup,
+                "throughput_k": k,
+                "throughput_trials": n_tp,
+                "task": str(TASK_DIR.relative_to(REPO)),
+                "image": IMAGE,
+                "agent": "nop",
+                "sandbox": "docker",
+            },
+            "floor_ms": floor_ms,
+            "floor_halves_ms (before/after b)": floor_halves,
+            "floor_steps_ms": {name: stats_ms(v) for name, v in floor.items() if name != "total"},
+            "trial_total_ms": total_ms,
+            "trial_overhead_ms": overhead_ms,
+            "trial_first_total_ms": records[0].timings["total"] * 1000.0,
+            "phases_ms": phases,
+            "ratio_trial_median_to_floor_median": ratio,
+            "target_ratio": TARGET_RATIO,
+            "target_met": passed,
+            "run_wall_sec": run["wall_sec"],
+            "run_wall_per_trial_ms": run["wall_sec"] * 1000.0 / len(records),
+            "throughput": {
+                "concurrency_1": tp[1],
+                f"concurrency_{THROUGHPUT_CONCURRENCY}": tp[THROUGHPUT_CONCURRENCY],
+                "speedup": speedup,
+            },
+        }
+
+        engine = info.get("engine", {})
+        print(
+            f"docker overhead: {args.trials} trials x nop on bench/trivial vs bare containers of "
+            f"{IMAGE}  ({info['nproc']} cpus, engine {engine.get('server_version')}, "
+            f"{engine.get('storage_driver')}, cgroup v{engine.get('cgroup_version')})"
+        )
+        print(_header())
+        print(_row("(a) floor: create+start+wait+rm", floor_ms))
+        for name in ("create", "start", "wait", "remove"):
+            print(_row(f"      {name}", result["floor_steps_ms"][name]))
+        for name, s in floor_halves.items():
+            print(_row(f"      [{name} (b)]", s))
+        print(_row("(b) trial total", total_ms))
+        print(_row("    overhead (total - agent)", overhead_ms))
+        for name, s in phases.items():
+            if name not in ("total", "overhead (total - agent)"):
+                print(_row(f"      {name}", s))
+        verdict = "PASS" if passed else "MISS"
+        print(
+            f"(c) ratio trial/floor (medians): {ratio:.2f}x  "
+            f"[target <= {TARGET_RATIO:g}x: {verdict}]"
+        )
+        c1, c4 = tp[1], tp[THROUGHPUT_CONCURRENCY]
+        print(f"(d) throughput, {n_tp} trials each:")
+        for c in (c1, c4):
+            print(
+                f"      concurrency {c['concurrency']}: {c['wall_sec']:6.2f} s  "
+                f"{c['trials_per_sec']:5.2f} trials/s  (trial total median "
+                f"{c['trial_total_ms']['median']:.0f} ms)"
+            )
+        print(f"      speedup c{THROUGHPUT_CONCURRENCY}/c1: {speedup:.2f}x")
+
+        if args.profile == "always" or (args.profile == "auto" and not passed):
+            n = args.profile_trials
+            print(f"\nprofiling ({n} traced trials, {n} replays per knob)...")
+            trace = profile_trials(n, tmpdir / "profile")
+            captured = trace.pop("create_kwargs")
+            exec_cmd = captured.pop("exec_cmd")
+            profile = {
+                "trace": trace,
+                "supervisor_command": exec_cmd,
+                "knobs": profile_knobs(client, captured, n),
+                "exec": profile_exec(client, captured, exec_cmd, n),
+                "boot": profile_boot(client, captured, exec_cmd, n),
+            }
+            result["profile"] = profile
+            print_profile(profile)
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
