@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import secrets
+import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -151,6 +152,43 @@ def _log_line(run_dir: Path, text: str) -> None:
         fh.write(f"{stamp} {text}\n")
 
 
+def _sigterm_as_interrupt() -> Callable[[], None]:
+    """Treat SIGTERM like Ctrl-C while a run executes (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
+def _install_abort_handler(
+    settings: TrialSettings, say: Callable[[str], None] | None
+) -> Callable[[], None]:
+    """Make further SIGINT/SIGTERM abort the running trials instead of raising."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def abort(signum: int, frame: object) -> None:
+        if say is not None:
+            say("aborting running trials; their sandboxes are still removed")
+        settings.abort_all()
+
+    previous = {sig: signal.signal(sig, abort) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
 def _close_backend(runtime: Any, run_dir: Path) -> None:
     """Remove what the run's backend may have leaked (by label), then its shared state."""
     if not isinstance(runtime, SupervisorPool):
@@ -168,6 +206,7 @@ def execute_run(
     *,
     on_record: Callable[[TrialRecord, int, int], None] | None = None,
     on_phase: Callable[[str, str], None] | None = None,
+    on_interrupt: Callable[[str], None] | None = None,
 ) -> RunOutcome:
     """Run every planned trial, append each record as it finishes, write the summary."""
     config = prepared.config
@@ -200,6 +239,7 @@ def execute_run(
     total = len(prepared.plans)
     pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="trial")
     pending: set[Future[TrialRecord]] = set()
+    restore_term = _sigterm_as_interrupt()
     try:
         pending = {pool.submit(run_trial, plan, settings) for plan in prepared.plans}
         while pending:
@@ -221,20 +261,35 @@ def execute_run(
         cancel.set()
         for future in pending:
             future.cancel()
+        # From here on a signal never unwinds the cleanup: a second one aborts the running
+        # trials (their sandboxes are killed, then removed by their own cleanup).
+        restore = _install_abort_handler(settings, on_interrupt)
         _log_line(run_dir, "interrupted: waiting for running trials to clean up")
-        for future in pending:
-            if future.cancelled():
-                continue
-            try:
-                record = future.result()
-            except BaseException:  # noqa: BLE001 - already interrupting; keep cleaning up
-                continue
-            store.append(record)
-            records.append(record)
-    finally:
+        if on_interrupt is not None:
+            on_interrupt(
+                "interrupted: cleaning up running trials (press Ctrl-C again to abort them)"
+            )
+        try:
+            for future in pending:
+                if future.cancelled():
+                    continue
+                try:
+                    record = future.result()
+                except Exception:  # already interrupting; keep cleaning up
+                    continue
+                store.append(record)
+                records.append(record)
+            pool.shutdown(wait=True, cancel_futures=True)
+            if prepared.backend_runtime is not None:
+                _close_backend(prepared.backend_runtime, run_dir)
+        finally:
+            restore()
+    else:
         pool.shutdown(wait=True, cancel_futures=True)
         if prepared.backend_runtime is not None:
             _close_backend(prepared.backend_runtime, run_dir)
+    finally:
+        restore_term()
     summary = summarize(records, threshold=config.threshold)
     write_json_atomic(
         run_dir / "summary.json",

@@ -74,6 +74,29 @@ class TrialSettings:
     max_output_bytes: int = 4 << 20
     cancel: threading.Event = field(default_factory=threading.Event)
     on_phase: Callable[[str, str], None] | None = None
+    _active: set[Sandbox] = field(default_factory=set, repr=False)
+    _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def track(self, sandbox: Sandbox | None, *, running: bool) -> None:
+        """Register (or forget) a running trial's sandbox, so an abort can reach it."""
+        if sandbox is None:
+            return
+        with self._active_lock:
+            if running:
+                self._active.add(sandbox)
+            else:
+                self._active.discard(sandbox)
+
+    def abort_all(self) -> None:
+        """Cancel the run and kill every running trial's sandbox now (any thread)."""
+        self.cancel.set()
+        with self._active_lock:
+            active = list(self._active)
+        for sandbox in active:
+            try:
+                sandbox.abort()
+            except Exception:  # best effort: each trial's cleanup still removes it
+                pass
 
 
 class _Clock:
@@ -132,7 +155,8 @@ class _TrialRun:
 
     def _fail(self, status: TrialStatus, exc: BaseException, phase: str) -> None:
         if self.status is TrialStatus.COMPLETED:
-            self.status = status
+            # An error while the run is being interrupted is the interruption's doing.
+            self.status = TrialStatus.CANCELLED if self.settings.cancel.is_set() else status
         self.errors.append(_error(exc, phase))
 
     def _record_events(self, events: list[EvidenceEvent]) -> None:
@@ -365,6 +389,7 @@ class _TrialRun:
         run_failed = bool(self.errors)
         with self.clock.phase("cleanup"):
             outcome = run_cleanup(self.cleanup_steps())
+        self.settings.track(self.sandbox, running=False)
         for cleanup_error, step in zip(outcome.errors, outcome.failed_steps, strict=True):
             for inner in _flatten(cleanup_error):
                 self.errors.append(_error(inner, f"cleanup:{step}"))
@@ -386,6 +411,7 @@ class _TrialRun:
                 self._enter("prepare")
                 spec = self.prepare()
                 self.sandbox = self.settings.make_sandbox(spec)
+                self.settings.track(self.sandbox, running=True)
             with self.clock.phase("reset"):
                 self._enter("reset")
                 self.sandbox.start()

@@ -172,6 +172,12 @@ class Sandbox(ABC):
     def stop(self) -> None:
         """Kill every process of the trial and remove the root (and container)."""
 
+    def abort(self) -> None:  # noqa: B027 - optional for backends without processes
+        """Kill the running phase now, from another thread (the run was interrupted).
+
+        The phase's ``run_phase`` call then fails; ``stop`` still removes everything.
+        """
+
     def describe(self) -> dict[str, Any]:
         """Backend facts for the trial record (backend, image, runtime, ...)."""
         return {"backend": self.backend, "image": self.spec.image}
@@ -238,6 +244,11 @@ class SupervisorSession:
         if not isinstance(result, dict):
             raise SupervisorError("supervisor answered a non-object")
         return result
+
+    def kill(self) -> None:
+        """Kill the supervisor process (local); its phase dies with the trial's sweep."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
 
     def close(self, timeout: float = 10.0) -> None:
         """Close the channel and reap the supervisor."""

@@ -427,6 +427,11 @@ class LocalSandbox(Sandbox):
             )
         return copy_file(self.root, rel, dest, max_bytes=min(max_file_bytes, max_total_bytes))
 
+    def abort(self) -> None:  # noqa: D102
+        if self._session is not None:
+            self._session.kill()
+        self._sweep()
+
     def _sweep(self) -> None:
         """Belt and braces after the supervisor: kill anything left with the trial's uid."""
         if self._identity is None:

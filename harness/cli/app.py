@@ -139,6 +139,7 @@ def run(
         outcome = execute_run(
             prepared,
             on_record=None if as_json else lambda r, n, t: err.print(progress_line(r, n, t)),
+            on_interrupt=lambda message: err.print(f"[yellow]{message}[/yellow]"),
         )
     finally:
         credentials.restore_env()

@@ -419,6 +419,15 @@ class DockerSandbox(Sandbox):
         events = found.get("events", [])
         return [EvidenceEvent(e["kind"], e["path"], e.get("detail", "")) for e in events]
 
+    def abort(self) -> None:  # noqa: D102
+        # Killing the container ends the supervisor's exec stream: the phase call fails
+        # at once, and stop() removes the container and its volume as usual.
+        if self._container is not None:
+            try:
+                self._container.kill()
+            except docker.errors.DockerException:
+                pass
+
     def stop(self) -> None:  # noqa: D102
         if self._stopped:
             return

@@ -44,8 +44,17 @@ def _docker_sandbox(spec: SandboxSpec) -> Sandbox:
     client = docker_client()
     require_image(client)
     if not _DOCKER_RUNTIME:
-        _DOCKER_RUNTIME.append(DockerRuntime(client, ImageResolver(client), run_label="conformance"))
+        runtime = DockerRuntime(client, ImageResolver(client), run_label="conformance")
+        _DOCKER_RUNTIME.append(runtime)
     return DockerSandbox(spec, _DOCKER_RUNTIME[0])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_docker_runtime() -> Iterator[None]:
+    """The shared docker runtime's staged supervisor copy goes away with the module."""
+    yield
+    while _DOCKER_RUNTIME:
+        _DOCKER_RUNTIME.pop().close()
 
 
 BACKENDS: dict[str, Callable[[SandboxSpec], Sandbox]] = {

@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test here needs the engine: the docker marker is checked, not assumed."""
     here = Path(__file__).parent
     for item in items:
-        if Path(str(item.fspath)).is_relative_to(here):
+        if Path(item.path).is_relative_to(here):
             assert item.get_closest_marker("docker") is not None, (
                 f"{item.nodeid}: security tests must be marked @pytest.mark.docker"
             )

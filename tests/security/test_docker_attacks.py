@@ -651,10 +651,10 @@ def test_planted_session_symlink_or_fifo_is_tampering(api: Any, sec: Any, tmp_pa
         events = [e for e in record.events if e.get("type") == "evidence"]
         session_events = [e for e in events if e["path"].endswith("session.jsonl")]
         assert [e["kind"] for e in session_events] == [kind], record.events
-        workspace_kinds = {e["kind"] for e in events if e["path"].startswith("app")} | {
-            e["kind"] for e in events if "/app/" in "/" + e["path"]
-        }
-        assert kind in workspace_kinds, events
+        planted = "app/shadow-link" if kind == "symlink" else "app/pipe"
+        assert {"kind": kind, "path": planted} in [
+            {"kind": e["kind"], "path": e["path"]} for e in events
+        ], events
         cleanup = [e for e in record.errors if e.phase == "cleanup:snapshot_session"]
         assert cleanup and cleanup[0].type == "SessionFileMissing", record.errors
         assert record.status == "environment_error"
