@@ -95,23 +95,33 @@ class DockerRuntime:
                     ) from None
                 name = f"harness-python-{str(base.id).split(':')[-1][:12]}"
                 try:
-                    self.client.volumes.get(name)
+                    volume = self.client.volumes.get(name)
+                    # Only a volume we created and filled carries our label; one made
+                    # implicitly by `docker run -v NAME:...` is empty: replace it.
+                    if (volume.attrs.get("Labels") or {}).get(KIND) != RUNTIME_KIND:
+                        volume.remove(force=True)
+                        raise docker.errors.NotFound("unlabelled runtime volume")
                 except docker.errors.NotFound:
-                    self.client.volumes.create(
-                        name, labels={MANAGED: "1", KIND: RUNTIME_KIND}
-                    )
-                    # A fresh volume mounted over /usr is filled from the image's /usr.
-                    self.client.containers.run(
-                        self.base_image,
-                        ["true"],
-                        volumes={name: {"bind": "/usr", "mode": "rw"}},
-                        network_mode="none",
-                        remove=True,
-                        labels={MANAGED: "1", KIND: RUNTIME_KIND},
-                    )
+                    self._fill_python_volume(name)
                 self._python_volume = name
                 self._arch = str(base.attrs.get("Architecture"))
             return self._python_volume, self._arch
+
+    def _fill_python_volume(self, name: str) -> None:
+        volume = self.client.volumes.create(name, labels={MANAGED: "1", KIND: RUNTIME_KIND})
+        try:
+            # A fresh volume mounted over /usr is filled from the image's /usr.
+            self.client.containers.run(
+                self.base_image,
+                ["true"],
+                volumes={name: {"bind": "/usr", "mode": "rw"}},
+                network_mode="none",
+                remove=True,
+                labels={MANAGED: "1", KIND: RUNTIME_KIND},
+            )
+        except docker.errors.DockerException:
+            volume.remove(force=True)
+            raise
 
     def close(self) -> None:
         """Remove the staged supervisor copy."""
@@ -191,7 +201,8 @@ class DockerSandbox(Sandbox):
     def _exec_supervisor(self) -> tuple[SupervisorSession, ExecChannel]:
         python = PYTHON_MOUNT
         command = [
-            f"{python}/lib64/ld-linux-x86-64.so.2",
+            # The loader by its real path: gVisor does not resolve a symlinked executable.
+            f"{python}/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
             "--library-path",
             f"{python}/lib/x86_64-linux-gnu",
             f"{python}/bin/python3",
