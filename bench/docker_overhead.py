@@ -651,6 +651,8 @@ def profile_boot(
     exec`` vs the supervisor as the container's own command (stdin over an attach socket)."""
     import shutil
 
+    from docker.models.containers import _create_container_args  # type: ignore[attr-defined]
+
     from sandbox.backend import SUPERVISOR_PATH
     from sandbox.docker.channel import ExecChannel
 
@@ -683,8 +685,23 @@ def profile_boot(
                         )  # fmt: skip
                         raw = client.api.exec_start(exec_id["Id"], socket=True)
                     else:
-                        kwargs["stdin_open"] = True
-                        container = client.containers.create(image, exec_cmd, **kwargs)
+                        # StdinOnce: when the attach socket closes, the supervisor's stdin
+                        # closes too (EOF), as with the exec today. The SDK's create() has
+                        # no stdin_once, so build the config and set it (same API calls).
+                        args = _create_container_args(
+                            {
+                                **kwargs,
+                                "image": image,
+                                "command": exec_cmd,
+                                "stdin_open": True,
+                                "version": client.api.api_version,
+                            }
+                        )
+                        name = args.pop("name", None)
+                        config = client.api.create_container_config(**args)
+                        config["StdinOnce"] = True
+                        created = client.api.create_container_from_config(config, name)  # type: ignore[no-untyped-call]
+                        container = client.containers.get(created["Id"])
                         t1 = time.perf_counter()
                         raw = client.api.attach_socket(
                             str(container.id), params={"stdin": 1, "stdout": 1, "stream": 1}

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+if TYPE_CHECKING:  # the supervisor imports this module at every trial: keep imports cheap
+    from pathlib import Path
 
 _NOFOLLOW_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CHUNK = 1 << 16
 
 
-@dataclass(frozen=True)
-class EvidenceEvent:
+class EvidenceEvent(NamedTuple):
     """Something found while copying evidence that was not a plain, small regular file."""
 
     kind: str  # symlink | fifo | socket | device | not_regular | too_large | missing | error
@@ -28,7 +28,7 @@ class EvidenceEvent:
 
     def as_dict(self) -> dict[str, Any]:
         """The event as a record-ready dict."""
-        return {"type": "evidence", **asdict(self)}
+        return {"type": "evidence", "kind": self.kind, "path": self.path, "detail": self.detail}
 
 
 def _kind_of(mode: int) -> str:

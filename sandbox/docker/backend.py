@@ -13,8 +13,10 @@ from __future__ import annotations
 import base64
 import os
 import posixpath
+import py_compile
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -44,6 +46,7 @@ SUPERVISOR_MOUNT = "/opt/harness"
 PYTHON_MOUNT = "/opt/harness-python"
 #: Capabilities the root supervisor keeps until it drops; the agent's sets are all empty.
 SUPERVISOR_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP", "KILL"]
+RUNTIME_PYTHON = (3, 11)
 DEFAULT_UID = 65532
 DEFAULT_GID = 65532
 _TRIAL = "/trial"
@@ -72,10 +75,20 @@ class DockerRuntime:
         self._staged = tempfile.mkdtemp(prefix="harness-supervisor-")
         # Root-only copy: the agent user cannot read the supervisor's files in the container.
         os.chmod(self._staged, 0o700)
-        for name in ("supervisor.py", "evidence.py"):
-            target = Path(self._staged) / name
-            shutil.copyfile(SUPERVISOR_PATH.with_name(name), target)
+        # Bytecode saves compiling at every trial (the mount is read-only, so nothing would
+        # be cached); only when our Python is the runtime's minor version (bookworm: 3.11).
+        compiled = sys.version_info[:2] == RUNTIME_PYTHON
+        for name in ("supervisor", "evidence"):
+            source = SUPERVISOR_PATH.with_name(f"{name}.py")
+            if compiled:
+                target = Path(self._staged) / f"{name}.pyc"
+                py_compile.compile(str(source), cfile=str(target), doraise=True)
+            else:
+                target = Path(self._staged) / f"{name}.py"
+                shutil.copyfile(source, target)
             os.chmod(target, 0o600)
+        self.supervisor_file = f"{SUPERVISOR_MOUNT}/supervisor.{'pyc' if compiled else 'py'}"
+        self._image_attrs: dict[str, dict[str, Any]] = {}
 
     @property
     def supervisor_dir(self) -> str:
@@ -122,6 +135,30 @@ class DockerRuntime:
         except docker.errors.DockerException:
             volume.remove(force=True)
             raise
+
+    def image_attrs(self, ref: str) -> dict[str, Any]:
+        """``docker image inspect`` of ``ref``, looked up once per run."""
+        with self._lock:
+            attrs = self._image_attrs.get(ref)
+        if attrs is None:
+            attrs = self.client.images.get(ref).attrs
+            with self._lock:
+                self._image_attrs[ref] = attrs
+        return attrs
+
+    def supervisor_command(self) -> list[str]:
+        """The supervisor on the mounted runtime, loader invoked by its real path."""
+        python = PYTHON_MOUNT
+        return [
+            # gVisor does not resolve a symlinked executable: use the loader's real path.
+            f"{python}/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+            "--library-path",
+            f"{python}/lib/x86_64-linux-gnu",
+            f"{python}/bin/python3",
+            "-I",
+            "-S",
+            self.supervisor_file,
+        ]
 
     def close(self) -> None:
         """Remove the staged supervisor copy."""
@@ -199,34 +236,28 @@ class DockerSandbox(Sandbox):
         return result
 
     def _exec_supervisor(self) -> tuple[SupervisorSession, ExecChannel]:
-        python = PYTHON_MOUNT
-        command = [
-            # The loader by its real path: gVisor does not resolve a symlinked executable.
-            f"{python}/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-            "--library-path",
-            f"{python}/lib/x86_64-linux-gnu",
-            f"{python}/bin/python3",
-            "-I",
-            "-S",
-            f"{SUPERVISOR_MOUNT}/supervisor.py",
-        ]
+        """A one-shot supervisor beside the main one (file ops during a running phase)."""
         exec_id = self.client.api.exec_create(
-            self._container.id, command, stdin=True, stdout=True, stderr=True, user="0:0"
+            self._container.id,
+            self.runtime.supervisor_command(),
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            user="0:0",
         )
         channel = ExecChannel(self.client.api.exec_start(exec_id["Id"], socket=True))
         session = SupervisorSession()
         session.attach(channel, channel)  # type: ignore[arg-type]
         return session, channel
 
-    def _open_supervisor(self, arch: str) -> None:
+    def _check_arch(self, arch: str) -> None:
         assert self.image is not None
-        image_arch = str(self.client.images.get(self.image).attrs.get("Architecture"))
+        image_arch = str(self.runtime.image_attrs(self.image).get("Architecture"))
         if image_arch != arch:
             raise EnvironmentStartError(
                 f"image {self.image} is {image_arch} but the supervisor runtime is {arch}; "
                 "use an image of the host architecture"
             )
-        self._session, self._channel = self._exec_supervisor()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -236,7 +267,8 @@ class DockerSandbox(Sandbox):
             ImageRequest(name=spec.task_name, image=spec.image, dockerfile=spec.dockerfile)
         )
         volume_name, arch = self.runtime.python_volume()
-        attrs = self.client.images.get(self.image).attrs
+        self._check_arch(arch)
+        attrs = self.runtime.image_attrs(self.image)
         image_workdir = (attrs.get("Config") or {}).get("WorkingDir") or ""
         fallback = image_workdir if image_workdir not in ("", "/") else "/app"
         self._workdir = spec.workdir or fallback
@@ -255,9 +287,12 @@ class DockerSandbox(Sandbox):
             # legitimately run what they build or install in these.
             scratch = "rw,nosuid,nodev,exec"
             plain = "rw,nosuid,nodev,noexec"
+            # The supervisor is the container's own process (under an init): its stdin is
+            # the attach stream, once-only, so closing it ends the supervisor and the
+            # container, and no exec is needed per trial.
             self._container = self.client.containers.create(
                 self.image,
-                command=["sleep", "infinity"],
+                command=self.runtime.supervisor_command(),
                 entrypoint=[],
                 name=name,
                 hostname="sandbox",
@@ -299,11 +334,16 @@ class DockerSandbox(Sandbox):
                 ],
                 runtime=self.runtime.runtime,
                 environment={},
-                stdin_open=False,
+                stdin_open=True,
                 tty=False,
             )
+            raw = self.client.api.attach_socket(
+                self._container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            self._channel = ExecChannel(raw)
+            self._session = SupervisorSession()
+            self._session.attach(self._channel, self._channel)  # type: ignore[arg-type]
             self._container.start()
-            self._open_supervisor(arch)
             self._setup()
         except docker.errors.DockerException as exc:
             raise EnvironmentStartError(f"cannot start the trial container: {exc}") from exc
@@ -444,11 +484,9 @@ class DockerSandbox(Sandbox):
             return
         self._stopped = True
         errors: list[Exception] = []
-        if self._session is not None:
-            try:
-                self._session.close()
-            except Exception as exc:  # the container is removed below either way
-                errors.append(exc)
+        if self._channel is not None:
+            # No goodbye needed: removing the container ends the supervisor.
+            self._channel.drop()
             self._session = None
         if self._container is not None:
             try:

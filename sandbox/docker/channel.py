@@ -69,6 +69,13 @@ class ExecChannel:
         line, self._stdout = self._stdout, b""
         return line
 
+    def drop(self) -> None:
+        """Close the socket without waiting for the other side."""
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
     def close(self) -> None:
         """Half-close (EOF for the supervisor), then drop the socket."""
         try:
