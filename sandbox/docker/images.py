@@ -164,6 +164,7 @@ class ImageResolver:
             pass
         from python_on_whales import DockerClient
         from python_on_whales.exceptions import DockerException
+        from python_on_whales.utils import run as run_docker
 
         assert request.dockerfile is not None
         with tempfile.TemporaryDirectory(prefix="harness-build-") as tmp:
@@ -171,15 +172,29 @@ class ImageResolver:
             shutil.copytree(request.dockerfile.parent, context, symlinks=True)
             dockerfile = context / request.dockerfile.name
             dockerfile.write_text(rewrite_from_lines(dockerfile.read_text(), self.aliases))
-            previous = os.environ.get("DOCKER_BUILDKIT")
-            os.environ["DOCKER_BUILDKIT"] = "0"  # classic builder: buildx may be absent
             try:
-                DockerClient().legacy_build(
-                    context,
-                    file=dockerfile,
-                    tags=[tag],
-                    labels={MANAGED: "1", IMAGE_HASH: tag.rsplit(":", 1)[1]},
-                    quiet=True,
+                # The classic builder, with --force-rm: a failed RUN must not leave its
+                # intermediate container behind (python-on-whales' legacy_build has no
+                # such option, so its command is extended here).
+                client = DockerClient()
+                run_docker(
+                    [
+                        *client.docker_cmd,
+                        "build",
+                        "--quiet",
+                        "--force-rm",
+                        "--label",
+                        f"{MANAGED}=1",
+                        "--label",
+                        f"{IMAGE_HASH}={tag.rsplit(':', 1)[1]}",
+                        "--tag",
+                        tag,
+                        "--file",
+                        str(dockerfile),
+                        str(context),
+                    ],
+                    capture_stderr=True,
+                    env={"DOCKER_BUILDKIT": "0"},  # classic builder: buildx may be absent
                 )
             except DockerException as exc:
                 output = "\n".join(
@@ -189,8 +204,3 @@ class ImageResolver:
                 raise ImageBuildError(
                     f"building the image of task {request.name} failed", tail
                 ) from None
-            finally:
-                if previous is None:
-                    os.environ.pop("DOCKER_BUILDKIT", None)
-                else:
-                    os.environ["DOCKER_BUILDKIT"] = previous

@@ -67,6 +67,8 @@ def _engine() -> None:
 def test_failed_build_is_an_environment_error_with_the_log_tail_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:
+    client = docker_client()
+    before = {c.id for c in client.containers.list(all=True)}
     tasks = tmp_path / "tasks"
     _task(tasks, "broken", dockerfile="FROM harness/base:bookworm\nRUN exit 42\n")
     _task(tasks, "fine", dockerfile="FROM harness/base:bookworm\n")
@@ -81,6 +83,8 @@ def test_failed_build_is_an_environment_error_with_the_log_tail_and_the_run_goes
     assert "building the image of task dockertest/broken failed" in message
     assert "build log (tail)" in message and "42" in message
     assert by_name["dockertest/fine"]["status"] == "completed"
+    # The failed build's intermediate container is removed too (--force-rm).
+    assert {c.id for c in client.containers.list(all=True)} <= before
 
 
 def test_unreachable_engine_is_one_clear_error_and_exit_2(tmp_path: Path) -> None:
