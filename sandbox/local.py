@@ -112,6 +112,20 @@ class IdentityPool:
 _DEFAULT_POOL = IdentityPool()
 
 
+def spawn_supervisor(python: str, script: str) -> subprocess.Popen[bytes]:
+    """Start a supervisor: isolated interpreter, empty env, own session, pipes for stdio."""
+    return subprocess.Popen(
+        [python, "-I", "-S", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={"PATH": FIXED_PATH},
+        cwd="/",
+        close_fds=True,
+        start_new_session=True,
+    )
+
+
 class SupervisorPool:
     """Keeps a started supervisor ready, so no trial waits for an interpreter to boot.
 
@@ -132,16 +146,7 @@ class SupervisorPool:
         shutil.copyfile(evidence, os.path.join(self._dir, "evidence.py"))
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [self.python, "-I", "-S", self._script],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={"PATH": FIXED_PATH},
-            cwd="/",
-            close_fds=True,
-            start_new_session=True,
-        )
+        return spawn_supervisor(self.python, self._script)
 
     def take(self) -> subprocess.Popen[bytes]:
         """A started supervisor for one trial; a replacement starts right away."""
@@ -358,16 +363,7 @@ class LocalSandbox(Sandbox):
             if self._supervisors is not None:
                 proc = self._supervisors.take()
             else:
-                proc = subprocess.Popen(
-                    [self._python, "-I", "-S", str(SUPERVISOR_PATH)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    env={"PATH": FIXED_PATH},
-                    cwd="/",
-                    close_fds=True,
-                    start_new_session=True,
-                )
+                proc = spawn_supervisor(self._python, str(SUPERVISOR_PATH))
             self._session = SupervisorSession(proc)
         return self._session
 
