@@ -31,7 +31,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import re
 import secrets
 import statistics
@@ -54,6 +53,7 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere
 import docker.errors  # noqa: E402
 from docker.api.client import APIClient  # noqa: E402
 from docker.models.containers import ContainerCollection  # noqa: E402
+from measure import PHASES, host_info, stats_ms  # noqa: E402
 
 import docker  # noqa: E402
 from harness.config import RunConfig  # noqa: E402
@@ -67,66 +67,13 @@ IMAGE = "harness/base:bookworm"  # the image the trivial task resolves to (no do
 TARGET_RATIO = 1.5
 THROUGHPUT_CONCURRENCY = 4
 BENCH_LABEL = "org.harness.bench"
-PHASES = (
-    "prepare",
-    "reset",
-    "execute",
-    "agent",
-    "collect",
-    "grade",
-    "verifier",
-    "cleanup",
-    "total",
-)
-
-
-# --- statistics ------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (q in [0, 100]), like numpy's default."""
-    data = sorted(values)
-    if not data:
-        return float("nan")
-    pos = (len(data) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
-def stats_ms(seconds: list[float]) -> dict[str, float]:
-    """median, p90, mean, min, max of durations given in seconds, in milliseconds."""
-    ms = [s * 1000.0 for s in seconds]
-    if not ms:
-        return {k: float("nan") for k in ("median", "p90", "mean", "min", "max")}
-    return {
-        "median": statistics.median(ms),
-        "p90": percentile(ms, 90),
-        "mean": statistics.fmean(ms),
-        "min": min(ms),
-        "max": max(ms),
-    }
 
 
 # --- machine ---------------------------------------------------------------------------------
 
 
 def machine_info(client: docker.DockerClient) -> dict[str, Any]:
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:
-        affinity = None
-    info: dict[str, Any] = {
-        "nproc": affinity or os.cpu_count(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "python_executable": sys.executable,
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "root": os.geteuid() == 0,
-        "loadavg": list(os.getloadavg()),
-        "docker_sdk": docker.__version__,
-    }
+    info: dict[str, Any] = {**host_info(), "docker_sdk": docker.__version__}
     try:
         info["engine"] = engine_facts(client)
         image = client.images.get(IMAGE)

@@ -32,9 +32,7 @@ import cProfile
 import io
 import json
 import os
-import platform
 import pstats
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,69 +47,15 @@ REPO = BENCH_DIR.parent
 if str(REPO) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
+from measure import PHASES, host_info, stats_ms  # noqa: E402
+
 from harness.config import RunConfig  # noqa: E402
 from harness.run import execute_run, prepare_run  # noqa: E402
+from sandbox.local import spawn_supervisor  # noqa: E402
 
 TASK_DIR = BENCH_DIR / "tasks" / "trivial"
 TARGET_MS = 50.0
 DEFAULT_UID = 61532
-PHASES = (
-    "prepare",
-    "reset",
-    "execute",
-    "agent",
-    "collect",
-    "grade",
-    "verifier",
-    "cleanup",
-    "total",
-)
-
-
-# --- statistics ------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (q in [0, 100]), like numpy's default."""
-    data = sorted(values)
-    if not data:
-        return float("nan")
-    pos = (len(data) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
-def stats_ms(seconds: list[float]) -> dict[str, float]:
-    """median, p90, mean, min, max of durations given in seconds, in milliseconds."""
-    ms = [s * 1000.0 for s in seconds]
-    return {
-        "median": statistics.median(ms),
-        "p90": percentile(ms, 90),
-        "mean": statistics.fmean(ms),
-        "min": min(ms),
-        "max": max(ms),
-    }
-
-
-# --- machine ---------------------------------------------------------------------------------
-
-
-def machine_info() -> dict[str, Any]:
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:
-        affinity = None
-    return {
-        "nproc": affinity or os.cpu_count(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "python_executable": sys.executable,
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "root": os.geteuid() == 0,
-        "loadavg": list(os.getloadavg()),
-    }
 
 
 # --- the harness run -------------------------------------------------------------------------
@@ -231,17 +175,7 @@ def profile_pieces(n: int) -> dict[str, Any]:
         }
 
         def spawn() -> SupervisorSession:
-            proc = subprocess.Popen(
-                [py, "-I", "-S", str(SUPERVISOR_PATH)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env={"PATH": FIXED_PATH},
-                cwd="/",
-                close_fds=True,
-                start_new_session=True,
-            )
-            return SupervisorSession(proc)
+            return SupervisorSession(spawn_supervisor(py, str(SUPERVISOR_PATH)))
 
         # A fresh supervisor per trial, as LocalSandbox does: boot, one phase, close + reap.
         boots, phases, exits = [], [], []
@@ -376,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.trials < 1 or args.concurrency < 1:
         parser.error("--trials and --concurrency must be >= 1")
 
-    info = machine_info()
+    info = host_info()
     date = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="bench-local-overhead-") as tmp:
         tmpdir = Path(tmp)
