@@ -11,7 +11,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import harness
 from harness.agents import Agent, make_agent
@@ -22,7 +21,7 @@ from harness.plan import plan_trials, select_tasks, slug
 from harness.records import TrialRecord, TrialStore, write_json_atomic
 from harness.tasks import Task, TaskSetError, load_tasks, taskset_name
 from harness.trial import SandboxFactory, TrialPlan, TrialSettings, run_trial
-from sandbox.backend import SandboxSpec
+from sandbox.backend import BackendRuntime, SandboxSpec
 from sandbox.local import IdentityPool, LocalSandbox, SupervisorPool
 
 EXIT_OK = 0
@@ -41,8 +40,10 @@ class PreparedRun:
     plans: list[TrialPlan]
     taskset: str
     make_sandbox: SandboxFactory
-    #: Backend state shared by all trials (the docker runtime), closed after the run.
-    backend_runtime: Any = None
+    #: The run dir's name, also the label on everything the backend creates for the run.
+    name: str
+    #: Backend state shared by all trials, closed after the run.
+    backend_runtime: BackendRuntime
 
 
 @dataclass
@@ -56,7 +57,9 @@ class RunOutcome:
     interrupted: bool = False
 
 
-def _sandbox_factory(config: RunConfig) -> tuple[SandboxFactory, Any]:
+def _sandbox_factory(
+    config: RunConfig, run_label: str = "adhoc"
+) -> tuple[SandboxFactory, BackendRuntime]:
     """The factory of the configured backend, and its shared runtime (if any)."""
     if config.sandbox == "local":
         if config.runtime:
@@ -89,7 +92,12 @@ def _sandbox_factory(config: RunConfig) -> tuple[SandboxFactory, Any]:
                 f"(available: {', '.join(sorted(runtimes)) or 'none'}); "
                 "`bash docker/start-engine.sh` registers runsc when Debian has it"
             )
-    runtime = DockerRuntime(client, ImageResolver(client, aliases=aliases), runtime=config.runtime)
+    runtime = DockerRuntime(
+        client,
+        ImageResolver(client, aliases=aliases),
+        runtime=config.runtime,
+        run_label=run_label,
+    )
 
     def make_docker(spec: SandboxSpec) -> DockerSandbox:
         return DockerSandbox(spec, runtime)
@@ -118,22 +126,24 @@ def prepare_run(config: RunConfig) -> PreparedRun:
     chosen = select_tasks(
         tasks, num_tasks=config.num_tasks, shuffle=config.shuffle, seed=config.seed
     )
-    make_sandbox, backend_runtime = _sandbox_factory(config)
+    taskset = taskset_name(paths)
+    name = run_name(taskset, config.model, agent.name)
+    make_sandbox, backend_runtime = _sandbox_factory(config, name)
     return PreparedRun(
         config=config,
         tasks=chosen,
         agent=agent,
         plans=plan_trials(chosen, rollouts=config.rollouts),
-        taskset=taskset_name(paths),
+        taskset=taskset,
         make_sandbox=make_sandbox,
+        name=name,
         backend_runtime=backend_runtime,
     )
 
 
-def run_name(prepared: PreparedRun) -> str:
+def run_name(taskset: str, model: str | None, agent: str) -> str:
     """``<taskset>--<model or none>--<agent>--<8 hex>`` (DESIGN §7)."""
-    model = slug(prepared.config.model or "none")
-    return f"{slug(prepared.taskset)}--{model}--{slug(prepared.agent.name)}--{secrets.token_hex(4)}"
+    return f"{slug(taskset)}--{slug(model or 'none')}--{slug(agent)}--{secrets.token_hex(4)}"
 
 
 def versions(config: RunConfig) -> dict[str, str]:
@@ -189,16 +199,11 @@ def _install_abort_handler(
     return restore
 
 
-def _close_backend(runtime: Any, run_dir: Path) -> None:
-    """Remove what the run's backend may have leaked (by label), then its shared state."""
-    if not isinstance(runtime, SupervisorPool):
-        from sandbox.docker.engine import remove_leaks
-
-        report = remove_leaks(runtime.client, run=runtime.run_label)
-        leaked = report.containers + report.volumes + report.networks
-        if leaked:
-            _log_line(run_dir, f"removed leaked docker objects: {', '.join(leaked)}")
-    runtime.close()
+def _close_backend(runtime: BackendRuntime, run_dir: Path) -> None:
+    """Close the run's backend state, logging anything it had to remove as leaked."""
+    leaked = runtime.close()
+    if leaked:
+        _log_line(run_dir, f"removed leaked sandbox objects: {', '.join(leaked)}")
 
 
 def execute_run(
@@ -212,13 +217,9 @@ def execute_run(
     config = prepared.config
     output = Path(config.output_dir)
     output.mkdir(parents=True, exist_ok=True)
-    run_dir = output / run_name(prepared)
+    run_dir = output / prepared.name
     run_dir.mkdir(mode=0o700)
     run_dir = run_dir.resolve()
-    if prepared.backend_runtime is not None and not isinstance(
-        prepared.backend_runtime, SupervisorPool
-    ):
-        prepared.backend_runtime.run_label = run_dir.name
     vers = versions(config)
     save_config(config, run_dir / "config.toml", extra={"versions": vers})
     store = TrialStore(run_dir)
@@ -280,14 +281,12 @@ def execute_run(
                 store.append(record)
                 records.append(record)
             pool.shutdown(wait=True, cancel_futures=True)
-            if prepared.backend_runtime is not None:
-                _close_backend(prepared.backend_runtime, run_dir)
+            _close_backend(prepared.backend_runtime, run_dir)
         finally:
             restore()
     else:
         pool.shutdown(wait=True, cancel_futures=True)
-        if prepared.backend_runtime is not None:
-            _close_backend(prepared.backend_runtime, run_dir)
+        _close_backend(prepared.backend_runtime, run_dir)
     finally:
         restore_term()
     summary = summarize(records, threshold=config.threshold)

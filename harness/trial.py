@@ -326,10 +326,7 @@ class _TrialRun:
             )
         if result.timed_out:
             raise VerifierError(f"verifier timed out after {timeout:g}s")
-        try:
-            self.reward, self.rewards, events = read_rewards(sandbox)
-        except VerifierError:
-            raise
+        self.reward, self.rewards, events = read_rewards(sandbox)
         self._record_events(events)
 
     # -- cleanup -----------------------------------------------------------------------------

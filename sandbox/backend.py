@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Protocol
 
 from sandbox.errors import SupervisorError
 from sandbox.evidence import EvidenceEvent
@@ -117,6 +117,14 @@ class PhaseResult:
             output_truncated=bool(data.get("output_truncated")),
             process_sec=data.get("process_sec"),
         )
+
+
+class BackendRuntime(Protocol):
+    """What all trials of one run share in a backend (a supervisor pool, a docker client)."""
+
+    def close(self) -> list[str]:
+        """Release it after the run; return the leaked objects it found and removed."""
+        ...
 
 
 class Sandbox(ABC):

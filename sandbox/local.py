@@ -36,6 +36,7 @@ from sandbox.environment import FIXED_PATH
 from sandbox.errors import EnvironmentStartError, SandboxError
 from sandbox.evidence import EvidenceEvent, copy_file, copy_tree, read_file
 from sandbox.seeding import seed_workspace
+from sandbox.supervisor import uid_processes
 
 DEFAULT_SANDBOX_UID = 65532
 DEFAULT_SANDBOX_GID = 65532
@@ -162,8 +163,8 @@ class SupervisorPool:
                 self._ready.append(self._spawn())
         return proc
 
-    def close(self) -> None:
-        """Stop the spare supervisors and remove the compiled copy."""
+    def close(self) -> list[str]:
+        """Stop the spare supervisors and remove the compiled copy; nothing can leak here."""
         with self._lock:
             for proc in self._ready:
                 if proc.stdin:
@@ -173,32 +174,7 @@ class SupervisorPool:
                     proc.stdout.close()
             self._ready.clear()
         shutil.rmtree(self._dir, ignore_errors=True)
-
-
-def _uid_processes(uid: int) -> list[int]:
-    """Live (non-zombie) processes owned by ``uid`` in our pid namespace; cheap /proc scan."""
-    own_ns = _pid_ns("self")
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{name}").st_uid != uid or _pid_ns(name) != own_ns:
-                continue
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        if stat[stat.rfind(b")") + 2 :].split()[0] != b"Z":
-            found.append(int(name))
-    return found
-
-
-def _pid_ns(pid: int | str) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return None
+        return []
 
 
 def _chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -434,7 +410,7 @@ class LocalSandbox(Sandbox):
             return
         uid = self._identity[0]
         for _ in range(50):
-            pids = _uid_processes(uid)
+            pids = uid_processes(uid)
             if not pids:
                 return
             for pid in pids:

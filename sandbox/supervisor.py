@@ -318,6 +318,22 @@ def _cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
+def uid_processes(uid: int, entries: Optional[List[Dict[str, Any]]] = None) -> List[int]:
+    """Live processes of ``uid`` in our own pid namespace, except ourselves.
+
+    Only our namespace: a container elsewhere on the host may run the same uid.
+    """
+    me = os.getpid()
+    own_ns = _pid_ns("self")
+    if entries is None:
+        entries = [e for e in _proc_entries() if e["state"] != "Z"]
+    return [
+        e["pid"]
+        for e in entries
+        if e["uid"] == uid and e["pid"] != me and _pid_ns(str(e["pid"])) == own_ns
+    ]
+
+
 def phase_processes(kill_uid: Optional[int]) -> List[Dict[str, Any]]:
     """Every live process of this phase: our descendants, plus all of ``kill_uid``'s."""
     me = os.getpid()
@@ -333,13 +349,7 @@ def phase_processes(kill_uid: Optional[int]) -> List[Dict[str, Any]]:
                 found.add(child)
                 stack.append(child)
     if kill_uid is not None:
-        # Only our own pid namespace: a container elsewhere on the host may run the same uid.
-        own_ns = _pid_ns("self")
-        found.update(
-            e["pid"]
-            for e in entries
-            if e["uid"] == kill_uid and e["pid"] != me and _pid_ns(str(e["pid"])) == own_ns
-        )
+        found.update(uid_processes(kill_uid, entries))
     by_pid = {e["pid"]: e for e in entries}
     return [dict(by_pid[p], cmdline=_cmdline(p)) for p in sorted(found) if p in by_pid]
 

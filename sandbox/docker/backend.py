@@ -36,6 +36,7 @@ from sandbox.backend import (
     SupervisorSession,
 )
 from sandbox.docker.channel import ExecChannel
+from sandbox.docker.engine import remove_leaks
 from sandbox.docker.images import ImageRequest, ImageResolver
 from sandbox.docker.labels import KIND, MANAGED, RUN, RUNTIME_KIND, TRIAL
 from sandbox.errors import EnvironmentStartError, SandboxError, SupervisorError
@@ -160,9 +161,11 @@ class DockerRuntime:
             self.supervisor_file,
         ]
 
-    def close(self) -> None:
-        """Remove the staged supervisor copy."""
+    def close(self) -> list[str]:
+        """Remove whatever this run leaked (by label), then the staged supervisor copy."""
+        report = remove_leaks(self.client, run=self.run_label)
         shutil.rmtree(self._staged, ignore_errors=True)
+        return report.containers + report.volumes + report.networks
 
 
 def _b64(data: bytes) -> str:

@@ -31,6 +31,16 @@ def _cli(
     )
 
 
+def _run_docker(
+    tasks: Path, out: Path, *options: str, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """``harness run TASKS --sandbox docker -o OUT OPTIONS...``."""
+    return _cli("run", str(tasks), "--sandbox", "docker", "-o", str(out), *options, **kwargs)
+
+
+COMMAND_AGENT = ("--agent", "command", "--agent-cmd", "bash {instruction_file}")
+
+
 def _task(
     root: Path,
     name: str,
@@ -72,9 +82,7 @@ def test_failed_build_is_an_environment_error_with_the_log_tail_and_the_run_goes
     tasks = tmp_path / "tasks"
     _task(tasks, "broken", dockerfile="FROM harness/base:bookworm\nRUN exit 42\n")
     _task(tasks, "fine", dockerfile="FROM harness/base:bookworm\n")
-    result = _cli(
-        "run", str(tasks), "--agent", "nop", "--sandbox", "docker", "-o", str(tmp_path / "o")
-    )
+    result = _run_docker(tasks, tmp_path / "o", "--agent", "nop")
     assert result.returncode == 1, result.stderr
     by_name = {r["task"]["name"]: r for r in _records(tmp_path / "o")}
     broken = by_name["dockertest/broken"]
@@ -91,15 +99,11 @@ def test_unreachable_engine_is_one_clear_error_and_exit_2(tmp_path: Path) -> Non
     tasks = tmp_path / "tasks"
     _task(tasks, "t")
     out = tmp_path / "o"
-    result = _cli(
-        "run",
-        str(tasks),
+    result = _run_docker(
+        tasks,
+        out,
         "--agent",
         "nop",
-        "--sandbox",
-        "docker",
-        "-o",
-        str(out),
         env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"},
         timeout=60,
     )
@@ -142,15 +146,11 @@ def test_base_alias_rewrites_from_lines(tmp_path: Path) -> None:
         parse_aliases(["nonsense"])
     tasks = tmp_path / "tasks"
     _task(tasks, "aliased", dockerfile="FROM ubuntu:24.04\n")
-    result = _cli(
-        "run",
-        str(tasks),
+    result = _run_docker(
+        tasks,
+        tmp_path / "o",
         "--agent",
         "nop",
-        "--sandbox",
-        "docker",
-        "-o",
-        str(tmp_path / "o"),
         "--base-alias",
         "ubuntu:24.04=harness/base:bookworm",
     )
@@ -197,18 +197,7 @@ def test_image_without_python_agent_user_and_workdir_are_honoured(tmp_path: Path
         .read_text()
         .replace("[agent]\ntimeout_sec = 30\n", '[agent]\ntimeout_sec = 30\nuser = "agent"\n')
     )
-    result = _cli(
-        "run",
-        str(tasks),
-        "--agent",
-        "command",
-        "--agent-cmd",
-        "bash {instruction_file}",
-        "--sandbox",
-        "docker",
-        "-o",
-        str(tmp_path / "o"),
-    )
+    result = _run_docker(tasks, tmp_path / "o", *COMMAND_AGENT)
     assert result.returncode == 0, result.stderr
     (record,) = _records(tmp_path / "o")
     assert record["reward"] == 1.0, record
@@ -221,20 +210,7 @@ def test_gvisor_runtime_runs_a_trial(tmp_path: Path) -> None:
         pytest.fail("runsc is not registered; docker/start-engine.sh registers it on Debian")
     tasks = tmp_path / "tasks"
     _task(tasks, "gvisor", instruction="dmesg 2>/dev/null | head -1 > dmesg.txt; true")
-    result = _cli(
-        "run",
-        str(tasks),
-        "--agent",
-        "command",
-        "--agent-cmd",
-        "bash {instruction_file}",
-        "--sandbox",
-        "docker",
-        "--runtime",
-        "runsc",
-        "-o",
-        str(tmp_path / "o"),
-    )
+    result = _run_docker(tasks, tmp_path / "o", *COMMAND_AGENT, "--runtime", "runsc")
     assert result.returncode == 0, result.stderr
     (record,) = _records(tmp_path / "o")
     assert record["sandbox"]["runtime"] == "runsc"
@@ -244,18 +220,7 @@ def test_gvisor_runtime_runs_a_trial(tmp_path: Path) -> None:
 def test_unknown_runtime_is_a_usage_error(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks"
     _task(tasks, "t")
-    result = _cli(
-        "run",
-        str(tasks),
-        "--agent",
-        "nop",
-        "--sandbox",
-        "docker",
-        "--runtime",
-        "nosuch",
-        "-o",
-        str(tmp_path / "o"),
-    )
+    result = _run_docker(tasks, tmp_path / "o", "--agent", "nop", "--runtime", "nosuch")
     assert result.returncode == 2
     assert "--runtime nosuch is not registered" in result.stderr
 

@@ -394,11 +394,11 @@ def api(client: Any, tmp_path: Path) -> Iterator[ApiRun]:
 
     run_dir = tmp_path / "api-run"
     run_dir.mkdir(mode=0o700)
-    make_sandbox, runtime = _sandbox_factory(
-        RunConfig(paths=[str(tmp_path)], agent="command", agent_cmd=AGENT_CMD, sandbox="docker")
-    )
     label = f"sec-api-{secrets.token_hex(6)}"
-    runtime.run_label = label
+    make_sandbox, runtime = _sandbox_factory(
+        RunConfig(paths=[str(tmp_path)], agent="command", agent_cmd=AGENT_CMD, sandbox="docker"),
+        label,
+    )
     yield ApiRun(client, run_dir, make_sandbox, runtime, label)
     runtime.close()
     remove_labelled(client, f"{RUN_LABEL}={label}")
