@@ -16,8 +16,13 @@ from rich.table import Table
 import docker
 from harness.tasks import TaskSetError, load_tasks
 from sandbox.docker.engine import connect, engine_facts, remove_leaks
-from sandbox.docker.images import DEFAULT_IMAGE, ImageBuildError, ImageRequest, ImageResolver
-from sandbox.docker.images import parse_aliases as parse_alias_pairs
+from sandbox.docker.images import (
+    DEFAULT_IMAGE,
+    ImageBuildError,
+    ImageRequest,
+    ImageResolver,
+    parse_aliases,
+)
 from sandbox.docker.labels import IMAGE_HASH, MANAGED
 from sandbox.errors import EngineUnavailable, EnvironmentStartError
 
@@ -46,7 +51,7 @@ def images_build(
     """Build (or reuse) the content-addressed image of every task with a Dockerfile."""
     try:
         tasks = load_tasks(paths)
-        aliases = parse_alias_pairs(base_alias or [])
+        aliases = parse_aliases(base_alias or [])
     except (TaskSetError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
