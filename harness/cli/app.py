@@ -40,6 +40,15 @@ def _register_docker_commands() -> None:
 
 _register_docker_commands()
 
+
+def _register_export_command() -> None:
+    from harness.cli.export_cmd import export
+
+    app.command("export")(export)
+
+
+_register_export_command()
+
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
