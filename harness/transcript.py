@@ -312,6 +312,7 @@ class ModelCallUsage:
         cached_tokens: Sum of the reported cached (prompt-cache hit) tokens.
         cost_usd: Sum of the reported costs.
         calls: Number of requests the gateway saw (every line, whatever its outcome).
+        refused_calls: How many of them it refused (``outcome`` ``refused``).
     """
 
     input_tokens: int | None = None
@@ -319,6 +320,7 @@ class ModelCallUsage:
     cached_tokens: int | None = None
     cost_usd: float | None = None
     calls: int = 0
+    refused_calls: int = 0
 
     @property
     def total_tokens(self) -> int | None:
@@ -328,7 +330,7 @@ class ModelCallUsage:
         return self.input_tokens + self.output_tokens
 
     def to_usage(self) -> Usage:
-        """As a trial record's :class:`~harness.records.Usage` (cached tokens as an extra).
+        """As a trial record's :class:`~harness.records.Usage`.
 
         Returns:
             The usage model.
@@ -341,6 +343,7 @@ class ModelCallUsage:
                 "cost_usd": self.cost_usd,
                 "calls": self.calls,
                 "cached_tokens": self.cached_tokens,
+                "refused_calls": self.refused_calls,
             }
         )
 
@@ -385,6 +388,7 @@ def usage_from_model_calls(lines: Iterable[Mapping[str, Any]]) -> ModelCallUsage
         cached_tokens=cached_tokens,
         cost_usd=cost,
         calls=len(objects),
+        refused_calls=sum(1 for line in objects if line.get("outcome") == "refused"),
     )
 
 

@@ -627,7 +627,10 @@ def trajectory_for_trial(
         metrics_extra = {"usage_source": SESSION_FILENAME}
     else:
         recorded = record.usage
-        cached = (recorded.model_extra or {}).get("cached_tokens")
+        # A field of Usage in newer records, an extra field in older ones.
+        cached = getattr(recorded, "cached_tokens", None)
+        if cached is None:
+            cached = (recorded.model_extra or {}).get("cached_tokens")
         totals = (recorded.input_tokens, recorded.output_tokens, _int(cached), recorded.cost_usd)
         metrics_extra = {"usage_source": "trial_record"}
         if recorded.calls is not None:
