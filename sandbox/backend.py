@@ -17,6 +17,8 @@ from sandbox.evidence import EvidenceEvent
 from sandbox.seeding import Fixture
 
 SUPERVISOR_PATH = Path(__file__).with_name("supervisor.py")
+#: Stdlib modules shipped next to the supervisor into every sandbox.
+SUPERVISOR_SIBLINGS = ("evidence", "agent_loop")
 PROTOCOL_VERSION = 1
 
 Role = Literal["agent", "verifier"]
@@ -51,6 +53,8 @@ class SandboxSpec:
     #: Host paths the agent must never read (task sources, the run dir). Local backend only.
     protected_paths: tuple[Path, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Host path of the trial's model-gateway socket (a root-only dir), if it has a model.
+    gateway_socket: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,12 @@ class PhaseRequest:
     #: Secrets for the phase's environment; sent on the supervisor's stdin only.
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     max_output_bytes: int = 4 << 20
+    #: Environment variables pointing at the model gateway; ``{port}`` is replaced by the
+    #: loopback port the supervisor forwards from. Needs ``SandboxSpec.gateway_socket``.
+    gateway_env: Mapping[str, str] = field(default_factory=dict)
+    #: Run an in-sandbox stdlib entry point in-process after the drop instead of exec'ing
+    #: ``argv``: ``{"module": "agent_loop", "config": {...}}``.
+    entry: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,9 @@ class PhaseResult:
     output_truncated: bool = False
     #: Lifetime of the phase's own process (execve to exit), without supervisor work.
     process_sec: float | None = None
+    #: Loopback port of the model-gateway forwarder and the connections it relayed.
+    gateway_port: int | None = None
+    gateway_connections: int | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PhaseResult:
@@ -116,7 +129,21 @@ class PhaseResult:
             stderr_bytes=int(data.get("stderr_bytes") or 0),
             output_truncated=bool(data.get("output_truncated")),
             process_sec=data.get("process_sec"),
+            gateway_port=data.get("gateway_port"),
+            gateway_connections=data.get("gateway_connections"),
         )
+
+
+def phase_extras(request: PhaseRequest, gateway_socket: str | None) -> dict[str, Any]:
+    """The supervisor request fields for a phase's gateway and in-process entry, if any."""
+    extras: dict[str, Any] = {}
+    if request.entry is not None:
+        extras["entry"] = dict(request.entry)
+    if request.gateway_env:
+        if gateway_socket is None:
+            raise SupervisorError("the phase asks for the model gateway but the sandbox has none")
+        extras["gateway"] = {"socket": gateway_socket, "env": dict(request.gateway_env)}
+    return extras
 
 
 class BackendRuntime(Protocol):

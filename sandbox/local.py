@@ -25,12 +25,14 @@ from typing import Any
 
 from sandbox.backend import (
     SUPERVISOR_PATH,
+    SUPERVISOR_SIBLINGS,
     PhaseRequest,
     PhaseResult,
     Sandbox,
     SandboxPaths,
     SandboxSpec,
     SupervisorSession,
+    phase_extras,
 )
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import EnvironmentStartError, SandboxError
@@ -143,8 +145,10 @@ class SupervisorPool:
         self._dir = tempfile.mkdtemp(prefix="harness-supervisor-")
         self._script = os.path.join(self._dir, "supervisor.pyc")
         py_compile.compile(str(SUPERVISOR_PATH), cfile=self._script, doraise=True)
-        evidence = SUPERVISOR_PATH.with_name("evidence.py")
-        shutil.copyfile(evidence, os.path.join(self._dir, "evidence.py"))
+        for sibling in SUPERVISOR_SIBLINGS:
+            source = SUPERVISOR_PATH.with_name(f"{sibling}.py")
+            target = os.path.join(self._dir, f"{sibling}.pyc")
+            py_compile.compile(str(source), cfile=target, doraise=True)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         return spawn_supervisor(self.python, self._script)
@@ -360,6 +364,10 @@ class LocalSandbox(Sandbox):
             },
             "rlimits": {"core": 0, "nofile": self.spec.resources.nofile},
             "user": None,
+            **phase_extras(
+                request,
+                str(self.spec.gateway_socket) if self.spec.gateway_socket is not None else None,
+            ),
         }
         if request.role == "agent" and self._identity is not None:
             uid, gid = self._identity
@@ -374,6 +382,7 @@ class LocalSandbox(Sandbox):
                 str(root / "artifacts"),
                 str(root / "tests"),
                 str(root / "verifier"),
+                *([str(self.spec.gateway_socket.parent)] if self.spec.gateway_socket else []),
             ]
         return PhaseResult.from_json(self._supervisor().request(payload))
 

@@ -68,6 +68,10 @@ _STATUS_CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 _READ_CHUNK = 65536
 
 
+#: In-sandbox entry points a phase may run in-process instead of exec (stdlib siblings).
+_ENTRY_MODULES = ("agent_loop",)
+
+
 class PostureError(Exception):
     """A privilege or secrecy check failed after the drop; the agent must not run."""
 
@@ -396,6 +400,128 @@ def kill_phase(
     return killed
 
 
+# --- the model gateway forwarder ------------------------------------------------------------
+
+
+class _Forwarder:
+    """Relays loopback TCP connections in the agent's netns to the trial's gateway socket.
+
+    The agent reaches the model only through this: the gateway (host side) holds the real
+    key; the agent holds a per-trial token. Runs in the supervisor parent (root, not
+    dumpable), which can open the gateway socket; the agent user cannot.
+    """
+
+    def __init__(self, listener: Any, socket_path: str) -> None:
+        import threading
+
+        self.listener = listener
+        self.port = int(listener.getsockname()[1])
+        self.socket_path = socket_path
+        self.connections = 0
+        self._stop_r, self._stop_w = os.pipe()
+        self._threads: List[Any] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        import threading
+
+        while True:
+            ready = select_fds([self.listener.fileno(), self._stop_r])
+            if self._stop_r in ready:
+                return
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            with self._lock:
+                self.connections += 1
+                thread = threading.Thread(target=self._relay, args=(conn,), daemon=True)
+                self._threads.append(thread)
+            thread.start()
+
+    def _relay(self, conn: Any) -> None:
+        import socket
+
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(self.socket_path)
+        except OSError:
+            conn.close()
+            upstream.close()
+            return
+        peers = {conn.fileno(): upstream, upstream.fileno(): conn}
+        open_fds = set(peers)
+        try:
+            while open_fds:
+                ready = select_fds(sorted(open_fds) + [self._stop_r])
+                if self._stop_r in ready:
+                    return
+                for fd in ready:
+                    src = conn if fd == conn.fileno() else upstream
+                    try:
+                        data = src.recv(_READ_CHUNK)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        open_fds.discard(fd)
+                        try:
+                            peers[fd].shutdown(socket.SHUT_WR)
+                        except OSError:
+                            pass
+                        continue
+                    try:
+                        peers[fd].sendall(data)
+                    except OSError:
+                        return
+        finally:
+            conn.close()
+            upstream.close()
+
+    def stop(self) -> int:
+        """Stop accepting and cut every relay; return how many connections were made."""
+        os.write(self._stop_w, b"x")
+        self._thread.join(5)
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(5)
+        self.listener.close()
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+        return self.connections
+
+
+def select_fds(fds: List[int]) -> List[int]:
+    """Block until one of ``fds`` is readable; return the readable ones."""
+    import select
+
+    while True:
+        try:
+            ready, _, _ = select.select(fds, [], [])
+            return list(ready)
+        except InterruptedError:
+            continue
+
+
+def _start_forwarder(channel: Any, socket_path: str) -> Optional[_Forwarder]:
+    """Receive the child's loopback listener and start relaying; None if it sent none."""
+    import socket
+
+    try:
+        channel.setblocking(False)
+        _, fds, _, _ = socket.recv_fds(channel, 16, 1)
+    except (BlockingIOError, OSError):
+        fds = []
+    finally:
+        channel.close()
+    if not fds:
+        return None
+    listener = socket.socket(fileno=fds[0])
+    return _Forwarder(listener, socket_path)
+
+
 # --- the phase ---------------------------------------------------------------------------
 
 
@@ -430,6 +556,40 @@ class _Capture:
             self.out = None
 
 
+def _close_all_but(keep: List[int]) -> None:
+    """Close every fd from 3 up except those in ``keep``."""
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
+
+
+def _open_gateway_listener(gw_fd: int) -> int:
+    """Listen on loopback in the agent's network namespace; hand the socket to the parent.
+
+    Runs in the child after the network namespace is final and before the drop. The
+    listener goes to the supervisor parent (which forwards to the gateway socket) and is
+    closed here, so the agent never holds it. Returns the port.
+    """
+    import socket
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        port = int(listener.getsockname()[1])
+        channel = socket.socket(fileno=gw_fd)
+        try:
+            socket.send_fds(channel, [str(port).encode()], [listener.fileno()])
+        finally:
+            channel.close()
+    finally:
+        listener.close()
+    return port
+
+
 def _child(req: Dict[str, Any], fds: Dict[str, int], status_w: int) -> None:
     """In the forked child: set up, drop, verify, exec. Never returns."""
     try:
@@ -437,9 +597,10 @@ def _child(req: Dict[str, Any], fds: Dict[str, int], status_w: int) -> None:
         os.dup2(fds["stdin"], 0)
         os.dup2(fds["stdout"], 1)
         os.dup2(fds["stderr"], 2)
-        # Everything but stdio and the CLOEXEC status pipe closes here (CVE-2024-21626 lesson).
-        os.closerange(3, status_w)
-        os.closerange(status_w + 1, 65536)
+        gw_fd = fds.get("gateway", -1)
+        # Everything but stdio, the CLOEXEC status pipe and the gateway channel closes here
+        # (CVE-2024-21626 lesson).
+        _close_all_but([status_w, gw_fd])
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         os.umask(int(req.get("umask", 0o022)))
         set_rlimits(req.get("rlimits") or {"core": 0})
@@ -451,6 +612,13 @@ def _child(req: Dict[str, Any], fds: Dict[str, int], status_w: int) -> None:
                 mask_paths(req["mask_paths"])
             if req.get("isolate_network"):
                 isolate_network()
+        env = dict(req.get("env") or {})
+        env.update(req.get("secret_env") or {})
+        if gw_fd >= 0:
+            port = _open_gateway_listener(gw_fd)
+            for name, template in (req["gateway"].get("env") or {}).items():
+                env[name] = template.replace("{port}", str(port))
+        if user is not None:
             drop_bounding_set()
             drop_privileges(uid, gid)
             prctl(PR_SET_NO_NEW_PRIVS, 1)
@@ -458,9 +626,10 @@ def _child(req: Dict[str, Any], fds: Dict[str, int], status_w: int) -> None:
             posture["dropped"] = True
             check_unreadable(list(req.get("unreadable") or []))
         os.chdir(req["cwd"])
-        env = dict(req.get("env") or {})
-        env.update(req.get("secret_env") or {})
         os.write(status_w, (json.dumps({"posture": posture}) + "\n").encode())
+        entry = req.get("entry")
+        if entry:
+            _run_entry(entry, env, status_w)
         os.execvpe(req["argv"][0], req["argv"], env)
     except PostureError as exc:
         msg = {"error": {"type": "PostureError", "message": str(exc)}}
@@ -472,6 +641,44 @@ def _child(req: Dict[str, Any], fds: Dict[str, int], status_w: int) -> None:
         os.write(status_w, (json.dumps(msg) + "\n").encode())
     finally:
         os._exit(127)
+
+
+def _load_entry(entry: Dict[str, Any]) -> Any:
+    """Import an in-sandbox entry module (a sibling of this file) before the fork.
+
+    After the drop the agent user cannot read our files, so the code must already be
+    in memory when the child starts.
+    """
+    name = str(entry.get("module", ""))
+    if name not in _ENTRY_MODULES:
+        raise ValueError("unknown entry module %r" % name)
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return __import__(name)
+
+
+def _run_entry(entry: Dict[str, Any], env: Dict[str, str], status_w: int) -> None:
+    """Run an in-sandbox entry point in this (dropped) child instead of exec. Never returns."""
+    module = sys.modules[str(entry["module"])]
+    os.environ.clear()
+    os.environ.update(env)
+    os.close(status_w)  # what exec would have done: the parent starts the clock now
+    code = 4
+    try:
+        code = int(module.main(dict(entry.get("config") or {})))
+    except BaseException as exc:  # noqa: B036 - report anything, then die without cleanup
+        try:
+            sys.stderr.write("entry %s failed: %r\n" % (entry["module"], exc))
+        except Exception:
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
 
 
 def _prepare(req: Dict[str, Any]) -> None:
@@ -522,15 +729,29 @@ def run_phase(req: Dict[str, Any], control_fd: int = -1) -> Dict[str, Any]:
         import socket  # noqa: F401
         import struct  # noqa: F401
 
+    if req.get("entry"):
+        _load_entry(req["entry"])
+    gateway = req.get("gateway")
+    gw_parent = gw_child = None
+    if gateway:
+        import socket
+
+        gw_parent, gw_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
     stdin_r, stdin_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     status_r, status_w = os.pipe2(os.O_CLOEXEC) if hasattr(os, "pipe2") else os.pipe()
+    child_fds = {"stdin": stdin_r, "stdout": out_w, "stderr": err_w}
+    if gw_child is not None:
+        child_fds["gateway"] = gw_child.fileno()
     pid = os.fork()
     if pid == 0:
-        _child(req, {"stdin": stdin_r, "stdout": out_w, "stderr": err_w}, status_w)
+        _child(req, child_fds, status_w)
     for fd in (stdin_r, out_w, err_w, status_w):
         os.close(fd)
+    if gw_child is not None:
+        gw_child.close()
 
     status_raw = b""
     while True:
@@ -545,6 +766,12 @@ def run_phase(req: Dict[str, Any], control_fd: int = -1) -> Dict[str, Any]:
         result["posture"] = msg.get("posture", result["posture"])
         if msg.get("error"):
             result["error"] = msg["error"]
+
+    forwarder = None
+    if gw_parent is not None:
+        forwarder = _start_forwarder(gw_parent, str(gateway["socket"]))  # type: ignore[index]
+        if forwarder is not None:
+            result["gateway_port"] = forwarder.port
 
     limit = int(req.get("max_output_bytes", 1 << 20))
     logs = req.get("logs") or {}
@@ -608,7 +835,10 @@ def run_phase(req: Dict[str, Any], control_fd: int = -1) -> Dict[str, Any]:
             wait_status = st
     result["process_sec"] = time.monotonic() - exec_at
 
-    # The phase is over: record what outlived the main process, then kill everything.
+    # The phase is over: no more model calls, then record what outlived the main process
+    # and kill everything.
+    if forwarder is not None:
+        result["gateway_connections"] = forwarder.stop()
     alive = phase_processes(kill_uid)
     result["survivors"] = [p for p in alive if p["pid"] != pid]
     # Nothing alive means nothing can fork any more: skip the kill loop's rescans.

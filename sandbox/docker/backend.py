@@ -28,12 +28,14 @@ from docker.types import Mount, Ulimit
 import docker
 from sandbox.backend import (
     SUPERVISOR_PATH,
+    SUPERVISOR_SIBLINGS,
     PhaseRequest,
     PhaseResult,
     Sandbox,
     SandboxPaths,
     SandboxSpec,
     SupervisorSession,
+    phase_extras,
 )
 from sandbox.docker.channel import ExecChannel
 from sandbox.docker.engine import remove_leaks
@@ -44,6 +46,8 @@ from sandbox.evidence import EvidenceEvent
 from sandbox.seeding import check_fixture_path
 
 SUPERVISOR_MOUNT = "/opt/harness"
+#: Where the trial's model-gateway socket dir is mounted (root-only: the agent can't open it).
+GATEWAY_MOUNT = "/opt/harness-gateway"
 PYTHON_MOUNT = "/opt/harness-python"
 #: Capabilities the root supervisor keeps until it drops; the agent's sets are all empty.
 SUPERVISOR_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP", "KILL"]
@@ -79,7 +83,7 @@ class DockerRuntime:
         # Bytecode saves compiling at every trial (the mount is read-only, so nothing would
         # be cached); only when our Python is the runtime's minor version (bookworm: 3.11).
         compiled = sys.version_info[:2] == RUNTIME_PYTHON
-        for name in ("supervisor", "evidence"):
+        for name in ("supervisor", *SUPERVISOR_SIBLINGS):
             source = SUPERVISOR_PATH.with_name(f"{name}.py")
             if compiled:
                 target = Path(self._staged) / f"{name}.pyc"
@@ -326,6 +330,7 @@ class DockerSandbox(Sandbox):
                         read_only=True,
                     ),
                     Mount(PYTHON_MOUNT, volume_name, type="volume", read_only=True),
+                    *self._gateway_mounts(),
                 ],
                 pids_limit=res.pids,
                 mem_limit=f"{res.memory_mb}m",
@@ -426,6 +431,7 @@ class DockerSandbox(Sandbox):
             },
             "rlimits": {"core": 0, "nofile": self.spec.resources.nofile},
             "user": None,
+            **phase_extras(request, self._gateway_socket()),
         }
         if request.role == "agent":
             uid, gid = self._agent_id
@@ -435,12 +441,24 @@ class DockerSandbox(Sandbox):
                 SUPERVISOR_MOUNT,
                 logs,
                 *([] if self._solution_readable else ["/solution"]),
+                *([GATEWAY_MOUNT] if self.spec.gateway_socket is not None else []),
             ]
         elif self._verifier_id is not None:
             uid, gid = self._verifier_id
             payload["user"] = {"uid": uid, "gid": gid}
         result = self._call(payload)
         return PhaseResult.from_json(result)
+
+    def _gateway_mounts(self) -> list[Mount]:
+        """The trial's gateway socket dir (root-only on the host), read-only."""
+        socket = self.spec.gateway_socket
+        if socket is None:
+            return []
+        return [Mount(GATEWAY_MOUNT, str(socket.parent), type="bind", read_only=True)]
+
+    def _gateway_socket(self) -> str | None:
+        socket = self.spec.gateway_socket
+        return None if socket is None else f"{GATEWAY_MOUNT}/{socket.name}"
 
     def reset_verifier_dir(self) -> None:  # noqa: D102
         owner = {"uid": 0, "gid": 0}
