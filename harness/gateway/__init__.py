@@ -1,0 +1,34 @@
+"""The model gateway: per-trial tokens, unix sockets, providers, budgets, call records."""
+
+from __future__ import annotations
+
+from harness.gateway.faux import NO_MORE_RESPONSES, FauxProvider, load_faux_script
+from harness.gateway.providers import HTTPProvider, Provider, ProviderCall, ProviderReply
+from harness.gateway.server import Budget, Gateway, TrialAccess, TrialUsage
+from harness.models.catalog import ModelSpec
+from sandbox.credentials import CredentialStore
+
+
+def make_provider(spec: ModelSpec, credentials: CredentialStore) -> Provider:
+    """The provider of ``spec``, holding its real key (from the in-memory store only)."""
+    if spec.provider == "faux":
+        assert spec.script is not None
+        return FauxProvider(load_faux_script(spec.script), spec.upstream)
+    key = credentials.get(spec.api_key_env) if spec.api_key_env else None
+    return HTTPProvider(spec, key)
+
+
+__all__ = [
+    "NO_MORE_RESPONSES",
+    "Budget",
+    "FauxProvider",
+    "Gateway",
+    "HTTPProvider",
+    "Provider",
+    "ProviderCall",
+    "ProviderReply",
+    "TrialAccess",
+    "TrialUsage",
+    "load_faux_script",
+    "make_provider",
+]

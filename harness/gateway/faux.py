@@ -1,0 +1,451 @@
+"""The ``faux`` provider: scripted responses, a per-trial queue consumed in order.
+
+The script format is in docs/model-access.md §5. Responses are rendered in whichever API
+the agent called (chat completions, responses, messages), streamed when asked. Usage is
+estimated as ceil(chars/4); faux models have no cost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+from harness.gateway.providers import Provider, ProviderCall, ProviderError, ProviderReply
+
+NO_MORE_RESPONSES = "No more faux responses queued"
+
+
+@dataclass(frozen=True)
+class FauxToolCall:
+    """One scripted tool call."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class FauxResponse:
+    """One scripted model answer."""
+
+    text: str = ""
+    tool_calls: tuple[FauxToolCall, ...] = ()
+    stop_reason: str | None = None
+    error_status: int | None = None
+    error_message: str = ""
+
+    @property
+    def stop(self) -> str:
+        """The normalized stop reason (``tool_use`` with tool calls, else ``stop``)."""
+        if self.stop_reason is not None:
+            return self.stop_reason
+        return "tool_use" if self.tool_calls else "stop"
+
+
+@dataclass(frozen=True)
+class FauxScript:
+    """A whole script: default responses and per-task ones."""
+
+    path: Path
+    responses: tuple[FauxResponse, ...] = ()
+    tasks: Mapping[str, tuple[FauxResponse, ...]] = field(default_factory=dict)
+
+    def queue_for(self, task_name: str) -> deque[FauxResponse]:
+        """A fresh queue for one trial of ``task_name``."""
+        return deque(self.tasks.get(task_name, self.responses))
+
+
+def _parse_response(where: str, item: Any) -> FauxResponse:
+    if not isinstance(item, dict):
+        raise UsageError(f"{where}: a response must be an object")
+    unknown = sorted(set(item) - {"text", "tool_calls", "stop_reason", "error"})
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    text = item.get("text", "")
+    if not isinstance(text, str):
+        raise UsageError(f"{where}.text must be a string")
+    calls = []
+    for n, call in enumerate(item.get("tool_calls") or []):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise UsageError(f"{where}.tool_calls[{n}] needs a string name")
+        args = call.get("arguments", {})
+        if not isinstance(args, dict):
+            raise UsageError(f"{where}.tool_calls[{n}].arguments must be an object")
+        call_id = call.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise UsageError(f"{where}.tool_calls[{n}].id must be a string")
+        calls.append(FauxToolCall(call["name"], args, call_id))
+    stop = item.get("stop_reason")
+    if stop is not None and not isinstance(stop, str):
+        raise UsageError(f"{where}.stop_reason must be a string")
+    error = item.get("error")
+    status, message = None, ""
+    if error is not None:
+        if not isinstance(error, dict) or not isinstance(error.get("status"), int):
+            raise UsageError(f"{where}.error needs an integer status")
+        status, message = int(error["status"]), str(error.get("message", "faux error"))
+        if not 400 <= status <= 599:
+            raise UsageError(f"{where}.error.status must be an HTTP error status (400-599)")
+    return FauxResponse(text, tuple(calls), stop, status, message)
+
+
+def _parse_list(path: Path, where: str, items: Any) -> tuple[FauxResponse, ...]:
+    if not isinstance(items, list):
+        raise UsageError(f"{path}: {where} must be a list of responses")
+    return tuple(_parse_response(f"{path}: {where}[{n}]", item) for n, item in enumerate(items))
+
+
+def load_faux_script(path: Path) -> FauxScript:
+    """Read and validate a faux script.
+
+    Raises:
+        UsageError: unreadable or invalid, naming the file and the entry.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"faux script {path}: {exc}") from None
+    if isinstance(data, list):
+        return FauxScript(path, _parse_list(path, "responses", data))
+    if not isinstance(data, dict):
+        raise UsageError(f"faux script {path}: expected an object or a list of responses")
+    unknown = sorted(set(data) - {"responses", "tasks"})
+    if unknown:
+        raise UsageError(f"faux script {path}: unknown key(s) {', '.join(unknown)}")
+    tasks_raw = data.get("tasks", {})
+    if not isinstance(tasks_raw, dict):
+        raise UsageError(f"faux script {path}: tasks must be an object of task name → list")
+    tasks = {name: _parse_list(path, f"tasks.{name}", v) for name, v in tasks_raw.items()}
+    return FauxScript(path, _parse_list(path, "responses", data.get("responses", [])), tasks)
+
+
+def estimate_tokens(chars: int) -> int:
+    """ceil(chars / 4), the faux usage estimate."""
+    return math.ceil(chars / 4)
+
+
+def _text_chars(value: Any) -> int:
+    """Characters of every string inside ``value`` (message texts, tool results, ...)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_text_chars(v) for k, v in value.items() if k not in ("type", "role", "id"))
+    if isinstance(value, list):
+        return sum(_text_chars(v) for v in value)
+    return 0
+
+
+def _request_chars(body: Mapping[str, Any]) -> int:
+    return sum(
+        _text_chars(body.get(key)) for key in ("messages", "input", "system", "instructions")
+    )
+
+
+class FauxProvider(Provider):
+    """Answers each trial from its own copy of the script's queue."""
+
+    apis = frozenset({"openai-chat", "openai-responses", "anthropic-messages"})
+
+    def __init__(self, script: FauxScript, model: str) -> None:
+        self.script = script
+        self.model = model
+        self._queues: dict[str, deque[FauxResponse]] = {}
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    def open_trial(self, trial_id: str, task_name: str) -> None:  # noqa: D102
+        with self._lock:
+            self._queues[trial_id] = self.script.queue_for(task_name)
+
+    def close_trial(self, trial_id: str) -> None:  # noqa: D102
+        with self._lock:
+            self._queues.pop(trial_id, None)
+
+    def remaining(self, trial_id: str) -> int:
+        """Responses left in a trial's queue."""
+        with self._lock:
+            return len(self._queues.get(trial_id, ()))
+
+    async def send(self, call: ProviderCall) -> ProviderReply:  # noqa: D102
+        with self._lock:
+            queue = self._queues.get(call.trial_id)
+            if not queue:
+                raise ProviderError(NO_MORE_RESPONSES)
+            response = queue.popleft()
+            self._counter += 1
+            seq = self._counter
+        if response.error_status is not None:
+            return ProviderReply(
+                response.error_status,
+                "application/json",
+                body=json.dumps(_error_body(call.api, response.error_message)).encode(),
+            )
+        out_chars = len(response.text) + sum(
+            len(c.name) + len(json.dumps(c.arguments)) for c in response.tool_calls
+        )
+        usage = (estimate_tokens(_request_chars(call.body)), estimate_tokens(out_chars))
+        rendered = _Rendered(call, response, seq, usage, self.model)
+        if call.stream:
+            return ProviderReply(200, "text/event-stream", chunks=rendered.stream())
+        return ProviderReply(200, "application/json", body=json.dumps(rendered.body()).encode())
+
+
+def _error_body(api: str, message: str) -> dict[str, Any]:
+    if api == "anthropic-messages":
+        return {"type": "error", "error": {"type": "faux_error", "message": message}}
+    return {"error": {"message": message, "type": "faux_error"}}
+
+
+_OPENAI_FINISH = {"stop": "stop", "tool_use": "tool_calls", "length": "length"}
+_ANTHROPIC_STOP = {"stop": "end_turn", "tool_use": "tool_use", "length": "max_tokens"}
+
+
+def _sse(payload: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(payload)}\n\n".encode()
+
+
+class _Rendered:
+    """One faux response in the shape of one API."""
+
+    def __init__(
+        self,
+        call: ProviderCall,
+        response: FauxResponse,
+        seq: int,
+        usage: tuple[int, int],
+        model: str,
+    ) -> None:
+        self.call = call
+        self.response = response
+        self.seq = seq
+        self.input_tokens, self.output_tokens = usage
+        self.model = model
+        self.created = int(time.time())
+        self.call_ids = [c.id or f"call_faux_{seq}_{n}" for n, c in enumerate(response.tool_calls)]
+
+    # -- whole bodies ------------------------------------------------------------------------
+
+    def body(self) -> dict[str, Any]:
+        api = self.call.api
+        if api == "anthropic-messages":
+            return self._anthropic()
+        if api == "openai-responses":
+            return self._responses()
+        return self._chat()
+
+    def _chat(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.response.text or None}
+        if self.response.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                }
+                for call_id, c in zip(self.call_ids, self.response.tool_calls, strict=True)
+            ]
+        stop = self.response.stop
+        return {
+            "id": f"chatcmpl-faux-{self.seq}",
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": _OPENAI_FINISH.get(stop, stop)}
+            ],
+            "usage": {
+                "prompt_tokens": self.input_tokens,
+                "completion_tokens": self.output_tokens,
+                "total_tokens": self.input_tokens + self.output_tokens,
+            },
+        }
+
+    def _anthropic_content(self) -> list[dict[str, Any]]:
+        content: list[dict[str, Any]] = []
+        if self.response.text:
+            content.append({"type": "text", "text": self.response.text})
+        for call_id, c in zip(self.call_ids, self.response.tool_calls, strict=True):
+            content.append(
+                {"type": "tool_use", "id": call_id, "name": c.name, "input": c.arguments}
+            )
+        return content
+
+    def _anthropic(self) -> dict[str, Any]:
+        stop = self.response.stop
+        return {
+            "id": f"msg_faux_{self.seq}",
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": self._anthropic_content(),
+            "stop_reason": _ANTHROPIC_STOP.get(stop, stop),
+            "stop_sequence": None,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+        }
+
+    def _responses_output(self) -> list[dict[str, Any]]:
+        output: list[dict[str, Any]] = []
+        if self.response.text:
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_faux_{self.seq}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [
+                        {"type": "output_text", "text": self.response.text, "annotations": []}
+                    ],
+                }
+            )
+        for n, (call_id, c) in enumerate(zip(self.call_ids, self.response.tool_calls, strict=True)):
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_faux_{self.seq}_{n}",
+                    "call_id": call_id,
+                    "name": c.name,
+                    "arguments": json.dumps(c.arguments),
+                    "status": "completed",
+                }
+            )
+        return output
+
+    def _responses(self, status: str | None = None) -> dict[str, Any]:
+        stop = self.response.stop
+        final = "incomplete" if stop == "length" else "completed"
+        return {
+            "id": f"resp_faux_{self.seq}",
+            "object": "response",
+            "created_at": self.created,
+            "status": status or final,
+            "model": self.model,
+            "output": [] if status == "in_progress" else self._responses_output(),
+            "incomplete_details": {"reason": "max_output_tokens"} if stop == "length" else None,
+            "usage": {
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+                "total_tokens": self.input_tokens + self.output_tokens,
+            },
+        }
+
+    # -- streams -----------------------------------------------------------------------------
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        api = self.call.api
+        if api == "anthropic-messages":
+            events = self._anthropic_events()
+        elif api == "openai-responses":
+            events = self._responses_events()
+        else:
+            events = self._chat_events()
+        for chunk in events:
+            yield chunk
+
+    def _chat_events(self) -> list[bytes]:
+        base = {
+            "id": f"chatcmpl-faux-{self.seq}",
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return _sse({**base, "choices": [choice]})
+
+        events = [chunk({"role": "assistant", "content": ""})]
+        if self.response.text:
+            events.append(chunk({"content": self.response.text}))
+        for n, (call_id, c) in enumerate(zip(self.call_ids, self.response.tool_calls, strict=True)):
+            tool = {
+                "index": n,
+                "id": call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            events.append(chunk({"tool_calls": [tool]}))
+        stop = self.response.stop
+        events.append(chunk({}, _OPENAI_FINISH.get(stop, stop)))
+        options = self.call.body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            usage = self._chat()["usage"]
+            events.append(_sse({**base, "choices": [], "usage": usage}))
+        events.append(b"data: [DONE]\n\n")
+        return events
+
+    def _anthropic_events(self) -> list[bytes]:
+        start = {**self._anthropic(), "content": [], "stop_reason": None}
+        start["usage"] = {"input_tokens": self.input_tokens, "output_tokens": 0}
+        events = [_sse({"type": "message_start", "message": start}, "message_start")]
+        for index, block in enumerate(self._anthropic_content()):
+            if block["type"] == "text":
+                opening: dict[str, Any] = {"type": "text", "text": ""}
+                delta: dict[str, Any] = {"type": "text_delta", "text": block["text"]}
+            else:
+                opening = {**block, "input": {}}
+                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            events.append(
+                _sse(
+                    {"type": "content_block_start", "index": index, "content_block": opening},
+                    "content_block_start",
+                )
+            )
+            events.append(
+                _sse(
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                    "content_block_delta",
+                )
+            )
+            events.append(
+                _sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+            )
+        stop = self.response.stop
+        events.append(
+            _sse(
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": _ANTHROPIC_STOP.get(stop, stop),
+                        "stop_sequence": None,
+                    },
+                    "usage": {"output_tokens": self.output_tokens},
+                },
+                "message_delta",
+            )
+        )
+        events.append(_sse({"type": "message_stop"}, "message_stop"))
+        return events
+
+    def _responses_events(self) -> list[bytes]:
+        seq = 0
+
+        def event(kind: str, payload: dict[str, Any]) -> bytes:
+            nonlocal seq
+            seq += 1
+            return _sse({"type": kind, "sequence_number": seq, **payload}, kind)
+
+        events = [event("response.created", {"response": self._responses("in_progress")})]
+        for index, item in enumerate(self._responses_output()):
+            events.append(
+                event("response.output_item.added", {"output_index": index, "item": item})
+            )
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                events.append(
+                    event(
+                        "response.output_text.delta",
+                        {"output_index": index, "content_index": 0, "delta": text},
+                    )
+                )
+            events.append(event("response.output_item.done", {"output_index": index, "item": item}))
+        events.append(event("response.completed", {"response": self._responses()}))
+        return events

@@ -1,0 +1,152 @@
+"""The provider seam: where the gateway sends a model call.
+
+``HTTPProvider`` forwards to a real endpoint (OpenAI-compatible or Anthropic) with the real
+key added on the way out; ``FauxProvider`` (in :mod:`harness.gateway.faux`) answers from a
+script. Tests drive ``HTTPProvider`` against real HTTP servers on loopback.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from harness.models.catalog import ModelSpec, default_base_url
+
+#: API of each endpoint the gateway serves, by path.
+ENDPOINTS: dict[str, str] = {
+    "/v1/chat/completions": "openai-chat",
+    "/v1/responses": "openai-responses",
+    "/v1/messages": "anthropic-messages",
+}
+#: Client headers passed upstream (everything else, auth above all, is dropped).
+PASSTHROUGH_HEADERS = ("anthropic-version", "anthropic-beta", "openai-beta", "accept")
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+class ProviderError(Exception):
+    """The provider could not produce an answer (unreachable, or a faux queue is empty)."""
+
+
+@dataclass(frozen=True)
+class ProviderCall:
+    """One model call, already checked by the gateway."""
+
+    trial_id: str
+    task_name: str
+    api: str
+    path: str
+    body: dict[str, Any]
+    stream: bool
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ProviderReply:
+    """A provider's answer: a whole body, or a stream of chunks."""
+
+    status: int
+    content_type: str
+    body: bytes | None = None
+    chunks: AsyncIterator[bytes] | None = None
+    aclose: Callable[[], Awaitable[None]] | None = None
+
+
+class Provider(ABC):
+    """Where model calls go. One instance serves every trial of a run."""
+
+    #: APIs (see ``ENDPOINTS``) this provider answers.
+    apis: frozenset[str] = frozenset()
+
+    def open_trial(self, trial_id: str, task_name: str) -> None:  # noqa: B027 - optional
+        """Per-trial state begins (e.g. a faux queue)."""
+
+    def close_trial(self, trial_id: str) -> None:  # noqa: B027 - optional
+        """Per-trial state ends."""
+
+    @abstractmethod
+    async def send(self, call: ProviderCall) -> ProviderReply:
+        """Answer one call.
+
+        Raises:
+            ProviderError: no answer could be produced.
+        """
+
+    async def aclose(self) -> None:  # noqa: B027 - optional
+        """Release connections."""
+
+
+class HTTPProvider(Provider):
+    """Forwards calls to an OpenAI-compatible or Anthropic endpoint with the real key."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        api_key: str | None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_sec: float = 600.0,
+    ) -> None:
+        base = default_base_url(spec)
+        if base is None:
+            raise ValueError(f"{spec.id} has no endpoint")
+        self.spec = spec
+        self.base_url = base
+        self.apis = (
+            frozenset({"openai-chat", "openai-responses"})
+            if spec.provider == "openai"
+            else frozenset({"anthropic-messages"})
+        )
+        self._auth: dict[str, str] = {}
+        if api_key is not None:
+            if spec.provider == "openai" or spec.api_key_env == "ANTHROPIC_AUTH_TOKEN":
+                self._auth["authorization"] = f"Bearer {api_key}"
+            else:
+                self._auth["x-api-key"] = api_key
+        self._client = httpx.AsyncClient(
+            transport=transport,
+            timeout=httpx.Timeout(timeout_sec, connect=30.0),
+            follow_redirects=False,
+            trust_env=False,  # never send the key through a proxy from the environment
+        )
+
+    def url(self, path: str) -> str:
+        """The upstream URL of a gateway path."""
+        if self.spec.provider == "openai":
+            # base_url ends in /v1 (as OpenAI clients expect); our paths start with /v1.
+            return self.base_url + path.removeprefix("/v1")
+        return self.base_url + path
+
+    async def send(self, call: ProviderCall) -> ProviderReply:  # noqa: D102
+        headers = {k: v for k, v in call.headers.items() if k in PASSTHROUGH_HEADERS}
+        if call.api == "anthropic-messages":
+            headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+        headers.update(self._auth)
+        request = self._client.build_request(
+            "POST", self.url(call.path), json=call.body, headers=headers
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"{self.spec.provider} endpoint unreachable: {exc}") from None
+        content_type = response.headers.get("content-type", "application/json")
+        if call.stream and response.status_code < 400 and "event-stream" in content_type:
+            return ProviderReply(
+                response.status_code,
+                content_type,
+                chunks=response.aiter_bytes(),
+                aclose=response.aclose,
+            )
+        try:
+            body = await response.aread()
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"{self.spec.provider} endpoint broke off: {exc}") from None
+        finally:
+            await response.aclose()
+        return ProviderReply(response.status_code, content_type, body=body)
+
+    async def aclose(self) -> None:  # noqa: D102
+        await self._client.aclose()
