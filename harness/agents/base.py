@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from harness.tasks import Task
-from sandbox.backend import Sandbox
+from sandbox.backend import PhaseResult, Sandbox
+
+if TYPE_CHECKING:
+    from harness.agents.context import AgentContext
+
+ModelUse = Literal["required", "optional", "none"]
 
 
 @dataclass(frozen=True)
@@ -17,6 +22,8 @@ class AgentCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     stdin: str | None = None
+    #: Run an in-sandbox stdlib entry point after the drop instead of exec'ing ``argv``.
+    entry: dict[str, Any] | None = None
 
 
 class Agent(ABC):
@@ -29,6 +36,12 @@ class Agent(ABC):
 
     name: str = "agent"
     session_file: str | None = None
+    #: Whether the agent needs a model (``required``), can use one (``optional``: it gets
+    #: the gateway when a model is selected) or never calls one (``none``).
+    model_use: ModelUse = "none"
+    #: Trusted agents run in the harness process (``run_in_harness``) and act on the
+    #: sandbox through ``AgentContext.exec``; all others run as a sandbox phase.
+    in_process: bool = False
 
     def check(self, task: Task) -> None:  # noqa: B027 - optional hook
         """Raise ``AgentConfigError`` if this agent cannot run ``task`` (before any trial)."""
@@ -39,6 +52,14 @@ class Agent(ABC):
     @abstractmethod
     def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:
         """The command of the agent phase."""
+
+    def run_in_harness(self, context: AgentContext) -> None:
+        """Run a trusted in-process agent (only when ``in_process`` is true)."""
+        raise NotImplementedError(f"{self.name} runs in the sandbox, not in the harness")
+
+    def explain_failure(self, sandbox: Sandbox, result: PhaseResult) -> str | None:
+        """The agent's own message for a failed run (e.g. from its session), if it has one."""
+        return None
 
     def dispose(self) -> None:  # noqa: B027 - optional hook
         """Release per-trial agent state (a cleanup step; must be idempotent)."""

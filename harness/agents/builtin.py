@@ -51,6 +51,7 @@ class CommandAgent(Agent):
     """
 
     name = "command"
+    model_use = "optional"
     PLACEHOLDERS = ("instruction_file", "workspace")
 
     def __init__(self, command_line: str) -> None:
@@ -82,15 +83,24 @@ class CommandAgent(Agent):
         return {"name": self.name, "command": self.command_line}
 
 
-AGENT_NAMES = ("oracle", "nop", "command")
+AGENT_NAMES = ("oracle", "nop", "command", "builtin", "python:module:Class")
 
 
-def make_agent(name: str, *, agent_cmd: str | None = None) -> Agent:
+def make_agent(name: str, *, agent_cmd: str | None = None, max_turns: int | None = None) -> Agent:
     """Build an agent by name.
 
     Raises:
         UsageError: for an unknown name, or a missing/unexpected ``--agent-cmd``.
     """
+    from harness.agents.python_agent import PREFIX, PythonAgent
+    from harness.agents.tool_loop import DEFAULT_MAX_TURNS, BuiltinAgent
+
+    if max_turns is not None and name != "builtin":
+        raise UsageError(f"max_turns applies to --agent builtin, not --agent {name}")
+    if name == "builtin" and not agent_cmd:
+        return BuiltinAgent(max_turns=max_turns or DEFAULT_MAX_TURNS)
+    if name.startswith(PREFIX) and not agent_cmd:
+        return PythonAgent(name)
     if name == "command":
         if not agent_cmd:
             raise UsageError("--agent command needs --agent-cmd 'PROGRAM ARGS...'")

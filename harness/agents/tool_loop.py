@@ -1,0 +1,73 @@
+"""The ``builtin`` agent: a stdlib tool loop that runs inside the sandbox, after the drop.
+
+Its code is ``sandbox/agent_loop.py``; the supervisor runs it in-process in the dropped
+child (no interpreter of the task image is trusted, none is needed). It talks to the model
+only through the trial's gateway and writes ``session.jsonl`` (docs/model-access.md §3).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.agents.base import Agent, AgentCommand
+from harness.errors import UsageError
+from harness.models.catalog import ModelSpec
+from harness.tasks import Task
+from sandbox.backend import PhaseResult, Sandbox
+
+SESSION_FILE = "session.jsonl"
+DEFAULT_MAX_TURNS = 30
+
+
+class BuiltinAgent(Agent):
+    """The built-in tool-using agent (read, write, edit, ls, grep, find, shell)."""
+
+    name = "builtin"
+    session_file = SESSION_FILE
+    model_use = "required"
+
+    def __init__(self, *, max_turns: int = DEFAULT_MAX_TURNS) -> None:
+        if max_turns < 1:
+            raise UsageError("max_turns must be at least 1")
+        self.max_turns = max_turns
+        self.model: ModelSpec | None = None
+
+    def use_model(self, model: ModelSpec) -> None:
+        """Bind the run's model (chosen explicitly, checked before any trial)."""
+        self.model = model
+
+    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:  # noqa: D102
+        if self.model is None:
+            raise UsageError("the builtin agent has no model; select one with --model")
+        api = "anthropic-messages" if self.model.api == "anthropic-messages" else "openai-chat"
+        config: dict[str, Any] = {
+            "api": api,
+            "model": self.model.upstream,
+            "model_label": self.model.id,
+            "max_turns": self.max_turns,
+        }
+        return AgentCommand(
+            argv=["harness-builtin-agent"],
+            entry={"module": "agent_loop", "config": config},
+        )
+
+    def explain_failure(self, sandbox: Sandbox, result: PhaseResult) -> str | None:
+        """The ``end`` line's error from the session (the strict-completion message)."""
+        data, event = sandbox.read_file(
+            f"{sandbox.paths.session}/{SESSION_FILE}", max_bytes=16 << 20
+        )
+        if data is None or event is not None:
+            return None
+        for line in reversed(data.decode("utf-8", "replace").splitlines()):
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(entry, dict) and entry.get("type") == "end":
+                error = entry.get("error")
+                return str(error) if error else None
+        return None
+
+    def describe(self) -> dict[str, Any]:  # noqa: D102
+        return {"name": self.name, "max_turns": self.max_turns}
