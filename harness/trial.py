@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.agents.base import Agent
+from harness.agents.context import AgentContext
 from harness.errors import VerifierError
+from harness.gateway import Gateway, TrialAccess, TrialUsage
 from harness.grading import read_rewards
 from harness.records import (
     AgentRef,
@@ -30,6 +32,7 @@ from harness.records import (
     Usage,
 )
 from harness.tasks import Task
+from harness.transcript import write_transcript
 from sandbox.backend import PhaseRequest, PhaseResult, Resources, Sandbox, SandboxSpec
 from sandbox.cleanup import CleanupStep, run_cleanup
 from sandbox.environment import EnvironmentIsolation, isolated_env
@@ -45,6 +48,10 @@ from sandbox.evidence import EvidenceEvent
 from sandbox.seeding import Fixture, collect_fixture_dir
 
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
+
+
+class AgentRunError(Exception):
+    """The agent ran and failed; the message is the agent's own when it gave one."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class TrialSettings:
     max_output_bytes: int = 4 << 20
     cancel: threading.Event = field(default_factory=threading.Event)
     on_phase: Callable[[str, str], None] | None = None
+    #: The run's model gateway, when a model was selected (per-trial tokens and sockets).
+    gateway: Gateway | None = None
     _active: set[Sandbox] = field(default_factory=set, repr=False)
     _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -145,6 +154,8 @@ class _TrialRun:
         self.isolation = EnvironmentIsolation(target={})
         self.evidence = settings.run_dir / "trials" / plan.id
         self.phase = "prepare"
+        self.access: TrialAccess | None = None
+        self.model_usage: TrialUsage | None = None
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -203,6 +214,7 @@ class _TrialRun:
             extra={
                 **self.task.config.environment.env,
                 "HARNESS_WORKSPACE": paths.workspace,
+                "HARNESS_SESSION_DIR": paths.session,
                 "HARNESS_TRIAL_ID": self.plan.id,
                 **extra,
             },
@@ -215,7 +227,15 @@ class _TrialRun:
         if self.task.workspace_dir is not None:
             fixtures = collect_fixture_dir(self.task.workspace_dir)
         env_cfg = self.task.config.environment
+        gateway, agent = self.settings.gateway, self.settings.agent
+        if gateway is not None and agent.model_use != "none":
+            self.access = gateway.open_trial(
+                self.plan.id, self.task.name, self.evidence / "model_calls.jsonl"
+            )
+        # Only a sandboxed agent gets the socket; a trusted in-process agent calls directly.
+        socket = None if self.access is None or agent.in_process else self.access.socket_path
         return SandboxSpec(
+            gateway_socket=socket,
             trial_id=self.plan.id,
             fixtures=fixtures,
             resources=Resources(
@@ -240,23 +260,34 @@ class _TrialRun:
             sandbox.paths.instruction, self.task.instruction.encode(), agent_readable=True
         )
         agent.prepare(self.task, sandbox)
+        if agent.in_process:
+            self.execute_in_harness()
+            return
         command = agent.command(self.task, sandbox)
-        env = self._base_env(
-            {"HARNESS_INSTRUCTION_FILE": sandbox.paths.instruction, **command.env}
-        )
+        env = self._base_env({"HARNESS_INSTRUCTION_FILE": sandbox.paths.instruction, **command.env})
         self.isolation.apply(env)
         timeout = self.task.agent_timeout_sec
-        result = sandbox.run_phase(
-            PhaseRequest(
-                role="agent",
-                argv=command.argv,
-                env=dict(self.isolation.target),
-                stdin=command.stdin,
-                timeout_sec=timeout,
-                secret_env=self.settings.secret_env,
-                max_output_bytes=self.settings.max_output_bytes,
+        access = self.access
+        try:
+            result = sandbox.run_phase(
+                PhaseRequest(
+                    role="agent",
+                    argv=command.argv,
+                    env=dict(self.isolation.target),
+                    stdin=command.stdin,
+                    timeout_sec=timeout,
+                    secret_env={
+                        **self.settings.secret_env,
+                        **(access.secret_env() if access else {}),
+                    },
+                    max_output_bytes=self.settings.max_output_bytes,
+                    gateway_env=access.agent_env() if access else {},
+                    entry=command.entry,
+                )
             )
-        )
+        finally:
+            # The agent is dead: nothing may call the model from here on.
+            self.revoke_model_access()
         # "agent" is the agent process's own lifetime; everything else is harness overhead.
         self.clock.timings["agent"] = result.process_sec or result.duration_sec
         self.clock.timings["agent_phase"] = result.duration_sec
@@ -280,11 +311,74 @@ class _TrialRun:
                 "execute",
             )
         elif result.exit_code not in (0, None):
+            explained = agent.explain_failure(sandbox, result)
             self._fail(
                 TrialStatus.AGENT_ERROR,
-                RuntimeError(f"agent exited with code {result.exit_code}"),
+                AgentRunError(explained or f"agent exited with code {result.exit_code}"),
                 "execute",
             )
+
+    def execute_in_harness(self) -> None:
+        """Run a trusted in-process agent under the agent timeout."""
+        sandbox = self.sandbox
+        assert sandbox is not None
+        timeout = self.task.agent_timeout_sec
+        env = self._base_env({"HARNESS_INSTRUCTION_FILE": sandbox.paths.instruction})
+        gateway, access = self.settings.gateway, self.access
+        chat = None
+        if gateway is not None and access is not None:
+            trial_id = access.trial_id
+
+            def chat(path: str, body: dict[str, Any]) -> tuple[int, Any]:
+                return gateway.call(trial_id, path, body)
+
+        start = time.monotonic()
+        context = AgentContext(
+            self.task,
+            sandbox,
+            env=env,
+            deadline=None if timeout is None else start + timeout,
+            chat=chat,
+            model=self.settings.model,
+            log_path=self.evidence / "agent_exec.jsonl",
+            max_output_bytes=self.settings.max_output_bytes,
+        )
+        failure: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                self.settings.agent.run_in_harness(context)
+            except BaseException as exc:  # reported as the trial's agent error
+                failure.append(exc)
+
+        worker = threading.Thread(target=target, name=f"agent-{self.plan.id}", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        timed_out = worker.is_alive()
+        if timed_out:
+            context.expire()
+            worker.join(30)  # a running exec ends by its own deadline
+        self.revoke_model_access()
+        self.clock.timings["agent"] = time.monotonic() - start
+        self.clock.timings["agent_phase"] = self.clock.timings["agent"]
+        if timed_out:
+            self._fail(
+                TrialStatus.AGENT_TIMEOUT,
+                TimeoutError(f"agent did not finish within {timeout:g}s"),
+                "execute",
+            )
+        elif failure:
+            exc = failure[0]
+            self._fail(
+                TrialStatus.AGENT_ERROR, AgentRunError(f"{type(exc).__name__}: {exc}"), "execute"
+            )
+
+    def revoke_model_access(self) -> None:
+        """End the trial's gateway access (idempotent) and take its usage totals."""
+        if self.access is not None and self.settings.gateway is not None:
+            usage = self.settings.gateway.revoke(self.access.trial_id)
+            if usage is not None:
+                self.model_usage = usage
 
     def collect(self) -> None:
         assert self.sandbox is not None
@@ -321,8 +415,7 @@ class _TrialRun:
         self._copy(paths.verifier, self.evidence / "verifier")
         if result.error is not None:
             raise VerifierError(
-                f"verifier could not run: {result.error.get('type')}: "
-                f"{result.error.get('message')}"
+                f"verifier could not run: {result.error.get('type')}: {result.error.get('message')}"
             )
         if result.timed_out:
             raise VerifierError(f"verifier timed out after {timeout:g}s")
@@ -349,11 +442,18 @@ class _TrialRun:
         self.evidence.mkdir(parents=True, exist_ok=True)
         (self.evidence / "session.jsonl").write_bytes(data)
 
+    def dispose(self) -> None:
+        """Dispose of the agent's per-trial state; its model token is dead by now."""
+        try:
+            self.revoke_model_access()
+        finally:
+            self.settings.agent.dispose()
+
     def cleanup_steps(self) -> list[CleanupStep]:
         sandbox = self.sandbox
         return [
             CleanupStep("snapshot_session", self.snapshot_session),
-            CleanupStep("dispose", self.settings.agent.dispose),
+            CleanupStep("dispose", self.dispose),
             CleanupStep("remove_root", sandbox.stop if sandbox is not None else lambda: None),
             CleanupStep("restore_env", self.isolation.restore),
         ]
@@ -397,10 +497,34 @@ class _TrialRun:
                 self.events.append({"type": "cleanup_failed", "message": message})
             if self.status is TrialStatus.COMPLETED:
                 self.status = TrialStatus.ENVIRONMENT_ERROR
+        self.write_transcript()
         self.clock.timings["total"] = time.perf_counter() - start
         if isinstance(run_error, KeyboardInterrupt | SystemExit):
             raise run_error
         return self._record(started_at)
+
+    def write_transcript(self) -> None:
+        """Derive ``transcript.jsonl`` from the session and the model calls (if any)."""
+        try:
+            write_transcript(self.evidence)
+        except Exception as exc:  # evidence is kept as is; the failure is recorded
+            self.events.append(
+                {"type": "transcript_failed", "detail": f"{type(exc).__name__}: {exc}"}
+            )
+
+    def _usage(self) -> Usage:
+        usage = self.model_usage
+        if usage is None:
+            return Usage()
+        return Usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.total_tokens,
+            cost_usd=usage.cost_usd,
+            calls=usage.calls,
+            cached_tokens=usage.cached_tokens,
+            refused_calls=usage.refused,
+        )
 
     def _run_phases(self) -> None:
         try:
@@ -460,7 +584,7 @@ class _TrialRun:
             rewards=self.rewards,
             errors=self.errors,
             timings=self.clock.timings,
-            usage=Usage(),
+            usage=self._usage(),
             versions=dict(self.settings.versions),
             started_at=started_at,
             finished_at=datetime.now(UTC),
