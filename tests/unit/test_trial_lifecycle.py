@@ -319,6 +319,7 @@ def test_agent_env_is_isolated_and_secrets_travel_separately(
     assert not {k for k in request.env if k.startswith("HARNESS_")} - {
         "HARNESS_WORKSPACE",
         "HARNESS_TRIAL_ID",
+        "HARNESS_SESSION_DIR",
         "HARNESS_INSTRUCTION_FILE",
     }
     assert canary not in record.model_dump_json()
