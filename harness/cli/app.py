@@ -49,6 +49,15 @@ def _register_export_command() -> None:
 
 _register_export_command()
 
+
+def _register_models_command() -> None:
+    from harness.cli.models_cmd import models_app
+
+    app.add_typer(models_app, name="models")
+
+
+_register_models_command()
+
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
