@@ -74,6 +74,9 @@ ensure_runsc_pkg() {
 # Merge the runsc runtime into daemon.json without clobbering other keys.
 # runsc only works on this kind of host with --network=none (its netstack
 # cannot join docker's bridge here), so the flag is baked into the runtime.
+# --host-uds=open lets a sandbox connect to a host unix socket bind-mounted into it
+# (the trial's model-gateway socket, in a root-only dir); it cannot create any.
+RUNSC_CHANGED=0
 register_runsc() {
     [[ $NO_RUNSC == 1 ]] && return 0
     local runsc_bin py
@@ -81,14 +84,15 @@ register_runsc() {
     py=/usr/bin/python3
     [[ -x $py ]] || py=$(command -v python3) || die "python3 is needed to edit $DAEMON_JSON"
     mkdir -p "$(dirname "$DAEMON_JSON")"
-    "$py" - "$DAEMON_JSON" "$runsc_bin" <<'PY'
+    local changed
+    changed=$("$py" - "$DAEMON_JSON" "$runsc_bin" <<'PY'
 import json, os, sys
 path, runsc = sys.argv[1], sys.argv[2]
 cfg = {}
 if os.path.exists(path) and os.path.getsize(path) > 0:
     with open(path) as f:
         cfg = json.load(f)
-want = {"path": runsc, "runtimeArgs": ["--network=none"]}
+want = {"path": runsc, "runtimeArgs": ["--network=none", "--host-uds=open"]}
 runtimes = cfg.setdefault("runtimes", {})
 if runtimes.get("runsc") != want:
     runtimes["runsc"] = want
@@ -97,7 +101,11 @@ if runtimes.get("runsc") != want:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)
+    print("changed")
 PY
+)
+    [[ $changed == changed ]] && RUNSC_CHANGED=1
+    return 0
 }
 
 runtimes() {
@@ -116,7 +124,7 @@ finish_running_engine() {
     ensure_runsc_pkg no-update
     register_runsc
     if [[ $NO_RUNSC != 1 ]] && command -v runsc >/dev/null 2>&1 &&
-        ! grep -qw runsc <<<"$(runtimes)"; then
+        { [[ $RUNSC_CHANGED == 1 ]] || ! grep -qw runsc <<<"$(runtimes)"; }; then
         local pids
         # Runtimes are hot-reloadable: SIGHUP makes dockerd re-read daemon.json.
         if pids=$(pidof dockerd 2>/dev/null); then
