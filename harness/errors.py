@@ -17,3 +17,10 @@ class AgentConfigError(UsageError):
 
 class VerifierError(HarnessError):
     """The verifier produced no usable reward; the message says which file and why."""
+
+
+class TrialCancelled(HarnessError):
+    """The run was interrupted (Ctrl-C, SIGTERM) before this trial could go on.
+
+    The trial is recorded ``cancelled``; ``harness run --resume RUN_DIR`` reruns it.
+    """

@@ -11,7 +11,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.agents.base import Agent
 from harness.agents.context import AgentContext
-from harness.errors import VerifierError
+from harness.errors import TrialCancelled, VerifierError
 from harness.gateway import Gateway, TrialAccess, TrialUsage
 from harness.grading import read_rewards
 from harness.records import (
@@ -83,6 +83,9 @@ class TrialSettings:
     on_phase: Callable[[str, str], None] | None = None
     #: The run's model gateway, when a model was selected (per-trial tokens and sockets).
     gateway: Gateway | None = None
+    #: Bounds agent phases across the run's trials: ``agent_slot(trial_id)`` is held
+    #: around the execute phase (``agent_concurrency``); None means no bound.
+    agent_slot: Callable[[str], AbstractContextManager[object]] | None = None
     _active: set[Sandbox] = field(default_factory=set, repr=False)
     _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -163,6 +166,9 @@ class _TrialRun:
         self.phase = phase
         if self.settings.on_phase is not None:
             self.settings.on_phase(self.plan.id, phase)
+        if phase in ("execute", "grade") and self.settings.cancel.is_set():
+            # Interrupted: no agent starts and nothing is graded; the cleanup still runs.
+            raise TrialCancelled(f"run interrupted before the {phase} phase")
 
     def _fail(self, status: TrialStatus, exc: BaseException, phase: str) -> None:
         if self.status is TrialStatus.COMPLETED:
@@ -543,7 +549,9 @@ class _TrialRun:
         try:
             with self.clock.phase("execute"):
                 self._enter("execute")
-                self.execute()
+                slot = self.settings.agent_slot
+                with slot(self.plan.id) if slot is not None else nullcontext():
+                    self.execute()
         except (SandboxError, OSError) as exc:
             self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "execute")
             return
