@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 __all__ = [
     "AgentRef",
+    "AttemptSummary",
+    "CompactReport",
     "CorruptRecordError",
     "LoadReport",
     "SandboxRef",
@@ -139,6 +141,8 @@ class Usage(BaseModel):
         total_tokens: All tokens.
         cost_usd: Cost in US dollars.
         calls: Number of model calls.
+        cached_tokens: Prompt tokens served from a provider cache (part of input_tokens).
+        refused_calls: Requests the model gateway refused (bad token, path, host, budget).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -148,6 +152,54 @@ class Usage(BaseModel):
     total_tokens: int | None = None
     cost_usd: float | None = None
     calls: int | None = None
+    cached_tokens: int | None = None
+    refused_calls: int | None = None
+
+
+class AttemptSummary(BaseModel):
+    """An earlier attempt of a trial, kept in the final record's ``previous_attempts``.
+
+    Attributes:
+        attempt: The attempt's number.
+        status: How it ended.
+        errors: Its errors, the run error first.
+        reward: Its reward, if it was graded.
+        started_at: Start time (UTC).
+        finished_at: End time (UTC).
+        evidence_dir: Where its evidence was moved, relative to the run directory
+            (``attempts/<trial id>/<attempt>``), if any was kept.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    attempt: int
+    status: TrialStatus
+    errors: list[TrialError] = Field(default_factory=list)
+    reward: float | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    evidence_dir: str | None = None
+
+    @field_validator("started_at", "finished_at")
+    @classmethod
+    def _to_utc(cls, value: datetime | None) -> datetime | None:
+        """Normalise timestamps to aware UTC (a naive timestamp is taken to be UTC)."""
+        if value is None or value.tzinfo is None:
+            return None if value is None else value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    @classmethod
+    def of(cls, record: TrialRecord, *, evidence_dir: str | None = None) -> AttemptSummary:
+        """Summarise a finished attempt's record."""
+        return cls(
+            attempt=record.attempt,
+            status=record.status,
+            errors=list(record.errors),
+            reward=record.reward,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+            evidence_dir=evidence_dir,
+        )
 
 
 class TrialRecord(BaseModel):
@@ -159,12 +211,15 @@ class TrialRecord(BaseModel):
         agent: The agent.
         sandbox: The sandbox.
         rollout: Rollout index of this trial for its task.
-        attempt: Attempt number (1 for the first try).
-        status: How the trial ended.
+        attempt: Attempt number (1 for the first try; retries and ``--resume`` reruns count
+            on).
+        status: How the trial ended (decided by the final attempt).
         ok: Whether the trial ran and was graded without an error.
         reward: The main reward, or ``None`` when the trial was not graded.
         rewards: All named rewards.
-        errors: Errors, the run error first.
+        errors: Errors of this (final) attempt, the run error first.
+        previous_attempts: Earlier attempts of the trial, oldest first, each with its
+            status and errors: nothing an earlier attempt reported is lost.
         timings: Phase name → seconds (``total`` for the whole trial, when known).
         usage: Model usage; missing telemetry is ``None``.
         versions: Component → version.
@@ -188,6 +243,7 @@ class TrialRecord(BaseModel):
     reward: float | None = None
     rewards: dict[str, float] = Field(default_factory=dict)
     errors: list[TrialError] = Field(default_factory=list)
+    previous_attempts: list[AttemptSummary] = Field(default_factory=list)
     timings: dict[str, float] = Field(default_factory=dict)
     usage: Usage = Field(default_factory=Usage)
     versions: dict[str, str] = Field(default_factory=dict)
@@ -324,6 +380,23 @@ class LoadReport:
     torn_tail: bool = False
     torn_line_number: int | None = None
     torn_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class CompactReport:
+    """The result of :meth:`TrialStore.compact`.
+
+    Attributes:
+        records: The latest record of each trial id, in order of first appearance.
+        load: What reading the file found (``torn_tail`` etc.), before compaction.
+        superseded: Older records of an id that were dropped.
+        rewritten: Whether the file was replaced.
+    """
+
+    records: list[TrialRecord]
+    load: LoadReport
+    superseded: int = 0
+    rewritten: bool = False
 
 
 def _short_reason(exc: Exception) -> str:
@@ -532,6 +605,41 @@ class TrialStore:
         self.torn_tail = False
         self.last_report = LoadReport(records=report.records)
         return report.torn_tail
+
+    def compact(self) -> CompactReport:
+        """Keep one line per trial id (its latest record) and drop a torn tail, atomically.
+
+        Under the lock: read the file, keep the raw line of each id's last record (byte for
+        byte) in order of each id's first appearance, and replace the file (temp file,
+        fsync, rename) only if that changes anything.
+
+        Returns:
+            The kept records and what was dropped.
+
+        Raises:
+            CorruptRecordError: If a line other than the last is not a valid record
+                (nothing is changed then).
+        """
+        if not self.path.exists():
+            return CompactReport(records=[], load=LoadReport(records=[]))
+        with self._locked():
+            report, good_lines = _scan(self.path, self.path.read_bytes())
+            last: dict[str, int] = {}
+            for index, record in enumerate(report.records):
+                last[record.id] = index  # insertion order is each id's first appearance
+            keep = list(last.values())
+            rewritten = report.torn_tail or len(keep) != len(report.records)
+            if rewritten:
+                _write_bytes_atomic(self.path, b"".join(good_lines[i] + b"\n" for i in keep))
+        self.torn_tail = False
+        records = [report.records[i] for i in keep]
+        self.last_report = LoadReport(records=records)
+        return CompactReport(
+            records=records,
+            load=report,
+            superseded=len(report.records) - len(keep),
+            rewritten=rewritten,
+        )
 
     def rewrite(self, records: Sequence[TrialRecord]) -> None:
         """Atomically replace the file's content with ``records``, one per line.
