@@ -1,12 +1,14 @@
-"""Planning a run: tasks × rollouts, with a seeded shuffle and stable trial ids."""
+"""Planning a run: select tasks, then tasks × rollouts with a seeded shuffle and stable ids."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import random
 import re
 from collections.abc import Sequence
 
+from harness.errors import UsageError
 from harness.tasks import Task
 from harness.trial import TrialPlan
 
@@ -25,11 +27,71 @@ def trial_id(task: Task, rollout: int) -> str:
     return f"{slug(task.key)}-{digest}.r{rollout}"
 
 
-def select_tasks(
-    tasks: Sequence[Task], *, num_tasks: int | None, shuffle: bool, seed: int
+def _matches(task: Task, globs: Sequence[str]) -> bool:
+    """Whether the task's name or key matches one of ``globs`` (``fnmatch``, case-sensitive)."""
+    return any(
+        fnmatch.fnmatchcase(task.name, glob) or fnmatch.fnmatchcase(task.key, glob)
+        for glob in globs
+    )
+
+
+def filter_tasks(
+    tasks: Sequence[Task],
+    *,
+    names: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    categories: Sequence[str] = (),
 ) -> list[Task]:
-    """Pick the tasks of a run: all, or the first ``num_tasks`` after an optional shuffle."""
-    chosen = list(tasks)
+    """Keep the tasks a selection asks for, in their original order.
+
+    Args:
+        tasks: The loaded tasks.
+        names: Globs; when given, a task is kept only if its name or key matches one.
+        exclude: Globs; a task whose name or key matches one is dropped.
+        categories: When given, a task is kept only if its ``[metadata].category`` is one of
+            these (compared case-insensitively).
+
+    Returns:
+        The selected tasks.
+
+    Raises:
+        UsageError: Tasks were loaded but the selection leaves none, naming the filters.
+    """
+    wanted_categories = {c.casefold() for c in categories}
+    chosen = [
+        task
+        for task in tasks
+        if (not names or _matches(task, names))
+        and not (exclude and _matches(task, exclude))
+        and (not wanted_categories or (task.category or "").casefold() in wanted_categories)
+    ]
+    if tasks and not chosen:
+        filters = [f"--task-name {glob}" for glob in names]
+        filters += [f"--exclude {glob}" for glob in exclude]
+        filters += [f"--category {name}" for name in categories]
+        raise UsageError(
+            f"no task matches the selection ({' '.join(filters)}) among {len(tasks)} loaded "
+            "task(s); `harness tasks list PATHS` shows their names, keys and categories"
+        )
+    return chosen
+
+
+def select_tasks(
+    tasks: Sequence[Task],
+    *,
+    num_tasks: int | None,
+    shuffle: bool,
+    seed: int,
+    names: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    categories: Sequence[str] = (),
+) -> list[Task]:
+    """Pick the tasks of a run: filter, then an optional seeded shuffle, then the first N.
+
+    Raises:
+        UsageError: The filters leave no task (see :func:`filter_tasks`).
+    """
+    chosen = filter_tasks(tasks, names=names, exclude=exclude, categories=categories)
     if shuffle:
         random.Random(seed).shuffle(chosen)
     if num_tasks is not None:
