@@ -617,7 +617,8 @@ def two_concurrent_runs(
         "-o", base / "out-a", "--json", env={"TMPDIR": tmp_a},
     )  # fmt: skip
     try:
-        pattern = "harness-trial-*/workspace/victim-secret.txt"
+        # Local trial roots live in the run's private temp dir, harness-run-<run name>.
+        pattern = "harness-run-*/harness-trial-*/workspace/victim-secret.txt"
         deadline = time.monotonic() + 20
         secret_files: list[Path] = []
         # Wait for A's agent itself (`sleep`), not the harness whose argv also holds the tag.
