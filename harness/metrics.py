@@ -6,7 +6,9 @@ Stdlib only. Conventions:
 * A trial is *graded* when its reward is a finite number; a success when reward ≥ threshold.
 * pass@k / pass^k are computed per task from its graded trials and averaged over the tasks
   that have at least one graded trial, for every k up to the smallest per-task count.
-* Confidence intervals resample *tasks* (trials of one task are correlated).
+* Confidence intervals resample *tasks* (trials of one task are correlated); all metrics
+  share each resample's draw, and when few distinct per-task rows exist the draw is an
+  exact multinomial over them (O(distinct) instead of O(tasks) per resample).
 * Missing telemetry is never counted as 0: usage totals say how many trials measured it.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +31,7 @@ __all__ = [
     "TaskSummary",
     "UsageTotal",
     "bootstrap_ci",
+    "bootstrap_cis",
     "pass_at_k",
     "pass_hat_k",
     "summarize",
@@ -114,6 +117,139 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
 
 
+def _binomial(trials: int, p: float, rng: random.Random) -> int:
+    """An exact Binomial(trials, p) draw.
+
+    Devroye's geometric method (O(trials * p)) when ``trials * p < 10``, else Hörmann's
+    BTRS transformed rejection with squeeze (W. Hörmann, "The generation of binomial random
+    variates", 1993) — the algorithms behind Python 3.12's ``random.binomialvariate``.
+    """
+    if trials <= 0 or p <= 0.0:
+        return 0
+    if p >= 1.0:
+        return trials
+    if p > 0.5:
+        return trials - _binomial(trials, 1.0 - p, rng)
+    draw = rng.random
+    if trials * p < 10.0:
+        count = position = 0
+        step = math.log2(1.0 - p)
+        while True:
+            position += math.floor(math.log2(1.0 - draw()) / step) + 1
+            if position > trials:
+                return count
+            count += 1
+    spq = math.sqrt(trials * p * (1.0 - p))
+    b = 1.15 + 2.53 * spq
+    a = -0.0873 + 0.0248 * b + 0.01 * p
+    c = trials * p + 0.5
+    vr = 0.92 - 4.2 / b
+    alpha = (2.83 + 5.1 / b) * spq
+    lpq = math.log(p / (1.0 - p))
+    mode = math.floor((trials + 1) * p)
+    h = math.lgamma(mode + 1) + math.lgamma(trials - mode + 1)
+    while True:
+        u = draw() - 0.5
+        us = 0.5 - abs(u)
+        k = math.floor((2.0 * a / us + b) * u + c)
+        if k < 0 or k > trials:
+            continue
+        v = draw()
+        if us >= 0.07 and v <= vr:
+            return k
+        v *= alpha / (a / (us * us) + b)
+        if v > 0.0 and math.log(v) <= (
+            h - math.lgamma(k + 1) - math.lgamma(trials - k + 1) + (k - mode) * lpq
+        ):
+            return k
+
+
+def _multinomial(trials: int, weights: Sequence[int], rng: random.Random) -> list[int]:
+    """Counts of ``trials`` draws over categories with integer ``weights``.
+
+    Conditional binomials: each category takes a Binomial of what the previous ones left.
+    """
+    counts = []
+    left_trials, left_weight = trials, sum(weights)
+    for weight in weights[:-1]:
+        count = _binomial(left_trials, weight / left_weight, rng) if left_weight else 0
+        counts.append(count)
+        left_trials -= count
+        left_weight -= weight
+    counts.append(left_trials)
+    return counts
+
+
+def bootstrap_cis(
+    columns: Mapping[str, Sequence[float]],
+    *,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict[str, tuple[float, float] | None]:
+    """Percentile-bootstrap confidence intervals for the means of several per-task columns.
+
+    Every column holds one value per task, in the same task order; each resample draws
+    tasks with replacement once and averages every column over the same draw (a cluster
+    bootstrap: trials of one task are correlated, so the task is the unit). Sharing the
+    draws keeps the intervals of related metrics consistent and halves the cost.
+    Deterministic for a given ``seed``.
+
+    Args:
+        columns: Name → per-task values (all of the same length).
+        level: Confidence level, in (0, 1).
+        resamples: Number of bootstrap resamples (>= 1).
+        seed: Seed for ``random.Random``.
+
+    Returns:
+        Name → ``(low, high)``, or None for every column when there are fewer than 2 tasks.
+
+    Raises:
+        ValueError: If ``level`` is not in (0, 1), ``resamples < 1``, or the columns differ
+            in length.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    data = {name: [float(v) for v in values] for name, values in columns.items()}
+    sizes = {len(values) for values in data.values()}
+    if len(sizes) > 1:
+        raise ValueError(f"columns differ in length: {sorted(sizes)}")
+    size = sizes.pop() if sizes else 0
+    if size < 2:
+        return {name: None for name in data}
+    rng = random.Random(seed)
+    names = list(data)
+    means: dict[str, list[float]] = {name: [] for name in names}
+    # Tasks with equal values in every column are interchangeable: a resample only needs
+    # how many times each distinct row was drawn, a multinomial over the distinct rows.
+    rows: dict[tuple[float, ...], int] = {}
+    for row in zip(*(data[name] for name in names), strict=True):
+        rows[row] = rows.get(row, 0) + 1
+    if len(rows) * 16 <= size:
+        distinct = list(rows)
+        weights = list(rows.values())
+        columns_of = [[row[i] for row in distinct] for i in range(len(names))]
+        for _ in range(resamples):
+            counts = _multinomial(size, weights, rng)
+            for name, column in zip(names, columns_of, strict=True):
+                means[name].append(math.fsum(map(float.__mul__, column, counts)) / size)
+    else:
+        tasks = range(size)
+        getters = [(name, data[name].__getitem__) for name in names]
+        for _ in range(resamples):
+            draw = rng.choices(tasks, k=size)
+            for name, get in getters:
+                means[name].append(math.fsum(map(get, draw)) / size)
+    alpha = 1.0 - level
+    result: dict[str, tuple[float, float] | None] = {}
+    for name, values in means.items():
+        values.sort()
+        result[name] = (_percentile(values, alpha / 2), _percentile(values, 1.0 - alpha / 2))
+    return result
+
+
 def bootstrap_ci(
     per_task_values: Sequence[float],
     *,
@@ -123,8 +259,7 @@ def bootstrap_ci(
 ) -> tuple[float, float] | None:
     """Percentile-bootstrap confidence interval for the mean of per-task values.
 
-    Resamples tasks with replacement (a cluster bootstrap: several trials of one task are
-    correlated, so the task is the unit). Deterministic for a given ``seed``.
+    See :func:`bootstrap_cis` (this is its one-column form).
 
     Args:
         per_task_values: One value per task (e.g. the task's mean reward).
@@ -138,18 +273,9 @@ def bootstrap_ci(
     Raises:
         ValueError: If ``level`` is not in (0, 1) or ``resamples < 1``.
     """
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, got {resamples}")
-    values = [float(v) for v in per_task_values]
-    if len(values) < 2:
-        return None
-    rng = random.Random(seed)
-    size = len(values)
-    means = sorted(math.fsum(rng.choices(values, k=size)) / size for _ in range(resamples))
-    alpha = 1.0 - level
-    return _percentile(means, alpha / 2), _percentile(means, 1.0 - alpha / 2)
+    return bootstrap_cis({"mean": per_task_values}, level=level, resamples=resamples, seed=seed)[
+        "mean"
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,6 +376,11 @@ class Summary(BaseModel):
     duration_sec: DurationSummary
 
 
+def _variance(values: Sequence[float], mean: float) -> float:
+    """Sample variance (n - 1) around a known mean; exact summation, no Fractions."""
+    return math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
 def _graded_reward(record: TrialRecord) -> float | None:
     """The record's reward if it counts as graded (a finite number), else None."""
     reward = record.reward
@@ -328,7 +459,7 @@ def summarize(
             trials=len(task_records),
             graded=len(rewards),
             mean_reward=mean,
-            variance=statistics.variance(rewards) if len(rewards) >= 2 else None,
+            variance=_variance(rewards, mean) if len(rewards) >= 2 and mean is not None else None,
             successes=successes,
         )
         if rewards and mean is not None:
@@ -344,8 +475,12 @@ def summarize(
             pass_at[str(k)] = statistics.fmean(pass_at_k(n, c, k) for n, c in task_counts)
             pass_hat[str(k)] = statistics.fmean(pass_hat_k(n, c, k) for n, c in task_counts)
 
-    def ci(values: list[float]) -> tuple[float, float] | None:
-        return bootstrap_ci(values, level=ci_level, resamples=resamples, seed=seed)
+    intervals = bootstrap_cis(
+        {"mean_reward": task_means, "success_rate": task_success_rates},
+        level=ci_level,
+        resamples=resamples,
+        seed=seed,
+    )
 
     durations = [_duration(r) for r in latest]
     return Summary(
@@ -361,7 +496,7 @@ def summarize(
         pass_hat_k=pass_hat,
         pass_k_tasks=len(task_counts),
         per_task=per_task,
-        ci={"mean_reward": ci(task_means), "success_rate": ci(task_success_rates)},
+        ci=intervals,
         ci_level=ci_level,
         usage={name: _usage_total(latest, name) for name in USAGE_FIELDS},
         duration_sec=DurationSummary(
