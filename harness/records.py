@@ -35,6 +35,7 @@ __all__ = [
     "CorruptRecordError",
     "LoadReport",
     "SandboxRef",
+    "StoreSnapshot",
     "TaskRef",
     "TrialError",
     "TrialRecord",
@@ -383,6 +384,21 @@ class LoadReport:
 
 
 @dataclass(frozen=True)
+class StoreSnapshot:
+    """``trials.jsonl`` as read once by :meth:`TrialStore.snapshot`.
+
+    Attributes:
+        report: The parsed records and the tail report.
+        lines: The raw bytes of each record in ``report.records`` (without newline).
+        identity: (inode, size, mtime_ns) of the file when read; None if it was missing.
+    """
+
+    report: LoadReport
+    lines: list[bytes]
+    identity: tuple[int, int, int] | None
+
+
+@dataclass(frozen=True)
 class CompactReport:
     """The result of :meth:`TrialStore.compact`.
 
@@ -562,6 +578,25 @@ class TrialStore:
         self.torn_tail = report.torn_tail
         return report
 
+    def snapshot(self) -> StoreSnapshot:
+        """Read the file once, keeping what :meth:`compact` needs to skip a second read.
+
+        Returns:
+            The parsed file (see :meth:`load_report` for the rules) and its identity.
+
+        Raises:
+            CorruptRecordError: If a line other than the last is not a valid record.
+        """
+        if not self.path.exists():
+            return StoreSnapshot(LoadReport(records=[]), [], None)
+        with self._locked(), open(self.path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            data = fh.read()
+        report, good_lines = _scan(self.path, data)
+        self.last_report = report
+        self.torn_tail = report.torn_tail
+        return StoreSnapshot(report, good_lines, (info.st_ino, info.st_size, info.st_mtime_ns))
+
     def load(self) -> list[TrialRecord]:
         """Read all records (see :meth:`load_report` for the rules).
 
@@ -606,12 +641,16 @@ class TrialStore:
         self.last_report = LoadReport(records=report.records)
         return report.torn_tail
 
-    def compact(self) -> CompactReport:
+    def compact(self, snapshot: StoreSnapshot | None = None) -> CompactReport:
         """Keep one line per trial id (its latest record) and drop a torn tail, atomically.
 
         Under the lock: read the file, keep the raw line of each id's last record (byte for
         byte) in order of each id's first appearance, and replace the file (temp file,
         fsync, rename) only if that changes anything.
+
+        Args:
+            snapshot: An earlier :meth:`snapshot`; it is used instead of reading the file
+                again when the file has not changed since (same inode, size and mtime).
 
         Returns:
             The kept records and what was dropped.
@@ -623,7 +662,12 @@ class TrialStore:
         if not self.path.exists():
             return CompactReport(records=[], load=LoadReport(records=[]))
         with self._locked():
-            report, good_lines = _scan(self.path, self.path.read_bytes())
+            info = os.stat(self.path)
+            identity = (info.st_ino, info.st_size, info.st_mtime_ns)
+            if snapshot is not None and snapshot.identity == identity:
+                report, good_lines = snapshot.report, snapshot.lines
+            else:
+                report, good_lines = _scan(self.path, self.path.read_bytes())
             last: dict[str, int] = {}
             for index, record in enumerate(report.records):
                 last[record.id] = index  # insertion order is each id's first appearance

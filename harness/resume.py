@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harness.errors import UsageError
-from harness.records import TrialRecord, TrialStatus
+from harness.records import StoreSnapshot, TrialRecord, TrialStatus, TrialStore
 from harness.trial import TrialPlan
 
 DEFAULT_RERUN_STATUSES: frozenset[str] = frozenset(
@@ -154,11 +155,34 @@ def plan_resume(
     return result
 
 
+def read_for_resume(
+    run_dir: Path,
+    plans: Sequence[TrialPlan],
+    *,
+    statuses: frozenset[str] = DEFAULT_RERUN_STATUSES,
+) -> tuple[ResumePlan, StoreSnapshot]:
+    """Read a run dir's ``trials.jsonl`` once and plan its resume (nothing is written).
+
+    A torn last line is tolerated here (and reported in the snapshot); compacting the
+    store with the returned snapshot repairs it without reading the file again.
+
+    Raises:
+        ResumeError: See :func:`plan_resume`.
+        CorruptRecordError: A line other than the last is not a valid record.
+    """
+    snapshot = TrialStore(run_dir).snapshot()
+    latest: dict[str, TrialRecord] = {}
+    for record in snapshot.report.records:
+        latest[record.id] = record
+    return plan_resume(plans, latest, statuses=statuses), snapshot
+
+
 __all__ = [
     "DEFAULT_RERUN_STATUSES",
     "OPTIONAL_RERUN_STATUSES",
     "ResumeError",
     "ResumePlan",
     "plan_resume",
+    "read_for_resume",
     "rerun_statuses",
 ]

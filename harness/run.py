@@ -52,12 +52,18 @@ from harness.config import CONFIG_FILENAME, RunConfig, save_config
 from harness.errors import UsageError
 from harness.metrics import Summary, summarize
 from harness.plan import plan_trials, select_tasks, slug
-from harness.records import TrialRecord, TrialStore, write_json_atomic
+from harness.records import (
+    CorruptRecordError,
+    StoreSnapshot,
+    TrialRecord,
+    TrialStore,
+    write_json_atomic,
+)
 from harness.resume import (
     DEFAULT_RERUN_STATUSES,
     ResumeError,
     ResumePlan,
-    plan_resume,
+    read_for_resume,
 )
 from harness.scheduler import AgentGate, TrialRunner
 from harness.status import STATUS_FILENAME, RunState, StatusWriter
@@ -206,6 +212,8 @@ class PreparedRun:
     run_dir: Path | None = None
     #: What a resume keeps and reruns (None for a new run).
     resume: ResumePlan | None = None
+    #: ``trials.jsonl`` as read for the resume plan (compacted from, without a reread).
+    resume_snapshot: StoreSnapshot | None = None
     #: The local backend's private temp dir for trial roots (None for docker).
     tmp_dir: Path | None = None
     _lock: FileLock | None = field(default=None, repr=False)
@@ -375,16 +383,20 @@ def prepare_run(
     taskset = taskset_name(paths)
     lock: FileLock | None = None
     resume: ResumePlan | None = None
+    snapshot: StoreSnapshot | None = None
     if resume_dir is not None:
         run_dir = Path(resume_dir).absolute()
         name = run_dir.name
         lock = _lock_run_dir(run_dir)
         try:
-            store = TrialStore(run_dir)
-            latest: dict[str, TrialRecord] = {}
-            for record in store.load():  # tolerant of a torn tail; repaired by execute_run
-                latest[record.id] = record
-            resume = plan_resume(plans, latest, statuses=frozenset(rerun))
+            # Tolerant of a torn tail: execute_run repairs it (compacting from this snapshot).
+            resume, snapshot = read_for_resume(run_dir, plans, statuses=frozenset(rerun))
+        except CorruptRecordError as exc:
+            lock.release()
+            raise ResumeError(
+                f"{exc}; only the last line can be a crash's torn write: this file was "
+                "edited or damaged, fix or remove that line by hand"
+            ) from None
         except Exception:
             lock.release()
             raise
@@ -414,6 +426,7 @@ def prepare_run(
         backend_runtime=backend_runtime,
         run_dir=run_dir,
         resume=resume,
+        resume_snapshot=snapshot,
         tmp_dir=tmp_dir,
         _lock=lock,
     )
@@ -703,7 +716,7 @@ def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, store: TrialStore) 
     else:
         run_log, log = None, lambda text: None
     try:
-        compact = store.compact()
+        compact = store.compact(prepared.resume_snapshot)
         if compact.load.torn_tail:
             log(
                 f"resume: repaired a torn last line of trials.jsonl "
@@ -781,7 +794,7 @@ def _run_trials(
         + (f", agent_concurrency {config.agent_concurrency}" if config.agent_concurrency else "")
     )
     if resume is not None:
-        compact = store.compact()
+        compact = store.compact(prepared.resume_snapshot)
         if compact.load.torn_tail:
             message = (
                 f"repaired a torn last line of trials.jsonl (line "
