@@ -461,6 +461,8 @@ def resolve_config(
     for item in sets:
         parts, value = parse_set(item)
         _apply_set(data, parts, value, item)
+    # The default output dir is relative to where the run starts: store it absolute too.
+    data.setdefault("output_dir", RunConfig.model_fields["output_dir"].default)
     _rebase_paths(data, here)
     return validate_config(data)
 

@@ -3,13 +3,22 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 import statistics
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from harness.metrics import bootstrap_ci, pass_at_k, pass_hat_k, summarize
+from harness.metrics import (
+    _binomial,
+    _multinomial,
+    bootstrap_ci,
+    bootstrap_cis,
+    pass_at_k,
+    pass_hat_k,
+    summarize,
+)
 from harness.records import AgentRef, SandboxRef, TaskRef, TrialRecord, TrialStatus, Usage
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -252,3 +261,43 @@ def test_summary_dump_is_json_serialisable() -> None:
 def test_summarize_is_deterministic() -> None:
     records = [rec(f"{t}{i}", t, (i * 0.37 + ord(t)) % 1) for t in "ABCDE" for i in range(4)]
     assert summarize(records) == summarize(records)
+
+
+# --------------------------------------------------------------------------- bootstrap sampling
+
+
+@pytest.mark.parametrize(("n", "p"), [(7, 0.3), (40, 0.1), (200, 0.25), (5000, 0.5), (300, 0.9)])
+def test_binomial_draws_have_the_right_moments(n: int, p: float) -> None:
+    rng = random.Random(1)
+    draws = [_binomial(n, p, rng) for _ in range(20000)]
+    assert all(0 <= d <= n for d in draws)
+    mean, var = statistics.fmean(draws), statistics.pvariance(draws)
+    sd_of_mean = math.sqrt(n * p * (1 - p) / len(draws))
+    assert abs(mean - n * p) < 5 * sd_of_mean, (mean, n * p)
+    assert var == pytest.approx(n * p * (1 - p), rel=0.08)
+
+
+def test_binomial_edges() -> None:
+    rng = random.Random(0)
+    assert _binomial(0, 0.5, rng) == 0
+    assert _binomial(10, 0.0, rng) == 0
+    assert _binomial(10, 1.0, rng) == 10
+    counts = _multinomial(1000, [5, 0, 3, 2], rng)
+    assert sum(counts) == 1000 and counts[1] == 0
+
+
+def test_grouped_and_direct_bootstrap_agree() -> None:
+    """Few distinct per-task rows take the multinomial path; it must match plain resampling."""
+    grouped = [0.0, 0.2, 0.4, 1.0] * 200  # 800 tasks, 4 distinct values: multinomial draws
+    jitter = [v + i * 1e-9 for i, v in enumerate(grouped)]  # all distinct: direct draws
+    a = bootstrap_cis({"m": grouped, "s": [1.0 - v for v in grouped]}, resamples=4000, seed=3)
+    b = bootstrap_cis({"m": jitter}, resamples=4000, seed=4)
+    assert a["m"] is not None and b["m"] is not None and a["s"] is not None
+    assert a["m"][0] == pytest.approx(b["m"][0], abs=0.006)
+    assert a["m"][1] == pytest.approx(b["m"][1], abs=0.006)
+    # One shared draw: the complement's interval mirrors the column's exactly.
+    assert a["s"][0] == pytest.approx(1.0 - a["m"][1]) and a["s"][1] == pytest.approx(
+        1.0 - a["m"][0]
+    )
+    with pytest.raises(ValueError, match="differ in length"):
+        bootstrap_cis({"a": [1.0, 2.0], "b": [1.0]})

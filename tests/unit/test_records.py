@@ -13,6 +13,7 @@ import pytest
 
 from harness.records import (
     AgentRef,
+    AttemptSummary,
     CorruptRecordError,
     SandboxRef,
     TaskRef,
@@ -330,3 +331,87 @@ def test_write_json_atomic_failure_leaves_old_file(tmp_path: Path) -> None:
         write_json_atomic(target, {"v": object()})
     assert json.loads(target.read_text()) == {"v": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Compaction (resume and the end of every invocation) and previous attempts
+# ---------------------------------------------------------------------------------------------
+
+
+def test_compact_keeps_each_ids_latest_line_in_first_appearance_order(tmp_path: Path) -> None:
+    store = TrialStore(tmp_path)
+    a1 = make_record("a", attempt=1, status=TrialStatus.ENVIRONMENT_ERROR, ok=False)
+    b1 = make_record("b")
+    a2 = make_record("a", attempt=2)
+    for record in (a1, b1, a2):
+        store.append(record)
+    # A line from a newer version, with a field this one does not know: kept byte for byte.
+    future = json.loads(make_record("c").model_dump_json())
+    future["from_the_future"] = {"x": 1}
+    future_line = json.dumps(future, separators=(",", ":"))
+    with open(store.path, "a") as fh:
+        fh.write(future_line + "\n")
+        fh.write(make_record("b", attempt=9).model_dump_json()[:50])  # torn by a crash
+
+    report = store.compact()
+    assert report.rewritten and report.superseded == 1 and report.load.torn_tail
+    assert [(r.id, r.attempt) for r in report.records] == [("a", 2), ("b", 1), ("c", 1)]
+    lines = store.path.read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["a", "b", "c"]
+    assert lines[2] == future_line
+    assert lines[0] == a2.model_dump_json()
+    assert [r.id for r in store.load()] == ["a", "b", "c"] and not store.torn_tail
+
+    before = store.path.stat().st_mtime_ns, store.path.stat().st_ino
+    again = store.compact()
+    assert not again.rewritten and again.superseded == 0
+    assert (store.path.stat().st_mtime_ns, store.path.stat().st_ino) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_compact_reuses_a_snapshot_only_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    store = TrialStore(tmp_path)
+    store.append(make_record("a"))
+    store.append(make_record("a", attempt=2))
+    snapshot = store.snapshot()
+    assert [r.attempt for r in snapshot.report.records] == [1, 2]
+    assert snapshot.identity is not None
+    store.append(make_record("late"))  # the file changed after the snapshot
+    report = store.compact(snapshot)
+    assert [r.id for r in report.records] == ["a", "late"]  # reread, nothing lost
+
+    store.append(make_record("late", attempt=2))
+    fresh = store.snapshot()
+    report = store.compact(fresh)
+    assert report.load is fresh.report  # used as is: no second read
+    assert [(r.id, r.attempt) for r in report.records] == [("a", 2), ("late", 2)]
+
+
+def test_compact_of_a_missing_file_is_empty(tmp_path: Path) -> None:
+    report = TrialStore(tmp_path / "run").compact()
+    assert report.records == [] and not report.rewritten
+    assert not (tmp_path / "run" / "trials.jsonl").exists()
+
+
+def test_previous_attempts_round_trip() -> None:
+    first = make_record(
+        "a",
+        attempt=1,
+        status=TrialStatus.ENVIRONMENT_ERROR,
+        ok=False,
+        reward=None,
+        errors=[TrialError(type="SupervisorError", message="boom", phase="reset")],
+    )
+    final = make_record(
+        "a", attempt=2, previous_attempts=[AttemptSummary.of(first, evidence_dir="attempts/a/1")]
+    )
+    again = TrialRecord.model_validate_json(final.model_dump_json())
+    assert again == final
+    (earlier,) = again.previous_attempts
+    assert earlier.attempt == 1 and earlier.status is TrialStatus.ENVIRONMENT_ERROR
+    assert earlier.errors[0].message == "boom" and earlier.evidence_dir == "attempts/a/1"
+    assert earlier.started_at == first.started_at
+    # Records without the field (older versions) load with no previous attempts.
+    data = json.loads(first.model_dump_json())
+    del data["previous_attempts"]
+    assert TrialRecord.model_validate(data).previous_attempts == []
