@@ -361,15 +361,7 @@ def prepare_run(
     """
     paths = [Path(p) for p in config.paths]
     tasks = load_tasks(paths)
-    agent = make_agent(config.agent, agent_cmd=config.agent_cmd)
-    problems = []
-    for task in tasks:
-        try:
-            agent.check(task)
-        except UsageError as exc:
-            problems.append(str(exc))
-    if problems:
-        raise UsageError("\n".join(problems))
+    agent = make_agent(config.agent, agent_cmd=config.agent_cmd, max_turns=config.max_turns)
     chosen = select_tasks(
         tasks,
         num_tasks=config.num_tasks,
@@ -379,6 +371,14 @@ def prepare_run(
         exclude=config.exclude_tasks,
         categories=config.categories,
     )
+    problems = []
+    for task in chosen:  # only the tasks that will run must suit the agent
+        try:
+            agent.check(task)
+        except UsageError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise UsageError("\n".join(problems))
     plans = plan_trials(chosen, rollouts=config.rollouts)
     taskset = taskset_name(paths)
     lock: FileLock | None = None
@@ -481,6 +481,17 @@ def _symlink_atomic(link: Path, target: str) -> None:
     os.replace(temp, link)
 
 
+def _latest_invocation(run_dir: Path) -> int:
+    """The number of the run dir's latest ``logs/attempt_N`` (0 if none)."""
+    logs = run_dir / LOGS_DIRNAME
+    if not logs.is_dir():
+        return 0
+    numbers = [
+        int(match.group(1)) for entry in logs.iterdir() if (match := _ATTEMPT_DIR.match(entry.name))
+    ]
+    return max(numbers, default=0)
+
+
 def _open_invocation_log(run_dir: Path) -> tuple[int, RunLog]:
     """Create ``logs/attempt_N/eval.log`` for this invocation; point the links at it."""
     logs = run_dir / LOGS_DIRNAME
@@ -490,10 +501,7 @@ def _open_invocation_log(run_dir: Path) -> tuple[int, RunLog]:
         (logs / "attempt_1").mkdir(parents=True)
         top.rename(logs / "attempt_1" / "eval.log")
     logs.mkdir(exist_ok=True)
-    numbers = [
-        int(match.group(1)) for entry in logs.iterdir() if (match := _ATTEMPT_DIR.match(entry.name))
-    ]
-    number = max(numbers, default=0) + 1
+    number = _latest_invocation(run_dir) + 1
     folder = logs / f"attempt_{number}"
     folder.mkdir()
     log = RunLog(folder / "eval.log")
@@ -706,8 +714,14 @@ def execute_run(
     return outcome
 
 
-def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, store: TrialStore) -> RunOutcome:
-    """A resume that finds every planned trial done: tidy up, rewrite, summarize."""
+def _nothing_to_resume(
+    prepared: PreparedRun, run_dir: Path, store: TrialStore, events: RunEvents
+) -> RunOutcome:
+    """A resume that finds every planned trial done: tidy up, rewrite, summarize.
+
+    No invocation log is started for it; what it repairs goes into the latest one.
+    """
+    invocation = _latest_invocation(run_dir)
     latest = run_dir / LOGS_DIRNAME / "latest" / "eval.log"
     log: Callable[[str], None]
     if latest.is_file():
@@ -717,13 +731,17 @@ def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, store: TrialStore) 
         run_log, log = None, lambda text: None
     try:
         compact = store.compact(prepared.resume_snapshot)
+        prepared.resume_snapshot = None
         if compact.load.torn_tail:
-            log(
-                f"resume: repaired a torn last line of trials.jsonl "
-                f"(line {compact.load.torn_line_number}, {compact.load.torn_bytes} bytes)"
+            message = (
+                f"repaired a torn last line of trials.jsonl (line "
+                f"{compact.load.torn_line_number}, {compact.load.torn_bytes} bytes)"
             )
-        _remove_labelled(prepared)
-        _close_backend(prepared, log)
+            log(f"resume: {message}")
+            events.message(message)
+        leaked = _remove_labelled(prepared) + _close_backend(prepared, log)
+        if leaked:
+            events.message(f"removed {len(leaked)} leaked sandbox object(s) of the run")
         planned_ids = {plan.id for plan in prepared.plans}
         records = [r for r in compact.records if r.id in planned_ids]
         state = RunState(
@@ -741,7 +759,7 @@ def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, store: TrialStore) 
             records,
             planned=len(prepared.plans),
             interrupted=False,
-            invocation=0,
+            invocation=invocation,
         )
         log(f"resume: nothing to resume, all {len(records)} trials are done")
     finally:
@@ -753,7 +771,7 @@ def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, store: TrialStore) 
         summary,
         EXIT_OK,
         planned=len(prepared.plans),
-        invocation=0,
+        invocation=invocation,
         nothing_to_resume=True,
         resume=prepared.resume,
     )
@@ -767,7 +785,7 @@ def _execute(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutc
     if resume is None:
         save_config(config, run_dir / CONFIG_FILENAME, extra={"versions": vers})
     elif resume.to_run == 0:
-        return _nothing_to_resume(prepared, run_dir, store)
+        return _nothing_to_resume(prepared, run_dir, store, events)
     invocation, log = _open_invocation_log(run_dir)
     try:
         return _run_trials(prepared, run_dir, store, vers, invocation, log, events)
@@ -795,6 +813,7 @@ def _run_trials(
     )
     if resume is not None:
         compact = store.compact(prepared.resume_snapshot)
+        prepared.resume_snapshot = None  # its raw lines are not needed any more
         if compact.load.torn_tail:
             message = (
                 f"repaired a torn last line of trials.jsonl (line "

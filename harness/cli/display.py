@@ -45,6 +45,8 @@ def print_summary(console: Console, outcome: RunOutcome) -> None:
     totals.add_column("metric")
     totals.add_column("value", justify="right")
     totals.add_row("trials", str(summary.trials))
+    if outcome.planned > summary.trials:
+        totals.add_row("not run yet (see --resume)", str(outcome.planned - summary.trials))
     totals.add_row("graded", str(summary.graded))
     totals.add_row("mean reward", _num(summary.mean_reward))
     totals.add_row(f"success (reward ≥ {summary.threshold:g})", _pct(summary.success_rate))

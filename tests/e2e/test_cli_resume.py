@@ -1,0 +1,442 @@
+"""End-to-end run management on the local sandbox, through the real ``harness`` CLI.
+
+``kill -9`` halfway then ``--resume`` (every planned trial exactly once, nothing leaked),
+Ctrl-C (exit 130, running trials cancelled and cleaned up, rerun by ``--resume``), a torn
+last line repaired, a differing config refused naming the keys, ``-c``/``--set``, selection,
+``status.json`` and per-invocation logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HARNESS = Path(sys.executable).with_name("harness")  # the venv's console script
+REPO = Path(__file__).resolve().parents[2]
+#: A uid range of its own, so nothing here can collide with other tests' sandboxes.
+UID_BASE = 62100
+
+
+@dataclass
+class Started:
+    """A ``harness`` process started in its own session, output going to files."""
+
+    proc: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+
+    def wait(self, timeout: float = 120) -> tuple[int, str, str]:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            pytest.fail(f"harness did not finish within {timeout:g}s\n{self.err.read_text()}")
+        return code, self.out.read_text(), self.err.read_text()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A private TMPDIR (traversable by sandbox users, like /tmp) for the harness."""
+    tmpdir = Path(tempfile.mkdtemp(prefix="harness-e2e-resume-"))
+    tmpdir.chmod(0o755)
+    environ = dict(os.environ)
+    environ.update({"TMPDIR": str(tmpdir), "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"})
+    yield environ
+    shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def start(env: dict[str, str], workdir: Path, *args: str | Path) -> Started:
+    workdir.mkdir(parents=True, exist_ok=True)
+    tag = secrets.token_hex(3)
+    out, err = workdir / f"stdout-{tag}.txt", workdir / f"stderr-{tag}.txt"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [str(HARNESS), *map(str, args)],
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            cwd=str(REPO),
+            start_new_session=True,
+        )
+    return Started(proc, out, err)
+
+
+def harness(env: dict[str, str], workdir: Path, *args: str | Path) -> tuple[int, str, str]:
+    return start(env, workdir, *args).wait()
+
+
+def wait_for(condition: Callable[[], bool], what: str, proc: Started, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.proc.poll() is not None:
+            pytest.fail(f"harness exited ({proc.proc.returncode}) before {what}:\n"
+                        f"{proc.err.read_text()}")  # fmt: skip
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "trials.jsonl"
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    return [json.loads(line) for line in lines if line.strip() and line.endswith(b"}")]
+
+
+def status(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    assert isinstance(data, dict)
+    return data
+
+
+def procs_with(token: str) -> list[str]:
+    """Live processes whose command line holds ``token`` (sandboxed agents included)."""
+    hits = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if token in text and state != "Z":
+            hits.append(f"{entry.name}: {text}")
+    return hits
+
+
+def no_procs_with(token: str, timeout: float = 15) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := procs_with(token)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def make_tasks(parent: Path, count: int, *, prefix: str = "t") -> Path:
+    root = parent / "tasks"
+    for i in range(count):
+        task = root / f"{prefix}{i}"
+        (task / "tests").mkdir(parents=True)
+        (task / "task.toml").write_text(
+            f'[task]\nname = "resume/{prefix}{i}"\n\n[metadata]\n'
+            f'category = "{"even" if i % 2 == 0 else "odd"}"\n\n'
+            "[agent]\ntimeout_sec = 60\n\n[verifier]\ntimeout_sec = 30\n"
+        )
+        (task / "instruction.md").write_text("Wait a little.\n")
+        (task / "tests" / "test.sh").write_text(
+            '#!/bin/bash\necho 1 > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
+        )
+    return root
+
+
+def numeric_tag() -> str:
+    """Digits only: the tag is the fraction of a ``sleep`` argument."""
+    return str(secrets.randbelow(10**6)).zfill(6)
+
+
+def sleeper(seconds: str, tag: str, flag: Path | None = None) -> str:
+    """An agent command that sleeps (``sleep <seconds>.<tag>``, findable in /proc).
+
+    With ``flag``, it sleeps only while that file exists, so a resume can be fast.
+    """
+    sleep = f"sleep {seconds}.{tag}"
+    if flag is None:
+        return f"bash -c 'exec {sleep}'"
+    return f"bash -c 'if [ -e {flag} ]; then exec {sleep}; fi'"
+
+
+@pytest.fixture
+def flag_dir() -> Iterator[Path]:
+    """A world-readable dir outside every trial root, for a file the agents look at."""
+    path = Path(tempfile.mkdtemp(prefix="harness-e2e-flag-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def local_options(tag: str) -> list[str]:
+    return ["--set", f"sandbox_uid={UID_BASE}", "--set", f"sandbox_gid={UID_BASE}",
+            "--display", "plain", "--run-name", f"resume-{tag}"]  # fmt: skip
+
+
+def run_tmp(env: dict[str, str], run_dir: Path) -> Path:
+    return Path(env["TMPDIR"]) / f"harness-run-{run_dir.name}"
+
+
+# --------------------------------------------------------------------------- kill -9 + resume
+
+
+def test_kill_9_halfway_then_resume_runs_every_trial_exactly_once(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    tag = numeric_tag()
+    tasks = make_tasks(tmp_path, 6)
+    out = tmp_path / "runs"
+    run_dir = out / f"resume-{tag}"
+    first = start(
+        env, tmp_path, "run", tasks, "--agent", "command", "--agent-cmd",
+        sleeper("2", tag), "-r", "2", "-j", "3", "-o", out, *local_options(tag),
+    )  # fmt: skip
+
+    def halfway() -> bool:
+        running = [t for t in status(run_dir).get("running", []) if t["phase"] == "execute"]
+        return len(records(run_dir)) >= 3 and bool(running) and bool(procs_with(tag))
+
+    wait_for(halfway, "3 finished trials and agents running", first)
+    watched = status(run_dir)
+    assert watched["state"] == "running" and watched["pid"] == first.proc.pid
+    assert watched["counts"]["planned"] == 12
+    os.kill(first.proc.pid, signal.SIGKILL)  # the harness alone, as the OOM killer would
+    first.proc.wait()
+    before = {r["id"]: r for r in records(run_dir)}
+    assert 3 <= len(before) < 12
+    assert all(r["status"] == "completed" for r in before.values())
+    # What the crash left: the status says running, the run's temp dir holds trial roots.
+    assert status(run_dir)["state"] == "running"
+    leaked_roots = list(run_tmp(env, run_dir).glob("harness-trial-*"))
+    assert leaked_roots, "the killed run left no trial root to clean up (test did not bite)"
+    # The supervisors notice that the harness is gone and kill their agents.
+    assert not no_procs_with(tag), "agents outlived the killed harness"
+
+    code, stdout, stderr = harness(env, tmp_path, "run", "--resume", run_dir, "-j", "4",
+                                   "--display", "plain")  # fmt: skip
+    assert code == 0, stderr
+    assert f"removed {len(leaked_roots)} leaked trial root(s)" in stderr
+    assert f"{len(before)} kept" in stderr
+
+    final = records(run_dir)
+    ids = [r["id"] for r in final]
+    assert len(ids) == 12 and len(set(ids)) == 12, "a trial is missing or counted twice"
+    assert all(r["status"] == "completed" and r["ok"] for r in final)
+    for record in final:  # the trials finished before the crash were kept, not rerun
+        if record["id"] in before:
+            assert record == before[record["id"]]
+        else:
+            assert record["attempt"] == 1 and record["previous_attempts"] == []
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trials"] == 12 and summary["pending"] == 0 and not summary["interrupted"]
+    assert summary["invocation"] == 2
+    assert status(run_dir)["state"] == "finished"
+    assert status(run_dir)["counts"]["kept"] == len(before)
+    # One log per invocation; eval.log follows the latest.
+    assert sorted(p.name for p in (run_dir / "logs").iterdir()) == [
+        "attempt_1",
+        "attempt_2",
+        "latest",
+    ]
+    assert os.readlink(run_dir / "logs" / "latest") == "attempt_2"
+    assert "invocation 2" in (run_dir / "eval.log").read_text()
+    assert "invocation 1" in (run_dir / "logs" / "attempt_1" / "eval.log").read_text()
+    # Nothing leaked: no trial root, no run temp dir, no agent process.
+    assert not run_tmp(env, run_dir).exists()
+    assert not list(Path(env["TMPDIR"]).glob("harness-trial-*"))
+    assert not no_procs_with(tag)
+
+    code, _out, stderr = harness(env, tmp_path, "run", "--resume", run_dir, "--display", "none")
+    assert code == 0, stderr
+    assert "nothing to resume: all 12 trial(s)" in stderr
+    assert len(records(run_dir)) == 12
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+
+def test_ctrl_c_cancels_running_trials_exits_130_and_resume_reruns_them(
+    tmp_path: Path, env: dict[str, str], flag_dir: Path
+) -> None:
+    tag = numeric_tag()
+    flag = flag_dir / "slow"
+    flag.touch()
+    tasks = make_tasks(tmp_path, 4)
+    out = tmp_path / "runs"
+    run_dir = out / f"resume-{tag}"
+    started = start(
+        env, tmp_path, "run", tasks, "--agent", "command", "--agent-cmd",
+        sleeper("50", tag, flag), "-j", "2", "-o", out, *local_options(tag),
+    )  # fmt: skip
+
+    def two_agents_running() -> bool:
+        running = [t for t in status(run_dir).get("running", []) if t["phase"] == "execute"]
+        return len(running) == 2 and len(procs_with(f"sleep 50.{tag}")) >= 2
+
+    wait_for(two_agents_running, "two agents running", started)
+    os.killpg(started.proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole process group
+    code, _stdout, stderr = started.wait(timeout=60)
+    assert code == 130, stderr
+    assert "interrupted" in stderr and f"--resume {run_dir}" in stderr
+    cancelled = records(run_dir)
+    assert sorted(r["status"] for r in cancelled) == ["cancelled", "cancelled"]
+    assert all(not r["ok"] and r["reward"] is None for r in cancelled)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["pending"] == 2
+    assert status(run_dir)["state"] == "interrupted"
+    assert not no_procs_with(tag), "agents outlived the interrupted run"
+    assert not run_tmp(env, run_dir).exists()
+    assert not list(Path(env["TMPDIR"]).glob("harness-trial-*"))
+
+    flag.unlink()  # from now on the agents finish at once
+    code, _stdout, stderr = harness(env, tmp_path, "run", "--resume", run_dir)
+    assert code == 0, stderr
+    final = {r["id"]: r for r in records(run_dir)}
+    assert len(final) == 4 and all(r["status"] == "completed" for r in final.values())
+    for old in cancelled:
+        rerun = final[old["id"]]
+        assert rerun["attempt"] == 2
+        (previous,) = rerun["previous_attempts"]
+        assert previous["status"] == "cancelled" and previous["attempt"] == 1
+        assert previous["errors"], "the cancelled attempt's errors were lost"
+        assert (run_dir / previous["evidence_dir"]).is_dir()
+
+
+# --------------------------------------------------------------------------- torn line
+
+
+def test_a_torn_last_line_is_repaired_and_its_trial_rerun(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    tag = secrets.token_hex(3)
+    tasks = make_tasks(tmp_path, 3)
+    out = tmp_path / "runs"
+    run_dir = out / f"resume-{tag}"
+    code, _o, stderr = harness(env, tmp_path, "run", tasks, "--agent", "nop", "-o", out,
+                               *local_options(tag))  # fmt: skip
+    assert code == 0, stderr
+    path = run_dir / "trials.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 3
+    # A crash mid-write of the last record: only part of its line reached the disk.
+    path.write_bytes(b"".join(lines[:2]) + lines[2][: len(lines[2]) // 2])
+
+    code, _o, stderr = harness(env, tmp_path, "run", "--resume", run_dir, "--display", "plain")
+    assert code == 0, stderr
+    assert "repaired a torn last line of trials.jsonl (line 3" in stderr
+    assert "2 kept" in stderr and "1 never finished" in stderr
+    repaired = path.read_bytes()
+    assert repaired.endswith(b"\n") and repaired.startswith(b"".join(lines[:2]))
+    final = records(run_dir)
+    assert len(final) == 3 and len({r["id"] for r in final}) == 3
+    assert all(r["status"] == "completed" for r in final)
+
+    # Torn again, with every trial done: repaired, nothing to resume, exit 0.
+    path.write_bytes(repaired + b'{"id": "half a rec')
+    code, _o, stderr = harness(env, tmp_path, "run", "--resume", run_dir, "--display", "plain")
+    assert code == 0, stderr
+    assert "repaired a torn last line" in stderr and "nothing to resume" in stderr
+    assert path.read_bytes() == repaired
+
+
+# --------------------------------------------------------------------------- config
+
+
+def test_resume_refuses_a_differing_config_naming_the_keys(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    tag = secrets.token_hex(3)
+    tasks = make_tasks(tmp_path, 2)
+    out = tmp_path / "runs"
+    run_dir = out / f"resume-{tag}"
+    code, _o, stderr = harness(env, tmp_path, "run", tasks, "--agent", "nop", "-o", out,
+                               *local_options(tag))  # fmt: skip
+    assert code == 0, stderr
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+
+    code, stdout, stderr = harness(
+        env, tmp_path, "run", "--resume", run_dir, "--agent", "oracle",
+        "--set", "retry.max_retries=7", "-j", "4",
+    )  # fmt: skip
+    assert code == 2, stderr
+    assert stdout == ""
+    first = stderr.splitlines()[0]
+    assert first.startswith("error:") and "agent, retry.max_retries" in first
+    assert 'agent: saved "nop", given "oracle"' in stderr
+    assert "retry.max_retries: saved 2, given 7" in stderr
+    assert "concurrency" not in stderr.replace("-j", "")  # -j may differ
+    after = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    assert after == before, "a refused resume changed the run dir"
+    assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["attempt_1", "latest"]
+
+    # The same values (and -j, display options) are accepted.
+    code, _o, stderr = harness(
+        env, tmp_path, "run", "--resume", run_dir, "--agent", "nop", "-j", "3",
+        "--display", "none", "--json",
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "nothing to resume" in stderr
+
+
+def test_a_non_empty_run_dir_is_refused_without_resume(tmp_path: Path, env: dict[str, str]) -> None:
+    tag = secrets.token_hex(3)
+    tasks = make_tasks(tmp_path, 1)
+    out = tmp_path / "runs"
+    args = ("run", tasks, "--agent", "nop", "-o", out, *local_options(tag))
+    code, _o, stderr = harness(env, tmp_path, *args)
+    assert code == 0, stderr
+    code, _o, stderr = harness(env, tmp_path, *args)
+    assert code == 2
+    assert "not empty" in stderr and "--resume" in stderr
+    assert len(records(out / f"resume-{tag}")) == 1
+
+
+def test_config_file_and_set_and_selection(tmp_path: Path, env: dict[str, str]) -> None:
+    tasks = make_tasks(tmp_path, 6)
+    config = tmp_path / "conf" / "run.toml"
+    config.parent.mkdir()
+    config.write_text(
+        f'paths = ["../tasks"]\nagent = "nop"\nrollouts = 2\noutput_dir = "../runs"\n'
+        f"sandbox_uid = {UID_BASE}\nsandbox_gid = {UID_BASE}\n"
+        'categories = ["even"]\n\n[retry]\nmax_retries = 1\n'
+    )
+    code, stdout, stderr = harness(
+        env, tmp_path, "run", "-c", config, "--set", "rollouts=1", "--exclude", "resume/t4",
+        "--set", "retry.backoff_sec=0.5", "--json",
+    )  # fmt: skip
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    run_dir = Path(data["run_dir"])
+    assert run_dir.parent == tmp_path / "runs"
+    assert sorted(r["task"]["key"] for r in records(run_dir)) == ["resume/t0", "resume/t2"]
+    saved = tomllib.loads((run_dir / "config.toml").read_text())["run"]
+    assert saved["paths"] == [str(tasks)] and saved["rollouts"] == 1
+    assert saved["retry"] == {**saved["retry"], "max_retries": 1, "backoff_sec": 0.5}
+    assert saved["exclude_tasks"] == ["resume/t4"] and saved["categories"] == ["even"]
+
+    code, _o, stderr = harness(env, tmp_path, "run", "-c", config, "--set", "retry.tries=3")
+    assert code == 2
+    assert stderr.strip() == "error: unknown config key 'retry.tries'"
+
+    code, _o, stderr = harness(env, tmp_path, "run", tasks, "--agent", "nop",
+                               "--task-name", "nothing-*", "-o", tmp_path / "none")  # fmt: skip
+    assert code == 2 and "--task-name nothing-*" in stderr
+    assert not (tmp_path / "none").exists()
+
+
+def test_a_credential_in_the_config_is_refused(tmp_path: Path, env: dict[str, str]) -> None:
+    key = f"sk-e2e-{secrets.token_hex(12)}"
+    tasks = make_tasks(tmp_path, 1)
+    code, _o, stderr = harness(
+        {**env, "OPENAI_API_KEY": key}, tmp_path, "run", tasks, "--agent", "command",
+        "--agent-cmd", f"agent --api-key {key}", "-o", tmp_path / "runs",
+    )  # fmt: skip
+    assert code == 2
+    assert "agent_cmd" in stderr and key not in stderr
+    assert not (tmp_path / "runs").exists()
