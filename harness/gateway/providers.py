@@ -46,7 +46,10 @@ class ProviderCall:
 
 @dataclass
 class ProviderReply:
-    """A provider's answer: a whole body, or a stream of chunks."""
+    """A provider's answer: a whole body, or a stream of chunks.
+
+    Iterating ``chunks`` raises :class:`ProviderError` when the stream breaks off.
+    """
 
     status: int
     content_type: str
@@ -137,7 +140,7 @@ class HTTPProvider(Provider):
             return ProviderReply(
                 response.status_code,
                 content_type,
-                chunks=response.aiter_bytes(),
+                chunks=self._chunks(response),
                 aclose=response.aclose,
             )
         try:
@@ -147,6 +150,13 @@ class HTTPProvider(Provider):
         finally:
             await response.aclose()
         return ProviderReply(response.status_code, content_type, body=body)
+
+    async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_bytes():
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"{self.spec.provider} stream broke off: {exc}") from None
 
     async def aclose(self) -> None:  # noqa: D102
         await self._client.aclose()

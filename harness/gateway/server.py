@@ -28,7 +28,7 @@ from typing import IO, Any, TypeVar
 import h11
 
 from harness.gateway.providers import ENDPOINTS, Provider, ProviderCall, ProviderError
-from harness.gateway.usage import CallUsage, sse_payloads, usage_from_body, usage_from_stream
+from harness.gateway.usage import CallUsage, StreamUsage, sse_payloads, usage_from_body
 from harness.models.catalog import ModelSpec
 
 T = TypeVar("T")
@@ -39,6 +39,9 @@ SOCKET_NAME = "gw.sock"
 TOKEN_PREFIX = "hgw-"
 MAX_REQUEST_BYTES = 16 << 20
 MAX_RECORDED_BYTES = 1 << 20
+#: A stream line longer than MAX_RECORDED_BYTES is relayed in pieces; this much of it is held
+#: back each time, so a secret (far shorter) is never split across two pieces unredacted.
+_HELD_BACK_BYTES = 16 << 10
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 
@@ -147,6 +150,14 @@ class _Refused(Exception):
         self.outcome = outcome
 
 
+def _json(data: bytes) -> Any:
+    """``data`` parsed as JSON, or None."""
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
 def _capped_json(data: bytes) -> Any:
     """A body for the record: parsed JSON when small enough, else a truncated text."""
     if len(data) > MAX_RECORDED_BYTES:
@@ -155,10 +166,16 @@ def _capped_json(data: bytes) -> Any:
             "bytes": len(data),
             "head": data[:4096].decode("utf-8", "replace"),
         }
-    try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    parsed = _json(data)
+    if parsed is None and data.strip() != b"null":
         return {"text": data.decode("utf-8", "replace")}
+    return parsed
+
+
+def _capped_value(value: Any) -> Any:
+    """A parsed body for the record, capped like :func:`_capped_json`."""
+    data = json.dumps(value, ensure_ascii=False).encode()
+    return _capped_json(data) if len(data) > MAX_RECORDED_BYTES else value
 
 
 def _error_body(api: str | None, kind: str, message: str) -> bytes:
@@ -489,7 +506,7 @@ class Gateway:
             "path": path,
             "api": ENDPOINTS.get(path),
             "provider": self.model.provider,
-            "model": self.model.id,
+            "model": self.model.name,
             "requested_model": None,
             "status": None,
             "outcome": None,
@@ -512,7 +529,13 @@ class Gateway:
         outcome: str = "refused",
     ) -> None:
         line = self._base_line(state, method, path)
-        line.update(status=status, outcome=outcome, reason=reason, request=request, latency_ms=0.0)
+        line.update(
+            status=status,
+            outcome=outcome,
+            reason=reason,
+            request=_capped_value(request),
+            latency_ms=0.0,
+        )
         if outcome == "refused":
             state.usage.refused += 1
         state.write(line)
@@ -609,7 +632,7 @@ class Gateway:
             options.setdefault("include_usage", True)
             payload["stream_options"] = options
         line["stream"] = stream
-        line["request"] = payload
+        line["request"] = _capped_value(payload)
         call = ProviderCall(
             trial_id=state.access.trial_id,
             task_name=state.task_name,
@@ -629,6 +652,7 @@ class Gateway:
         status: int,
         started: float,
         usage: CallUsage | None,
+        failure: str | None = None,
     ) -> None:
         cost = None
         if usage is not None:
@@ -637,7 +661,8 @@ class Gateway:
             )
         line.update(
             status=status,
-            outcome="ok" if status < 400 else "upstream_error",
+            outcome="error" if failure else "ok" if status < 400 else "upstream_error",
+            reason=failure,
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
             usage=None if usage is None else usage.as_dict(),
             cost_usd=cost,
@@ -674,52 +699,91 @@ class Gateway:
             return
         if reply.chunks is None:
             body = self.redact((reply.body or b"").decode("utf-8", "replace")).encode()
-            parsed = _capped_json(body)
-            line["response"] = parsed
-            usage = usage_from_body(api, parsed) if reply.status < 400 else None
+            line["response"] = _capped_json(body)
+            usage = usage_from_body(api, _json(body)) if reply.status < 400 else None
             self._finish_line(state, line, api, reply.status, started, usage)
             await self._send(conn, writer, reply.status, reply.content_type, body)
             return
-        # A stream: relay chunk by chunk, keep a capped copy for the record.
+        # A stream: relay it as it comes, whole lines at a time (a secret never spans a
+        # line, so each piece is redacted whole), and keep a capped copy for the record.
         kept = bytearray()
+        truncated = False
+        pending = b""
+        failure: str | None = None
+        stream_usage = StreamUsage(api)
         headers_out = [
             ("content-type", reply.content_type),
             ("cache-control", "no-cache"),
             ("x-harness-gateway", "1"),
         ]
+
+        async def relay(data: bytes) -> None:
+            nonlocal truncated
+            data = self._redact_bytes(data)
+            stream_usage.feed(data)
+            if len(kept) < MAX_RECORDED_BYTES:
+                kept.extend(data)
+            else:
+                truncated = True
+            writer.write(conn.send(h11.Data(data=data)) or b"")
+            await writer.drain()
+
         try:
             writer.write(
                 conn.send(h11.Response(status_code=reply.status, headers=headers_out)) or b""
             )
-            async for chunk in reply.chunks:
-                if len(kept) < MAX_RECORDED_BYTES:
-                    kept += chunk
-                writer.write(conn.send(h11.Data(data=chunk)) or b"")
-                await writer.drain()
-            writer.write(conn.send(h11.EndOfMessage()) or b"")
-            await writer.drain()
+            try:
+                async for chunk in reply.chunks:
+                    pending += chunk
+                    cut = pending.rfind(b"\n") + 1
+                    if cut == 0 and len(pending) >= MAX_RECORDED_BYTES:
+                        # A huge line goes in pieces: redact all that has come, hold back
+                        # a tail (a secret starting in what is sent ends before the tail).
+                        pending = self._redact_bytes(pending)
+                        cut = len(pending) - _HELD_BACK_BYTES
+                    if cut:
+                        piece, pending = pending[:cut], pending[cut:]
+                        await relay(piece)
+            except ProviderError as exc:
+                failure = self.redact(str(exc))
+            except asyncio.CancelledError:
+                failure = "stream cut: the trial's model access was revoked"
+                raise
+            if pending:
+                await relay(pending)
         finally:
+            # Recorded before the client sees the end: once it has, the line is there.
+            events = sse_payloads(bytes(kept))
+            line["response"] = {"truncated": True, "events": events} if truncated else events
+            self._finish_line(
+                state, line, api, reply.status, started, stream_usage.usage(), failure
+            )
             if reply.aclose is not None:
                 await reply.aclose()
-            text = self.redact(bytes(kept).decode("utf-8", "replace")).encode()
-            events = sse_payloads(text)
-            line["response"] = {"events": events, "truncated": len(kept) >= MAX_RECORDED_BYTES}
-            self._finish_line(
-                state, line, api, reply.status, started, usage_from_stream(api, events)
-            )
+        if failure is None:
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+        # Else the response stays unfinished and the connection is closed (``_serve`` cannot
+        # start a next cycle): the client sees the stream break off, as it did upstream.
+
+    def _redact_bytes(self, data: bytes) -> bytes:
+        """``data`` with every secret replaced; any other byte unchanged."""
+        text = data.decode("utf-8", "surrogateescape")
+        return self.redact(text).encode("utf-8", "surrogateescape")
 
     async def _in_process(
         self, state: _TrialState, path: str, payload: dict[str, Any]
     ) -> tuple[int, Any]:
         api = ENDPOINTS.get(path)
-        reason = None
+        refusal: tuple[int, str] | None = None
         if api is None or api not in self.provider.apis:
-            reason = f"POST {path} is not a model endpoint for {self.model.id}"
+            refusal = 404, f"POST {path} is not a model endpoint for {self.model.id}"
         elif state.revoked:
-            reason = "revoked token: the trial's model access has ended"
-        if reason is not None:
-            self._record_refusal(state, "POST", path, 404 if api is None else 401, reason, payload)
-            return (404 if api is None else 401), {"error": {"message": reason}}
+            refusal = 401, "revoked token: the trial's model access has ended"
+        if refusal is not None:
+            status, reason = refusal
+            self._record_refusal(state, "POST", path, status, reason, payload)
+            return status, {"error": {"message": reason}}
         assert api is not None
         spent = self._budget_spent(state)
         if spent is not None:
@@ -744,6 +808,6 @@ class Gateway:
         body = self.redact((reply.body or b"").decode("utf-8", "replace")).encode()
         parsed = _capped_json(body)
         line["response"] = parsed
-        usage = usage_from_body(api, parsed) if reply.status < 400 else None
+        usage = usage_from_body(api, _json(body)) if reply.status < 400 else None
         self._finish_line(state, line, api, reply.status, started, usage)
         return reply.status, parsed

@@ -117,3 +117,31 @@ def usage_from_stream(api: str, payloads: Iterable[Any]) -> CallUsage | None:
             if input_tokens is not None or output_tokens is not None:
                 found = CallUsage(input_tokens, output_tokens, cached)
     return found
+
+
+class StreamUsage:
+    """Usage of a stream, read event by event as it is relayed.
+
+    The recorded copy of a stream is capped, and usage usually comes last: this keeps only
+    the events that mention usage, so a long stream still has its usage read.
+    """
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self._pending = b""
+        self._events: list[Any] = []
+
+    def feed(self, data: bytes) -> None:
+        """Take the next bytes of the stream."""
+        blocks = (self._pending + data).replace(b"\r\n", b"\n").split(b"\n\n")
+        self._pending = blocks.pop()
+        for block in blocks:
+            if b"usage" in block:
+                self._events.extend(sse_payloads(block))
+
+    def usage(self) -> CallUsage | None:
+        """Usage reported by the events fed so far (a last unterminated event included)."""
+        events = list(self._events)
+        if b"usage" in self._pending:
+            events.extend(sse_payloads(self._pending))
+        return usage_from_stream(self.api, events)
