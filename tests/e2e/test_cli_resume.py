@@ -440,3 +440,30 @@ def test_a_credential_in_the_config_is_refused(tmp_path: Path, env: dict[str, st
     assert code == 2
     assert "agent_cmd" in stderr and key not in stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_second_ctrl_c_aborts_and_still_cleans_up(
+    tmp_path: Path, env: dict[str, str], flag_dir: Path
+) -> None:
+    tag = numeric_tag()
+    flag = flag_dir / "slow"
+    flag.touch()
+    tasks = make_tasks(tmp_path, 2)
+    out = tmp_path / "runs"
+    run_dir = out / f"resume-{tag}"
+    started = start(
+        env, tmp_path, "run", tasks, "--agent", "command", "--agent-cmd",
+        sleeper("50", tag, flag), "-j", "2", "-o", out, *local_options(tag),
+    )  # fmt: skip
+    wait_for(lambda: len(procs_with(f"sleep 50.{tag}")) >= 2, "two agents running", started)
+    os.killpg(started.proc.pid, signal.SIGINT)
+    time.sleep(0.1)
+    os.killpg(started.proc.pid, signal.SIGINT)
+    code, _stdout, stderr = started.wait(timeout=60)
+    assert code == 130, stderr
+    assert "aborting" in stderr
+    assert not no_procs_with(tag), "agents outlived the aborted run"
+    assert not run_tmp(env, run_dir).exists()
+    assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is True
+    # Whatever was recorded is a cancelled trial; the rest is left for --resume.
+    assert all(r["status"] == "cancelled" for r in records(run_dir))
