@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,7 +50,10 @@ import harness
 from harness.agents import Agent, make_agent
 from harness.config import CONFIG_FILENAME, RunConfig, save_config
 from harness.errors import UsageError
+from harness.gateway import Gateway
 from harness.metrics import Summary, summarize
+from harness.model_access import resolve_model, start_gateway
+from harness.models.selection import ModelChoice
 from harness.plan import plan_trials, select_tasks, slug
 from harness.records import (
     CorruptRecordError,
@@ -70,6 +73,7 @@ from harness.status import STATUS_FILENAME, RunState, StatusWriter
 from harness.tasks import Task, TaskSetError, load_tasks, taskset_name
 from harness.trial import SandboxFactory, TrialPlan, TrialSettings
 from sandbox.backend import BackendRuntime, SandboxSpec
+from sandbox.credentials import CredentialStore
 from sandbox.local import IdentityPool, LocalSandbox, SupervisorPool
 
 EXIT_OK = 0
@@ -216,6 +220,10 @@ class PreparedRun:
     resume_snapshot: StoreSnapshot | None = None
     #: The local backend's private temp dir for trial roots (None for docker).
     tmp_dir: Path | None = None
+    #: The run's model (chosen explicitly), if the agent uses one.
+    model: ModelChoice | None = None
+    #: Where the gateway takes the real provider key from (in memory only).
+    credentials: CredentialStore = field(default_factory=CredentialStore, repr=False)
     _lock: FileLock | None = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
 
@@ -344,6 +352,8 @@ def prepare_run(
     *,
     resume_dir: Path | None = None,
     rerun: Iterable[str] | frozenset[str] = DEFAULT_RERUN_STATUSES,
+    credentials: CredentialStore | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> PreparedRun:
     """Load and check everything a run needs, writing nothing.
 
@@ -353,6 +363,9 @@ def prepare_run(
         resume_dir: Continue this run dir instead of creating one (its lock is taken here
             and held until :func:`execute_run` ends or :meth:`PreparedRun.close`).
         rerun: Statuses a resume reruns (see :func:`harness.resume.rerun_statuses`).
+        credentials: Provider keys (in memory) for the model gateway.
+        environ: Where HARNESS_PROVIDER/HARNESS_MODEL and provider base URLs are read
+            (default: ``os.environ``).
 
     Raises:
         UsageError: bad options, an agent that cannot run a task, a run dir in use or
@@ -362,6 +375,12 @@ def prepare_run(
     paths = [Path(p) for p in config.paths]
     tasks = load_tasks(paths)
     agent = make_agent(config.agent, agent_cmd=config.agent_cmd, max_turns=config.max_turns)
+    credentials = credentials if credentials is not None else CredentialStore()
+    choice = resolve_model(config, agent, credentials, os.environ if environ is None else environ)
+    # The model is part of what the run is: pin one chosen through the environment, so
+    # config.toml (and a --resume) names it explicitly.
+    if choice is not None and config.model != choice.spec.id:
+        config = config.model_copy(update={"model": choice.spec.id})
     chosen = select_tasks(
         tasks,
         num_tasks=config.num_tasks,
@@ -401,7 +420,9 @@ def prepare_run(
             lock.release()
             raise
     else:
-        name = config.run_name or run_name(taskset, config.model, agent.name)
+        name = config.run_name or run_name(
+            taskset, choice.spec.id if choice is not None else None, agent.name
+        )
         run_dir = Path(config.output_dir).absolute() / name
         if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
             raise UsageError(
@@ -428,6 +449,8 @@ def prepare_run(
         resume=resume,
         resume_snapshot=snapshot,
         tmp_dir=tmp_dir,
+        model=choice,
+        credentials=credentials,
         _lock=lock,
     )
 
@@ -787,9 +810,15 @@ def _execute(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutc
     elif resume.to_run == 0:
         return _nothing_to_resume(prepared, run_dir, store, events)
     invocation, log = _open_invocation_log(run_dir)
+    gateway = None
     try:
-        return _run_trials(prepared, run_dir, store, vers, invocation, log, events)
+        if prepared.model is not None:
+            gateway = start_gateway(prepared.model, prepared.credentials, config.budget)
+            log(f"model gateway started for {prepared.model.spec.id}")
+        return _run_trials(prepared, run_dir, store, vers, invocation, log, events, gateway)
     finally:
+        if gateway is not None:
+            gateway.close()
         log.close()
 
 
@@ -801,6 +830,7 @@ def _run_trials(
     invocation: int,
     log: RunLog,
     events: RunEvents,
+    gateway: Gateway | None = None,
 ) -> RunOutcome:
     config = prepared.config
     resume = prepared.resume
@@ -868,7 +898,8 @@ def _run_trials(
         run_dir=run_dir,
         agent=prepared.agent,
         make_sandbox=prepared.make_sandbox,
-        model=config.model,
+        model=prepared.model.spec.id if prepared.model is not None else None,
+        gateway=gateway,
         versions=vers,
         protected_paths=(run_dir,),
         cancel=cancel,

@@ -289,6 +289,7 @@ def run(
                 config,
                 resume_dir=resume,
                 rerun=rerun_statuses(rerun_status or []),
+                credentials=credentials,
             )
         except (UsageError, TaskSetError) as exc:
             raise _fail(str(exc)) from None

@@ -1,0 +1,63 @@
+"""Model access for a run: pick the model (explicitly), then start the gateway for it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from harness.agents.base import Agent
+from harness.agents.tool_loop import BuiltinAgent
+from harness.config import BudgetConfig, RunConfig
+from harness.gateway import Budget, Gateway, load_faux_script, make_provider
+from harness.models.catalog import ModelCatalog
+from harness.models.selection import ModelChoice, select_model
+from sandbox.credentials import CredentialStore
+
+
+def resolve_model(
+    config: RunConfig,
+    agent: Agent,
+    credentials: CredentialStore,
+    environ: Mapping[str, str],
+) -> ModelChoice | None:
+    """Choose the run's model before any trial starts, or None if the agent needs none.
+
+    Raises:
+        ModelSelectionError: a contract message (docs/model-access.md, harness.models).
+        UsageError: a catalog or faux script is invalid.
+    """
+    if agent.model_use == "none":
+        return None
+    catalog = ModelCatalog.load(
+        files=[Path(p) for p in config.models],
+        task_roots=[Path(p) for p in config.paths],
+        environ=environ,
+    )
+    choice = select_model(
+        config.model,
+        environ,
+        catalog,
+        credentials=set(credentials.names()),
+        required=agent.model_use == "required",
+    )
+    if choice is None:
+        return None
+    if choice.spec.script is not None:
+        load_faux_script(choice.spec.script)  # a broken script fails now, not in trial 1
+    if isinstance(agent, BuiltinAgent):
+        agent.use_model(choice.spec)
+    return choice
+
+
+def start_gateway(
+    choice: ModelChoice, credentials: CredentialStore, budget: BudgetConfig
+) -> Gateway:
+    """Start the run's gateway; the real key stays in this process's memory."""
+    gateway = Gateway(
+        choice.spec,
+        make_provider(choice.spec, credentials),
+        budget=Budget(budget.max_calls, budget.max_tokens, budget.max_cost_usd),
+        redact=credentials.redact,
+    )
+    gateway.start()
+    return gateway
