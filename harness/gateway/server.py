@@ -129,6 +129,9 @@ class _TrialState:
         self.seq = 0
         self.server: asyncio.AbstractServer | None = None
         self.connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        #: Calls forwarded but not finished: they count against ``max_calls`` already,
+        #: so concurrent calls cannot overshoot it.
+        self.in_flight = 0
         self.revoked = False
 
     def write(self, line: dict[str, Any]) -> None:
@@ -485,8 +488,9 @@ class Gateway:
 
     def _budget_spent(self, state: _TrialState) -> str | None:
         budget, usage = self.budget, state.usage
-        if budget.max_calls is not None and usage.calls >= budget.max_calls:
-            return f"{usage.calls} of {budget.max_calls} calls used"
+        calls = usage.calls + state.in_flight
+        if budget.max_calls is not None and calls >= budget.max_calls:
+            return f"{calls} of {budget.max_calls} calls used"
         total = usage.total_tokens
         if budget.max_tokens is not None and total is not None and total >= budget.max_tokens:
             return f"{total} of {budget.max_tokens} tokens used"
@@ -670,7 +674,15 @@ class Gateway:
         state.usage.add(usage, cost)
         state.write(line)
 
-    async def _forward(
+    async def _forward(self, state: _TrialState, *args: Any) -> None:
+        # Counted from the budget check on: no await separates the two.
+        state.in_flight += 1
+        try:
+            await self._forward_call(state, *args)
+        finally:
+            state.in_flight -= 1
+
+    async def _forward_call(
         self,
         state: _TrialState,
         path: str,
@@ -790,6 +802,15 @@ class Gateway:
             message = f"Per-trial model budget spent: {spent}."
             self._record_refusal(state, "POST", path, 429, message, payload, "budget")
             return 429, json.loads(_error_body(api, "budget_exceeded", message))
+        state.in_flight += 1  # no await since the budget check
+        try:
+            return await self._in_process_call(state, path, api, payload)
+        finally:
+            state.in_flight -= 1
+
+    async def _in_process_call(
+        self, state: _TrialState, path: str, api: str, payload: dict[str, Any]
+    ) -> tuple[int, Any]:
         call, line = self._prepare_call(state, path, api, {**payload, "stream": False}, {})
         line["via"] = "in-process"
         started = time.perf_counter()

@@ -107,6 +107,11 @@ def select_model(
         return None
     model_id, source = asked
     spec = catalog.get(model_id)
+    provider, _, name = model_id.partition("/")
+    if spec is None and source == "environment" and name.startswith(provider + "/"):
+        # HARNESS_MODEL written as provider/name (the form the sandbox sees) also works.
+        spec = catalog.get(name)
+        model_id = name if spec is not None else model_id
     if spec is None:
         raise ModelSelectionError(model_not_found(model_id))
     if spec.api_key_env is not None and spec.api_key_env not in credentials:

@@ -1227,6 +1227,41 @@ def test_max_calls_budget(h: Harness, oa: Upstream) -> None:
     assert other.client().post(CHAT, json={"messages": []}).status_code == 200
 
 
+def test_concurrent_calls_cannot_overshoot_max_calls(h: Harness, oa: Upstream) -> None:
+    # Three calls are held upstream (a barrier the test itself releases); two more sent
+    # while they are in flight must be refused: calls in flight count against the budget.
+    gw = h.gateway(openai_spec(oa.base_url), Budget(max_calls=3))
+    trial = h.trial(gw, "t")
+    oa.barrier = threading.Barrier(4)
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def call() -> None:
+        status = trial.client().post(CHAT, json={"messages": []}).status_code
+        with lock:
+            results.append(status)
+
+    held = [threading.Thread(target=call) for _ in range(3)]
+    for thread in held:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(oa.requests()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(oa.requests()) == 3
+    extra = [threading.Thread(target=call) for _ in range(2)]
+    for thread in extra:
+        thread.start()
+    for thread in extra:
+        thread.join(10)
+    assert results == [429, 429]  # refused while the three were still in flight
+    oa.barrier.wait(10)
+    for thread in held:
+        thread.join(10)
+    assert sorted(results) == [200, 200, 200, 429, 429]
+    assert len(oa.requests()) == 3
+    assert totals(gw.usage("t"))["calls"] == 3
+
+
 def test_max_tokens_budget(h: Harness, oa: Upstream) -> None:
     gw = h.gateway(openai_spec(oa.base_url), Budget(max_tokens=20))
     trial = h.trial(gw, "t")

@@ -546,3 +546,24 @@ def test_cost_is_none_when_counts_or_prices_are_unknown() -> None:
     assert Prices(0.0, 0.0, 1.0).cost(1000, 1000, 1000) is None
     output_only = Prices(output=4.0)
     assert output_only.known and output_only.cost(1000, 10, None) == pytest.approx(4e-5)
+
+
+def test_harness_model_may_repeat_the_provider() -> None:
+    catalog = ModelCatalog()
+    choice = select_model(
+        None,
+        {"HARNESS_PROVIDER": "openai", "HARNESS_MODEL": "openai/gpt-4o"},
+        catalog,
+        credentials={"OPENAI_API_KEY"},
+        required=True,
+    )
+    assert choice is not None and choice.spec.id == "openai/gpt-4o"
+    with pytest.raises(ModelSelectionError) as err:
+        select_model(
+            None,
+            {"HARNESS_PROVIDER": "openai", "HARNESS_MODEL": "openai/gpt-9"},
+            catalog,
+            credentials={"OPENAI_API_KEY"},
+            required=True,
+        )
+    assert str(err.value).startswith("Model not found: openai/openai/gpt-9.")
