@@ -442,18 +442,17 @@ def test_a_credential_in_the_config_is_refused(tmp_path: Path, env: dict[str, st
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_second_ctrl_c_aborts_and_still_cleans_up(
-    tmp_path: Path, env: dict[str, str], flag_dir: Path
-) -> None:
+def test_a_second_ctrl_c_aborts_and_still_cleans_up(tmp_path: Path, env: dict[str, str]) -> None:
     tag = numeric_tag()
-    flag = flag_dir / "slow"
-    flag.touch()
     tasks = make_tasks(tmp_path, 2)
     out = tmp_path / "runs"
     run_dir = out / f"resume-{tag}"
+    # 30,000 files in each workspace: the cleanup after the first Ctrl-C takes long enough
+    # for the second one to find the trials still cleaning up.
+    agent = f"bash -c 'touch f{{{{1..30000}}}} && exec sleep 50.{tag}'"
     started = start(
-        env, tmp_path, "run", tasks, "--agent", "command", "--agent-cmd",
-        sleeper("50", tag, flag), "-j", "2", "-o", out, *local_options(tag),
+        env, tmp_path, "run", tasks, "--agent", "command", "--agent-cmd", agent,
+        "-j", "2", "-o", out, *local_options(tag),
     )  # fmt: skip
     wait_for(lambda: len(procs_with(f"sleep 50.{tag}")) >= 2, "two agents running", started)
     os.killpg(started.proc.pid, signal.SIGINT)
