@@ -40,7 +40,9 @@ for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do
 done > "$out/proc.txt" 2>/dev/null
 # Everywhere a key could have been left for the agent (the whole root in a container).
 places="$HOME $HARNESS_SESSION_DIR $(dirname "$HARNESS_WORKSPACE") /tmp /var/tmp /run /etc /opt"
-if [ -d /trial ]; then places="/ --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude-dir=usr"; fi
+if [ -d /trial ]; then
+    places="/ --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude-dir=usr"
+fi
 # Every string that looks like a canary key, wherever it is (the test checks them all).
 grep -rIhos $places -e "$needle[0-9a-f]*" > "$out/grep.txt" 2>/dev/null
 python3 - "$out" <<'PY'
