@@ -301,16 +301,16 @@ def _rebase_paths(data: dict[str, Any], base: Path) -> None:
             data[key] = [_absolute(v, base) if isinstance(v, str) else v for v in value]
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
+def read_config_file(path: Path, *, base: Path | None = None) -> dict[str, Any]:
     """Read a config file into a mapping (not validated yet), paths made absolute.
 
     Args:
         path: A TOML file holding :class:`RunConfig` keys at the top level or under
             ``[run]`` (next to which only an informational ``[versions]`` table may be).
+        base: What relative paths are relative to (default: the file's directory).
 
     Returns:
-        The config keys, with relative ``paths``/``output_dir`` resolved against the
-        file's directory.
+        The config keys, with relative path-valued keys resolved against ``base``.
 
     Raises:
         ConfigError: The file is missing, not TOML, or has unexpected top-level tables.
@@ -332,7 +332,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
                 "config keys inside [run]"
             )
         data = data["run"]
-    _rebase_paths(data, path.resolve().parent)
+    _rebase_paths(data, base if base is not None else path.resolve().parent)
     return data
 
 
@@ -479,7 +479,9 @@ def load_saved_config(run_dir: Path) -> RunConfig:
             f"{run_dir} is not a run dir: it has no {CONFIG_FILENAME} (give the directory a "
             "`harness run` created, e.g. runs/<name>)"
         )
-    data = read_config_file(path)
+    # This version saves paths absolute; a run dir written before it holds them relative
+    # to where that run was started, most likely where the resume is started too.
+    data = read_config_file(path, base=Path.cwd())
     try:
         return validate_config(data)
     except ConfigError as exc:

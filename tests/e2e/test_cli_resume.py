@@ -466,3 +466,39 @@ def test_a_second_ctrl_c_aborts_and_still_cleans_up(tmp_path: Path, env: dict[st
     assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is True
     # Whatever was recorded is a cancelled trial; the rest is left for --resume.
     assert all(r["status"] == "cancelled" for r in records(run_dir))
+
+
+def test_a_run_dir_written_before_resume_existed_can_be_resumed(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Old layout: relative paths in config.toml, no new keys, a plain eval.log, no logs/."""
+    tag = secrets.token_hex(3)
+    tasks = make_tasks(tmp_path, 2)
+    out = tmp_path / "runs"
+    run_dir = out / f"resume-{tag}"
+    code, _o, stderr = harness(env, tmp_path, "run", tasks, "--agent", "nop", "-o", out,
+                               *local_options(tag))  # fmt: skip
+    assert code == 0, stderr
+    (run_dir / "config.toml").write_text(
+        '[run]\npaths = ["tasks"]\nagent = "nop"\nsandbox = "local"\nrollouts = 1\n'
+        f'concurrency = 1\noutput_dir = "runs"\nsandbox_uid = {UID_BASE}\n'
+        f'sandbox_gid = {UID_BASE}\n\n[versions]\nharness = "0.0.9"\n'
+    )
+    (run_dir / "eval.log").unlink()
+    shutil.rmtree(run_dir / "logs")
+    (run_dir / "eval.log").write_text("old log line\n")
+    first, second = (run_dir / "trials.jsonl").read_text().splitlines()
+    (run_dir / "trials.jsonl").write_text(first + "\n")
+
+    # Relative paths of an old config.toml are taken from where the resume runs.
+    code, _o, stderr = harness(env, tmp_path, "run", "--resume", run_dir)
+    assert code == 2 and "does not exist" in stderr  # started from the repo: no ./tasks
+    resumed = subprocess.run(
+        [str(HARNESS), "run", "--resume", str(run_dir), "--display", "plain"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 kept" in resumed.stderr and "1 never finished" in resumed.stderr
+    assert len(records(run_dir)) == 2
+    assert (run_dir / "logs" / "attempt_1" / "eval.log").read_text() == "old log line\n"
+    assert "invocation 2" in (run_dir / "eval.log").read_text()
