@@ -208,7 +208,7 @@ def run(
     ] = None,
     category: Annotated[
         list[str] | None,
-        typer.Option("--category", help="Only tasks of this [metadata].category (repeatable)."),
+        typer.Option("--category", help="Only tasks whose metadata category is NAME (repeatable)."),
     ] = None,
     output_dir: Annotated[
         Path | None, typer.Option("--output-dir", "-o", help="Where run dirs are created.")
