@@ -25,6 +25,8 @@ import pytest
 from conftest import read_run_dir, start_cli
 from docker_support import docker_client, require_image
 
+import docker
+
 CANARY_PREFIX = "sk-canary-"
 
 # Runs inside the sandbox as the agent. It never spells the prefix in one piece, so a
@@ -171,8 +173,11 @@ def _sandbox_pids(backend: str, client: Any, label: str) -> list[int]:
     if backend == "docker":
         pids = []
         for container in client.containers.list(filters={"label": f"org.harness.run={label}"}):
-            for row in container.top(ps_args="-eo pid").get("Processes") or []:
-                pids.append(int(row[0]))
+            try:
+                rows = container.top(ps_args="-eo pid").get("Processes") or []
+            except docker.errors.APIError:  # it stopped since it was listed
+                continue
+            pids.extend(int(row[0]) for row in rows)
         return pids
     pids = []
     for entry in Path("/proc").iterdir():
@@ -238,7 +243,7 @@ def test_real_key_never_reaches_the_sandbox(
     )
     # While the agent waits after its probe, look at the live sandbox from outside.
     needle = canary.encode()
-    scanned = 0
+    scanned = inspections = 0
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and running.proc.poll() is None:
         found = [p for p in out.glob("*") if p.is_dir()]
@@ -252,12 +257,17 @@ def test_real_key_never_reaches_the_sandbox(
                 for container in client.containers.list(
                     all=True, filters={"label": f"org.harness.run={label}"}
                 ):
-                    inspected = json.dumps(client.api.inspect_container(container.id))
+                    try:
+                        inspected = json.dumps(client.api.inspect_container(container.id))
+                    except docker.errors.NotFound:  # removed since it was listed
+                        continue
                     assert canary not in inspected
+                    inspections += 1
         time.sleep(0.5)
     result = running.wait(timeout=120)
     assert result.code == 0, str(result)
     assert scanned > 0, "no sandbox process was ever scanned"
+    assert backend != "docker" or inspections > 0, "the container was never inspected"
     assert canary not in result.stdout + result.stderr
 
     run = read_run_dir(Path(json.loads(result.stdout)["run_dir"]))
