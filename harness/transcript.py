@@ -182,8 +182,8 @@ def parse_timestamp(value: Any) -> datetime | None:
     return parsed.astimezone(UTC)
 
 
-def _text(value: Any) -> str:
-    """Message content as text (non-string content is rendered as JSON)."""
+def content_text(value: Any) -> str:
+    """Message or tool-result content as text (non-string content is rendered as JSON)."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -200,7 +200,7 @@ def _session_events(line: Mapping[str, Any]) -> list[dict[str, Any]]:
     timestamp = line.get("timestamp")
     if kind == "message":
         role = line.get("role")
-        content = _text(line.get("content"))
+        content = content_text(line.get("content"))
         if role == "user":
             return [{"type": "message", "role": "user", "content": content, "timestamp": timestamp}]
         if role != "assistant":
@@ -225,7 +225,7 @@ def _session_events(line: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
         return events
     if kind == "tool_result":
-        content = _text(line.get("content"))
+        content = content_text(line.get("content"))
         event: dict[str, Any] = {
             "type": "tool_result",
             "tool_call_id": line.get("tool_call_id"),

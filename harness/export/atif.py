@@ -26,7 +26,6 @@ Harbor layout), or ``<out>/<trial-id>/trajectory.json`` when an output dir is gi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +41,7 @@ from harness.transcript import (
     MODEL_CALLS_FILENAME,
     SESSION_FILENAME,
     JsonlRead,
+    content_text,
     parse_timestamp,
     read_jsonl,
     usage_from_model_calls,
@@ -353,18 +353,6 @@ def _int(value: Any) -> int | None:
     return value
 
 
-def _text(value: Any) -> str:
-    """Message or result content as a string."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 def _compact(data: Mapping[str, Any]) -> dict[str, Any] | None:
     """``data`` without None values; None when nothing is left."""
     kept = {key: value for key, value in data.items() if value is not None}
@@ -404,7 +392,7 @@ class _Builder:
                         step_id=self._next_id(),
                         timestamp=_iso(line.get("timestamp")),
                         source="system" if role == "system" else "user",
-                        message=_text(line.get("content")),
+                        message=content_text(line.get("content")),
                     )
                 )
         elif kind == "tool_result":
@@ -430,7 +418,7 @@ class _Builder:
             calls.append(
                 AtifToolCall(
                     tool_call_id=call_id,
-                    function_name=name if isinstance(name, str) else _text(name),
+                    function_name=name if isinstance(name, str) else content_text(name),
                     arguments=arguments,
                     extra=extra or None,
                 )
@@ -454,7 +442,7 @@ class _Builder:
             timestamp=_iso(line.get("timestamp")),
             source="agent",
             model_name=self.model_name,
-            message=_text(line.get("content")),
+            message=content_text(line.get("content")),
             tool_calls=calls or None,
             metrics=metrics,
             llm_call_count=1,
@@ -496,7 +484,9 @@ class _Builder:
             target.observation = AtifObservation()
         target.observation.results.append(
             AtifObservationResult(
-                source_call_id=source_call_id, content=_text(line.get("content")), extra=extra
+                source_call_id=source_call_id,
+                content=content_text(line.get("content")),
+                extra=extra,
             )
         )
 

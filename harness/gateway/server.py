@@ -27,7 +27,13 @@ from typing import IO, Any, TypeVar
 
 import h11
 
-from harness.gateway.providers import ENDPOINTS, Provider, ProviderCall, ProviderError
+from harness.gateway.providers import (
+    ENDPOINTS,
+    Provider,
+    ProviderCall,
+    ProviderError,
+    ProviderReply,
+)
 from harness.gateway.usage import CallUsage, StreamUsage, sse_payloads, usage_from_body
 from harness.models.catalog import ModelSpec
 
@@ -694,26 +700,14 @@ class Gateway:
     ) -> None:
         call, line = self._prepare_call(state, path, api, payload, headers)
         started = time.perf_counter()
-        try:
-            reply = await self.provider.send(call)
-        except ProviderError as exc:
-            message = self.redact(str(exc))
-            line.update(
-                status=502,
-                outcome="error",
-                reason=message,
-                latency_ms=round((time.perf_counter() - started) * 1000, 3),
-            )
-            state.write(line)
+        reply = await self._send_to_provider(state, call, line, started)
+        if isinstance(reply, str):
             await self._send(
-                conn, writer, 502, "application/json", _error_body(api, "provider_error", message)
+                conn, writer, 502, "application/json", _error_body(api, "provider_error", reply)
             )
             return
         if reply.chunks is None:
-            body = self.redact((reply.body or b"").decode("utf-8", "replace")).encode()
-            line["response"] = _capped_json(body)
-            usage = usage_from_body(api, _json(body)) if reply.status < 400 else None
-            self._finish_line(state, line, api, reply.status, started, usage)
+            body, _ = self._finish_whole(state, line, api, reply, started)
             await self._send(conn, writer, reply.status, reply.content_type, body)
             return
         # A stream: relay it as it comes, whole lines at a time (a secret never spans a
@@ -814,8 +808,18 @@ class Gateway:
         call, line = self._prepare_call(state, path, api, {**payload, "stream": False}, {})
         line["via"] = "in-process"
         started = time.perf_counter()
+        reply = await self._send_to_provider(state, call, line, started)
+        if isinstance(reply, str):
+            return 502, json.loads(_error_body(api, "provider_error", reply))
+        _, parsed = self._finish_whole(state, line, api, reply, started)
+        return reply.status, parsed
+
+    async def _send_to_provider(
+        self, state: _TrialState, call: ProviderCall, line: dict[str, Any], started: float
+    ) -> ProviderReply | str:
+        """The provider's reply, or (recorded already) the redacted reason it gave none."""
         try:
-            reply = await self.provider.send(call)
+            return await self.provider.send(call)
         except ProviderError as exc:
             message = self.redact(str(exc))
             line.update(
@@ -825,10 +829,20 @@ class Gateway:
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
             )
             state.write(line)
-            return 502, json.loads(_error_body(api, "provider_error", message))
+            return message
+
+    def _finish_whole(
+        self,
+        state: _TrialState,
+        line: dict[str, Any],
+        api: str,
+        reply: ProviderReply,
+        started: float,
+    ) -> tuple[bytes, Any]:
+        """Redact and record a whole (non-streamed) reply; return its body and parsed copy."""
         body = self.redact((reply.body or b"").decode("utf-8", "replace")).encode()
         parsed = _capped_json(body)
         line["response"] = parsed
         usage = usage_from_body(api, _json(body)) if reply.status < 400 else None
         self._finish_line(state, line, api, reply.status, started, usage)
-        return reply.status, parsed
+        return body, parsed
