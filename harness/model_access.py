@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from harness.agents.base import Agent
@@ -10,7 +10,7 @@ from harness.agents.tool_loop import BuiltinAgent
 from harness.config import BudgetConfig, RunConfig
 from harness.gateway import Budget, Gateway, load_faux_script, make_provider
 from harness.models.catalog import ModelCatalog
-from harness.models.selection import ModelChoice, select_model
+from harness.models.selection import ModelChoice, requested_model, select_model
 from sandbox.credentials import CredentialStore
 
 
@@ -33,6 +33,15 @@ def resolve_model(
         task_roots=[Path(p) for p in config.paths],
         environ=environ,
     )
+    asked = requested_model(config.model, environ)
+    spec = catalog.get(asked[0]) if asked is not None else None
+    if spec is not None and spec.api_key_env and spec.api_key_env not in credentials.names():
+        # A catalog names its own key variable (VLLM_API_KEY, ...): it leaves the
+        # environment now, like the well-known ones did at start-up.
+        if isinstance(environ, MutableMapping):
+            credentials.hide_from_env([spec.api_key_env], env=environ)
+        elif environ.get(spec.api_key_env):
+            credentials.set(spec.api_key_env, environ[spec.api_key_env])
     choice = select_model(
         config.model,
         environ,

@@ -179,3 +179,91 @@ def test_strict_completion_failure_is_an_agent_error_with_its_message(tmp_path: 
     (record,) = read_run_dir(Path(result.json()["run_dir"])).records
     assert record["status"] == "agent_error"
     assert record["errors"][0]["message"] == "Agent run produced no assistant text."
+
+
+def test_builtin_agent_against_an_openai_compatible_server_on_loopback(tmp_path: Path) -> None:
+    """No faux: a real HTTP server speaks chat completions; the gateway forwards to it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {
+                        "name": "write",
+                        "arguments": json.dumps(
+                            {"path": "hello.txt", "content": "Hello, world!\n"}
+                        ),
+                    },
+                }
+            ],
+        },
+        {"role": "assistant", "content": "Wrote hello.txt."},
+    ]
+    seen: list[dict[str, object]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server API
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            seen.append({"path": self.path, "auth": self.headers["authorization"], "body": body})
+            message = answers[min(len(seen), len(answers)) - 1]
+            finish = "tool_calls" if message.get("tool_calls") else "stop"
+            data = json.dumps(
+                {
+                    "id": f"c{len(seen)}",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        catalog = tmp_path / "models.toml"
+        catalog.write_text(
+            '[models."openai/local-llm"]\nmodel = "org/llm-7b"\n'
+            f'base_url = "http://127.0.0.1:{server.server_address[1]}/v1"\n'
+            'api_key_env = "LOCAL_LLM_KEY"\ninput_price = 0.5\noutput_price = 1.5\n'
+        )
+        result = run_cli(
+            "run",
+            EXAMPLES / "hello-file",
+            "--agent",
+            "builtin",
+            "--model",
+            "openai/local-llm",
+            "--models",
+            catalog,
+            "-o",
+            tmp_path / "runs",
+            "--json",
+            env={**NO_MODEL_ENV, "LOCAL_LLM_KEY": "sk-local-secret-1234"},
+            timeout=120,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.code == 0, str(result)
+    (record,) = read_run_dir(Path(result.json()["run_dir"])).records
+    assert record["reward"] == 1.0
+    assert record["usage"]["calls"] == 2 and record["usage"]["input_tokens"] == 200
+    assert record["usage"]["cost_usd"] == pytest.approx((200 * 0.5 + 20 * 1.5) / 1e6)
+    assert [s["path"] for s in seen] == ["/v1/chat/completions"] * 2
+    assert all(s["auth"] == "Bearer sk-local-secret-1234" for s in seen)
+    assert all(s["body"]["model"] == "org/llm-7b" for s in seen)  # type: ignore[index]
