@@ -60,6 +60,17 @@ def print_summary(console: Console, outcome: RunOutcome) -> None:
         totals.add_row(f"mean reward {summary.ci_level:.0%} CI", f"[{ci[0]:.3f}, {ci[1]:.3f}]")
     for status, count in sorted(summary.errors_by_status.items()):
         totals.add_row(f"status {status}", str(count))
+    for name, label in (
+        ("calls", "model calls"),
+        ("total_tokens", "tokens"),
+        ("cost_usd", "cost (USD)"),
+    ):
+        total = summary.usage.get(name)
+        if total is None or total.measured == 0:
+            continue  # not measured is not 0
+        shown = f"{total.total:.4f}" if name == "cost_usd" else f"{total.total:,}"
+        partial = "" if total.measured == total.of else f" ({total.measured}/{total.of} measured)"
+        totals.add_row(label, shown + partial)
     totals.add_row("run dir", str(outcome.run_dir))
     console.print(totals)
 
