@@ -31,7 +31,13 @@ sandbox_app = typer.Typer(help="Sandbox maintenance.", no_args_is_help=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 #: harness-run-<name> holds a local run's trial roots (harness.run.RUN_TMP_PREFIX).
-TEMP_PATTERNS = ("harness-trial-*", "harness-build-*", "harness-supervisor-*", "harness-run-*")
+TEMP_PATTERNS = (
+    "harness-trial-*",
+    "harness-build-*",
+    "harness-supervisor-*",
+    "harness-run-*",
+    "harness-gw-*",
+)
 
 
 def _client() -> docker.DockerClient:
@@ -118,8 +124,11 @@ def sandbox_cleanup(
     """Remove every container, volume and network carrying the harness labels."""
     client = _client()
     report = remove_leaks(client, keep_runtime=False)
-    removed_dirs = []
+    removed_dirs: list[str] = []
     if temp:
+        from harness.gateway.server import remove_stale_socket_dirs
+
+        removed_dirs.extend(str(path) for path in remove_stale_socket_dirs())
         base = os.environ.get("TMPDIR", "/tmp")
         for pattern in TEMP_PATTERNS:
             for path in glob.glob(os.path.join(base, pattern)):

@@ -114,6 +114,30 @@ class TrialUsage:
         return (self.input_tokens or 0) + (self.output_tokens or 0)
 
 
+def remove_stale_socket_dirs(root: Path = SOCKET_ROOT) -> list[Path]:
+    """Remove socket dirs of gateways whose harness process is gone (killed with -9).
+
+    Each gateway's dir is named ``run-<pid>-…``; a dir whose pid is not alive is stale.
+    """
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for entry in root.iterdir():
+        parts = entry.name.split("-")
+        if len(parts) < 3 or parts[0] != "run" or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
 def _plus(total: int | None, value: int | None) -> int | None:
     if value is None:
         return total
@@ -241,9 +265,10 @@ class Gateway:
             if os.geteuid() == 0:
                 SOCKET_ROOT.mkdir(parents=True, exist_ok=True, mode=0o700)
                 os.chmod(SOCKET_ROOT, 0o700)
-                root = Path(tempfile.mkdtemp(prefix="run-", dir=SOCKET_ROOT))
+                remove_stale_socket_dirs()
+                root = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=SOCKET_ROOT))
             else:
-                root = Path(tempfile.mkdtemp(prefix="harness-gw-"))
+                root = Path(tempfile.mkdtemp(prefix=f"harness-gw-{os.getpid()}-"))
             self._owns_root = True
         os.chmod(root, 0o700)
         self.socket_root = root

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import secrets
 import socket
@@ -1776,3 +1777,19 @@ def test_make_provider_takes_the_key_from_the_store_only(
         gw.close()
     assert oa.requests()[0].headers["authorization"] == f"Bearer {real_key}"
     assert gw.socket_root is not None and not gw.socket_root.exists()
+
+
+def test_socket_dirs_of_dead_gateways_are_removed(tmp_path: Path) -> None:
+    import subprocess
+
+    from harness.gateway.server import remove_stale_socket_dirs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"run-{dead.pid}-abc"
+    live = tmp_path / f"run-{os.getpid()}-def"
+    other = tmp_path / "not-a-gateway"
+    for path in (stale, live, other):
+        (path / "t-1").mkdir(parents=True)
+    assert remove_stale_socket_dirs(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and other.exists()
