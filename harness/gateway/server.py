@@ -11,6 +11,7 @@ included, in the trial's ``model_calls.jsonl``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import os
@@ -19,7 +20,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -136,6 +137,20 @@ def remove_stale_socket_dirs(root: Path = SOCKET_ROOT) -> list[Path]:
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
+
+
+@contextlib.contextmanager
+def _reserved(state: _TrialState) -> Iterator[None]:
+    """Count a call against the trial's budget while it is in flight.
+
+    Entered right after the budget check with no await in between, so concurrent calls
+    on the loop cannot all pass the check before any is counted.
+    """
+    state.in_flight += 1
+    try:
+        yield
+    finally:
+        state.in_flight -= 1
 
 
 def _plus(total: int | None, value: int | None) -> int | None:
@@ -646,7 +661,8 @@ class Gateway:
             )
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.headers}
-        await self._forward(state, path, api, payload, headers, conn, writer)
+        with _reserved(state):  # no await since the budget check
+            await self._forward(state, path, api, payload, headers, conn, writer)
 
     def _prepare_call(
         self,
@@ -705,15 +721,7 @@ class Gateway:
         state.usage.add(usage, cost)
         state.write(line)
 
-    async def _forward(self, state: _TrialState, *args: Any) -> None:
-        # Counted from the budget check on: no await separates the two.
-        state.in_flight += 1
-        try:
-            await self._forward_call(state, *args)
-        finally:
-            state.in_flight -= 1
-
-    async def _forward_call(
+    async def _forward(
         self,
         state: _TrialState,
         path: str,
@@ -821,11 +829,8 @@ class Gateway:
             message = f"Per-trial model budget spent: {spent}."
             self._record_refusal(state, "POST", path, 429, message, payload, "budget")
             return 429, json.loads(_error_body(api, "budget_exceeded", message))
-        state.in_flight += 1  # no await since the budget check
-        try:
+        with _reserved(state):  # no await since the budget check
             return await self._in_process_call(state, path, api, payload)
-        finally:
-            state.in_flight -= 1
 
     async def _in_process_call(
         self, state: _TrialState, path: str, api: str, payload: dict[str, Any]
