@@ -58,7 +58,6 @@ from measure import PHASES, host_info, stats_ms  # noqa: E402
 import docker  # noqa: E402
 from harness.config import RunConfig  # noqa: E402
 from harness.runner import RunEvents, execute_run, prepare_run  # noqa: E402
-from sandbox.backend import SupervisorSession  # noqa: E402
 from sandbox.docker.backend import DockerSandbox  # noqa: E402
 from sandbox.docker.engine import connect, engine_facts  # noqa: E402
 
@@ -206,6 +205,10 @@ def _api_name(method: str, url: str) -> str:
     return f"{method} {path}"
 
 
+#: DockerSandbox methods timed as a whole (steps of reset and collect).
+TRACED_STEPS = ("_storage_mounts", "_setup", "_start_workload", "copy_out", "read_file")
+
+
 class Tracer:
     """Times Docker HTTP calls and supervisor ops, tagging each with the trial's phase."""
 
@@ -231,9 +234,8 @@ class Tracer:
         tracer = self
         orig_request = APIClient.request
         orig_call = DockerSandbox._call
-        orig_open = DockerSandbox._open_supervisor
+        orig_steps = {name: getattr(DockerSandbox, name) for name in TRACED_STEPS}
         orig_stop = DockerSandbox.stop
-        orig_close = SupervisorSession.close
 
         def request(self: APIClient, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
@@ -255,17 +257,18 @@ class Tracer:
                 else:
                     op += f" {payload.get('path') or payload.get('dest') or ''}".rstrip()
                 if first:
-                    op += " [1st: waits for python boot]"
+                    op += " [1st: waits for the supervisor's boot]"
                 tracer.add("supervisor", op, time.perf_counter() - start)
 
-        def open_supervisor(self: DockerSandbox, arch: str) -> None:
-            start = time.perf_counter()
-            try:
-                orig_open(self, arch)
-            finally:
-                tracer.add(
-                    "step", "_open_supervisor (exec create+start)", time.perf_counter() - start
-                )
+        def step(name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+            def traced(self: DockerSandbox, *args: Any, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return orig(self, *args, **kwargs)
+                finally:
+                    tracer.add("step", f"DockerSandbox.{name}", time.perf_counter() - start)
+
+            return traced
 
         def stop(self: DockerSandbox) -> None:
             tracer.local.phase = "cleanup"
@@ -275,28 +278,19 @@ class Tracer:
             finally:
                 tracer.add("step", "DockerSandbox.stop", time.perf_counter() - start)
 
-        def close(self: SupervisorSession, timeout: float = 10.0) -> None:
-            start = time.perf_counter()
-            try:
-                orig_close(self, timeout)
-            finally:
-                tracer.add(
-                    "step", "session.close (EOF -> supervisor exit)", time.perf_counter() - start
-                )
-
         APIClient.request = request  # type: ignore[method-assign,assignment]
         DockerSandbox._call = call  # type: ignore[method-assign]
-        DockerSandbox._open_supervisor = open_supervisor  # type: ignore[method-assign]
+        for name, orig in orig_steps.items():
+            setattr(DockerSandbox, name, step(name, orig))
         DockerSandbox.stop = stop  # type: ignore[method-assign]
-        SupervisorSession.close = close  # type: ignore[method-assign]
         try:
             yield self
         finally:
             APIClient.request = orig_request  # type: ignore[method-assign]
             DockerSandbox._call = orig_call  # type: ignore[method-assign]
-            DockerSandbox._open_supervisor = orig_open  # type: ignore[method-assign]
+            for name, orig in orig_steps.items():
+                setattr(DockerSandbox, name, orig)
             DockerSandbox.stop = orig_stop  # type: ignore[method-assign]
-            SupervisorSession.close = orig_close  # type: ignore[method-assign]
 
     def summary(self, records: list[Any]) -> dict[str, Any]:
         """Per phase: each call's count per trial, median ms per call, median ms per trial."""
@@ -336,20 +330,12 @@ def profile_trials(n: int, work: Path) -> dict[str, Any]:
             captured.update(kwargs, image=image, command=command)
         return orig_create(self, image, command, **kwargs)
 
-    orig_exec_create = APIClient.exec_create
-
-    def exec_create(self: APIClient, container: str, cmd: Any, *args: Any, **kwargs: Any) -> Any:
-        captured["exec_cmd"] = list(cmd)
-        return orig_exec_create(self, container, cmd, *args, **kwargs)
-
     ContainerCollection.create = create  # type: ignore[method-assign,assignment]
-    APIClient.exec_create = exec_create  # type: ignore[method-assign,assignment]
     try:
         with tracer.installed():
             run = run_harness(n, 1, work, on_phase=tracer.on_phase)
     finally:
         ContainerCollection.create = orig_create  # type: ignore[method-assign]
-        APIClient.exec_create = orig_exec_create  # type: ignore[method-assign]
     records = run["records"]
     calls = tracer.summary(records)
     phases = phase_stats(records)
@@ -360,7 +346,6 @@ def profile_trials(n: int, work: Path) -> dict[str, Any]:
             v["median_ms_per_trial"]
             for k, v in items.items()
             if k.startswith(("docker:", "supervisor:"))
-            or k == "step: session.close (EOF -> supervisor exit)"
         )
         if phase in phases:
             unexplained[phase] = phases[phase]["median"] - traced
@@ -402,8 +387,6 @@ def _variant_kwargs(
     kwargs["mounts"] = mounts
     if variant == "no tmpfs mounts":
         kwargs.pop("tmpfs", None)
-    elif variant == "no init (tini)":
-        kwargs["init"] = False
     elif variant == "no resource limits/ulimits":
         for key in ("pids_limit", "mem_limit", "memswap_limit", "nano_cpus", "ulimits"):
             kwargs.pop(key, None)
@@ -426,7 +409,6 @@ KNOB_VARIANTS = (
     "as DockerSandbox (named volume)",
     "anonymous workspace volume (no volume API calls)",
     "no tmpfs mounts",
-    "no init (tini)",
     "no resource limits/ulimits",
     "no cap_drop/cap_add/no-new-privileges/read_only",
     "no bind/volume mounts at all",
@@ -435,9 +417,12 @@ KNOB_VARIANTS = (
 
 
 def profile_knobs(client: docker.DockerClient, captured: dict[str, Any], n: int) -> dict[str, Any]:
-    """Create/start/remove the trial container ``n`` times per variant (no supervisor)."""
+    """Create/start/remove the trial container ``n`` times per variant (no supervisor: its
+    command is a sleep, so the variants without the runtime's mount start too)."""
     base = dict(captured)
-    image, command = base.pop("image"), base.pop("command")
+    image, _ = base.pop("image"), base.pop("command")
+    command = ["sleep", "infinity"]
+    base["stdin_open"] = False
     out: dict[str, Any] = {}
     bind_dir = tempfile.mkdtemp(prefix="bench-knob-bind-")
     os.chmod(bind_dir, 0o700)
@@ -487,216 +472,6 @@ def profile_knobs(client: docker.DockerClient, captured: dict[str, Any], n: int)
     return out
 
 
-def profile_exec(
-    client: docker.DockerClient, captured: dict[str, Any], exec_cmd: list[str], n: int
-) -> dict[str, Any]:
-    """What the supervisor's start costs inside a trial-like container, piece by piece.
-
-    ``exec_cmd`` is the command ``_open_supervisor`` execs (runtime python + supervisor.py).
-    ``/opt/harness`` holds plain copies of supervisor.py/evidence.py (as the backend stages
-    them: sources only, read-only, so every start compiles them); ``/opt/harness-pyc`` holds
-    the same files plus a ``__pycache__`` compiled on the host (only when the host Python has
-    the container's bytecode version).
-    """
-    import py_compile
-    import shutil
-
-    from docker.types import Mount
-
-    from sandbox.backend import SUPERVISOR_PATH
-
-    base = dict(captured)
-    image, command = base.pop("image"), base.pop("command")
-    plain = tempfile.mkdtemp(prefix="bench-sup-plain-")
-    pyc = tempfile.mkdtemp(prefix="bench-sup-pyc-")
-    for d in (plain, pyc):
-        os.chmod(d, 0o700)
-        for name in ("supervisor.py", "evidence.py"):
-            shutil.copyfile(SUPERVISOR_PATH.with_name(name), Path(d) / name)
-    kwargs = _variant_kwargs(base, "anonymous workspace volume (no volume API calls)", None, plain)
-    kwargs["mounts"] = [
-        *kwargs["mounts"],
-        Mount("/opt/harness-pyc", pyc, type="bind", read_only=True),
-    ]
-    python = exec_cmd[: exec_cmd.index("-I")]  # ld.so --library-path ... python3
-    out: dict[str, Any] = {}
-    container = client.containers.create(image, command, **kwargs)
-    try:
-        container.start()
-
-        def run(cmd: list[str]) -> tuple[float, float, bytes]:
-            t0 = time.perf_counter()
-            exec_id = client.api.exec_create(container.id, cmd, user="0:0")
-            t1 = time.perf_counter()
-            output = client.api.exec_start(exec_id["Id"])
-            t2 = time.perf_counter()
-            code = client.api.exec_inspect(exec_id["Id"]).get("ExitCode")
-            if code != 0:
-                raise RuntimeError(f"exec {cmd} exited {code}: {output[-500:]!r}")
-            return t1 - t0, t2 - t1, output
-
-        version = run(
-            [
-                *python,
-                "-I",
-                "-S",
-                "-c",
-                "import sys; print(sys.version_info[0] * 100 + sys.version_info[1])",
-            ]
-        )[2]
-        same = int(version.strip()) == sys.version_info[0] * 100 + sys.version_info[1]
-        if same:
-            for name in ("supervisor.py", "evidence.py"):
-                py_compile.compile(str(Path(pyc) / name), doraise=True)
-            os.chmod(Path(pyc) / "__pycache__", 0o700)
-        out["host python compiles the container's bytecode"] = same
-
-        imp = "import sys; sys.path.insert(0, %r); import supervisor%s"
-        commands = {
-            "`true`": ["true"],
-            "python -I -S -c pass": [*python, "-I", "-S", "-c", "pass"],
-            "python -I -S supervisor.py, EOF at once (= boot)": [*exec_cmd],
-            "python: import supervisor (source)": [
-                *python, "-I", "-S", "-c", imp % ("/opt/harness", ""),
-            ],
-            "python: import supervisor, evidence (source)": [
-                *python, "-I", "-S", "-c", imp % ("/opt/harness", ", evidence"),
-            ],
-        }  # fmt: skip
-        if same:
-            commands["python: import supervisor (.pyc)"] = [
-                *python, "-I", "-S", "-c", imp % ("/opt/harness-pyc", ""),
-            ]  # fmt: skip
-            commands["python: import supervisor, evidence (.pyc)"] = [
-                *python, "-I", "-S", "-c", imp % ("/opt/harness-pyc", ", evidence"),
-            ]  # fmt: skip
-        creates: dict[str, list[float]] = defaultdict(list)
-        starts: dict[str, list[float]] = defaultdict(list)
-        for _ in range(n):  # round-robin, as in profile_knobs
-            for label, cmd in commands.items():
-                c, st, _ = run(cmd)
-                creates["exec_create"].append(c)
-                starts[label].append(st)
-        out["exec_create (any command)"] = stats_ms(creates["exec_create"])["median"]
-        for label, values in starts.items():
-            out[f"exec_start to exit: {label}"] = stats_ms(values)["median"]
-        # The compile alone, timed by the container's Python itself.
-        code = (
-            "import time\n"
-            "for name in ('supervisor', 'evidence'):\n"
-            "    src = open('/opt/harness/%s.py' % name).read()\n"
-            "    t = time.perf_counter()\n"
-            "    compile(src, name, 'exec')\n"
-            "    print(name, (time.perf_counter() - t) * 1000)\n"
-        )
-        compiles: dict[str, list[float]] = defaultdict(list)
-        for _ in range(n):
-            for line in run([*python, "-I", "-S", "-c", code])[2].decode().split("\n"):
-                if line.strip():
-                    name, ms = line.split()
-                    compiles[name].append(float(ms) / 1000.0)
-        for name, values in compiles.items():
-            out[f"in-container compile({name}.py)"] = stats_ms(values)["median"]
-    finally:
-        container.remove(force=True, v=True)
-        shutil.rmtree(plain, ignore_errors=True)
-        shutil.rmtree(pyc, ignore_errors=True)
-    return out
-
-
-def profile_boot(
-    client: docker.DockerClient, captured: dict[str, Any], exec_cmd: list[str], n: int
-) -> dict[str, Any]:
-    """Container create -> supervisor's first answer: today's ``sleep infinity`` + ``docker
-    exec`` vs the supervisor as the container's own command (stdin over an attach socket)."""
-    import shutil
-
-    from docker.models.containers import _create_container_args  # type: ignore[attr-defined]
-
-    from sandbox.backend import SUPERVISOR_PATH
-    from sandbox.docker.channel import ExecChannel
-
-    base = dict(captured)
-    image, command = base.pop("image"), base.pop("command")
-    bind_dir = tempfile.mkdtemp(prefix="bench-boot-")
-    os.chmod(bind_dir, 0o700)
-    for name in ("supervisor.py", "evidence.py"):
-        shutil.copyfile(SUPERVISOR_PATH.with_name(name), Path(bind_dir) / name)
-    request = {"op": "reset_dir", "path": "/trial/home", "owner": {"uid": 0, "gid": 0}}
-    modes = ("exec (as DockerSandbox)", "supervisor as container command (attach)")
-    steps: dict[str, dict[str, list[float]]] = {m: defaultdict(list) for m in modes}
-    try:
-        for _ in range(n):
-            for mode in modes:
-                kwargs = _variant_kwargs(
-                    base, "anonymous workspace volume (no volume API calls)", None, bind_dir
-                )
-                container = None
-                try:
-                    t0 = time.perf_counter()
-                    if mode == modes[0]:
-                        container = client.containers.create(image, command, **kwargs)
-                        t1 = time.perf_counter()
-                        container.start()
-                        t2 = time.perf_counter()
-                        exec_id = client.api.exec_create(
-                            container.id, exec_cmd, stdin=True, stdout=True, stderr=True,
-                            user="0:0",
-                        )  # fmt: skip
-                        raw = client.api.exec_start(exec_id["Id"], socket=True)
-                    else:
-                        # StdinOnce: when the attach socket closes, the supervisor's stdin
-                        # closes too (EOF), as with the exec today. The SDK's create() has
-                        # no stdin_once, so build the config and set it (same API calls).
-                        args = _create_container_args(
-                            {
-                                **kwargs,
-                                "image": image,
-                                "command": exec_cmd,
-                                "stdin_open": True,
-                                "version": client.api.api_version,
-                            }
-                        )
-                        name = args.pop("name", None)
-                        config = client.api.create_container_config(**args)
-                        config["StdinOnce"] = True
-                        created = client.api.create_container_from_config(config, name)  # type: ignore[no-untyped-call]
-                        container = client.containers.get(created["Id"])
-                        t1 = time.perf_counter()
-                        raw = client.api.attach_socket(
-                            str(container.id), params={"stdin": 1, "stdout": 1, "stream": 1}
-                        )
-                        container.start()
-                        t2 = time.perf_counter()
-                    t3 = time.perf_counter()
-                    session = SupervisorSession()
-                    channel = ExecChannel(raw)
-                    session.attach(channel, channel)  # type: ignore[arg-type]
-                    answer = session.request(request)
-                    t4 = time.perf_counter()
-                    if answer.get("error"):
-                        raise RuntimeError(f"supervisor ({mode}) answered {answer}")
-                    container.remove(force=True, v=True)
-                    container = None
-                    t5 = time.perf_counter()
-                    channel.close()
-                finally:
-                    if container is not None:
-                        container.remove(force=True, v=True)
-                for name, value in (
-                    ("create", t1 - t0),
-                    ("(attach+)start", t2 - t1),
-                    ("exec", t3 - t2),
-                    ("1st answer", t4 - t3),
-                    ("create->answer", t4 - t0),
-                    ("remove(force)", t5 - t4),
-                ):
-                    steps[mode][name].append(value)
-    finally:
-        shutil.rmtree(bind_dir, ignore_errors=True)
-    return {m: {k: stats_ms(v)["median"] for k, v in steps[m].items()} for m in modes}
-
-
 # --- reporting -------------------------------------------------------------------------------
 
 
@@ -739,18 +514,6 @@ def print_profile(profile: dict[str, Any]) -> None:
     print(f"    {'':<50}" + "".join(f"{c.split()[0][:10]:>11}" for c in cols))
     for variant, v in profile["knobs"].items():
         print(f"    {variant:<50}" + "".join(f"{v[c]:>11.1f}" for c in cols))
-    print("\n  supervisor start, piece by piece, in a trial-like container (medians, ms):")
-    for name, v in profile["exec"].items():
-        if isinstance(v, bool):
-            print(f"    {name}: {v}")
-        else:
-            print(f"    {name:<62}{v:>9.1f}")
-    print("\n  container create -> supervisor's first answer (medians, ms):")
-    boot = profile["boot"]
-    names = list(next(iter(boot.values())))
-    print(f"    {'':<42}" + "".join(f"{c:>16}" for c in names))
-    for mode, v in boot.items():
-        print(f"    {mode:<42}" + "".join(f"{v[c]:>16.1f}" for c in names))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -902,13 +665,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nprofiling ({n} traced trials, {n} replays per knob)...")
             trace = profile_trials(n, tmpdir / "profile")
             captured = trace.pop("create_kwargs")
-            exec_cmd = captured.pop("exec_cmd")
             profile = {
                 "trace": trace,
-                "supervisor_command": exec_cmd,
+                "supervisor_command": captured.get("command"),
                 "knobs": profile_knobs(client, captured, n),
-                "exec": profile_exec(client, captured, exec_cmd, n),
-                "boot": profile_boot(client, captured, exec_cmd, n),
             }
             result["profile"] = profile
             print_profile(profile)

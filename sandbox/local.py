@@ -50,6 +50,7 @@ from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.processes import kill_all, uid_processes
 from sandbox.seeding import seed_workspace
 from sandbox.storage import StorageBudget, TrialStorage, reserve, storage_supported
+from sandbox.storage_pool import PreparedStorage, StoragePool
 from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT, stage_tools
 
 #: First uid/gid of the local sandbox's identities: far from every account and service (65534
@@ -240,9 +241,7 @@ class SupervisorPool:
             target = os.path.join(self._dir, f"{sibling}.pyc")
             py_compile.compile(str(source), cfile=target, doraise=True)
         os.chmod(self._dir, 0o711)  # only the tools dir inside is readable by others
-        self.tools = stage_tools(
-            Path(self._dir) / "tools", [os.path.realpath(python)]
-        )
+        self.tools = stage_tools(Path(self._dir) / "tools", [os.path.realpath(python)])
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         return spawn_supervisor(self.python, self._script)
@@ -315,6 +314,8 @@ class LocalSandbox(Sandbox):
         python: The Python that runs the supervisor when there is no pool.
         tmp_dir: Where trial roots are created (default: the temp dir).
         storage_budget: The run's disk budget for trial filesystems.
+        storage_pool: Trial filesystems made ahead and removed in the background (as root);
+            without it each trial makes and removes its own.
     """
 
     backend = "local"
@@ -328,8 +329,11 @@ class LocalSandbox(Sandbox):
         python: str = sys.executable,
         tmp_dir: Path | None = None,
         storage_budget: StorageBudget | None = None,
+        storage_pool: StoragePool | None = None,
     ) -> None:
         super().__init__(spec)
+        self._pool = storage_pool
+        self._prepared: PreparedStorage | None = None
         self._identities = identities or _DEFAULT_POOL
         self._supervisors = supervisors
         self._python = python
@@ -427,14 +431,22 @@ class LocalSandbox(Sandbox):
                 "run it with --sandbox docker on an engine with GPUs"
             )
         try:
-            self._root = Path(
-                tempfile.mkdtemp(prefix="harness-trial-", dir=self._tmp_dir)
-            ).resolve()
-            (self._root / "logs").mkdir(mode=0o700)
             if is_root():
                 self._identity = self._identities.acquire()
+            if self._pool is not None and self._identity is not None and storage_supported():
+                self._prepared = self._pool.take(
+                    self.spec.resources.storage_mb, self._identity.grader_gid
+                )
+                self._root, self._storage = self._prepared.root.resolve(), self._prepared.storage
+            else:
+                self._root = Path(
+                    tempfile.mkdtemp(prefix="harness-trial-", dir=self._tmp_dir)
+                ).resolve()
+            (self._root / "logs").mkdir(mode=0o700)
+            if self._identity is not None:
                 (self._root / "view").mkdir(mode=0o700)
-                self._make_storage()
+                if self._prepared is None:
+                    self._make_storage()
             else:
                 self.fs.mkdir(mode=0o700)
             self._layout()
@@ -749,6 +761,12 @@ class LocalSandbox(Sandbox):
             self._session = None
 
     def _remove_storage(self) -> None:
+        if self._prepared is not None and self._pool is not None:
+            # Every process of the trial is dead (swept): the filesystem and the root go in
+            # the background, checked when the pool closes at the end of the run.
+            prepared, self._prepared, self._root = self._prepared, None, None
+            self._pool.give_back(prepared)
+            return
         try:
             if self._storage is not None:
                 self._storage.destroy()

@@ -135,6 +135,12 @@ class StorageBudget:
                     raise StorageError("run interrupted while waiting for disk space")
                 self._lock.wait(timeout=1.0)
 
+    def has_room(self, size_mb: int, *, at_least_mb: int | None = None) -> bool:
+        """Whether :meth:`acquire` would promise ``size_mb`` (or ``at_least_mb``) now."""
+        with self._lock:
+            room = self._free_mb() - self.margin_mb - self._promised
+        return min(size_mb, at_least_mb or size_mb) <= room
+
     def release(self, size_mb: int) -> None:
         """Give back what :meth:`acquire` promised."""
         with self._lock:

@@ -52,6 +52,7 @@ class DockerBackend(SandboxBackend):
             runtime=config.runtime,
             run_label=options.run_name,
             tmp_dir=self.tmp_dir,
+            spares=min(options.concurrency, 4),
         )
 
     def make_sandbox(self, spec: SandboxSpec) -> DockerSandbox:  # noqa: D102

@@ -26,6 +26,7 @@ from sandbox.local import (
     is_root_user,
 )
 from sandbox.storage import StorageBudget
+from sandbox.storage_pool import StoragePool
 
 
 class LocalBackend(SandboxBackend):
@@ -41,6 +42,9 @@ class LocalBackend(SandboxBackend):
         self._identities = IdentityPool(config.uid, config.gid)
         self._supervisors = SupervisorPool(spares=min(options.concurrency, 4))
         self._storage = StorageBudget(self.tmp_dir)
+        self._storage_pool = StoragePool(
+            self.tmp_dir, self._storage, spares=min(options.concurrency, 4)
+        )
         self._closed = False
         if not is_root():
             self.warnings.append(NOT_A_BOUNDARY)
@@ -67,6 +71,7 @@ class LocalBackend(SandboxBackend):
             supervisors=self._supervisors,
             tmp_dir=self.tmp_dir,
             storage_budget=self._storage,
+            storage_pool=self._storage_pool,
         )
 
     def start(self) -> list[str]:
@@ -74,11 +79,17 @@ class LocalBackend(SandboxBackend):
         return fresh_private_dir(self.tmp_dir)
 
     def close(self) -> list[str]:
-        """Stop the spare supervisors; remove the temp dir, reporting trial roots left in it."""
+        """Stop the spares, wait for the trial filesystems' removal, remove the temp dir.
+
+        Returns:
+            What could not be removed, and the trial roots left in the temp dir.
+        """
+        failed: list[str] = []
         if not self._closed:
             self._closed = True
             self._supervisors.close()
-        return remove_private_dir(self.tmp_dir)
+            failed = self._storage_pool.close()
+        return failed + remove_private_dir(self.tmp_dir)
 
 
 __all__ = ["LocalBackend"]

@@ -21,7 +21,6 @@ import base64
 import os
 import posixpath
 import secrets
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,8 @@ from sandbox.errors import (
 )
 from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.seeding import check_fixture_path
-from sandbox.storage import TrialStorage, reserve
+from sandbox.storage import TrialStorage
+from sandbox.storage_pool import PreparedStorage
 from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT
 
 #: Where the trial's model-gateway socket dir is mounted (root-only: the agent can't open it).
@@ -100,7 +100,7 @@ class DockerSandbox(Sandbox):
         self._volume: Any = None
         self._root: Path | None = None
         self._storage: TrialStorage | None = None
-        self._promised_mb = 0
+        self._prepared: PreparedStorage | None = None
         self._session: SupervisorSession | None = None
         self._channel: ExecChannel | None = None
         self._agent_id: tuple[int, int] = (DEFAULT_UID, DEFAULT_GID)
@@ -248,8 +248,9 @@ class DockerSandbox(Sandbox):
                 tmpfs=self._tmpfs(),
                 mounts=[
                     *mounts,
-                    Mount(SUPERVISOR_MOUNT, self.runtime.supervisor_dir, type="bind",
-                          read_only=True),
+                    Mount(
+                        SUPERVISOR_MOUNT, self.runtime.supervisor_dir, type="bind", read_only=True
+                    ),
                     Mount(PYTHON_MOUNT, volume_name, type="volume", read_only=True),
                     Mount(TOOLS_MOUNT, str(self.runtime.tools_dir), type="bind", read_only=True),
                     *self._gateway_mounts(),
@@ -340,12 +341,9 @@ class DockerSandbox(Sandbox):
         if not self.runtime.host_storage:
             self._volume = self.client.volumes.create(f"{name}-ws", labels=labels)
             return [Mount(self._workdir, self._volume.name, type="volume")]
-        size, self._promised_mb = reserve(
-            self.runtime.storage_budget, self.spec.resources.storage_mb
-        )
-        self._root = Path(tempfile.mkdtemp(prefix="harness-trial-", dir=self.runtime.tmp_dir))
-        self._storage = TrialStorage(self._root, size)
-        fs = self._storage.create()
+        self._prepared = self.runtime.storage_pool.take(self.spec.resources.storage_mb)
+        self._root, self._storage = self._prepared.root, self._prepared.storage
+        fs = self._storage.mount_point
         os.chmod(fs, 0o755)
         for sub, _target in (("workspace", ""), *_STORAGE_BINDS):
             (fs / sub).mkdir(mode=0o755)
@@ -548,6 +546,7 @@ class DockerSandbox(Sandbox):
         """
         for path in (f"{_TRIAL}/grader", EXEC_DIR):
             self._call({"op": "reset_dir", "path": path, "mode": 0o700})
+
     def _died(self, role: str) -> SandboxDied | None:
         """Why the container stopped during a phase, if it stopped by itself."""
         if self._aborted or self._container is None:
@@ -722,18 +721,13 @@ class DockerSandbox(Sandbox):
             raise ExceptionGroup("docker sandbox stop failed", errors)
 
     def _remove_storage(self) -> None:
-        from sandbox.local import remove_tree
+        """Hand the trial's filesystem to the background removal (checked at the run's end).
 
-        try:
-            if self._storage is not None:
-                self._storage.destroy()
-            if self._root is not None:
-                remove_tree(self._root)
-        finally:
-            budget = self.runtime.storage_budget
-            if budget is not None and self._promised_mb:
-                budget.release(self._promised_mb)
-                self._promised_mb = 0
+        The container, and so every process that could write to it, is gone by now.
+        """
+        if self._prepared is not None:
+            prepared, self._prepared = self._prepared, None
+            self.runtime.storage_pool.give_back(prepared)
 
     def describe(self) -> dict[str, Any]:  # noqa: D102
         res = self.spec.resources

@@ -24,6 +24,7 @@ from sandbox.docker.images import ImageResolver
 from sandbox.docker.labels import KIND, MANAGED, RUNTIME_KIND
 from sandbox.errors import EnvironmentStartError
 from sandbox.storage import StorageBudget, storage_supported
+from sandbox.storage_pool import StoragePool
 from sandbox.verifier_tools import stage_tools
 
 SUPERVISOR_MOUNT = "/opt/harness"
@@ -44,6 +45,7 @@ class DockerRuntime:
         base_image: str = "harness/base:bookworm",
         tmp_dir: Path | None = None,
         host_storage: bool | None = None,
+        spares: int = 1,
     ) -> None:
         self.client = client
         self.resolver = resolver
@@ -84,6 +86,8 @@ class DockerRuntime:
         #: Trial storage on size-limited host filesystems (the engine runs on this host).
         self.host_storage = host_storage
         self.storage_budget = StorageBudget(self.tmp_dir) if host_storage else None
+        #: Trial filesystems made ahead and removed in the background.
+        self.storage_pool = StoragePool(self.tmp_dir, self.storage_budget, spares=spares)
 
     @property
     def supervisor_dir(self) -> str:
@@ -175,10 +179,11 @@ class DockerRuntime:
 
     def close(self) -> list[str]:
         """Remove whatever this run leaked (by label), then the staged supervisor copy."""
+        failed = self.storage_pool.close()
         report = remove_leaks(self.client, run=self.run_label)
         shutil.rmtree(self._staged, ignore_errors=True)
         shutil.rmtree(self._tools_parent, ignore_errors=True)
-        return report.containers + report.volumes + report.networks
+        return failed + report.containers + report.volumes + report.networks
 
 
 def engine_is_local(client: docker.DockerClient) -> bool:
