@@ -10,11 +10,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol, TypedDict
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from sandbox.errors import SandboxError, SupervisorError
-from sandbox.evidence import EvidenceEvent
+from sandbox.evidence import SPECIAL_KINDS, EvidenceEvent
 from sandbox.seeding import Fixture
+
+if TYPE_CHECKING:
+    from sandbox.evidence_diff import ObjectStore
 
 SUPERVISOR_PATH = Path(__file__).with_name("supervisor.py")
 #: Stdlib modules shipped next to the supervisor into every sandbox.
@@ -398,6 +401,49 @@ class Sandbox(ABC):
                 raise SandboxError(f"{source} is not a directory in the sandbox")
             self.upload(staged, dest, owner="agent")
         return events
+
+    def snapshot_out(
+        self,
+        path: str,
+        *,
+        store: ObjectStore,
+        seed: Mapping[str, str],
+        links: Path | None,
+        max_file_bytes: int,
+        max_total_bytes: int,
+    ) -> tuple[dict[str, Any], list[EvidenceEvent]]:
+        """A workspace's evidence as a diff (see :mod:`sandbox.evidence_diff`).
+
+        This default copies the tree out first (regular files only, capped), then walks
+        the copy; backends whose trial files are on the host walk them in place.
+        """
+        import tempfile
+
+        from sandbox.evidence_diff import snapshot_tree
+
+        with tempfile.TemporaryDirectory(prefix="harness-snapshot-") as tmp:
+            events = self.copy_out(
+                path,
+                Path(tmp) / "ws",
+                max_file_bytes=max_file_bytes,
+                max_total_bytes=max_total_bytes,
+            )
+            manifest, _ = snapshot_tree(
+                Path(tmp),
+                "ws",
+                store=store,
+                seed=seed,
+                links=links,
+                max_file_bytes=max_file_bytes,
+                max_total_bytes=max_total_bytes,
+            )
+        prefix = path.strip("/") + "/"
+        manifest["special"] = [
+            {"path": e.path[len(prefix) :], "type": e.kind, "detail": e.detail}
+            for e in events
+            if e.kind in SPECIAL_KINDS and e.path.startswith(prefix)
+        ]
+        return manifest, events
 
     def abort(self) -> None:  # noqa: B027 - optional for backends without processes
         """Kill the running phase now, from another thread (the run was interrupted).

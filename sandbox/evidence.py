@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # the supervisor imports this module at every trial: keep imp
 
 _NOFOLLOW_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CHUNK = 1 << 16
+#: Event kinds that name an entry which is not a regular file (never followed or opened).
+SPECIAL_KINDS = ("symlink", "fifo", "socket", "device", "not_regular")
 
 
 class EvidenceEvent(NamedTuple):

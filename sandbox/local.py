@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,9 @@ from sandbox.backend import (
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxError
 from sandbox.evidence import EvidenceEvent, copy_path, read_file
+from sandbox.evidence_diff import ObjectStore, snapshot_tree
 from sandbox.processes import kill_all, uid_processes
-from sandbox.seeding import seed_workspace
+from sandbox.seeding import chown_tree, seed_workspace
 from sandbox.storage import StorageBudget, TrialStorage, reserve, storage_supported
 from sandbox.storage_pool import PreparedStorage, StoragePool
 from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT, stage_tools
@@ -278,13 +279,6 @@ class SupervisorPool:
         return []
 
 
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
-    os.lchown(path, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
-        for name in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, name), uid, gid)
-
-
 def remove_tree(path: Path) -> None:
     """Remove a tree without following symlinks, even if the agent chmod'ed parts 000."""
 
@@ -454,7 +448,7 @@ class LocalSandbox(Sandbox):
             if self._identity is not None:
                 for name, _mode in _AGENT_DIRS:
                     if "/" not in name:
-                        _chown_tree(self.fs / name, self._identity.uid, self._identity.gid)
+                        chown_tree(self.fs / name, self._identity.uid, self._identity.gid)
         except SandboxError:
             raise
         except Exception as exc:
@@ -704,6 +698,27 @@ class LocalSandbox(Sandbox):
         rel = os.path.relpath(self.host_path(path), self.root)
         return copy_path(
             self.root, rel, dest, max_file_bytes=max_file_bytes, max_total_bytes=max_total_bytes
+        )
+
+    def snapshot_out(  # noqa: D102
+        self,
+        path: str,
+        *,
+        store: ObjectStore,
+        seed: Mapping[str, str],
+        links: Path | None,
+        max_file_bytes: int,
+        max_total_bytes: int,
+    ) -> tuple[dict[str, Any], list[EvidenceEvent]]:
+        rel = os.path.relpath(self.host_path(path), self.root)
+        return snapshot_tree(
+            self.root,
+            rel,
+            store=store,
+            seed=seed,
+            links=links,
+            max_file_bytes=max_file_bytes,
+            max_total_bytes=max_total_bytes,
         )
 
     def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102

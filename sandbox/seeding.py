@@ -86,6 +86,14 @@ def seed_workspace(workspace: Path, files: Mapping[str, Fixture]) -> None:
         write_fixture(workspace, name, data, mode)
 
 
+def chown_tree(path: Path, uid: int, gid: int) -> None:
+    """Hand a tree to ``uid:gid`` without following a symlink (none is entered or changed)."""
+    os.lchown(path, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, gid)
+
+
 def collect_fixture_dir(source: Path, *, max_bytes: int = 256 << 20) -> dict[str, Fixture]:
     """Read a task's ``workspace/`` dir as fixtures: regular files only, no symlinks.
 
@@ -98,9 +106,7 @@ def collect_fixture_dir(source: Path, *, max_bytes: int = 256 << 20) -> dict[str
     for dirpath, dirnames, filenames in os.walk(source, followlinks=False):
         for name in list(dirnames):
             if os.path.islink(os.path.join(dirpath, name)):
-                raise SeedingError(
-                    f"Workspace fixture is a symlink: {os.path.join(dirpath, name)}"
-                )
+                raise SeedingError(f"Workspace fixture is a symlink: {os.path.join(dirpath, name)}")
         for name in filenames:
             full = os.path.join(dirpath, name)
             st = os.lstat(full)

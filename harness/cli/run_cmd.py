@@ -185,6 +185,14 @@ def run(
         float | None,
         typer.Option("--fail-under", help="Exit 1 when the mean reward is below this."),
     ] = None,
+    evidence: Annotated[
+        str | None,
+        typer.Option(
+            "--evidence",
+            help="How the final workspace is kept: diff (default: a manifest, changed files "
+            "once per run), full (a full copy) or none (the manifest only).",
+        ),
+    ] = None,
     display: Annotated[
         str | None,
         typer.Option(
@@ -225,6 +233,7 @@ def run(
         output_dir=os.path.abspath(output_dir) if output_dir is not None else None,
         run_name=run_name,
         fail_under=fail_under,
+        evidence=evidence,
     )
     events = make_display(display, err, as_json=as_json)
     sets = set_items or []

@@ -216,6 +216,9 @@ class RunConfig(BaseModel):
         run_name: Name of the run dir (default: ``<taskset>--<model>--<agent>--<8 hex>``).
         fail_under: Exit 1 when the mean reward is below this.
         threshold: Reward at or above which a trial counts as a success.
+        evidence: How a trial's final workspace is kept: ``diff`` (a manifest of every
+            file, the changed ones stored once per run), ``full`` (a full copy) or
+            ``none`` (the manifest only).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -234,6 +237,7 @@ class RunConfig(BaseModel):
     run_name: str | None = None
     fail_under: float | None = None
     threshold: float = 1.0
+    evidence: Literal["full", "diff", "none"] = "diff"
 
     @model_validator(mode="before")
     @classmethod

@@ -1,9 +1,9 @@
 """The files an agent changed: its final workspace against the task's initial workspace.
 
-:func:`agent_changes` is the one place that knows where the two sides come from: today the
+:func:`agent_changes` is the one place that knows where the two sides come from: the
 task dir's ``workspace/`` (the record's ``task.path``; missing means the workspace started
-empty) and the trial's evidence copy ``<evidence>/workspace/``. Should evidence later be
-stored as a content-addressed diff plus manifest, only this function changes.
+empty) and the trial's final workspace, a full copy or a manifest over the run's content
+store (:mod:`harness.records.workspace`).
 
 Both trees are walked without following links. Text files up to
 :attr:`~harness.report.clip.Limits.diff_bytes` get a unified diff; larger or binary files
@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import TrialRecord
+from harness.records.workspace import WORKSPACE_DIRNAME, final_workspace, not_kept
 from harness.report.clip import Limits, clip_text, read_text_capped
 
-__all__ = ["FileChange", "agent_changes", "diff_trees"]
+__all__ = ["WORKSPACE_DIRNAME", "FileChange", "agent_changes", "diff_trees"]
 
-WORKSPACE_DIRNAME = "workspace"
-"""The workspace dir, in a task dir (initial) and in a trial's evidence dir (final)."""
 
 _SNIFF_BYTES = 8192
 
@@ -185,7 +184,8 @@ def agent_changes(record: TrialRecord, evidence_dir: Path | None, limits: Limits
 
     Args:
         record: The trial's record (``task.path`` locates the initial workspace).
-        evidence_dir: The attempt's evidence dir (holding the final ``workspace/``).
+        evidence_dir: The attempt's evidence dir (its final workspace, in whichever
+            ``--evidence`` mode it was kept: :func:`~harness.records.workspace.final_workspace`).
         limits: Report limits (files listed, diff sizes).
 
     Returns:
@@ -194,12 +194,15 @@ def agent_changes(record: TrialRecord, evidence_dir: Path | None, limits: Limits
         changes (see :class:`FileChange`) and how many were left out past the limit.
     """
     initial = Path(record.task.path) / WORKSPACE_DIRNAME
-    final = evidence_dir / WORKSPACE_DIRNAME if evidence_dir is not None else None
     task_found = Path(record.task.path).is_dir()
-    final_found = final is not None and final.is_dir()
     files: list[FileChange] = []
-    if final is not None and final_found:
-        files = diff_trees(initial if initial.is_dir() else None, final, limits)
+    final_found = False
+    if evidence_dir is not None:
+        with final_workspace(evidence_dir) as final:
+            final_found = final is not None
+            if final is not None:
+                files = diff_trees(initial if initial.is_dir() else None, final, limits)
+        files = _with_not_kept(files, evidence_dir)
     return {
         "base": str(initial),
         "base_found": initial.is_dir(),
@@ -208,3 +211,17 @@ def agent_changes(record: TrialRecord, evidence_dir: Path | None, limits: Limits
         "files": [asdict(change) for change in files[: limits.files]],
         "omitted": max(len(files) - limits.files, 0),
     }
+
+
+def _with_not_kept(files: list[FileChange], evidence_dir: Path) -> list[FileChange]:
+    """Changed files ``--evidence none`` listed without content (not "deleted")."""
+    missing = {str(e.get("path")): e for e in not_kept(evidence_dir)}
+    if not missing:
+        return files
+    out = [f for f in files if not (f.path in missing and f.change == "deleted")]
+    before = {f.path: f.before for f in files if f.change == "deleted"}
+    for rel, entry in missing.items():
+        size = entry.get("size") if isinstance(entry.get("size"), int) else None
+        change = "modified" if rel in before else "added"
+        out.append(FileChange(rel, change, "not_kept", before.get(rel), size))
+    return sorted(out, key=lambda f: f.path)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import TrialRecord
+from harness.records.workspace import read_manifest
 from harness.report.changes import WORKSPACE_DIRNAME, agent_changes
 from harness.report.clip import Limits, clip_deep, clip_text, read_text_capped
 from harness.report.rundata import evidence_path
@@ -148,7 +149,8 @@ def attempt_evidence(
         "verifier_omitted": verifier_omitted,
         "logs": _top_level_files(directory, limits),
         "changes": agent_changes(record, directory, limits),
-        "has_workspace": (directory / WORKSPACE_DIRNAME).is_dir(),
+        "has_workspace": (directory / WORKSPACE_DIRNAME).is_dir()
+        or read_manifest(directory) is not None,
     }
 
 

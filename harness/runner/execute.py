@@ -283,6 +283,7 @@ class Invocation:
             cancel=self.cancel,
             on_phase=on_phase,
             agent_slot=AgentGate(self.config.agent_concurrency, self.cancel, on_wait),
+            evidence_mode=self.config.evidence,
         )
 
     # -- drive -------------------------------------------------------------------------------

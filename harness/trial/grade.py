@@ -14,11 +14,13 @@ from pathlib import Path
 
 from harness.errors import VerifierError
 from harness.grading import read_rewards, trial_reward
+from harness.records.atomic import write_json_atomic
 from harness.trial.artifacts import collect_artifacts
 from harness.trial.env import grader_env
 from harness.trial.separate import SeparateVerifier
 from harness.trial.state import TrialState
 from sandbox.backend import PhaseRequest, PhaseResult
+from sandbox.evidence_diff import MANIFEST_NAME
 
 
 class CollectAndGrade(TrialState):
@@ -31,9 +33,25 @@ class CollectAndGrade(TrialState):
         self._copy(f"{paths.logs}/agent.stdout", self.step_evidence / "agent.log")
         self._copy(f"{paths.logs}/agent.stderr", self.step_evidence / "agent.stderr.log")
         workspace = self.evidence / "workspace"
+        manifest = self.evidence / MANIFEST_NAME
         if workspace.exists():  # a multi-step trial keeps the state after its last step
             shutil.rmtree(workspace)
-        self._copy(paths.workspace, workspace)
+        manifest.unlink(missing_ok=True)
+        mode = self.settings.evidence_mode
+        if mode == "full":
+            self._copy(paths.workspace, workspace)
+            return
+        caps = self.caps
+        found, events = self.sandbox.snapshot_out(
+            paths.workspace,
+            store=self.settings.objects,
+            seed=self.settings.seed_of(self.task, self.sandbox.spec.fixtures),
+            links=workspace if mode == "diff" else None,
+            max_file_bytes=caps.file_bytes,
+            max_total_bytes=caps.total_bytes,
+        )
+        self._record_events(events)
+        write_json_atomic(manifest, found)
 
     def grade(self) -> None:
         """Run the verifier on the task (or step) and read its rewards."""

@@ -13,6 +13,8 @@ from harness.agents.kinds import Agent
 from harness.gateway import Gateway
 from harness.tasks import Task
 from sandbox.backend import Sandbox, SandboxSpec
+from sandbox.evidence_diff import OBJECTS_DIR, ObjectStore
+from sandbox.seeding import Fixture
 
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
 
@@ -54,8 +56,35 @@ class TrialSettings:
     #: Bounds agent phases across the run's trials: ``agent_slot(trial_id)`` is held
     #: around the execute phase (``agent_concurrency``); None means no bound.
     agent_slot: Callable[[str], AbstractContextManager[object]] | None = None
+    #: How the final workspace is kept: ``diff``, ``full`` or ``none``
+    #: (:mod:`sandbox.evidence_diff`).
+    evidence_mode: str = "diff"
+    _seeds: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     _active: set[Sandbox] = field(default_factory=set, repr=False)
     _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def objects(self) -> ObjectStore:
+        """The run's content store of evidence files."""
+        return ObjectStore(self.run_dir / OBJECTS_DIR)
+
+    def seed_of(self, task: Task, fixtures: Mapping[str, Fixture]) -> dict[str, str]:
+        """The seed's index (path -> sha256), hashed once per task per run.
+
+        The seed's files go into the run's store too: every final workspace can be put
+        together from the run dir alone.
+        """
+        with self._active_lock:
+            known = self._seeds.get(task.key)
+        if known is None:
+            store = self.objects
+            known = {}
+            for rel, fixture in fixtures.items():
+                data = fixture[0] if isinstance(fixture, tuple) else fixture
+                known[rel] = store.put(data).name
+            with self._active_lock:
+                self._seeds[task.key] = known
+        return known
 
     def track(self, sandbox: Sandbox | None, *, running: bool) -> None:
         """Register (or forget) a running trial's sandbox, so an abort can reach it."""

@@ -22,6 +22,7 @@ import os
 import posixpath
 import secrets
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,8 @@ from sandbox.errors import (
     SupervisorError,
 )
 from sandbox.evidence import EvidenceEvent, copy_path, read_file
-from sandbox.seeding import check_fixture_path
+from sandbox.evidence_diff import ObjectStore, snapshot_tree
+from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
 from sandbox.storage import TrialStorage
 from sandbox.storage_pool import PreparedStorage
 from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT
@@ -392,6 +394,14 @@ class DockerSandbox(Sandbox):
                 {"op": "reset_dir", "path": path, "owner": owner, "mode": mode, "keep_dir": True}
             )
         self._call({"op": "reset_dir", "path": f"{_TRIAL}/home/tmp", "owner": agent, "mode": 0o700})
+        if self._storage is not None:
+            # The workspace is on the host, and the engine has copied the image's content in
+            # (at start): fill and hand it over there, at disk speed. No process but the
+            # supervisor runs yet; writes never follow a symlink the image may hold.
+            workspace = self._storage.mount_point / "workspace"
+            seed_workspace(workspace, spec.fixtures)
+            chown_tree(workspace, *self._agent_id)
+            return
         files = []
         for rel, fixture in spec.fixtures.items():
             check_fixture_path(rel)
@@ -663,6 +673,46 @@ class DockerSandbox(Sandbox):
             target.write_bytes(base64.b64decode(item["data"]))
         events = found.get("events", [])
         return [EvidenceEvent(e["kind"], e["path"], e.get("detail", "")) for e in events]
+
+    def snapshot_out(  # noqa: D102
+        self,
+        path: str,
+        *,
+        store: ObjectStore,
+        seed: Mapping[str, str],
+        links: Path | None,
+        max_file_bytes: int,
+        max_total_bytes: int,
+    ) -> tuple[dict[str, Any], list[EvidenceEvent]]:
+        rel = self._on_host(path)
+        if rel is None or self._storage is None:
+            return super().snapshot_out(
+                path,
+                store=store,
+                seed=seed,
+                links=links,
+                max_file_bytes=max_file_bytes,
+                max_total_bytes=max_total_bytes,
+            )
+        manifest, found = snapshot_tree(
+            self._storage.mount_point,
+            rel,
+            store=store,
+            seed=seed,
+            links=links,
+            max_file_bytes=max_file_bytes,
+            max_total_bytes=max_total_bytes,
+        )
+        events = [self._as_seen_inside(event, rel, path) for event in found]
+        if self._sentry_files:
+            specials = self._call({"op": "scan_special", "path": path})["events"]
+            prefix = path.strip("/") + "/"
+            for e in specials:
+                events.append(EvidenceEvent(e["kind"], e["path"], e.get("detail", "")))
+                if e["path"].startswith(prefix):
+                    entry = {"path": e["path"][len(prefix) :], "type": e["kind"]}
+                    manifest["special"].append({**entry, "detail": e.get("detail", "")})
+        return manifest, events
 
     def abort(self) -> None:  # noqa: D102
         # Killing the container ends the supervisor's exec stream: the phase call fails

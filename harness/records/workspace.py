@@ -1,0 +1,102 @@
+"""A trial's final workspace, whichever ``--evidence`` mode kept it.
+
+``full`` left a copy in ``<evidence>/workspace/``; ``diff`` and ``none`` left a manifest
+(``workspace.manifest.json``) whose files live in the run's content store (see
+:mod:`sandbox.evidence_diff`). :func:`final_workspace` gives readers one view: a dir of the
+final workspace's regular files — what a full copy holds — put together from the store
+when a manifest wrote it. Entries that are not regular files (symlinks, FIFOs...) are in
+neither: they are evidence events in the record, as with a full copy. Files that
+``none`` did not keep are listed by :func:`not_kept`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sandbox.evidence_diff import MANIFEST_NAME, OBJECTS_DIR
+
+WORKSPACE_DIRNAME = "workspace"
+
+__all__ = ["WORKSPACE_DIRNAME", "final_workspace", "read_manifest", "not_kept"]
+
+
+def read_manifest(evidence_dir: Path) -> dict[str, Any] | None:
+    """The trial's workspace manifest, or None (a ``full`` copy, or no workspace kept)."""
+    try:
+        data = json.loads((evidence_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("files"), list) else None
+
+
+def _objects_dir(evidence_dir: Path) -> Path | None:
+    """The run's store: the nearest ancestor's ``objects/`` (attempt dirs nest deeper)."""
+    for parent in evidence_dir.absolute().parents:
+        candidate = parent / OBJECTS_DIR
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _object(objects: Path | None, sha: object) -> Path | None:
+    if objects is None or not isinstance(sha, str) or len(sha) != 64:
+        return None
+    path = objects / sha[:2] / sha
+    return path if path.is_file() and not path.is_symlink() else None
+
+
+def not_kept(evidence_dir: Path) -> list[dict[str, Any]]:
+    """Manifest entries of changed files whose content was not kept (``--evidence none``)."""
+    manifest = read_manifest(evidence_dir)
+    if manifest is None:
+        return []
+    objects = _objects_dir(evidence_dir)
+    return [
+        entry
+        for entry in manifest["files"]
+        if isinstance(entry, dict) and _object(objects, entry.get("sha256")) is None
+    ]
+
+
+def _safe_rel(rel: object) -> str | None:
+    if not isinstance(rel, str) or not rel or rel.startswith("/"):
+        return None
+    parts = rel.split("/")
+    return None if any(p in ("", ".", "..") for p in parts) else rel
+
+
+@contextmanager
+def final_workspace(evidence_dir: Path) -> Iterator[Path | None]:
+    """The final workspace's regular files as a dir (None: none was kept).
+
+    A ``full`` copy is given as it is; a manifest's files are linked (or copied) from the
+    run's store into a temporary dir that is removed afterwards.
+    """
+    manifest = read_manifest(evidence_dir)
+    copy = evidence_dir / WORKSPACE_DIRNAME
+    if manifest is None:
+        yield copy if copy.is_dir() and not copy.is_symlink() else None
+        return
+    objects = _objects_dir(evidence_dir)
+    with tempfile.TemporaryDirectory(prefix="harness-workspace-") as tmp:
+        root = Path(tmp) / WORKSPACE_DIRNAME
+        root.mkdir()
+        for entry in manifest["files"]:
+            rel = _safe_rel(entry.get("path")) if isinstance(entry, dict) else None
+            source = _object(objects, entry.get("sha256")) if rel is not None else None
+            if rel is None or source is None:
+                continue
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:  # another filesystem: copy
+                shutil.copyfile(source, target)
+        yield root
