@@ -3,9 +3,10 @@
 ``--evidence diff`` (the default) keeps, per trial, a manifest of every entry of the final
 workspace — path, mode, size and sha256 of each regular file, marked ``unchanged`` when it
 equals the seed's file at that path, and the kind of every symlink, FIFO, socket or device
-(never followed or opened) — and the content of the changed files. Contents live in the
-run's content-addressed store (``<run>/objects/<sha[:2]>/<sha>``, read-only), so a file
-that many trials produce is stored once; the trial's ``workspace/`` dir holds hard links
+(never followed or opened) — and the content of the changed files (unchanged ones are the
+task's own). Contents live in the run's content-addressed store
+(``<run>/objects/<sha[:2]>/<sha>``, read-only), so a file that many trials produce is
+stored once; the trial's ``workspace/`` dir holds hard links
 to the changed files only, so it reads like today's copy minus the seed's unchanged
 files. ``--evidence none`` keeps the manifest only; ``--evidence full`` is the full copy.
 

@@ -1,19 +1,22 @@
 """A trial's final workspace, whichever ``--evidence`` mode kept it.
 
 ``full`` left a copy in ``<evidence>/workspace/``; ``diff`` and ``none`` left a manifest
-(``workspace.manifest.json``) whose files live in the run's content store (see
-:mod:`sandbox.evidence_diff`). :func:`final_workspace` gives readers one view: a dir of the
-final workspace's regular files — what a full copy holds — put together from the store
-when a manifest wrote it. Entries that are not regular files (symlinks, FIFOs...) are in
-neither: they are evidence events in the record, as with a full copy. Files that
-``none`` did not keep are listed by :func:`not_kept`.
+(``workspace.manifest.json``) whose changed files live in the run's content store (see
+:mod:`sandbox.evidence_diff`) and whose unchanged files are the task's own (its
+``workspace/`` dir, each checked against its sha256). :func:`final_workspace` gives readers
+one view: a dir of the final workspace's regular files — what a full copy holds — put
+together from those when a manifest wrote it. Entries that are not regular files
+(symlinks, FIFOs...) are in neither: they are evidence events in the record, as with a
+full copy. Files that ``none`` did not keep are listed by :func:`not_kept`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,8 +55,34 @@ def _object(objects: Path | None, sha: object) -> Path | None:
     return path if path.is_file() and not path.is_symlink() else None
 
 
-def not_kept(evidence_dir: Path) -> list[dict[str, Any]]:
-    """Manifest entries of changed files whose content was not kept (``--evidence none``)."""
+def _seed_file(seed: Path | None, rel: str, sha: object) -> Path | None:
+    """The task's own copy of an unchanged file, if it still has that content."""
+    if seed is None:
+        return None
+    path = seed / rel
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    return path if digest == sha else None
+
+
+def _source(entry: Any, objects: Path | None, seed: Path | None) -> tuple[str, Path | None]:
+    rel = _safe_rel(entry.get("path")) if isinstance(entry, dict) else None
+    if rel is None:
+        return "", None
+    sha = entry.get("sha256")
+    if entry.get("unchanged"):
+        return rel, _seed_file(seed, rel, sha) or _object(objects, sha)
+    return rel, _object(objects, sha)
+
+
+def not_kept(evidence_dir: Path, seed: Path | None = None) -> list[dict[str, Any]]:
+    """Changed files whose content is not in the store (``--evidence none``)."""
     manifest = read_manifest(evidence_dir)
     if manifest is None:
         return []
@@ -61,7 +90,9 @@ def not_kept(evidence_dir: Path) -> list[dict[str, Any]]:
     return [
         entry
         for entry in manifest["files"]
-        if isinstance(entry, dict) and _object(objects, entry.get("sha256")) is None
+        if isinstance(entry, dict)
+        and not entry.get("unchanged")
+        and _source(entry, objects, seed)[1] is None
     ]
 
 
@@ -73,11 +104,16 @@ def _safe_rel(rel: object) -> str | None:
 
 
 @contextmanager
-def final_workspace(evidence_dir: Path) -> Iterator[Path | None]:
+def final_workspace(evidence_dir: Path, seed: Path | None = None) -> Iterator[Path | None]:
     """The final workspace's regular files as a dir (None: none was kept).
 
     A ``full`` copy is given as it is; a manifest's files are linked (or copied) from the
-    run's store into a temporary dir that is removed afterwards.
+    run's store and the seed into a temporary dir that is removed afterwards.
+
+    Args:
+        evidence_dir: The trial's (or attempt's) evidence dir.
+        seed: The task's ``workspace/`` dir (the record's ``task.path``), for the files
+            the agent left unchanged.
     """
     manifest = read_manifest(evidence_dir)
     copy = evidence_dir / WORKSPACE_DIRNAME
@@ -89,9 +125,8 @@ def final_workspace(evidence_dir: Path) -> Iterator[Path | None]:
         root = Path(tmp) / WORKSPACE_DIRNAME
         root.mkdir()
         for entry in manifest["files"]:
-            rel = _safe_rel(entry.get("path")) if isinstance(entry, dict) else None
-            source = _object(objects, entry.get("sha256")) if rel is not None else None
-            if rel is None or source is None:
+            rel, source = _source(entry, objects, seed)
+            if source is None:
                 continue
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -198,11 +198,12 @@ def agent_changes(record: TrialRecord, evidence_dir: Path | None, limits: Limits
     files: list[FileChange] = []
     final_found = False
     if evidence_dir is not None:
-        with final_workspace(evidence_dir) as final:
+        seed = initial if initial.is_dir() else None
+        with final_workspace(evidence_dir, seed) as final:
             final_found = final is not None
             if final is not None:
                 files = diff_trees(initial if initial.is_dir() else None, final, limits)
-        files = _with_not_kept(files, evidence_dir)
+        files = _with_not_kept(files, evidence_dir, seed)
     return {
         "base": str(initial),
         "base_found": initial.is_dir(),
@@ -213,9 +214,11 @@ def agent_changes(record: TrialRecord, evidence_dir: Path | None, limits: Limits
     }
 
 
-def _with_not_kept(files: list[FileChange], evidence_dir: Path) -> list[FileChange]:
+def _with_not_kept(
+    files: list[FileChange], evidence_dir: Path, seed: Path | None
+) -> list[FileChange]:
     """Changed files ``--evidence none`` listed without content (not "deleted")."""
-    missing = {str(e.get("path")): e for e in not_kept(evidence_dir)}
+    missing = {str(e.get("path")): e for e in not_kept(evidence_dir, seed)}
     if not missing:
         return files
     out = [f for f in files if not (f.path in missing and f.change == "deleted")]

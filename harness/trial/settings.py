@@ -13,7 +13,7 @@ from harness.agents.kinds import Agent
 from harness.gateway import Gateway
 from harness.tasks import Task
 from sandbox.backend import Sandbox, SandboxSpec
-from sandbox.evidence_diff import OBJECTS_DIR, ObjectStore
+from sandbox.evidence_diff import OBJECTS_DIR, ObjectStore, seed_index
 from sandbox.seeding import Fixture
 
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
@@ -71,17 +71,13 @@ class TrialSettings:
     def seed_of(self, task: Task, fixtures: Mapping[str, Fixture]) -> dict[str, str]:
         """The seed's index (path -> sha256), hashed once per task per run.
 
-        The seed's files go into the run's store too: every final workspace can be put
-        together from the run dir alone.
+        The seed's own files are not stored: readers take unchanged files from the task's
+        ``workspace/`` dir, checking each one's sha256.
         """
         with self._active_lock:
             known = self._seeds.get(task.key)
         if known is None:
-            store = self.objects
-            known = {}
-            for rel, fixture in fixtures.items():
-                data = fixture[0] if isinstance(fixture, tuple) else fixture
-                known[rel] = store.put(data).name
+            known = seed_index(fixtures)
             with self._active_lock:
                 self._seeds[task.key] = known
         return known

@@ -111,7 +111,7 @@ def test_every_mode_keeps_one_logical_workspace_and_records_the_symlink_and_fifo
         assert _tampering(record) == {"link.txt": "symlink", "fifo.txt": "fifo"}, mode
         for path in evidence.rglob("*"):
             assert not (path.is_file() and b"HOST SECRET" in path.read_bytes()), path
-        with final_workspace(evidence) as final:
+        with final_workspace(evidence, task / "workspace") as final:
             views[mode] = _files(final) if mode != "none" else None
         changes = agent_changes(record, evidence, Limits())
         summary = {f["path"]: f["change"] for f in changes["files"]}
@@ -177,7 +177,7 @@ def test_identical_files_across_trials_are_stored_once_per_run(tmp_path: Path) -
     outcome = execute_run(prepare_run(config))
     assert all(r.ok for r in outcome.records)
     objects = [p for p in (outcome.run_dir / OBJECTS_DIR).rglob("*") if p.is_file()]
-    # the seed file and the one output, each once, whatever the number of trials
-    assert len(objects) == 2, objects
+    # the one output, once, whatever the number of trials (the seed stays the task's)
+    assert len(objects) == 1, objects
     links = [outcome.run_dir / "trials" / r.id / "workspace" / "out.txt" for r in outcome.records]
     assert len({p.stat().st_ino for p in links}) == 1
