@@ -105,8 +105,17 @@ class StoragePool:
                 raise SandboxError("no room for a spare trial filesystem")
         return self._make(declared_mb, None)
 
-    def take(self, declared_mb: int | None, grader_gid: int | None = None) -> PreparedStorage:
-        """A trial root with its filesystem mounted; a replacement is started right away."""
+    def take(
+        self, declared_mb: int | None, grader_gid: int | None = None, *, spare: bool = False
+    ) -> PreparedStorage:
+        """A trial root with its filesystem mounted; a replacement is started right away.
+
+        Args:
+            declared_mb: The task's ``storage_mb``.
+            grader_gid: The group the reserved blocks are for.
+            spare: For something made ahead (a warm container): fail rather than wait
+                for disk room.
+        """
         prepared = None
         with self._lock:
             queue = self._ready.setdefault(declared_mb, [])
@@ -119,7 +128,7 @@ class StoragePool:
                 while len(queue) < self.spares:
                     queue.append(self._maker.submit(self._make_spare, declared_mb))
         if prepared is None:
-            return self._make(declared_mb, grader_gid)
+            return self._make_spare(declared_mb) if spare else self._make(declared_mb, grader_gid)
         try:
             _set_resgid(prepared.storage, grader_gid)
         except BaseException:

@@ -18,6 +18,7 @@ the engine still copies the image's own workdir content into it. With a remote e
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import posixpath
 import secrets
@@ -217,67 +218,14 @@ class DockerSandbox(Sandbox):
         image_workdir = config.get("WorkingDir") or ""
         fallback = image_workdir if image_workdir not in ("", "/") else "/app"
         self._workdir = spec.workdir or fallback
-        labels = {
-            MANAGED: "1",
-            TRIAL: spec.trial_id,
-            RUN: self.runtime.run_label,
-            **spec.labels,
-        }
-        name = f"harness-{spec.trial_id[:80]}-{secrets.token_hex(4)}".replace("/", "-")
         try:
-            network = self._network = self._start_sidecars(labels)
-            mounts = self._storage_mounts(name, labels)
-            res = spec.resources
-            # The supervisor is the container's pid 1 (no --init): every orphan of a phase
-            # is its child. Its stdin is the attach stream, once-only, so closing it ends the
-            # supervisor and the container, and no exec is needed per trial.
-            self._container = self.client.containers.create(
-                self.image,
-                command=self.runtime.supervisor_command(),
-                entrypoint=[],
-                name=name,
-                hostname="sandbox",
-                user="0:0",
-                working_dir=self._workdir,
-                labels=labels,
-                init=False,
-                network_mode=network,
-                extra_hosts=self._compose.addresses() if self._compose is not None else None,
-                cap_drop=["ALL"],
-                cap_add=SUPERVISOR_CAPS,
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                tmpfs=self._tmpfs(),
-                mounts=[
-                    *mounts,
-                    Mount(
-                        SUPERVISOR_MOUNT, self.runtime.supervisor_dir, type="bind", read_only=True
-                    ),
-                    Mount(PYTHON_MOUNT, volume_name, type="volume", read_only=True),
-                    Mount(TOOLS_MOUNT, str(self.runtime.tools_dir), type="bind", read_only=True),
-                    *self._gateway_mounts(),
-                ],
-                pids_limit=res.pids,
-                mem_limit=f"{res.memory_mb}m",
-                memswap_limit=f"{res.memory_mb}m",
-                nano_cpus=int(res.cpus * 1e9),
-                ulimits=[
-                    Ulimit(name="core", soft=0, hard=0),
-                    Ulimit(name="nofile", soft=res.nofile, hard=res.nofile),
-                ],
-                runtime=self.runtime.runtime,
-                environment={},
-                device_requests=device_requests(spec.gpus),
-                stdin_open=True,
-                tty=False,
-            )
-            raw = self.client.api.attach_socket(
-                self._container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            self._channel = ExecChannel(raw)
-            self._session = SupervisorSession()
-            self._session.attach(self._channel, self._channel)  # type: ignore[arg-type]
-            self._container.start()
+            warm = self._take_warm(volume_name)
+            if warm is not None:
+                self._adopt(warm)
+            else:
+                labels = self._labels(spec.trial_id)
+                self._network = self._start_sidecars(labels)
+                self._boot(self._name(spec.trial_id), labels, volume_name)
             self._setup(config)
             self._start_workload(config)
         except docker.errors.APIError as exc:
@@ -290,6 +238,125 @@ class DockerSandbox(Sandbox):
             raise error(f"cannot start the trial container: {exc}") from exc
         except docker.errors.DockerException as exc:
             raise EnvironmentStartError(f"cannot start the trial container: {exc}") from exc
+
+    def _labels(self, trial: str) -> dict[str, str]:
+        return {MANAGED: "1", TRIAL: trial, RUN: self.runtime.run_label, **self.spec.labels}
+
+    @staticmethod
+    def _name(trial: str) -> str:
+        return f"harness-{trial[:80]}-{secrets.token_hex(4)}".replace("/", "-")
+
+    # -- warm containers ------------------------------------------------------------------
+
+    def _warm_key(self) -> tuple[object, ...] | None:
+        """What a warm container must share with this trial (None: no warm container).
+
+        A trial with a gateway socket, sidecars or GPUs has per-trial mounts or networks
+        that cannot be made ahead.
+        """
+        spec = self.spec
+        if spec.gateway_socket is not None or spec.compose_file is not None or spec.gpus:
+            return None
+        return (
+            self.image,
+            self._workdir,
+            spec.resources,
+            spec.allow_internet,
+            spec.image_tests,
+            tuple(sorted((k, v) for k, v in spec.labels.items() if k != TRIAL)),
+        )
+
+    def _take_warm(self, volume_name: str) -> DockerSandbox | None:
+        key = self._warm_key()
+        pool = self.runtime.warm
+        if key is None or pool is None:
+            return None
+        labels = {k: v for k, v in self.spec.labels.items() if k != TRIAL}
+        spec = dataclasses.replace(self.spec, trial_id="warm", fixtures={}, labels=labels)
+        image, workdir = self.image, self._workdir
+
+        def make() -> DockerSandbox:
+            spare = DockerSandbox(spec, self.runtime)
+            spare.image, spare._workdir = image, workdir
+            try:
+                spare._boot(self._name("warm"), spare._labels("warm"), volume_name)
+            except BaseException:
+                spare.stop()
+                raise
+            return spare
+
+        return pool.take(key, make)
+
+    def _adopt(self, warm: DockerSandbox) -> None:
+        """Take over a warm container: same flags, its own volume and filesystem."""
+        for attr in (
+            "_container",
+            "_volume",
+            "_root",
+            "_storage",
+            "_prepared",
+            "_channel",
+            "_session",
+            "_network",
+        ):
+            setattr(self, attr, getattr(warm, attr))
+        warm._stopped = True  # everything is this sandbox's now
+        self._container.rename(self._name(self.spec.trial_id))
+
+    def _boot(self, name: str, labels: dict[str, str], volume_name: str) -> None:
+        """Create and start the container; its supervisor waits on the attach stream."""
+        spec = self.spec
+        assert self.image is not None
+        mounts = self._storage_mounts(name, labels)
+        res = spec.resources
+        # The supervisor is the container's pid 1 (no --init): every orphan of a phase
+        # is its child. Its stdin is the attach stream, once-only, so closing it ends the
+        # supervisor and the container, and no exec is needed per trial.
+        self._container = self.client.containers.create(
+            self.image,
+            command=self.runtime.supervisor_command(),
+            entrypoint=[],
+            name=name,
+            hostname="sandbox",
+            user="0:0",
+            working_dir=self._workdir,
+            labels=labels,
+            init=False,
+            network_mode=self._network,
+            extra_hosts=self._compose.addresses() if self._compose is not None else None,
+            cap_drop=["ALL"],
+            cap_add=SUPERVISOR_CAPS,
+            security_opt=["no-new-privileges"],
+            read_only=True,
+            tmpfs=self._tmpfs(),
+            mounts=[
+                *mounts,
+                Mount(SUPERVISOR_MOUNT, self.runtime.supervisor_dir, type="bind", read_only=True),
+                Mount(PYTHON_MOUNT, volume_name, type="volume", read_only=True),
+                Mount(TOOLS_MOUNT, str(self.runtime.tools_dir), type="bind", read_only=True),
+                *self._gateway_mounts(),
+            ],
+            pids_limit=res.pids,
+            mem_limit=f"{res.memory_mb}m",
+            memswap_limit=f"{res.memory_mb}m",
+            nano_cpus=int(res.cpus * 1e9),
+            ulimits=[
+                Ulimit(name="core", soft=0, hard=0),
+                Ulimit(name="nofile", soft=res.nofile, hard=res.nofile),
+            ],
+            runtime=self.runtime.runtime,
+            environment={},
+            device_requests=device_requests(spec.gpus),
+            stdin_open=True,
+            tty=False,
+        )
+        raw = self.client.api.attach_socket(
+            self._container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        self._channel = ExecChannel(raw)
+        self._session = SupervisorSession()
+        self._session.attach(self._channel, self._channel)  # type: ignore[arg-type]
+        self._container.start()
 
     def _start_sidecars(self, labels: dict[str, str]) -> str:
         """Start the compose file's sidecars (if any); the network the main container joins."""
@@ -343,7 +410,10 @@ class DockerSandbox(Sandbox):
         if not self.runtime.host_storage:
             self._volume = self.client.volumes.create(f"{name}-ws", labels=labels)
             return [Mount(self._workdir, self._volume.name, type="volume")]
-        self._prepared = self.runtime.storage_pool.take(self.spec.resources.storage_mb)
+        # A warm container never waits for disk room a running trial might need.
+        self._prepared = self.runtime.storage_pool.take(
+            self.spec.resources.storage_mb, spare=self.spec.trial_id == "warm"
+        )
         self._root, self._storage = self._prepared.root, self._prepared.storage
         fs = self._storage.mount_point
         os.chmod(fs, 0o755)
@@ -737,11 +807,21 @@ class DockerSandbox(Sandbox):
         if self._stopped:
             return
         self._stopped = True
-        errors: list[Exception] = []
         if self._channel is not None:
             # No goodbye needed: removing the container ends the supervisor.
             self._channel.drop()
             self._session = None
+        pool = self.runtime.warm
+        if pool is not None and self._compose is None and not self._aborted:
+            # Off the critical path: the trial's evidence is out, its record is next;
+            # the run waits for (and reports) every removal before it ends.
+            pool.remove_later(self._remove)
+            return
+        self._remove()
+
+    def _remove(self) -> None:
+        """Remove the container, its sidecars, its volume and its filesystem, in order."""
+        errors: list[Exception] = []
         if self._container is not None:
             try:
                 self._container.remove(force=True, v=True)

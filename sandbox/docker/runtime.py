@@ -22,6 +22,7 @@ from sandbox.backend import SUPERVISOR_PATH, SUPERVISOR_SIBLINGS, Capacity
 from sandbox.docker.engine import remove_leaks
 from sandbox.docker.images import ImageResolver
 from sandbox.docker.labels import KIND, MANAGED, RUNTIME_KIND
+from sandbox.docker.warm import WarmPool
 from sandbox.errors import EnvironmentStartError
 from sandbox.storage import StorageBudget, storage_supported
 from sandbox.storage_pool import StoragePool
@@ -45,8 +46,9 @@ class DockerRuntime:
         base_image: str = "harness/base:bookworm",
         tmp_dir: Path | None = None,
         host_storage: bool | None = None,
-        spares: int = 1,
+        spares: int = 0,
     ) -> None:
+        # spares: containers and trial filesystems started ahead (follow -j; 0: none)
         self.client = client
         self.resolver = resolver
         self.runtime = runtime
@@ -88,6 +90,10 @@ class DockerRuntime:
         self.storage_budget = StorageBudget(self.tmp_dir) if host_storage else None
         #: Trial filesystems made ahead and removed in the background.
         self.storage_pool = StoragePool(self.tmp_dir, self.storage_budget, spares=spares)
+        #: Containers started ahead for the next trials, and background removals.
+        self.warm: WarmPool[Any] | None = None
+        if spares > 0:
+            self.warm = WarmPool(spares, dispose=lambda spare: spare.stop())
 
     @property
     def supervisor_dir(self) -> str:
@@ -179,7 +185,8 @@ class DockerRuntime:
 
     def close(self) -> list[str]:
         """Remove whatever this run leaked (by label), then the staged supervisor copy."""
-        failed = self.storage_pool.close()
+        failed = self.warm.drain() if self.warm is not None else []
+        failed += self.storage_pool.close()
         report = remove_leaks(self.client, run=self.run_label)
         shutil.rmtree(self._staged, ignore_errors=True)
         shutil.rmtree(self._tools_parent, ignore_errors=True)

@@ -1,0 +1,93 @@
+"""Warm containers: the next trial's container created and started while trials run.
+
+A :class:`WarmPool` keeps, per container shape (image, workdir, limits, network...), up to
+``spares`` containers created with exactly a trial's flags, mounts and per-trial volume
+and filesystem, started, their supervisor idle on its attach stream, waiting for its first
+request. A trial of that shape takes one (it is renamed for the trial) and a replacement
+is started in the background. A warm container serves one trial and is never reused;
+one that no trial took is removed by :meth:`WarmPool.drain` at the end of the run. All
+carry the run's label, so a run killed with ``kill -9`` leaves nothing the next
+invocation (``--resume``) or ``harness sandbox cleanup --run`` does not remove.
+
+Removals (container, volume, trial filesystem) run here too, in the background after the
+trial's record is written; :meth:`WarmPool.drain` waits for them and reports failures.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class WarmPool(Generic[T]):
+    """Containers made ahead, by shape; and the run's background removals.
+
+    Args:
+        spares: Warm containers kept per shape (follows ``-j``); 0 disables warming.
+        dispose: Removes a warm container no trial took.
+    """
+
+    def __init__(self, spares: int, dispose: Callable[[T], None]) -> None:
+        self.spares = spares
+        self._dispose = dispose
+        self._lock = threading.Lock()
+        self._ready: dict[Hashable, list[Future[T]]] = {}
+        self._maker = ThreadPoolExecutor(max(1, spares), thread_name_prefix="warm-make")
+        self._remover = ThreadPoolExecutor(2, thread_name_prefix="warm-remove")
+        self._removals: list[Future[None]] = []
+        self._closed = False
+
+    def take(self, key: Hashable, make: Callable[[], T]) -> T | None:
+        """A warm container of shape ``key`` (None: none ready: make your own).
+
+        Either way, containers of this shape are started ahead for the next trials.
+        """
+        with self._lock:
+            if self._closed or self.spares < 1:
+                return None
+            queue = self._ready.setdefault(key, [])
+            taken = queue.pop(0) if queue else None
+            while len(queue) < self.spares:
+                queue.append(self._maker.submit(make))
+        if taken is None:
+            return None
+        try:
+            return taken.result()
+        except Exception:  # a spare that failed to start: the trial starts its own
+            return None
+
+    def remove_later(self, removal: Callable[[], None]) -> None:
+        """Run ``removal`` in the background (its errors are reported by :meth:`drain`)."""
+        with self._lock:
+            self._removals = [f for f in self._removals if not f.done() or f.exception()]
+            if not self._closed:
+                self._removals.append(self._remover.submit(removal))
+                return
+        removal()
+
+    def drain(self) -> list[str]:
+        """Remove every warm container and wait for all removals; what failed, as text."""
+        with self._lock:
+            self._closed = True
+            pending = [f for queue in self._ready.values() for f in queue]
+            self._ready.clear()
+        self._maker.shutdown(wait=True, cancel_futures=True)
+        failed = []
+        for future in pending:
+            if future.cancelled() or future.exception() is not None:
+                continue
+            try:
+                self._dispose(future.result())
+            except Exception as exc:
+                failed.append(f"warm container removal failed: {exc}")
+        self._remover.shutdown(wait=True)
+        for removal in self._removals:
+            error = removal.exception()
+            if error is not None:
+                failed.append(f"trial container removal failed: {error}")
+        self._removals.clear()
+        return failed
