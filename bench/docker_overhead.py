@@ -10,7 +10,10 @@ Measures, in one run and against the same image (``harness/base:bookworm``):
     time: ``timings["total"]`` per trial, and overhead = ``total - agent``;
 (c) the ratio median(trial total) / median(floor), target <= 1.5x (PASS/MISS);
 (d) throughput: 4*k trials (k = ceil(trials/4) unless ``--k``) at concurrency 1 and at
-    concurrency 4, trials/s of each and the speedup.
+    concurrency 4, trials/s of each and the speedup (target >= 2x);
+(e) ``--trials`` trials of a 1 s agent (``sleep 1``), one at a time: the trial's overhead
+    (``total - agent``) against the floor, target <= 0.25x (the warm pool starts the next
+    trial's container while the agent runs).
 
 When the ratio misses the target (or with ``--profile always``) it also profiles where the
 time goes: every Docker API call and supervisor op of a few real trials, tagged by trial phase
@@ -64,6 +67,11 @@ from sandbox.docker.engine import connect, engine_facts  # noqa: E402
 TASK_DIR = BENCH_DIR / "tasks" / "trivial"
 IMAGE = "harness/base:bookworm"  # the image the trivial task resolves to (no docker_image)
 TARGET_RATIO = 1.5
+#: -j 4 against -j 1 on no-op trials.
+TARGET_SPEEDUP = 2.0
+#: The agent of (e), and its trial's overhead against the floor with the warm pool.
+SLOW_AGENT_SEC = 1.0
+SLOW_TARGET_RATIO = 0.25
 THROUGHPUT_CONCURRENCY = 4
 BENCH_LABEL = "org.harness.bench"
 
@@ -130,12 +138,15 @@ def run_floor(client: docker.DockerClient, n: int, warmup: int) -> dict[str, lis
 # --- (b, d) the harness ----------------------------------------------------------------------
 
 
-def bench_config(trials: int, concurrency: int, out_dir: Path) -> RunConfig:
-    """``trials`` rollouts of the trivial task with ``nop`` on the docker sandbox."""
+def bench_config(trials: int, concurrency: int, out_dir: Path, agent_sec: float = 0.0) -> RunConfig:
+    """``trials`` rollouts of the trivial task with ``nop`` (or a ``sleep``) on docker."""
+    agent: dict[str, Any] = {"name": "nop"}
+    if agent_sec:
+        agent = {"name": "command", "cmd": f"sleep {agent_sec:g}"}
     return RunConfig.model_validate(
         {
             "tasks": {"paths": [str(TASK_DIR)]},
-            "agent": {"name": "nop"},
+            "agent": agent,
             "sandbox": {"backend": "docker"},
             "rollouts": trials,
             "concurrency": concurrency,
@@ -160,9 +171,10 @@ def run_harness(
     concurrency: int,
     out_dir: Path,
     on_phase: Callable[[str, str], None] | None = None,
+    agent_sec: float = 0.0,
 ) -> dict[str, Any]:
     """Run ``trials`` nop trials through the public API; wall time of ``execute_run``."""
-    prepared = prepare_run(bench_config(trials, concurrency, out_dir))
+    prepared = prepare_run(bench_config(trials, concurrency, out_dir, agent_sec))
     start = time.perf_counter()
     outcome = execute_run(prepared, events=_Phases(on_phase))
     wall = time.perf_counter() - start
@@ -587,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
                 "trial_total_ms": stats_ms([x.timings["total"] for x in r["records"]]),
                 "phases_ms": phase_stats(r["records"]),
             }
+        # (e) a 1 s agent: the warm pool has the next container ready by the time it ends
+        slow = run_harness(args.trials, 1, tmpdir / "agent-1s", agent_sec=SLOW_AGENT_SEC)
+        slow_phases = phase_stats(slow["records"])
         info["loadavg_at_end"] = list(os.getloadavg())
         info["containers_running_at_end"] = len(client.containers.list())
 
@@ -621,6 +636,13 @@ def main(argv: list[str] | None = None) -> int:
             "target_met": passed,
             "run_wall_sec": run["wall_sec"],
             "run_wall_per_trial_ms": run["wall_sec"] * 1000.0 / len(records),
+            "slow_agent": {
+                "agent_sec": SLOW_AGENT_SEC,
+                "phases_ms": slow_phases,
+                "ratio_overhead_to_floor": slow_phases["overhead (total - agent)"]["median"]
+                / floor_ms["median"],
+                "target_ratio": SLOW_TARGET_RATIO,
+            },
             "throughput": {
                 "concurrency_1": tp[1],
                 f"concurrency_{THROUGHPUT_CONCURRENCY}": tp[THROUGHPUT_CONCURRENCY],
@@ -658,7 +680,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"{c['trials_per_sec']:5.2f} trials/s  (trial total median "
                 f"{c['trial_total_ms']['median']:.0f} ms)"
             )
-        print(f"      speedup c{THROUGHPUT_CONCURRENCY}/c1: {speedup:.2f}x")
+        verdict = "PASS" if speedup >= TARGET_SPEEDUP else "MISS"
+        print(
+            f"      speedup c{THROUGHPUT_CONCURRENCY}/c1: {speedup:.2f}x  "
+            f"[target >= {TARGET_SPEEDUP:g}x: {verdict}]"
+        )
+        slow_ratio = result["slow_agent"]["ratio_overhead_to_floor"]
+        print(f"(e) {args.trials} trials of a {SLOW_AGENT_SEC:g} s agent (`sleep`), one at a time:")
+        print(_row("    overhead (total - agent)", slow_phases["overhead (total - agent)"]))
+        for name in ("reset", "collect", "grade", "cleanup"):
+            print(_row(f"      {name}", slow_phases[name]))
+        verdict = "PASS" if slow_ratio <= SLOW_TARGET_RATIO else "MISS"
+        print(
+            f"    ratio overhead/floor (medians): {slow_ratio:.2f}x  "
+            f"[target <= {SLOW_TARGET_RATIO:g}x: {verdict}]"
+        )
 
         if args.profile == "always" or (args.profile == "auto" and not passed):
             n = args.profile_trials

@@ -219,14 +219,15 @@ class DockerSandbox(Sandbox):
         fallback = image_workdir if image_workdir not in ("", "/") else "/app"
         self._workdir = spec.workdir or fallback
         try:
-            warm = self._take_warm(volume_name)
+            warm = self._take_warm(volume_name, config)
             if warm is not None:
                 self._adopt(warm)
             else:
                 labels = self._labels(spec.trial_id)
                 self._network = self._start_sidecars(labels)
                 self._boot(self._name(spec.trial_id), labels, volume_name)
-            self._setup(config)
+                self._setup(config)
+            self._seed()
             self._start_workload(config)
         except docker.errors.APIError as exc:
             gpu_error = no_gpu_error(str(exc.explanation or exc), spec.gpus)
@@ -263,16 +264,17 @@ class DockerSandbox(Sandbox):
             spec.resources,
             spec.allow_internet,
             spec.image_tests,
-            tuple(sorted((k, v) for k, v in spec.labels.items() if k != TRIAL)),
+            spec.agent_user,
+            spec.verifier_user,
         )
 
-    def _take_warm(self, volume_name: str) -> DockerSandbox | None:
+    def _take_warm(self, volume_name: str, config: dict[str, Any]) -> DockerSandbox | None:
         key = self._warm_key()
         pool = self.runtime.warm
         if key is None or pool is None:
             return None
-        labels = {k: v for k, v in self.spec.labels.items() if k != TRIAL}
-        spec = dataclasses.replace(self.spec, trial_id="warm", fixtures={}, labels=labels)
+        # Labelled for the run only: any trial of any task of this shape may take it.
+        spec = dataclasses.replace(self.spec, trial_id="warm", fixtures={}, labels={})
         image, workdir = self.image, self._workdir
 
         def make() -> DockerSandbox:
@@ -280,6 +282,7 @@ class DockerSandbox(Sandbox):
             spare.image, spare._workdir = image, workdir
             try:
                 spare._boot(self._name("warm"), spare._labels("warm"), volume_name)
+                spare._setup(config)
             except BaseException:
                 spare.stop()
                 raise
@@ -288,7 +291,7 @@ class DockerSandbox(Sandbox):
         return pool.take(key, make)
 
     def _adopt(self, warm: DockerSandbox) -> None:
-        """Take over a warm container: same flags, its own volume and filesystem."""
+        """Take over a warm container: same flags, its own volume, filesystem and dirs."""
         for attr in (
             "_container",
             "_volume",
@@ -298,10 +301,15 @@ class DockerSandbox(Sandbox):
             "_channel",
             "_session",
             "_network",
+            "_agent_id",
+            "_verifier_id",
         ):
             setattr(self, attr, getattr(warm, attr))
         warm._stopped = True  # everything is this sandbox's now
-        self._container.rename(self._name(self.spec.trial_id))
+        assert self.runtime.warm is not None
+        # Named for its trial, off the critical path (only people read the name).
+        container, name = self._container, self._name(self.spec.trial_id)
+        self.runtime.warm.later(lambda: container.rename(name))
 
     def _boot(self, name: str, labels: dict[str, str], volume_name: str) -> None:
         """Create and start the container; its supervisor waits on the attach stream."""
@@ -439,6 +447,7 @@ class DockerSandbox(Sandbox):
         return int(found["uid"]), int(found["gid"])
 
     def _setup(self, config: dict[str, Any]) -> None:
+        """The agent's and verifier's ids, and the trial's dirs (before any fixture)."""
         spec = self.spec
         if spec.agent_user not in (None, "", "root", 0):
             assert spec.agent_user is not None
@@ -464,6 +473,12 @@ class DockerSandbox(Sandbox):
                 {"op": "reset_dir", "path": path, "owner": owner, "mode": mode, "keep_dir": True}
             )
         self._call({"op": "reset_dir", "path": f"{_TRIAL}/home/tmp", "owner": agent, "mode": 0o700})
+
+    def _seed(self) -> None:
+        """Put the task's fixtures in the workspace and hand it to the agent."""
+        spec = self.spec
+        agent = {"uid": self._agent_id[0], "gid": self._agent_id[1]}
+        root = {"uid": 0, "gid": 0}
         if self._storage is not None:
             # The workspace is on the host, and the engine has copied the image's content in
             # (at start): fill and hand it over there, at disk speed. No process but the
@@ -815,7 +830,7 @@ class DockerSandbox(Sandbox):
         if pool is not None and self._compose is None and not self._aborted:
             # Off the critical path: the trial's evidence is out, its record is next;
             # the run waits for (and reports) every removal before it ends.
-            pool.remove_later(self._remove)
+            pool.later(self._remove)
             return
         self._remove()
 

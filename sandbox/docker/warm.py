@@ -60,7 +60,7 @@ class WarmPool(Generic[T]):
         except Exception:  # a spare that failed to start: the trial starts its own
             return None
 
-    def remove_later(self, removal: Callable[[], None]) -> None:
+    def later(self, removal: Callable[[], None]) -> None:
         """Run ``removal`` in the background (its errors are reported by :meth:`drain`)."""
         with self._lock:
             self._removals = [f for f in self._removals if not f.done() or f.exception()]
@@ -88,6 +88,6 @@ class WarmPool(Generic[T]):
         for removal in self._removals:
             error = removal.exception()
             if error is not None:
-                failed.append(f"trial container removal failed: {error}")
+                failed.append(f"trial container cleanup failed: {error}")
         self._removals.clear()
         return failed
