@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness.config import CONFIG_FILENAME, RunConfig, save_config
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS, DiskFull
+from harness.failpoints import kill_point
 from harness.gateway import Gateway
 from harness.metrics import Summary, summarize
 from harness.model_access import start_gateway
@@ -295,6 +296,7 @@ class Invocation:
         prepared, state = self.prepared, self.state
 
         def on_phase(trial_id: str, phase: str) -> None:
+            kill_point(f"phase:{phase}")
             state.phase(trial_id, phase)
             self.events.phase(trial_id, phase)
 

@@ -18,6 +18,7 @@ Layout (see ``docs/run-dir.md``)::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -180,6 +181,29 @@ def latest_log(run_dir: Path) -> RunLog:
     return RunLog(latest if latest.is_file() else None)
 
 
+#: ``.<file>.<random>.tmp`` of an atomic write (harness.records.atomic), a disk probe's file.
+_PARTIAL_WRITE = re.compile(r"^\.(?:[^/]+\.[^/.]+\.tmp|harness-probe-[0-9a-f]+)$")
+
+
+def remove_partial_writes(run_dir: Path) -> list[str]:
+    """Remove what atomic writes cut short by a crash left at the top of the run dir.
+
+    The files they were replacing are whole (the old or the new content); only the
+    temp files remain, which no reader looks at.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(run_dir))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if _PARTIAL_WRITE.match(entry.name) and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed.append(entry.name)
+    return sorted(removed)
+
+
 def tidy(
     store: TrialStore,
     snapshot: StoreSnapshot | None,
@@ -189,9 +213,10 @@ def tidy(
 ) -> CompactReport:
     """Make the run dir whole before anything runs (every invocation, resumed or not).
 
-    Repairs a torn last line of ``trials.jsonl`` (a crash mid-write), compacts it to one
-    line per trial atomically, and has the backend remove what a dead invocation of the run
-    leaked (containers by the run's label, trial roots in its private temp dir).
+    Removes the temp files of atomic writes a dead invocation left, repairs a torn last
+    line of ``trials.jsonl`` (a crash mid-write), compacts it to one line per trial
+    atomically, and has the backend remove what a dead invocation of the run leaked
+    (containers by the run's label or name, trial roots in its private temp dir).
 
     Args:
         store: The run's ``trials.jsonl``.
@@ -203,6 +228,10 @@ def tidy(
     Returns:
         The compacted records and what reading the file found.
     """
+    partial = remove_partial_writes(store.run_dir)
+    if partial:
+        names = ", ".join(partial)
+        log(f"removed {len(partial)} unfinished write(s) of a dead invocation: {names}")
     compact = store.compact(snapshot)
     if compact.load.torn_tail:
         message = (
@@ -271,6 +300,7 @@ __all__ = [
     "lock_run_dir",
     "open_invocation_log",
     "refuse_non_empty",
+    "remove_partial_writes",
     "tidy",
     "write_summary",
 ]
