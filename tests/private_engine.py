@@ -27,6 +27,9 @@ import psutil
 import docker
 
 BASE_IMAGE = "harness/base:bookworm"
+_REPO = Path(__file__).resolve().parent.parent
+#: The base image saved after a bootstrap (when the shared engine has none to copy).
+_IMAGE_CACHE = Path("/var/tmp/harness-fault-suite-base.tar")
 #: Objects every engine has: not leftovers of a test.
 _DEFAULT_NETWORKS = {"bridge", "host", "none"}
 _RUNTIME_VOLUME = "harness-python-"
@@ -85,12 +88,18 @@ class PrivateEngine:
         self.proc = subprocess.Popen(
             [
                 "dockerd",
-                "--data-root", str(self.data_root),
-                "--exec-root", str(self.root / "exec"),
-                "--pidfile", str(self.root / "d.pid"),
-                "-H", self.host,
+                "--data-root",
+                str(self.data_root),
+                "--exec-root",
+                str(self.root / "exec"),
+                "--pidfile",
+                str(self.root / "d.pid"),
+                "-H",
+                self.host,
                 f"--bridge={self.bridge}",
-                "--iptables=false", "--ip-masq=false", "--ip-forward=false",
+                "--iptables=false",
+                "--ip-masq=false",
+                "--ip-forward=false",
             ],  # fmt: skip
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -132,22 +141,56 @@ class PrivateEngine:
         """A client of this engine."""
         return docker.DockerClient(base_url=self.host, timeout=60)
 
-    def load_base_image(self, source_host: str | None = None) -> None:
-        """Copy the base image from the shared engine (it can never be pulled here)."""
-        env = dict(os.environ)
-        if source_host:
-            env["DOCKER_HOST"] = source_host
-        save = subprocess.Popen(["docker", "save", BASE_IMAGE], stdout=subprocess.PIPE, env=env)
+    def load_base_image(self) -> None:
+        """Give the engine the base image (it can never be pulled here).
+
+        Copied from the shared engine when that one has it; else bootstrapped offline
+        into this engine by ``images/bootstrap-base.sh`` (about a minute).
+        """
+        if self._has_base_image():
+            return
+        here = {**os.environ, "DOCKER_HOST": self.host}
+        save = subprocess.Popen(
+            ["docker", "save", BASE_IMAGE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
         assert save.stdout is not None
         loaded = subprocess.run(
-            ["docker", "load", "-q"],
-            stdin=save.stdout,
-            capture_output=True,
-            env={**env, "DOCKER_HOST": self.host},
+            ["docker", "load", "-q"], stdin=save.stdout, capture_output=True, env=here
         )
         save.stdout.close()
-        if save.wait() != 0 or loaded.returncode != 0:
-            raise RuntimeError(f"loading {BASE_IMAGE} failed: {loaded.stderr.decode()}")
+        if save.wait() == 0 and loaded.returncode == 0:
+            return
+        if _IMAGE_CACHE.is_file():
+            with _IMAGE_CACHE.open("rb") as tar:
+                if (
+                    subprocess.run(
+                        ["docker", "load", "-q"], stdin=tar, capture_output=True, env=here
+                    ).returncode
+                    == 0
+                ):
+                    return
+        built = subprocess.run(
+            ["bash", str(_REPO / "images" / "bootstrap-base.sh")],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "DOCKER_HOST": self.host},
+        )
+        if built.returncode != 0 or not self._has_base_image():
+            raise RuntimeError(f"no {BASE_IMAGE} for the private engine:\n{built.stderr[-2000:]}")
+        # Kept for the next session (a bootstrap takes minutes); written whole or not at all.
+        partial = _IMAGE_CACHE.with_suffix(".part")
+        subprocess.run(["docker", "save", "-o", str(partial), BASE_IMAGE], env=here, check=True)
+        partial.replace(_IMAGE_CACHE)
+
+    def _has_base_image(self) -> bool:
+        client = self.client()
+        try:
+            client.images.get(BASE_IMAGE)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        finally:
+            client.close()
 
     def close(self) -> None:
         """Stop everything it started and remove its files and bridge (always safe to call)."""

@@ -3,187 +3,22 @@
 Every fault here is real: a Docker engine stopped and started again (a private one, never
 the shared engine), a filesystem that fills up or turns read-only, ``kill -9`` and SIGSTOP of
 the harness process. Each test asserts from outside: the records in the run dir, the
-objects on the engine, the output (never a traceback).
+objects on the engine, the output (never a traceback). Helpers: ``tests/fault_support.py``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from docker_support import docker_client, require_image, unavailable
+from docker_support import unavailable
+from fault_support import Cli
 from private_engine import PrivateEngine, started_engine
-
-RUNNING = "bash {instruction_file}"
-"""The command agent's command: the instruction is a shell script."""
-
-
-@dataclass
-class Result:
-    """How a harness process ended: its exit code and its whole output (stdout + stderr)."""
-
-    code: int
-    output: str
-
-    def __str__(self) -> str:
-        return f"exit {self.code}\n{self.output}"
-
-
-class HarnessProcess:
-    """``python -m harness ARGS`` in a session of its own, output into a file."""
-
-    def __init__(self, args: list[str], env: Mapping[str, str], log: Path) -> None:
-        self.args = args
-        self.log = log
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "harness", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb", **env},
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int:
-        """The harness's pid."""
-        return self.proc.pid
-
-    def output(self) -> str:
-        """What it printed so far."""
-        return self.log.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        """Whether it still runs."""
-        return self.proc.poll() is None
-
-    def wait(self, timeout: float = 180) -> Result:
-        """Its end (at most ``timeout`` s: then its group is killed and the test fails)."""
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill_group()
-            pytest.fail(f"harness {self.args} did not end within {timeout:g}s\n{self.output()}")
-        return Result(code, self.output())
-
-    def kill9(self) -> None:
-        """``kill -9`` of the harness process alone (its sandboxes stay, as after a crash)."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def kill_group(self) -> None:
-        """Kill the process group this test started (only that one)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-
-
-class Cli:
-    """Starts harness processes for one test; every one is killed at teardown."""
-
-    def __init__(self, tmp: Path, env: Mapping[str, str]) -> None:
-        self.tmp = tmp
-        self.env = dict(env)
-        self.started: list[HarnessProcess] = []
-
-    def start(self, *args: str | Path, env: Mapping[str, str] | None = None) -> HarnessProcess:
-        """Start ``harness ARGS`` (in the background)."""
-        log = self.tmp / f"harness-{len(self.started)}.log"
-        proc = HarnessProcess([str(a) for a in args], {**self.env, **(env or {})}, log)
-        self.started.append(proc)
-        return proc
-
-    def run(self, *args: str | Path, timeout: float = 180, **kw: Any) -> Result:
-        """Run ``harness ARGS`` to its end."""
-        return self.start(*args, **kw).wait(timeout)
-
-    def close(self) -> None:
-        """Kill what still runs (a failed test), so nothing outlives it."""
-        for proc in self.started:
-            if proc.alive():
-                proc.kill_group()
-
-
-def make_tasks(
-    root: Path,
-    count: int,
-    script: str = "true",
-    *,
-    timeout: float = 60,
-    prefix: str = "f",
-    dockerfile: str | None = None,
-) -> Path:
-    """``count`` tasks whose instruction is the shell ``script`` (run by the command agent)."""
-    for i in range(count):
-        task = root / f"{prefix}{i:02d}"
-        (task / "tests").mkdir(parents=True)
-        (task / "task.toml").write_text(
-            f'[task]\nname = "faults/{prefix}{i:02d}"\n[agent]\ntimeout_sec = {timeout}\n'
-            "[verifier]\ntimeout_sec = 60\n"
-        )
-        (task / "instruction.md").write_text(script + "\n")
-        (task / "tests" / "test.sh").write_text('echo 1 > "$HARNESS_VERIFIER_DIR/reward.txt"\n')
-        if dockerfile is not None:
-            (task / "environment").mkdir()
-            (task / "environment" / "Dockerfile").write_text(dockerfile)
-    return root
-
-
-def records(run_dir: Path) -> list[dict[str, Any]]:
-    """Every line of ``trials.jsonl`` (each must be a whole JSON record)."""
-    path = run_dir / "trials.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def status(run_dir: Path) -> dict[str, Any]:
-    """``status.json`` (empty while missing or being replaced)."""
-    try:
-        data = json.loads((run_dir / "status.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def assert_each_once(run_dir: Path, planned: int, statuses: set[str] | None = None) -> None:
-    """Every planned trial recorded exactly once (after compaction), each as expected."""
-    found = records(run_dir)
-    ids = [r["id"] for r in found]
-    assert len(ids) == len(set(ids)), f"a trial is recorded twice: {sorted(ids)}"
-    assert len(ids) == planned, f"{len(ids)} of {planned} trials recorded"
-    wanted = statuses or {"completed"}
-    bad = [(r["id"], r["status"], r["errors"]) for r in found if r["status"] not in wanted]
-    assert not bad, bad
-
-
-def assert_no_traceback(*results: Result | str) -> None:
-    """No Python traceback in any output."""
-    for result in results:
-        text = result if isinstance(result, str) else result.output
-        assert "Traceback (most recent call last)" not in text, text
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    """Poll ``condition`` (every 20 ms) until it holds, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="session")
@@ -193,7 +28,6 @@ def private_engine() -> Iterator[PrivateEngine]:
         pytest.skip("a private Docker engine needs root")
     if shutil.which("dockerd") is None:
         unavailable("dockerd is not installed")
-    require_image(docker_client())
     root = Path(tempfile.mkdtemp(prefix="hf-", dir="/tmp"))
     try:
         engine = started_engine(root)
@@ -248,23 +82,3 @@ def small_fs() -> Iterator[Callable[[str], Path]]:
     for point in mounted:
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
         shutil.rmtree(point, ignore_errors=True)
-
-
-def remount(point: Path, options: str) -> None:
-    """``mount -o remount,OPTIONS`` (``ro``, ``rw``, ``size=10m``)."""
-    subprocess.run(["mount", "-o", f"remount,{options}", str(point)], check=True)
-
-
-__all__ = [
-    "RUNNING",
-    "Cli",
-    "HarnessProcess",
-    "Result",
-    "assert_each_once",
-    "assert_no_traceback",
-    "make_tasks",
-    "records",
-    "remount",
-    "status",
-    "wait_until",
-]
