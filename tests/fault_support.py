@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -139,6 +140,23 @@ def make_tasks(
     return root
 
 
+def run_args(tasks: Path, out: Path, name: str, *extra: str, jobs: int = 2) -> list[str | Path]:
+    """``harness run`` of the tasks with the command agent on the docker sandbox."""
+    return ["run", tasks, "--sandbox", "docker", "--agent", "command", "--agent-cmd", RUNNING,
+            "-j", str(jobs), "-o", out, "--run-name", name, "--display", "plain",
+            *extra]  # fmt: skip
+
+
+def agents_running(run_dir: Path, count: int = 2) -> bool:
+    """Whether ``count`` trials are in their agent phase (per ``status.json``)."""
+    running = status(run_dir).get("running", [])
+    return sum(t.get("phase") == "execute" for t in running) == count
+
+
+NOTHING_LEFT = {"containers": [], "volumes": [], "networks": []}
+"""What :meth:`PrivateEngine.leftovers` finds on an engine a run left clean."""
+
+
 def records(run_dir: Path) -> list[dict[str, Any]]:
     """Every line of ``trials.jsonl`` (each must be a whole JSON record)."""
     path = run_dir / "trials.jsonl"
@@ -187,16 +205,60 @@ def remount(point: Path, options: str) -> None:
     subprocess.run(["mount", "-o", f"remount,{options}", str(point)], check=True)
 
 
+class Ext4:
+    """A loop-mounted ext4 filesystem of the test's (``errors=remount-ro``).
+
+    :meth:`fail` makes the kernel turn it read-only at once, as a failing disk does
+    (open files and all: ``mount -o remount,ro`` would refuse while the harness writes);
+    :meth:`repair` checks and mounts it writable again.
+    """
+
+    def __init__(self, root: Path, size_mb: int) -> None:
+        self.image = root / "fs.img"
+        self.point = root / "mnt"
+        self.point.mkdir()
+        with self.image.open("wb") as image:
+            image.truncate(size_mb << 20)
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(self.image)], check=True)
+        self._mount()
+
+    def _mount(self) -> None:
+        subprocess.run(["mount", "-o", "loop,errors=remount-ro", str(self.image),
+                        str(self.point)], check=True)  # fmt: skip
+        device = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(self.point)],
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        self.device = Path(device.strip()).name
+
+    def fail(self) -> None:
+        """An ext4 error: the kernel remounts it read-only (EROFS for every write)."""
+        Path(f"/sys/fs/ext4/{self.device}/trigger_fs_error").write_text("1\n")
+
+    def repair(self) -> None:
+        """Unmount, fsck and mount it writable again."""
+        subprocess.run(["umount", str(self.point)], check=True)
+        subprocess.run(["e2fsck", "-fy", str(self.image)], capture_output=True)
+        self._mount()
+
+    def close(self) -> None:
+        """Unmount it and remove its image."""
+        subprocess.run(["umount", "-l", str(self.point)], capture_output=True)
+        shutil.rmtree(self.image.parent, ignore_errors=True)
+
+
 __all__ = [
     "RUNNING",
     "Cli",
+    "Ext4",
     "HarnessProcess",
     "Result",
+    "NOTHING_LEFT",
+    "agents_running",
     "assert_each_once",
     "assert_no_traceback",
     "make_tasks",
     "records",
     "remount",
+    "run_args",
     "status",
     "wait_until",
 ]

@@ -10,9 +10,10 @@ anywhere else is corruption and raises :class:`~harness.errors.CorruptRecordErro
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,6 +190,26 @@ class TrialStore:
             self._lock = FileLock(self.lock_path, timeout=self._lock_timeout)
         return self._lock
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """The lock for a read; none on a read-only filesystem, where nobody can write.
+
+        Taking the lock opens its file for writing, which a filesystem that turned
+        read-only refuses: the records must still be readable there (to count them).
+        """
+        lock = self._locked()
+        try:
+            lock.acquire()
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise
+            yield
+            return
+        try:
+            yield
+        finally:
+            lock.release()
+
     def append(self, record: TrialRecord) -> None:
         """Append one record as one line, durably.
 
@@ -252,7 +273,7 @@ class TrialStore:
         if not self.path.exists():
             report = LoadReport(records=[])
         else:
-            with self._locked():
+            with self._reading():
                 data = self.path.read_bytes()
             report, _ = _scan(self.path, data)
         self.last_report = report
@@ -270,7 +291,7 @@ class TrialStore:
         """
         if not self.path.exists():
             return StoreSnapshot(LoadReport(records=[]), [], None)
-        with self._locked(), open(self.path, "rb") as fh:
+        with self._reading(), open(self.path, "rb") as fh:
             info = os.fstat(fh.fileno())
             data = fh.read()
         report, good_lines = _scan(self.path, data)

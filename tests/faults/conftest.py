@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from docker_support import unavailable
-from fault_support import Cli
+from fault_support import Cli, Ext4
 from private_engine import PrivateEngine, started_engine
 
 
@@ -82,3 +82,18 @@ def small_fs() -> Iterator[Callable[[str], Path]]:
     for point in mounted:
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
         shutil.rmtree(point, ignore_errors=True)
+
+
+@pytest.fixture
+def ext4() -> Iterator[Callable[[int], Ext4]]:
+    """``ext4(32)``: a 32 MB ext4 filesystem, turned read-only by ``.fail()``."""
+    made: list[Ext4] = []
+
+    def make(size_mb: int) -> Ext4:
+        fs = Ext4(Path(tempfile.mkdtemp(prefix="hf-ext4-", dir="/tmp")), size_mb)
+        made.append(fs)
+        return fs
+
+    yield make
+    for fs in made:
+        fs.close()

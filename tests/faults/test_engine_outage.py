@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 from fault_support import (
-    RUNNING,
+    NOTHING_LEFT,
     Cli,
+    agents_running,
     assert_each_once,
     assert_no_traceback,
     make_tasks,
+    run_args,
     status,
     wait_until,
 )
@@ -26,15 +28,6 @@ import docker
 pytestmark = pytest.mark.docker
 
 UNREACHABLE = "docker engine unreachable since"
-
-
-def run_args(tasks: Path, out: Path, name: str, *extra: str) -> list[str | Path]:
-    return ["run", tasks, "--sandbox", "docker", "--agent", "command", "--agent-cmd", RUNNING,
-            "-j", "2", "-o", out, "--run-name", name, "--display", "plain", *extra]  # fmt: skip
-
-
-def agents_running(run_dir: Path) -> bool:
-    return sum(t.get("phase") == "execute" for t in status(run_dir).get("running", [])) == 2
 
 
 def test_docker_restart_mid_run_pauses_and_the_run_finishes_by_itself(
@@ -57,7 +50,7 @@ def test_docker_restart_mid_run_pauses_and_the_run_finishes_by_itself(
     assert "waiting up to 30 min; Ctrl-C to stop" in result.output
     assert_no_traceback(result)
     assert_each_once(run_dir, 6)
-    assert engine.leftovers() == {"containers": [], "volumes": [], "networks": []}
+    assert engine.leftovers() == NOTHING_LEFT
 
 
 def test_engine_away_past_the_deadline_stops_in_order_and_resume_completes(
@@ -82,7 +75,7 @@ def test_engine_away_past_the_deadline_stops_in_order_and_resume_completes(
     assert resumed.code == 0, resumed
     assert_no_traceback(resumed)
     assert_each_once(run_dir, 5)
-    assert engine.leftovers() == {"containers": [], "volumes": [], "networks": []}
+    assert engine.leftovers() == NOTHING_LEFT
 
 
 def test_objects_an_engine_crash_left_without_labels_are_removed_by_resume_and_cleanup(
@@ -105,7 +98,7 @@ def test_objects_an_engine_crash_left_without_labels_are_removed_by_resume_and_c
 
     cleanup = engine_cli.run("sandbox", "cleanup", "--run", "unlabelled")
     assert cleanup.code == 0, cleanup
-    assert engine.leftovers() == {"containers": [], "volumes": [], "networks": []}, cleanup
+    assert engine.leftovers() == NOTHING_LEFT, cleanup
 
     for name in names:
         client.volumes.create(name)
@@ -113,7 +106,7 @@ def test_objects_an_engine_crash_left_without_labels_are_removed_by_resume_and_c
     assert resumed.code == 0, resumed
     assert_no_traceback(resumed)
     assert_each_once(run_dir, 3)
-    assert engine.leftovers() == {"containers": [], "volumes": [], "networks": []}, resumed
+    assert engine.leftovers() == NOTHING_LEFT, resumed
     for name in names:
         with pytest.raises(docker.errors.NotFound):
             client.volumes.get(name)
