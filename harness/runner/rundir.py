@@ -73,7 +73,7 @@ def refuse_non_empty(run_dir: Path) -> None:
     Raises:
         UsageError: ``run_dir`` exists and is not an empty dir.
     """
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    if run_dir.exists() and (not run_dir.is_dir() or _holds_a_run(run_dir)):
         raise UsageError(
             f"{run_dir} already exists and is not empty: continue that run with "
             f"`harness run --resume {run_dir}`, or choose another --run-name / -o"
@@ -90,11 +90,25 @@ def create_run_dir(run_dir: Path) -> FileLock:
     try:
         run_dir.mkdir(mode=0o700)
     except FileExistsError:
-        if any(run_dir.iterdir()):
+        if _holds_a_run(run_dir):
             raise UsageError(
                 f"{run_dir} is not empty: continue it with `harness run --resume {run_dir}`"
             ) from None
-    return lock_run_dir(run_dir)
+    lock = lock_run_dir(run_dir)
+    remove_partial_writes(run_dir)
+    return lock
+
+
+def _holds_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds more than a start killed before its config was written.
+
+    Its lock file and the temp file of the config's atomic write are all such a start
+    leaves: the same command starts the run again there.
+    """
+    return any(
+        entry.name != LOCK_FILENAME and not _PARTIAL_WRITE.match(entry.name)
+        for entry in run_dir.iterdir()
+    )
 
 
 class RunLog:
