@@ -46,7 +46,7 @@ from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
 from sandbox.docker.gpus import device_requests, no_gpu_error
 from sandbox.docker.images import ImageRequest
-from sandbox.docker.labels import MANAGED, RUN, TRIAL
+from sandbox.docker.labels import MANAGED, RUN, TRIAL, run_prefix
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.errors import (
     EnvironmentStartError,
@@ -243,9 +243,10 @@ class DockerSandbox(Sandbox):
     def _labels(self, trial: str) -> dict[str, str]:
         return {MANAGED: "1", TRIAL: trial, RUN: self.runtime.run_label, **self.spec.labels}
 
-    @staticmethod
-    def _name(trial: str) -> str:
-        return f"harness-{trial[:80]}-{secrets.token_hex(4)}".replace("/", "-")
+    def _name(self, trial: str) -> str:
+        # Named for the run too: found by name if a crash of the engine loses the labels.
+        trial = trial[:64].replace("/", "-")
+        return f"{run_prefix(self.runtime.run_label)}{trial}-{secrets.token_hex(4)}"
 
     # -- warm containers ------------------------------------------------------------------
 
@@ -837,12 +838,15 @@ class DockerSandbox(Sandbox):
     def _remove(self) -> None:
         """Remove the container, its sidecars, its volume and its filesystem, in order."""
         errors: list[Exception] = []
+        # Every step runs whatever the engine answers (an unreachable engine raises the
+        # SDK's connection errors, not DockerException): the trial's filesystem and its
+        # share of the storage budget must go even then.
         if self._container is not None:
             try:
                 self._container.remove(force=True, v=True)
             except docker.errors.NotFound:
                 pass
-            except docker.errors.DockerException as exc:
+            except Exception as exc:
                 errors.append(SandboxError(f"cannot remove container: {exc}"))
         if self._compose is not None:
             try:
@@ -854,7 +858,7 @@ class DockerSandbox(Sandbox):
                 self._volume.remove(force=True)
             except docker.errors.NotFound:
                 pass
-            except docker.errors.DockerException as exc:
+            except Exception as exc:
                 errors.append(SandboxError(f"cannot remove volume {self._volume.name}: {exc}"))
         try:
             self._remove_storage()
