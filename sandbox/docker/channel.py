@@ -86,6 +86,20 @@ class ExecChannel:
         line, self._stdout = self._stdout, b""
         return line
 
+    def idle(self) -> bool:
+        """Whether the other end is there and silent: no data, no EOF pending.
+
+        A warm container's supervisor waits for its first request so; a dead one's
+        stream has ended.
+        """
+        import select
+
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
     def drop(self) -> None:
         """Close the socket without waiting for the other side."""
         try:

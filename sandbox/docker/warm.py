@@ -41,10 +41,13 @@ class WarmPool(Generic[T]):
         self._removals: list[Future[None]] = []
         self._closed = False
 
-    def take(self, key: Hashable, make: Callable[[], T]) -> T | None:
+    def take(
+        self, key: Hashable, make: Callable[[], T], alive: Callable[[T], bool]
+    ) -> T | None:
         """A warm container of shape ``key`` (None: none ready: make your own).
 
-        Either way, containers of this shape are started ahead for the next trials.
+        Either way, containers of this shape are started ahead for the next trials. One
+        that died while waiting (``alive`` says no: e.g. the engine restarted) is removed.
         """
         with self._lock:
             if self._closed or self.spares < 1:
@@ -56,9 +59,13 @@ class WarmPool(Generic[T]):
         if taken is None:
             return None
         try:
-            return taken.result()
+            warm = taken.result()
         except Exception:  # a spare that failed to start: the trial starts its own
             return None
+        if alive(warm):
+            return warm
+        self.later(lambda: self._dispose(warm))
+        return None
 
     def later(self, removal: Callable[[], None]) -> None:
         """Run ``removal`` in the background (its errors are reported by :meth:`drain`)."""
