@@ -116,25 +116,65 @@ class StoragePool:
             spare: For something made ahead (a warm container): fail rather than wait
                 for disk room.
         """
-        prepared = None
         with self._lock:
             queue = self._ready.setdefault(declared_mb, [])
-            while queue and prepared is None:
-                try:
-                    prepared = queue.pop(0).result()
-                except Exception:
-                    prepared = None  # a spare that failed: make one now instead
-            if not self._closed:
-                while len(queue) < self.spares:
-                    queue.append(self._maker.submit(self._make_spare, declared_mb))
-        if prepared is None:
-            return self._make_spare(declared_mb) if spare else self._make(declared_mb, grader_gid)
+            waiting, queue[:] = list(queue), []
+        prepared = None
+        for future in waiting:  # the oldest spare that was made; later ones stay spares
+            if prepared is None and future.exception() is None:
+                prepared = future.result()
+            elif future.exception() is None:
+                self._return_spare(declared_mb, future)
         try:
-            _set_resgid(prepared.storage, grader_gid)
+            if prepared is None:
+                if spare:
+                    prepared = self._make_spare(declared_mb)
+                else:
+                    self._free_room_for(declared_mb)
+                    prepared = self._make(declared_mb, grader_gid)
+            else:
+                _set_resgid(prepared.storage, grader_gid)
         except BaseException:
-            self.give_back(prepared)
+            if prepared is not None:
+                self.give_back(prepared)
             raise
+        finally:
+            self._refill(declared_mb)  # only now: the trial's own filesystem comes first
         return prepared
+
+    def _return_spare(self, declared_mb: int | None, future: Future[PreparedStorage]) -> None:
+        with self._lock:
+            if not self._closed:
+                self._ready.setdefault(declared_mb, []).append(future)
+                return
+        self.give_back(future.result())
+
+    def _refill(self, declared_mb: int | None) -> None:
+        with self._lock:
+            queue = self._ready.setdefault(declared_mb, [])
+            while not self._closed and len(queue) < self.spares:
+                queue.append(self._maker.submit(self._make_spare, declared_mb))
+
+    def _free_room_for(self, declared_mb: int | None) -> None:
+        """Remove spares of other sizes when they hold the room a trial needs now."""
+        if self.budget is None:
+            return
+        want = (declared_mb or DEFAULT_STORAGE_MB) + RESERVE_MB
+        floor = None if declared_mb else MIN_DEFAULT_STORAGE_MB + RESERVE_MB
+        if self.budget.has_room(want, at_least_mb=floor):
+            return
+        with self._lock:
+            others = [
+                future
+                for key, queue in self._ready.items()
+                if key != declared_mb
+                for future in queue
+                if future.done() and future.exception() is None
+            ]
+            for queue in self._ready.values():
+                queue[:] = [f for f in queue if f not in others]
+        for future in others:
+            self.give_back(future.result())
 
     def give_back(self, prepared: PreparedStorage, *, then: Path | None = None) -> None:
         """Remove a trial's filesystem and root in the background (its processes are dead).

@@ -1,0 +1,52 @@
+"""Trial filesystems made ahead, handed out once, removed in the background (real loop mounts)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sandbox.storage import StorageBudget, mounts_under, storage_supported
+from sandbox.storage_pool import StoragePool
+
+
+def _need_root() -> None:
+    if not storage_supported():
+        pytest.fail("the storage pool needs root and /dev/loop-control")
+
+
+def test_each_filesystem_serves_one_trial_and_close_leaves_nothing(tmp_path: Path) -> None:
+    _need_root()
+    budget = StorageBudget(tmp_path)
+    pool = StoragePool(tmp_path / "run", budget, spares=1)
+    first = pool.take(300)
+    (first.storage.mount_point / "left-by-trial-1").write_text("x")
+    second = pool.take(300)  # the spare made while the first was in use
+    assert second.root != first.root
+    assert not (second.storage.mount_point / "left-by-trial-1").exists()
+    assert second.storage.usage().limit_bytes <= 300 << 20
+    pool.give_back(first)
+    pool.give_back(second)
+    assert pool.close() == []
+    assert mounts_under(tmp_path) == []
+    assert list((tmp_path / "run").iterdir()) == []
+    assert budget._promised == 0  # every promise given back, spares included
+    shutil.rmtree(tmp_path / "run")
+
+
+def test_a_trial_short_of_room_gets_it_from_spares_of_another_size(tmp_path: Path) -> None:
+    _need_root()
+    free = shutil.disk_usage(tmp_path).free >> 20
+    # Room for two filesystems of 300 MB (each + its 256 MB reserve), not for 300 + 400.
+    budget = StorageBudget(tmp_path, margin_mb=free - 1150)
+    pool = StoragePool(tmp_path / "run", budget, spares=1)
+    taken = pool.take(300)
+    spare = pool._ready[300][0].result()  # made ahead, holding its room
+    pool.give_back(taken)
+    other = pool.take(400)  # must not wait forever on the spare of another size
+    assert other.storage.size_mb == 400
+    assert spare.storage.mounted is False or not spare.root.exists()
+    pool.give_back(other)
+    assert pool.close() == []
+    assert budget._promised == 0
