@@ -327,7 +327,19 @@ def op_scan_special(req: Dict[str, Any]) -> Dict[str, Any]:
     return {"events": [e.as_dict() for e in events if e.kind in special]}
 
 
+def op_batch(req: Dict[str, Any]) -> Dict[str, Any]:
+    """Several file ops in one round trip, in order; the first failure ends the batch."""
+    results = []
+    for item in req.get("ops") or []:
+        name = item.get("op")
+        if name not in _OPS or name == "batch":
+            raise ValueError("unknown supervisor op in a batch: %r" % (name,))
+        results.append(_OPS[name](item))
+    return {"results": results}
+
+
 _OPS = {
+    "batch": op_batch,
     "whois": op_whois,
     "reset_dir": op_reset_dir,
     "chown_tree": op_chown_tree,

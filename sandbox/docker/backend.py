@@ -185,6 +185,11 @@ class DockerSandbox(Sandbox):
         session.attach(channel, channel)  # type: ignore[arg-type]
         return session, channel
 
+    def _batch(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """File ops in one supervisor round trip (the first failure raises)."""
+        results: list[dict[str, Any]] = self._call({"op": "batch", "ops": ops})["results"]
+        return results
+
     def _check_arch(self, arch: str) -> None:
         assert self.image is not None
         image_arch = str(self.runtime.image_attrs(self.image).get("Architecture"))
@@ -289,9 +294,7 @@ class DockerSandbox(Sandbox):
                 raise
             return spare
 
-        return pool.take(
-            key, make, lambda warm: warm._channel is not None and warm._channel.idle()
-        )
+        return pool.take(key, make, lambda warm: warm._channel is not None and warm._channel.idle())
 
     def _adopt(self, warm: DockerSandbox) -> None:
         """Take over a warm container: same flags, its own volume, filesystem and dirs."""
@@ -550,11 +553,17 @@ class DockerSandbox(Sandbox):
         files = dir_files(src, readable=agent_readable)
         dir_mode = 0o755 if agent_readable else 0o700
         owner = self._owner(agent_readable)
-        self._call(
-            {"op": "reset_dir", "path": dest, "mode": dir_mode, "keep_dir": True, "owner": owner}
-        )
-        self._call(
-            {"op": "put", "dest": dest, "files": files, "dir_mode": dir_mode, "owner": owner}
+        self._batch(
+            [
+                {
+                    "op": "reset_dir",
+                    "path": dest,
+                    "mode": dir_mode,
+                    "keep_dir": True,
+                    "owner": owner,
+                },
+                {"op": "put", "dest": dest, "files": files, "dir_mode": dir_mode, "owner": owner},
+            ]
         )
         if dest == "/solution":
             self._solution_readable = agent_readable
@@ -642,8 +651,9 @@ class DockerSandbox(Sandbox):
         may be the verifier's own (an image ``USER`` for both); nothing of the grader's
         may be readable then.
         """
-        for path in (f"{_TRIAL}/grader", EXEC_DIR):
-            self._call({"op": "reset_dir", "path": path, "mode": 0o700})
+        self._batch(
+            [{"op": "reset_dir", "path": p, "mode": 0o700} for p in (f"{_TRIAL}/grader", EXEC_DIR)]
+        )
 
     def _died(self, role: str) -> SandboxDied | None:
         """Why the container stopped during a phase, if it stopped by itself."""
@@ -670,9 +680,8 @@ class DockerSandbox(Sandbox):
     def _prepare_grader(self) -> None:
         """Fresh home/tmp dirs for the verifier, and the dir of its agent-exec socket."""
         owner = {"uid": self._verifier_id[0], "gid": self._verifier_id[1]}
-        for path in (f"{_TRIAL}/grader", f"{_TRIAL}/grader/home", f"{_TRIAL}/grader/home/tmp"):
-            self._call({"op": "reset_dir", "path": path, "owner": owner, "mode": 0o700})
-        self._call({"op": "reset_dir", "path": EXEC_DIR, "owner": owner, "mode": 0o700})
+        paths = (f"{_TRIAL}/grader", f"{_TRIAL}/grader/home", f"{_TRIAL}/grader/home/tmp", EXEC_DIR)
+        self._batch([{"op": "reset_dir", "path": p, "owner": owner, "mode": 0o700} for p in paths])
 
     def _gateway_mounts(self) -> list[Mount]:
         """The trial's gateway socket dir (root-only on the host), read-only."""

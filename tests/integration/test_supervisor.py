@@ -389,3 +389,35 @@ def test_a_supervisor_that_never_answers_is_given_up_on_and_killed() -> None:
         session.request({"op": "run", "argv": ["true"]}, timeout=1)
     assert stuck.wait(timeout=10) is not None, "the stuck supervisor was left running"
     session.close()
+
+
+def test_a_batch_runs_file_ops_in_order_and_stops_at_the_first_failure(
+    supervisor: Any, workdir: Path
+) -> None:
+    _, session = supervisor
+    target = workdir / "batched"
+    done = session.request(
+        {
+            "op": "batch",
+            "ops": [
+                {"op": "reset_dir", "path": str(target), "mode": 0o700},
+                {"op": "put", "dest": str(target), "files": [{"path": "a.txt", "data": "aGk="}]},
+            ],
+        }
+    )
+    assert done["error"] is None and len(done["results"]) == 2, done
+    assert (target / "a.txt").read_bytes() == b"hi"
+    refused = session.request(
+        {
+            "op": "batch",
+            "ops": [
+                {"op": "whois", "name": "no-such-user-in-this-system"},
+                {"op": "reset_dir", "path": str(workdir / "never"), "mode": 0o700},
+            ],
+        }
+    )
+    assert refused["error"] is not None, refused
+    assert not (workdir / "never").exists()  # nothing after the failure ran
+    nested = session.request({"op": "batch", "ops": [{"op": "batch", "ops": []}]})
+    assert nested["error"] is not None and "batch" in nested["error"]["message"], nested
+    assert session.request(phase())["exit_code"] == 0  # still serving
