@@ -272,6 +272,7 @@ class DockerSandbox(Sandbox):
             spec.image_tests,
             spec.agent_user,
             spec.verifier_user,
+            tuple(sorted((k, v) for k, v in spec.labels.items() if k != TRIAL)),
         )
 
     def _take_warm(self, volume_name: str, config: dict[str, Any]) -> DockerSandbox | None:
@@ -279,8 +280,9 @@ class DockerSandbox(Sandbox):
         pool = self.runtime.warm
         if key is None or pool is None:
             return None
-        # Labelled for the run only: any trial of any task of this shape may take it.
-        spec = dataclasses.replace(self.spec, trial_id="warm", fixtures={}, labels={})
+        # Labelled like the trial (its task's labels; the trial's own id cannot be known).
+        labels = {k: v for k, v in self.spec.labels.items() if k != TRIAL}
+        spec = dataclasses.replace(self.spec, trial_id="warm", fixtures={}, labels=labels)
         image, workdir = self.image, self._workdir
 
         def make() -> DockerSandbox:
