@@ -89,6 +89,9 @@ class SandboxSpec:
     mcp_servers: tuple[str, ...] = ()
     #: The image holds its own tests dir (a separate verifier's): nothing is mounted over it.
     image_tests: bool = False
+    #: Trials of the same task still to start in this run after this one (a backend may
+    #: make their sandboxes ahead).
+    upcoming: int = 0
 
 
 @dataclass(frozen=True)

@@ -326,6 +326,7 @@ class Invocation:
             on_phase=on_phase,
             agent_slot=AgentGate(self.config.agent_concurrency, self.cancel, on_wait),
             evidence_mode=self.config.evidence,
+            rollouts=self.config.rollouts,
         )
 
     # -- drive -------------------------------------------------------------------------------

@@ -59,6 +59,8 @@ class TrialSettings:
     #: How the final workspace is kept: ``diff``, ``full`` or ``none``
     #: (:mod:`sandbox.evidence_diff`).
     evidence_mode: str = "diff"
+    #: Trials per task in the run (a sandbox may be made ahead for the next rollout).
+    rollouts: int = 1
     _seeds: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     _active: set[Sandbox] = field(default_factory=set, repr=False)
     _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

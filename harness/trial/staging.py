@@ -54,6 +54,7 @@ class Staging(TrialState):
             protected_paths=(self.task.path, *self.settings.protected_paths),
             expose=self.settings.expose,
             labels={"org.harness.trial": self.plan.id, "org.harness.task": self.task.key},
+            upcoming=max(0, self.settings.rollouts - 1 - self.plan.rollout),
             os=env_cfg.os,
             gpus=env_cfg.gpus,
             gpu_types=tuple(env_cfg.gpu_types) if env_cfg.gpu_types is not None else None,

@@ -296,7 +296,12 @@ class DockerSandbox(Sandbox):
                 raise
             return spare
 
-        return pool.take(key, make, lambda warm: warm._channel is not None and warm._channel.idle())
+        return pool.take(
+            key,
+            make,
+            lambda warm: warm._channel is not None and warm._channel.idle(),
+            upcoming=self.spec.upcoming,
+        )
 
     def _adopt(self, warm: DockerSandbox) -> None:
         """Take over a warm container: same flags, its own volume, filesystem and dirs."""

@@ -15,6 +15,7 @@ trial's record is written; :meth:`WarmPool.drain` waits for them and reports fai
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,11 +43,18 @@ class WarmPool(Generic[T]):
         self._closed = False
 
     def take(
-        self, key: Hashable, make: Callable[[], T], alive: Callable[[T], bool]
+        self,
+        key: Hashable,
+        make: Callable[[], T],
+        alive: Callable[[T], bool],
+        *,
+        upcoming: int = 1,
     ) -> T | None:
         """A warm container of shape ``key`` (None: none ready: make your own).
 
-        Either way, containers of this shape are started ahead for the next trials. One
+        Either way, up to ``min(spares, upcoming)`` containers of this shape are started
+        ahead for the next trials (``upcoming``: trials of its task still to start), and
+        those of other shapes are removed (at most ``spares`` warm containers in all). One
         that died while waiting (``alive`` says no: e.g. the engine restarted) is removed.
         """
         with self._lock:
@@ -54,8 +62,11 @@ class WarmPool(Generic[T]):
                 return None
             queue = self._ready.setdefault(key, [])
             taken = queue.pop(0) if queue else None
-            while len(queue) < self.spares:
+            evicted = self._evict_for(key) if upcoming > 0 else []
+            while len(queue) < min(self.spares, upcoming):
                 queue.append(self._maker.submit(make))
+        for future in evicted:
+            self.later(functools.partial(self._discard, future))
         if taken is None:
             return None
         try:
@@ -66,6 +77,21 @@ class WarmPool(Generic[T]):
             return warm
         self.later(lambda: self._dispose(warm))
         return None
+
+    def _evict_for(self, key: Hashable) -> list[Future[T]]:
+        """Other shapes' spares, so that at most ``spares`` warm containers exist (locked)."""
+        evicted: list[Future[T]] = []
+        for other in list(self._ready):
+            if other != key:
+                evicted += self._ready.pop(other)
+        return evicted
+
+    def _discard(self, future: Future[T]) -> None:
+        try:
+            warm = future.result()
+        except Exception:
+            return  # never made: nothing to remove
+        self._dispose(warm)
 
     def later(self, removal: Callable[[], None]) -> None:
         """Run ``removal`` in the background (its errors are reported by :meth:`drain`)."""

@@ -115,10 +115,7 @@ def test_ctrl_c_exits_130_and_leaves_no_container(client: Any, tmp_path: Path) -
     proc, err = start(tmp_path, *run_args(tasks, tmp_path / "runs", name))
     try:
         wait_for(lambda: running_agents(run_dir) == 2, "two agents running", proc)
-        names = labelled(client, name)["containers"]
-        # Two trials' containers, and at most -j warm ones started ahead for the next.
-        trials = [n for n in names if "-warm-" not in n]
-        assert len(trials) == 2 and len(names) <= 4, names
+        assert len(labelled(client, name)["containers"]) == 2
         os.killpg(proc.pid, signal.SIGINT)
         code, stderr = finish(proc, err)
     finally:
