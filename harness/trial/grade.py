@@ -8,13 +8,14 @@ finish is a ``verifier_error``.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
 
 from harness.errors import VerifierError
 from harness.grading import read_rewards, trial_reward
-from harness.records.atomic import write_json_atomic
+from harness.records.atomic import write_bytes_atomic
 from harness.trial.artifacts import collect_artifacts
 from harness.trial.env import grader_env
 from harness.trial.separate import SeparateVerifier
@@ -51,7 +52,8 @@ class CollectAndGrade(TrialState):
             max_total_bytes=caps.total_bytes,
         )
         self._record_events(events)
-        write_json_atomic(manifest, found)
+        # Compact: one line per file of the workspace adds up over thousands of files.
+        write_bytes_atomic(manifest, json.dumps(found, separators=(",", ":")).encode())
 
     def grade(self) -> None:
         """Run the verifier on the task (or step) and read its rewards."""
