@@ -61,7 +61,7 @@ def _run(task: Path, out: Path, mode: str, backend: str) -> tuple[Any, Path]:
         {
             "tasks": {"paths": [str(task)]},
             "agent": {"name": "command", "cmd": "bash {instruction_file}"},
-            "sandbox": {"backend": backend},
+            "sandbox": {"backend": backend.split("-")[0], "runtime": runtime_of(backend)},
             "output_dir": str(out),
             "evidence": mode,
         }
@@ -70,6 +70,11 @@ def _run(task: Path, out: Path, mode: str, backend: str) -> tuple[Any, Path]:
     (record,) = outcome.records
     assert record.ok and record.reward == 1.0, record
     return record, outcome.run_dir / "trials" / record.id
+
+
+def runtime_of(backend: str) -> str | None:
+    """``docker-runsc``: the docker backend under gVisor (FIFOs stay inside the sandbox)."""
+    return backend.split("-", 1)[1] if "-" in backend else None
 
 
 def _files(root: Path | None) -> dict[str, bytes]:
@@ -89,7 +94,14 @@ def _tampering(record: Any) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "local",
+        pytest.param("docker", marks=pytest.mark.docker),
+        pytest.param("docker-runsc", marks=pytest.mark.docker),
+    ],
+)
 def test_every_mode_keeps_one_logical_workspace_and_records_the_symlink_and_fifo(
     tmp_path: Path, backend: str
 ) -> None:
