@@ -7,6 +7,8 @@ whatever a dead invocation left.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.tmpdir import fresh_private_dir, remove_private_dir, run_tmp_dir
 from harness.errors import UsageError
@@ -14,6 +16,7 @@ from sandbox.backend import Capacity, SandboxSpec
 from sandbox.docker.backend import DockerSandbox
 from sandbox.docker.engine import connect, remove_leaks
 from sandbox.docker.images import ImageResolver, parse_aliases
+from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
 from sandbox.errors import EngineUnavailable
 
@@ -45,7 +48,7 @@ class DockerBackend(SandboxBackend):
                 )
         self.runtime = DockerRuntime(
             client,
-            ImageResolver(client, aliases=aliases),
+            ImageResolver(client, aliases=aliases, puller=ImagePuller(client, config.pull)),
             runtime=config.runtime,
             run_label=options.run_name,
             tmp_dir=self.tmp_dir,
@@ -53,6 +56,10 @@ class DockerBackend(SandboxBackend):
 
     def make_sandbox(self, spec: SandboxSpec) -> DockerSandbox:  # noqa: D102
         return DockerSandbox(spec, self.runtime)
+
+    def report_progress(self, report: Callable[[str], None]) -> None:
+        """Image pulls say how they are getting on through ``report``."""
+        self.runtime.resolver.puller.progress = report
 
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory."""

@@ -81,12 +81,14 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         tasks__names=values.get("task_name"),
         tasks__exclude=values.get("exclude"),
         tasks__categories=values.get("category"),
+        tasks__skip_invalid=values.get("skip_invalid"),
         agent__name=values.get("agent"),
         agent__cmd=values.get("agent_cmd"),
         agent__kwargs__max_turns=values.get("max_turns"),
         sandbox__backend=values.get("sandbox"),
         sandbox__runtime=values.get("runtime"),
         sandbox__base_aliases=values.get("base_alias"),
+        sandbox__pull=values.get("pull"),
         retry__max_retries=values.get("max_retries"),
         model=values.get("model"),
         models=_absolute(values.get("models")),
@@ -175,7 +177,22 @@ def run(
         list[str] | None,
         typer.Option(
             "--base-alias",
-            help="FROM=LOCAL: rewrite a Dockerfile FROM image at build time (repeatable).",
+            help="FROM=LOCAL: rewrite a Dockerfile FROM image at build time, and a task's "
+            "docker_image (repeatable).",
+        ),
+    ] = None,
+    pull: Annotated[
+        str | None,
+        typer.Option(
+            "--pull",
+            help="When to pull a task's docker_image: missing (default), always or never.",
+        ),
+    ] = None,
+    skip_invalid: Annotated[
+        bool | None,
+        typer.Option(
+            "--skip-invalid/--no-skip-invalid",
+            help="Run the valid tasks of a set and list the invalid ones (default: refuse).",
         ),
     ] = None,
     rollouts: Annotated[

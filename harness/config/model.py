@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -49,7 +49,10 @@ class SandboxConfig(BaseModel):
     Attributes:
         backend: An installed sandbox backend (``harness sandbox list``).
         runtime: Container runtime for the docker backend (e.g. ``runsc``).
-        base_aliases: ``FROM=LOCAL`` rewrites of Dockerfile base images.
+        base_aliases: ``FROM=LOCAL`` rewrites of Dockerfile base images (and of a task's
+            ``docker_image``).
+        pull: When to pull a task's ``docker_image``: ``missing`` (default), ``always``,
+            ``never``.
         uid: First uid of the local sandbox's per-trial identities.
         gid: First gid of the local sandbox's per-trial identities.
         expose: Host paths the local sandbox's agents see read-only (at the same path), e.g.
@@ -62,6 +65,7 @@ class SandboxConfig(BaseModel):
     backend: str = "local"
     runtime: str | None = None
     base_aliases: list[str] = Field(default_factory=list)
+    pull: Literal["missing", "always", "never"] = "missing"
     uid: int = Field(default=DEFAULT_SANDBOX_UID, gt=0)
     gid: int = Field(default=DEFAULT_SANDBOX_GID, gt=0)
     expose: list[str] = Field(default_factory=list)
@@ -92,6 +96,8 @@ class TasksConfig(BaseModel):
         seed: Seed of the shuffle.
         trial_ids: Run only these trials of the plan (ids as in ``trials.jsonl``); what
             ``harness trials --retry-failed`` and ``harness regrade`` pick. Empty: all.
+        skip_invalid: Run the valid tasks of a set, listing the invalid ones, instead of
+            refusing the whole set.
     """
 
     model_config = _SECTION
@@ -104,6 +110,7 @@ class TasksConfig(BaseModel):
     shuffle: bool = False
     seed: int = 0
     trial_ids: list[str] = Field(default_factory=list)
+    skip_invalid: bool = False
 
 
 class RetryConfig(BaseModel):

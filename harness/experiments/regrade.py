@@ -6,7 +6,9 @@ session) back into a fresh sandbox; then the task's tests run as in any trial â€
 sandbox backend of the source (or ``--sandbox``), as the grader, because tests that judge
 agent-written files are untrusted too â€” and then its judges, plus any ``--judge`` (a judge of
 the same name replaces the task's or the source run's). Only trials with a saved workspace
-are regraded (``tasks.trial_ids``).
+are regraded (``tasks.trial_ids``), and no multi-step trial (only the workspace after its
+last step is kept, and each step was graded on the state it left); ``regrade.json`` lists
+the trials left out and why (``not_regraded``).
 
 The new run dir names its source: its ``config.toml`` has ``agent.kwargs.source``, every
 record's ``agent.source``, and ``regrade.json`` lists, per trial, the source's reward and
@@ -26,12 +28,13 @@ from typing import Any
 import harness
 from harness.config import AgentConfig, RunConfig, load_saved_config, resolve_config
 from harness.config.judges import JudgeSpec
+from harness.errors import UsageError
 from harness.records import TrialRecord
 from harness.records.atomic import write_bytes_atomic
 from harness.runner import RunEvents, RunOutcome
 from harness.transcript import SESSION_FILENAME
 
-__all__ = ["REGRADE_FILENAME", "RegradeOutcome", "regrade", "regrade_config"]
+__all__ = ["REGRADE_FILENAME", "RegradeOutcome", "not_regradable", "regrade", "regrade_config"]
 
 REGRADE_FILENAME = "regrade.json"
 """What a regrade run dir says about its source and the changes."""
@@ -77,6 +80,7 @@ def regrade_config(
 
     Raises:
         ConfigError: Not a run dir, or a bad option.
+        UsageError: No trial of the source can be regraded.
     """
     source = Path(source).absolute()
     given = dict(options or {})
@@ -84,7 +88,12 @@ def regrade_config(
     saved = load_saved_config(source)
     config = resolve_config(base=saved.model_dump(mode="json"), options=given, sets=sets)
     evidence = source / "trials"
-    trial_ids = sorted(r.id for r in records if (evidence / r.id / "workspace").is_dir())
+    trial_ids = sorted(r.id for r in records if not_regradable(source, r) is None)
+    if not trial_ids:
+        reasons = sorted({str(not_regradable(source, r)) for r in records})
+        raise UsageError(
+            f"{source}: no trial can be regraded ({'; '.join(reasons) or 'no trials'})"
+        )
     session = any((evidence / r.id / SESSION_FILENAME).is_file() for r in records)
     return config.model_copy(
         update={
@@ -95,6 +104,19 @@ def regrade_config(
             "run_name": run_name or f"regrade--{source.name[:80]}--{secrets.token_hex(4)}",
         }
     )
+
+
+def not_regradable(source: Path, record: TrialRecord) -> str | None:
+    """Why the source's trial cannot be regraded (None: it can).
+
+    A multi-step trial cannot: only the workspace after its last step is kept, and each
+    step's tests judged the state that step left, which is gone.
+    """
+    if (record.model_extra or {}).get("steps"):
+        return "a multi-step trial (only its last step's workspace is kept)"
+    if not (source / "trials" / record.id / "workspace").is_dir():
+        return "no saved workspace"
+    return None
 
 
 def _side(record: TrialRecord | None) -> dict[str, Any] | None:
@@ -117,6 +139,12 @@ def regrade(
     source = Path(run_dir).absolute()
     before = {r.id: r for r in harness.load_run(source).records}
     outcome = harness.run(config, events=events)
+    regraded = {record.id for record in outcome.records}
+    left_out = [
+        {"trial_id": r.id, "task": r.task.key, "reason": not_regradable(source, r)}
+        for r in before.values()
+        if r.id not in regraded
+    ]
     changes = [
         {
             "trial_id": record.id,
@@ -129,7 +157,12 @@ def regrade(
         }
         for record in outcome.records
     ]
-    data = {"source": str(source), "source_name": source.name, "trials": changes}
+    data = {
+        "source": str(source),
+        "source_name": source.name,
+        "trials": changes,
+        "not_regraded": left_out,
+    }
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     write_bytes_atomic(outcome.run_dir / REGRADE_FILENAME, text.encode())
     return RegradeOutcome(outcome, source, changes)

@@ -35,18 +35,12 @@ def task_judge_specs(task: Task) -> list[JudgeSpec]:
     """The task's ``[[verifier.judges]]`` tables, validated as judge tables.
 
     Raises:
-        TaskError: The key is not a list of tables, or a table is invalid.
+        TaskError: A table is not a valid judge (the type of the key is checked when the
+            task loads).
     """
-    raw = (task.config.verifier.model_extra or {}).get("judges")
-    if raw is None:
-        return []
     toml = task.path / TASK_TOML
-    if not isinstance(raw, list) or not all(isinstance(item, dict) for item in raw):
-        raise TaskError(
-            toml, "must be an array of tables ([[verifier.judges]])", field="verifier.judges"
-        )
     specs = []
-    for index, item in enumerate(raw):
+    for index, item in enumerate(task.config.verifier.judges):
         try:
             specs.append(judge_spec(item, f"verifier.judges[{index}]"))
         except ConfigError as exc:
@@ -192,10 +186,7 @@ def build_panel(
         UsageError: A bad judge table (the task's file named), an unknown judge type, or a
             judge model that is unknown or has no key.
     """
-    has_task_judges = any(
-        (t.config.verifier.model_extra or {}).get("judges") is not None for t in tasks
-    )
-    if not config.judges and not has_task_judges:
+    if not config.judges and not any(task.config.verifier.judges for task in tasks):
         return None
     models = JudgeModels.load(config.models, config.tasks.paths, credentials, environ)
     panel = JudgePanel(config.judges, models)

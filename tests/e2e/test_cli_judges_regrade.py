@@ -150,6 +150,8 @@ def test_a_gate_and_a_bad_judge_table(cli, examples: Path, tmp_path: Path) -> No
     hello = records(only_run(out))[HELLO]
     assert hello["reward"] == 0.0 and hello["rewards"]["reward"] == 1.0
     assert hello["judges"]["ran-shell"]["passed"] is False
+    fine = cli("tasks", "check", examples / "tasks")  # judges are a known task key
+    assert fine.code == 0 and "verifier.judges" not in fine.stderr, fine
     toml = examples / "tasks" / "hello-file" / "task.toml"
     toml.write_text(
         toml.read_text() + '\n[[verifier.judges]]\ntype = "tool-call"\nname = "reward"\n'

@@ -347,7 +347,6 @@ def test_a_gate_below_its_threshold_is_reported(tmp_path: Path, task: Task) -> N
 @pytest.mark.parametrize(
     ("judges", "message"),
     [
-        ('[verifier]\njudges = "x"\n', "array of tables"),
         ('[[verifier.judges]]\ntool = "w"\n', "type"),
         ('[[verifier.judges]]\ntype = "nope"\n', "unknown judge type 'nope'"),
         (
@@ -362,6 +361,25 @@ def test_bad_task_judges_are_task_errors(tmp_path: Path, judges: str, message: s
     with pytest.raises((TaskError, ConfigError), match=message) as caught:
         JudgePanel([]).for_task(task)
     assert "task.toml" in str(caught.value)
+
+
+def test_task_judges_are_a_known_key_of_the_task_only(tmp_path: Path) -> None:
+    """``verifier.judges`` is the task's (never warned about); a step's is refused."""
+    task = _task_with(tmp_path, '[[verifier.judges]]\ntype = "tool-call"\ntool = "w"\n')
+    assert task.unknown_keys == [] and task.config.verifier.judges == [
+        {"type": "tool-call", "tool": "w"}
+    ]
+    with pytest.raises(TaskError, match=r"verifier.judges: Input should be a valid list"):
+        _task_with(tmp_path / "not-a-list", '[verifier]\njudges = "x"\n')
+    (tmp_path / "step" / "judged" / "steps" / "one").mkdir(parents=True)
+    (tmp_path / "step" / "judged" / "steps" / "one" / "instruction.md").write_text("Go.\n")
+    refused = r"steps\[0\]\.verifier\.judges: not supported: judges score the trial's final"
+    with pytest.raises(TaskError, match=refused):
+        _task_with(
+            tmp_path / "step",
+            '[[steps]]\nname = "one"\n\n[[steps.verifier.judges]]\ntype = "tool-call"\n'
+            'tool = "w"\n',
+        )
 
 
 # ----------------------------------------------------------------- in a trial (FakeSandbox)
@@ -445,3 +463,81 @@ def test_judges_do_not_run_when_the_verifier_gave_no_reward(tmp_path: Path, make
     record = _run(tmp_path, make_task(), JudgePanel([WROTE]), reward=None)
     assert record.status is TrialStatus.VERIFIER_ERROR
     assert "judges" not in (record.model_extra or {}) and "wrote" not in record.rewards
+
+
+# ------------------------------------------------------------------------- multi-step tasks
+
+
+def _two_step_task(tmp_path: Path, judges: str) -> Task:
+    root = tmp_path / "steps-task"
+    for rel, text in {
+        "task.toml": f'[task]\nname = "t/steps"\n\n{judges}\n'
+        '[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n',
+        "tests/test.sh": "true\n",
+        "steps/one/instruction.md": "first\n",
+        "steps/two/instruction.md": "second\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return load_task(root)
+
+
+def _steps_handler(step_rewards: list[bytes]) -> Any:
+    """Each agent phase writes ``answer.json`` = its step's number; each step has a reward."""
+    agents: list[int] = []
+
+    def handle(request: PhaseRequest, sandbox: FakeSandbox) -> PhaseResult:
+        if request.role == "verifier":
+            reward = step_rewards[len(agents) - 1]
+            sandbox.files[f"{sandbox.paths.verifier}/reward.txt"] = reward
+        elif request.role == "agent":
+            agents.append(1)
+            answer = json.dumps({"step": len(agents)}).encode()
+            sandbox.files[f"{sandbox.paths.workspace}/answer.json"] = answer
+            sandbox.files[f"{sandbox.paths.session}/session.jsonl"] = session_lines().encode()
+        return ok_result()
+
+    return handle
+
+
+def _run_steps(tmp_path: Path, task: Task, panel: JudgePanel, rewards: list[bytes]) -> TrialRecord:
+    def make(spec: SandboxSpec) -> FakeSandbox:
+        return FakeSandbox(spec, _steps_handler(rewards))
+
+    settings = TrialSettings(
+        run_dir=tmp_path / "run", agent=SessionAgent(), make_sandbox=make, judges=panel
+    )
+    return run_trial(TrialPlan(id="trial-1", task=task, rollout=0), settings)
+
+
+FINAL_STEP = (
+    '[[verifier.judges]]\ntype = "structured-output"\nname = "final"\nfile = "answer.json"\n'
+    "expected = { step = 2 }\n"
+)
+
+
+def test_judges_score_a_multi_step_trials_final_state_once(tmp_path: Path) -> None:
+    """After the last step, on the workspace it left; the steps' rewards stay the verifier's."""
+    task = _two_step_task(tmp_path, FINAL_STEP)
+    record = _run_steps(tmp_path, task, JudgePanel([]), [b"1", b"0"])
+    assert record.status is TrialStatus.COMPLETED and record.ok
+    assert record.rewards == {"reward": 0.5, "final": 1.0}  # the steps' mean, then the judge
+    assert record.reward == 0.5
+    steps = (record.model_extra or {})["steps"]
+    assert [s["rewards"] for s in steps] == [{"reward": 1.0}, {"reward": 0.0}]
+    assert (record.model_extra or {})["judges"]["final"]["score"] == 1.0
+
+
+def test_a_multi_step_trials_judge_error_and_gate_are_the_trials(tmp_path: Path) -> None:
+    gate = JudgeSpec(type="tool-call", name="read", tool="read", threshold=1.0)
+    task = _two_step_task(tmp_path, FINAL_STEP)
+    gated = _run_steps(tmp_path / "gated", task, JudgePanel([gate]), [b"1", b"1"])
+    assert gated.ok and gated.reward == 0.0 and gated.rewards["read"] == 0.0
+    assert [s["reward"] for s in (gated.model_extra or {})["steps"]] == [1.0, 1.0]
+    panel = JudgePanel([LLM_SPEC], FakeModels(200, "looks fine to me"))
+    failed = _run_steps(tmp_path / "failed", task, panel, [b"1", b"1"])
+    assert failed.status is TrialStatus.VERIFIER_ERROR and failed.reward is None
+    [error] = failed.errors
+    assert (error.type, error.phase) == ("JudgeError", "judge")
+    assert "step" not in (error.model_extra or {})  # the trial's, not its last step's
+    assert all(s["errors"] == [] for s in (failed.model_extra or {})["steps"])
