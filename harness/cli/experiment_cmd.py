@@ -94,6 +94,13 @@ def experiment(
         return make_display(shown, err, as_json=as_json)
 
     outcome = run_experiment(design, out_dir=out_dir, events=events)
+    if outcome.report is None:
+        err.print(
+            f"{outcome.stopped}\nno report: once the run is resumed, "
+            f"`harness experiment --report {outcome.directory}` makes it",
+            markup=False,
+        )
+        raise typer.Exit(outcome.exit_code)
     _show(outcome.report, outcome.directory, as_json=as_json)
     err.print(f"wrote {outcome.directory / REPORT_JSON}", markup=False)
     if outcome.interrupted:

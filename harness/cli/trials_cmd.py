@@ -77,7 +77,8 @@ def trials(**values: Any) -> None:
     """Run the same config N times (sequentially) and summarize the spread of every metric.
 
     Exit 0 when no trial failed; 1 when counts.failed.mean > 0 or --fail-under is not met;
-    2 on bad usage; 3 when --retry-failed finds nothing to retry; 130 when interrupted.
+    2 on bad usage; 3 when --retry-failed finds nothing to retry; 130 when interrupted;
+    74 or 75 when a fault of the machine stopped a run (no later run, no summary).
     """
     n: int = values.pop("n")
     retry_source: Path | None = values.pop("retry_failed")
@@ -116,6 +117,12 @@ def trials(**values: Any) -> None:
         retry_of=retry_of,
         prefix="retry" if retry_of else "trials",
     )
+    if outcome.stopped is not None:
+        err.print(
+            f"{outcome.stopped}\nno summary: once the run is resumed, "
+            f"`harness aggregate {outcome.parent}` makes it",
+            markup=False,
+        )
     if outcome.summary is not None:
         _show(outcome.summary, outcome.summary_path, as_json=as_json)
     if outcome.interrupted:

@@ -103,15 +103,19 @@ class ExperimentOutcome:
 
     Attributes:
         directory: The experiment dir.
-        report: The report.
+        report: The report (None when a run stopped on a fault of the machine).
         interrupted: A signal stopped the arms.
-        exit_code: 0 (every headline published), 1 (one withheld), 130 (interrupted).
+        exit_code: 0 (every headline published), 1 (one withheld), 130 (interrupted), or
+            a stopped run's (74, 75).
+        stopped: A fault of the machine stopped a run in order (its message, with the
+            ``--resume`` command); no later arm ran and no report was written.
     """
 
     directory: Path
-    report: ExperimentReport
+    report: ExperimentReport | None
     interrupted: bool = False
     exit_code: int = EXIT_OK
+    stopped: str | None = None
 
 
 def _digest(plan: dict[str, Any]) -> str:
@@ -254,6 +258,10 @@ def run_experiment(
         if outcome.interrupted:
             interrupted = True
             break
+        if outcome.stopped is not None:  # a full disk, an engine away: stop, resume later
+            return ExperimentOutcome(
+                directory, None, exit_code=outcome.exit_code, stopped=outcome.stopped
+            )
     report = report_experiment(directory)
     if interrupted:
         return ExperimentOutcome(directory, report, True, EXIT_INTERRUPTED)

@@ -236,7 +236,9 @@ class TrialsOutcome:
         summary_path: Where it was written.
         outcomes: Each run's outcome, in order.
         interrupted: A signal stopped the runs.
-        exit_code: 0, 1 or 130.
+        stopped: A fault of the machine stopped a run in order (its message, with the
+            ``--resume`` command); no later run started and no summary was written.
+        exit_code: 0, 1, 130, or the stopped run's (74, 75).
     """
 
     parent: Path
@@ -244,6 +246,7 @@ class TrialsOutcome:
     summary_path: Path | None
     outcomes: list[RunOutcome] = field(default_factory=list)
     interrupted: bool = False
+    stopped: str | None = None
     exit_code: int = EXIT_OK
 
 
@@ -311,6 +314,9 @@ def run_trials(
         if result.interrupted:
             outcome.interrupted = True
             break
+        if result.stopped is not None:  # a full disk, an engine away: no run would do better
+            outcome.stopped, outcome.exit_code = result.stopped, result.exit_code
+            return outcome  # a summary over a run cut short would mislead (and may not fit)
     made = [result.run_dir for result in outcome.outcomes]
     if made:
         rows = [run_row(run_dir, i) for i, run_dir in enumerate(made, 1)]
