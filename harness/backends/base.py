@@ -32,7 +32,8 @@ class BackendOptions:
         run_name: The run's name; a backend labels everything it creates with it, so a
             later invocation (``--resume``) can find what a dead one left.
         config: The run's ``[sandbox]`` section (``kwargs`` holds a plug-in's own options).
-        concurrency: Trials that may run at once (``-j``).
+        concurrency: Trials that may run at once (``-j``); 0 for a backend a Ray worker
+            holds between trials (nothing is kept running for a next trial).
     """
 
     run_name: str

@@ -1,11 +1,12 @@
 """What runs inside Ray worker processes: one trial attempt, and the per-node housekeeping.
 
 :func:`run_job` is the body of a trial's Ray task. On the node it landed on it unpacks the
-task (once per content hash), builds the agent and opens the run's sandbox backend for this
-one trial (``attach``, then ``release``: other trials of the run share the node), runs the
-attempt exactly as the local executor would, and returns the record and the evidence. The
-docker backend builds the task's image here, on the node that needs it; images are named by
-content, so a node builds each one once.
+task (once per content hash), builds the agent, opens the run's sandbox backend in this
+worker process (``attach``: other processes' trials of the run share the node; the process
+keeps it for its next trial of the run, releasing it when a job of another run comes, or
+at exit), runs the attempt exactly as the local executor would, and returns the
+record and the evidence. The docker backend builds the task's image here, on the node that
+needs it; images are named by content, so a node builds each one once.
 
 :func:`prepare_node`, :func:`clean_node` and :func:`abort_node` run once per node, pinned to
 it: before the first trial (what a dead invocation of the run left), after the last one
@@ -14,6 +15,7 @@ it: before the first trial (what a dead invocation of the run left), after the l
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import tempfile
 from pathlib import Path
@@ -46,11 +48,40 @@ def node_address() -> str:
 
 
 def _backend(config: RunConfig, run_name: str) -> SandboxBackend:
-    # concurrency 0: this instance serves one trial, so no supervisor is kept ready.
+    # concurrency 0: no supervisor is kept ready, so an idle worker process holds no
+    # process of the run after its last trial (a trial's supervisor starts when it does).
     options = BackendOptions(run_name=run_name, config=config.sandbox, concurrency=0)
     backend = SANDBOXES.get(config.sandbox.backend)(options)
     backend.name = config.sandbox.backend
     return backend
+
+
+_HELD: dict[str, tuple[str, SandboxBackend]] = {}
+"""This worker process's backend, by run name, with the config it was opened for."""
+
+
+def _trial_backend(config: RunConfig, config_json: str, run_name: str) -> SandboxBackend:
+    """This process's backend for the run (opening one costs more than a no-op trial)."""
+    held = _HELD.get(run_name)
+    if held is not None and held[0] == config_json:
+        return held[1]
+    release_held()
+    backend = _backend(config, run_name)
+    _HELD[run_name] = (config_json, backend)
+    return backend
+
+
+def release_held() -> None:
+    """Release the backends this process holds (another run's job came, or it exits)."""
+    while _HELD:
+        _name, (_config, backend) = _HELD.popitem()
+        try:
+            backend.release()
+        except Exception:  # a half-released backend is still let go
+            pass
+
+
+atexit.register(release_held)
 
 
 def materialize_task(home: Path, job: TrialJob, archive: bytes) -> Task:
@@ -87,7 +118,7 @@ def run_job(job: TrialJob, archive: bytes) -> TrialResult:
     if job.model is not None and job.gateway_token is not None:
         gateway = RelayedGateway(link, job.model, job.gateway_token)
     scratch = Path(tempfile.mkdtemp(prefix="trial-", dir=home))
-    backend = _backend(config, job.run_name)
+    backend = _trial_backend(config, job.config, job.run_name)
     settings = TrialSettings(
         run_dir=scratch,
         agent=agent,
@@ -110,7 +141,6 @@ def run_job(job: TrialJob, archive: bytes) -> TrialResult:
         watch.close()
         if gateway is not None:
             gateway.close()
-        backend.release()
         remove_tree(scratch)
     return TrialResult(record.model_dump_json(), evidence, node)
 
@@ -149,5 +179,6 @@ __all__ = [
     "materialize_task",
     "node_address",
     "prepare_node",
+    "release_held",
     "run_job",
 ]
