@@ -139,6 +139,25 @@ def test_the_examples_run_on_the_worker_node_in_the_local_sandbox(
     assert f"ran on node {WORKER_IP}" in log
 
 
+def test_tasks_the_cluster_cannot_hold_or_that_want_a_network_are_refused(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    toml = '[task]\nname = "e2e/{name}"\n[environment]\n{line}\n'
+    tasks = tmp_path / "tasks"
+    make_task_dir(tasks, "net", toml=toml.format(name="net", line="allow_internet = true"))
+    make_task_dir(tasks, "big", toml=toml.format(name="big", line="cpus = 64"))
+    out = tmp_path / "runs"
+    code, output = harness(cluster, tasks, "--agent", "oracle", "-o", out, timeout=120)
+    assert code == 2, output
+    assert "allow_internet = true is refused with --executor ray" in output
+    assert "cpus = 64, but no node of the Ray cluster has more than 2 CPUs" in output
+    assert not out.exists() or not any(out.iterdir())
+    code, output = harness(
+        cluster, EXAMPLES, "--agent", "oracle", "--agent-concurrency", "1", "-o", out
+    )
+    assert code == 2 and "--agent-concurrency applies to --executor local only" in output
+
+
 @pytest.mark.docker
 def test_the_examples_run_on_the_worker_node_in_docker(cluster: RayCluster, tmp_path: Path) -> None:
     require_image(docker_client())
