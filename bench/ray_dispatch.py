@@ -4,10 +4,13 @@
 Runs ``--trials`` no-op trials (``bench/tasks/trivial``, agent ``nop``, local sandbox)
 through the public runner four times in one process, on this machine:
 
-- ``local -j 1`` and ``ray -j 1``: trials one after another; the difference of the two wall
-  times per trial is what the Ray executor adds to a trial (submitting the task, placing it,
-  a worker opening the backend and unpacking the task, shipping the record and the
-  evidence back, the bridge's control channel);
+- ``local -j 1`` and ``ray -j 1``: trials one after another. Each attempt is timed where the
+  run waits for it (the executor's ``run_attempt``, in the driver) and on its own (the
+  record's ``timings["total"]``, measured where the trial ran); the difference is the
+  dispatch cost of an attempt. What Ray adds per trial is the median dispatch cost on Ray
+  minus the local one: submitting the task, placing it, a worker unpacking the task and
+  setting up, shipping the record and the evidence back, the bridge's control channel.
+  Measured per attempt, it does not drift with the machine's load between runs;
 - ``local -j J`` and ``ray -j J`` (``--concurrency``, default 2): the throughput ratio
   ``ray trials/s ÷ local trials/s``.
 
@@ -63,12 +66,23 @@ def run(executor: str, trials: int, concurrency: int, out_dir: Path, uid: int) -
     start = time.perf_counter()
     prepared = prepare_run(config)
     opened = time.perf_counter()
+    waited: dict[str, float] = {}
+    attempt = prepared.executor.run_attempt
+
+    def timed(plan: Any, settings: Any, number: int) -> Any:
+        began = time.perf_counter()
+        record = attempt(plan, settings, number)
+        waited[record.id] = time.perf_counter() - began
+        return record
+
+    prepared.executor.run_attempt = timed  # type: ignore[method-assign]
     outcome = execute_run(prepared)
     wall = time.perf_counter() - opened
     bad = [r.id for r in outcome.records if not r.ok or r.reward != 1.0]
     if bad or len(outcome.records) != trials:
         raise SystemExit(f"{executor}: {len(bad)} trial(s) failed: {bad[:5]}")
     totals = [r.timings.get("total", 0.0) for r in outcome.records]
+    dispatch = [waited[r.id] - r.timings.get("total", 0.0) for r in outcome.records]
     return {
         "executor": executor,
         "concurrency": concurrency,
@@ -77,6 +91,7 @@ def run(executor: str, trials: int, concurrency: int, out_dir: Path, uid: int) -
         "wall_sec": wall,
         "trials_per_sec": trials / wall,
         "trial_total_ms": stats_ms(totals),
+        "dispatch_ms": stats_ms(dispatch),
     }
 
 
@@ -105,7 +120,7 @@ def main() -> None:
             )
     j = args.concurrency
     serial_local, serial_ray = runs["local -j 1"], runs["ray -j 1"]
-    dispatch_ms = (serial_ray["wall_sec"] - serial_local["wall_sec"]) / args.trials * 1000
+    dispatch_ms = serial_ray["dispatch_ms"]["median"] - serial_local["dispatch_ms"]["median"]
     ratio = runs[f"ray -j {j}"]["trials_per_sec"] / runs[f"local -j {j}"]["trials_per_sec"]
     serial_ratio = serial_ray["trials_per_sec"] / serial_local["trials_per_sec"]
     result = {
@@ -120,9 +135,10 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(
-        f"\nRay adds {dispatch_ms:.1f} ms per trial (-j 1: local "
-        f"{serial_local['wall_sec'] / args.trials * 1000:.1f} ms, ray "
-        f"{serial_ray['wall_sec'] / args.trials * 1000:.1f} ms per trial)\n"
+        f"\nRay adds {dispatch_ms:.1f} ms per trial (median dispatch at -j 1: ray "
+        f"{serial_ray['dispatch_ms']['median']:.1f} ms, p90 {serial_ray['dispatch_ms']['p90']:.1f};"
+        f" local {serial_local['dispatch_ms']['median']:.1f} ms; a trial itself: "
+        f"{serial_local['trial_total_ms']['median']:.1f} ms)\n"
         f"throughput ray/local at -j {j}: {ratio:.2f}x (at -j 1: {serial_ratio:.2f}x)\n"
         f"a private Ray cluster starts in {serial_ray['prepare_sec']:.1f} s\n"
         f"written to {args.out}"
