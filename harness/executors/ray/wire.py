@@ -20,12 +20,14 @@ import socket
 import threading
 from typing import Any
 
+from harness.errors import HarnessError
+
 MAX_LINE = 64 << 20
 """Longest header or reply line (a ``call`` carries a model request or response)."""
 CHUNK = 1 << 16
 
 
-class WireError(ConnectionError):
+class WireError(HarnessError):
     """The other end closed early or sent something that is not a JSON line."""
 
 
