@@ -22,6 +22,7 @@ from harness.api import RunResults, load_run, resume, run
 from harness.config import (
     AgentConfig,
     BudgetConfig,
+    ExecutorConfig,
     RetryConfig,
     RunConfig,
     SandboxConfig,
@@ -59,6 +60,7 @@ __all__ = [
     "RunResults",
     "RunStart",
     "SandboxAgent",
+    "ExecutorConfig",
     "SandboxConfig",
     "SandboxError",
     "TaskSetError",
