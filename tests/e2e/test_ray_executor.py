@@ -4,8 +4,8 @@ The head has no CPUs, so every trial runs on the worker node (127.0.0.3) while t
 its gateway and its run dir stay on the head (127.0.0.2). Judged from outside: the run dir,
 the records' node, the engine's containers, the nodes' dirs and the processes left.
 
-The tests share one cluster and run in file order; the last one kills the worker node and
-starts another.
+The tests share one cluster and run in file order; the last ones kill the worker node and
+start another.
 """
 
 from __future__ import annotations
@@ -301,20 +301,27 @@ def test_the_real_key_never_reaches_a_worker_node(cluster: RayCluster, tmp_path:
     assert scanned >= 4, "too few Ray processes were scanned"
 
 
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 def test_a_worker_node_that_dies_mid_trial_is_retried_elsewhere(
-    cluster: RayCluster, tmp_path: Path
+    cluster: RayCluster, tmp_path: Path, backend: str
 ) -> None:
     task = make_task_dir(tmp_path / "tasks", "slow", test_sh=TEST_DONE, agent_timeout=60)
+    if backend == "docker":
+        require_image(docker_client())
+        (task / "environment").mkdir()
+        (task / "environment" / "Dockerfile").write_text("FROM harness/base:bookworm\n")
     out = tmp_path / "runs"
-    run_dir = out / "node-death"
+    name = f"node-death-{backend}"
+    run_dir = out / name
     agent = SLEEPER.format(seconds=6)
     running = start_harness(
-        cluster, task, "--agent", "command", "--agent-cmd", agent, "-r", "3", "-j", "3",
-        "--set", "retry.backoff_sec=0.5", "-o", out, "--run-name", "node-death",
+        cluster, task, "--agent", "command", "--agent-cmd", agent, "--sandbox", backend,
+        "-r", "3", "-j", "3", "--set", "retry.backoff_sec=0.5", "-o", out, "--run-name", name,
     )  # fmt: skip
     wait_for(lambda: running_in(run_dir, "execute") == 2, "two agents on the worker", running)
-    victim = cluster.nodes[1]
+    victim = cluster.nodes[-1]  # the one worker node alive
     victim.kill()  # the machine's failure: the raylet and its worker processes, at once
+    replacement = f"127.0.0.{2 + len(cluster.nodes)}"
     cluster.add_node(2)  # a replacement node joins; the retries land there
     result = running.wait(timeout=240)
     assert result.code == 0, str(result)
@@ -326,13 +333,15 @@ def test_a_worker_node_that_dies_mid_trial_is_retried_elsewhere(
     assert len(retried) >= 2, records
     for record in records:
         assert record["status"] == "completed" and record["reward"] == 1.0
-        assert record["sandbox"]["node"] == "127.0.0.4" or not record["previous_attempts"]
+        assert record["sandbox"]["node"] == replacement or not record["previous_attempts"]
     for record in retried:
         first = record["previous_attempts"][0]
         assert first["status"] == "environment_error", first
         assert any("Ray task" in e["message"] for e in first["errors"]), first
     assert not victim.processes()
-    assert not node_dirs("node-death"), f"left behind: {node_dirs('node-death')}"
+    assert not node_dirs(name), f"left behind: {node_dirs(name)}"
+    if backend == "docker":
+        assert labelled(name) == [], "containers of the dead node's trials were left"
     leftover = [
         p.info["cmdline"]
         for p in psutil.process_iter(["cmdline"])
