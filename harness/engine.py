@@ -40,6 +40,8 @@ TEMP_PATTERNS = (
     "harness-build-*",
     "harness-supervisor-*",
     "harness-tools-*",
+    "harness-compose-*",  # a trial's compose overrides
+    "harness-docker-cli-*",  # the compose plug-in's private docker CLI config
     f"{RUN_TMP_PREFIX}*",
     "harness-gw-*",
     f"{NODE_DIR_PREFIX}*",
@@ -82,7 +84,10 @@ def build_images(paths: Sequence[Path], base_aliases: Sequence[str] = ()) -> lis
     results = []
     for task in tasks:
         request = ImageRequest(
-            name=task.name, image=task.config.environment.docker_image, dockerfile=task.dockerfile
+            name=task.name,
+            image=task.config.environment.docker_image,
+            dockerfile=task.dockerfile,
+            build_timeout_sec=task.config.environment.build_timeout_sec,
         )
         try:
             results.append(ImageResult(task.key, image=resolver.resolve(request)))

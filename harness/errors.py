@@ -11,12 +11,13 @@ Every error the harness raises derives from :class:`HarnessError`::
     │   ├── PluginError             an unknown or broken sandbox backend / agent plug-in
     │   ├── TaskError               one problem with one task
     │   ├── TaskSetError            every problem of a task set
+    │   ├── EnvTemplateError        a task's ``${VAR}`` cannot be resolved (``harness.tasks``)
     │   ├── CorruptRecordError      a line of trials.jsonl is not a record
     │   └── ExportError             an export cannot be done
     │       └── UnknownFormatError
     ├── TrialFailure                ended a trial; recorded in its record, never raised by a run
     │   ├── AgentRunError           the agent ran and failed
-│   ├── StorageLimitReached     the agent filled the trial's storage (storage_mb)
+    │   ├── StorageLimitReached     the agent filled the trial's storage (storage_mb)
     │   ├── AgentTimeout            an in-harness agent's time is up
     │   ├── ModelCallError          the gateway answered an agent's model call with an error
     │   ├── VerifierError           the verifier produced no usable reward

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol, TypedDict
 
-from sandbox.errors import SupervisorError
+from sandbox.errors import SandboxError, SupervisorError
 from sandbox.evidence import EvidenceEvent
 from sandbox.seeding import Fixture
 
@@ -28,6 +28,7 @@ SUPERVISOR_SIBLINGS = (
     "launch",
     "forwarder",
     "agent_exec",
+    "services",
 )
 PROTOCOL_VERSION = 1
 #: How long past a phase's own timeout the harness waits for the supervisor's answer.
@@ -69,6 +70,22 @@ class SandboxSpec:
     gateway_socket: Path | None = None
     #: Host paths shown read-only at the same path in the local sandbox's views.
     expose: tuple[Path, ...] = ()
+    #: ``[environment].os``: only ``linux`` runs; anything else fails the trial for good.
+    os: str = "linux"
+    #: GPUs the task needs (container backends turn them into device requests).
+    gpus: int = 0
+    #: Acceptable GPU types, or None for any.
+    gpu_types: tuple[str, ...] | None = None
+    #: Limit for building the task image, in seconds.
+    build_timeout_sec: float | None = None
+    #: The task's ``environment/docker-compose.yaml`` (sidecars; container backends only).
+    compose_file: Path | None = None
+    #: Environment of the image's own workload (its ENTRYPOINT), besides the image's.
+    workload_env: Mapping[str, str] = field(default_factory=dict)
+    #: Names of the task's MCP servers the agent must reach (compose services).
+    mcp_servers: tuple[str, ...] = ()
+    #: The image holds its own tests dir (a separate verifier's): nothing is mounted over it.
+    image_tests: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +105,9 @@ class SandboxPaths:
     #: HOME of a verifier phase: fresh for each, owned by the verifier's user (its TMPDIR
     #: is ``tmp`` inside); nothing of the agent's is in it.
     grader_home: str
+    #: Harbor's convention dir for artifacts (``/logs/artifacts``): agent-writable, its
+    #: files are collected into the trial's ``artifacts/`` after each step.
+    artifacts: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,6 +132,9 @@ class PhaseRequest:
     #: Verifier phases: the environment of the commands it runs as the agent
     #: (``$HARNESS_AGENT_EXEC``); never holds a secret.
     agent_env: Mapping[str, str] = field(default_factory=dict)
+    #: Name of the phase's output files in the logs dir (default: the role), so a
+    #: healthcheck or a step's setup does not overwrite the agent's or verifier's.
+    log_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -225,8 +248,8 @@ def phase_payload(
         "timeout_sec": request.timeout_sec,
         "max_output_bytes": request.max_output_bytes,
         "logs": {
-            "stdout": f"{logs}/{request.role}.stdout",
-            "stderr": f"{logs}/{request.role}.stderr",
+            "stdout": f"{logs}/{request.log_name or request.role}.stdout",
+            "stderr": f"{logs}/{request.log_name or request.role}.stderr",
         },
         "rlimits": {"core": 0, "nofile": nofile},
         "user": None,
@@ -238,6 +261,30 @@ def phase_payload(
             raise SupervisorError("the phase asks for the model gateway but the sandbox has none")
         payload["gateway"] = {"socket": gateway_socket, "env": dict(request.gateway_env)}
     return payload
+
+
+def dir_files(src: Path, *, readable: bool = True) -> list[dict[str, Any]]:
+    """A host dir's regular files as supervisor ``put`` items (symlinks are skipped).
+
+    Args:
+        src: The host dir.
+        readable: Modes readable by others (0o644/0o755) or by the owner only.
+    """
+    import base64
+
+    files = []
+    for path in sorted(src.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        mode = 0o755 if path.stat().st_mode & 0o100 else 0o644
+        files.append(
+            {
+                "path": path.relative_to(src).as_posix(),
+                "data": base64.b64encode(path.read_bytes()).decode(),
+                "mode": mode if readable else mode & 0o700,
+            }
+        )
+    return files
 
 
 @dataclass(frozen=True)
@@ -272,6 +319,8 @@ class Sandbox(ABC):
     """
 
     backend: str = "abstract"
+    #: Whether the backend builds a spec's Dockerfile into the image it runs.
+    builds_images: bool = False
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -292,6 +341,18 @@ class Sandbox(ABC):
     @abstractmethod
     def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:
         """Copy a host dir to the in-sandbox path ``dest`` (root-owned)."""
+
+    @abstractmethod
+    def upload(self, src: Path, dest: str, *, owner: Role) -> None:
+        """Copy a host dir's files into the in-sandbox dir ``dest`` without clearing it.
+
+        Files are owned by the agent (``owner="agent"``) or the verifier's user; nothing
+        is written through a symlink planted on the way.
+        """
+
+    @abstractmethod
+    def reset_dir(self, path: str) -> None:
+        """Recreate the in-sandbox dir ``path`` empty and root-only (between steps)."""
 
     @abstractmethod
     def run_phase(self, request: PhaseRequest) -> PhaseResult:
@@ -315,6 +376,29 @@ class Sandbox(ABC):
     def stop(self) -> None:
         """Kill every process of the trial and remove the root (and container)."""
 
+    def copy_within(
+        self, source: str, dest: str, *, max_file_bytes: int, max_total_bytes: int
+    ) -> list[EvidenceEvent]:
+        """Copy an in-sandbox tree into the dir ``dest``, owned by the agent.
+
+        Through the evidence code both ways (no symlink followed, regular files only,
+        size-capped), e.g. a task's ``skills_dir`` into the agent's home.
+
+        Raises:
+            SandboxError: ``source`` is missing or out of this backend's reach.
+        """
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="harness-copy-") as tmp:
+            staged = Path(tmp) / "tree"
+            events = self.copy_out(
+                source, staged, max_file_bytes=max_file_bytes, max_total_bytes=max_total_bytes
+            )
+            if not staged.is_dir():
+                raise SandboxError(f"{source} is not a directory in the sandbox")
+            self.upload(staged, dest, owner="agent")
+        return events
+
     def abort(self) -> None:  # noqa: B027 - optional for backends without processes
         """Kill the running phase now, from another thread (the run was interrupted).
 
@@ -324,6 +408,13 @@ class Sandbox(ABC):
     def storage_usage(self) -> tuple[int, int] | None:
         """(bytes used, limit) of the trial's storage, or None when it has no limit."""
         return None
+
+    def environment_env(self) -> dict[str, str]:
+        """Variables the environment defines for its processes (compose ``main.environment``).
+
+        The agent's and the verifier's phases get them, as under Harbor.
+        """
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """Backend facts for the trial record (backend, image, runtime, ...)."""

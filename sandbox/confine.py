@@ -269,6 +269,9 @@ def confine(req: Dict[str, Any]) -> Dict[str, Any]:
         posture["dropped"] = True
         check_unreadable(list(req.get("unreadable") or []))
     else:
+        if req.get("drop_caps"):
+            # Root without any capability once it execs (a service of the image).
+            drop_bounding_set()
         install_filter()
         posture = observe(read_status())
         verify_seccomp(posture)

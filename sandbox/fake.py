@@ -11,7 +11,14 @@ import posixpath
 from collections.abc import Callable
 from pathlib import Path
 
-from sandbox.backend import PhaseRequest, PhaseResult, Sandbox, SandboxPaths, SandboxSpec
+from sandbox.backend import (
+    PhaseRequest,
+    PhaseResult,
+    Role,
+    Sandbox,
+    SandboxPaths,
+    SandboxSpec,
+)
 from sandbox.evidence import EvidenceEvent
 
 PhaseHandler = Callable[[PhaseRequest, "FakeSandbox"], PhaseResult]
@@ -71,6 +78,7 @@ class FakeSandbox(Sandbox):
             instruction=f"{r}/instruction.md",
             logs=f"{r}/logs",
             grader_home=f"{r}/grader/home",
+            artifacts=f"{r}/artifacts",
         )
 
     def _call(self, name: str) -> None:
@@ -96,6 +104,20 @@ class FakeSandbox(Sandbox):
                 self.files[posixpath.join(dest, path.relative_to(src).as_posix())] = (
                     path.read_bytes()
                 )
+
+    def upload(self, src: Path, dest: str, *, owner: Role) -> None:  # noqa: D102
+        self._call(f"upload:{dest}")
+        for path in sorted(src.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                self.files[posixpath.join(dest, path.relative_to(src).as_posix())] = (
+                    path.read_bytes()
+                )
+
+    def reset_dir(self, path: str) -> None:  # noqa: D102
+        self._call(f"reset_dir:{path}")
+        prefix = path.rstrip("/") + "/"
+        for name in [n for n in self.files if n.startswith(prefix)]:
+            del self.files[name]
 
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
         self._call(f"run_phase:{request.role}")

@@ -43,6 +43,8 @@ DRAIN_GRACE_SEC = 5.0
 START_TIMEOUT_SEC = 60
 #: In-sandbox entry points a phase may run in-process instead of exec (stdlib siblings).
 ENTRY_MODULES = ("agent_loop",)
+#: Roots of the image's workload trees (:mod:`services`): no phase's kill touches them.
+PROTECTED: Set[int] = set()
 
 
 class Capture:
@@ -428,6 +430,9 @@ class Launch:
             found.add(self.pid)
         if self.kill_uid is not None:
             found.update(processes.uid_processes(self.kill_uid, entries))
+        if PROTECTED and self.pid not in PROTECTED:
+            for service in PROTECTED:
+                found -= processes.descendants(service, entries) | {service}
         return found
 
     def survivors(self) -> List[Dict[str, Any]]:

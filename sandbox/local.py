@@ -36,10 +36,12 @@ from sandbox.backend import (
     PhaseRequest,
     PhaseResult,
     PhaseWire,
+    Role,
     Sandbox,
     SandboxPaths,
     SandboxSpec,
     SupervisorSession,
+    dir_files,
     phase_payload,
 )
 from sandbox.environment import FIXED_PATH
@@ -69,7 +71,13 @@ ROOT_VERIFIER_REFUSED = (
     "is root: run it with --sandbox docker (the verifier is then root in its container only)"
 )
 #: Dirs on the trial's filesystem, with their owner and mode.
-_AGENT_DIRS = (("workspace", 0o755), ("home", 0o700), ("home/tmp", 0o700), ("session", 0o700))
+_AGENT_DIRS = (
+    ("workspace", 0o755),
+    ("home", 0o700),
+    ("home/tmp", 0o700),
+    ("session", 0o700),
+    ("artifacts", 0o755),
+)
 _SHARED_TMP = (("tmp", "/tmp"), ("var-tmp", "/var/tmp"), ("shm", "/dev/shm"))
 
 
@@ -383,6 +391,7 @@ class LocalSandbox(Sandbox):
             instruction=f"{top}/instruction.md",
             logs=str(self.root / "logs"),
             grader_home=f"{top}/grader/home",
+            artifacts=f"{top}/artifacts",
         )
 
     def host_path(self, path: str) -> Path:
@@ -407,6 +416,16 @@ class LocalSandbox(Sandbox):
             raise SandboxError("the sandbox was already started")
         if is_root() and is_root_user(self.spec.verifier_user):
             raise PermanentStartError(ROOT_VERIFIER_REFUSED)
+        if self.spec.os != "linux":
+            raise PermanentStartError(
+                f'[environment].os = "{self.spec.os}" is not supported: the harness runs '
+                "Linux sandboxes only"
+            )
+        if self.spec.gpus:
+            raise PermanentStartError(
+                f"the task needs {self.spec.gpus} GPU(s) and the local sandbox gives none; "
+                "run it with --sandbox docker on an engine with GPUs"
+            )
         try:
             self._root = Path(
                 tempfile.mkdtemp(prefix="harness-trial-", dir=self._tmp_dir)
@@ -509,6 +528,34 @@ class LocalSandbox(Sandbox):
         if dest == self.paths.solution:
             self._solution_readable = agent_readable
 
+    def upload(self, src: Path, dest: str, *, owner: Role) -> None:  # noqa: D102
+        target = self.host_path(dest)
+        who = None
+        if self._identity is not None:
+            who = self.identity if owner == "agent" else self.grader_identity
+        # The root supervisor writes with O_NOFOLLOW and refuses a planted symlink on the
+        # way: the agent has had the dir to itself.
+        request: dict[str, Any] = {
+            "op": "put",
+            "dest": str(target),
+            "files": dir_files(src),
+            "top_mode": 0o755,
+        }
+        if who is not None:
+            request.update(owner={"uid": who[0], "gid": who[1]}, own_top=True)
+        found = self._supervisor().request(request)
+        if found.get("error"):
+            error = found["error"]
+            raise SandboxError(f"cannot upload into {dest}: {error.get('message')}")
+
+    def reset_dir(self, path: str) -> None:  # noqa: D102
+        target = self.host_path(path)
+        self._safe_parent(target, agent_readable=False)
+        remove_tree(target)
+        target.mkdir(mode=0o700)
+        if path == self.paths.solution:
+            self._solution_readable = False
+
     def _supervisor(self) -> SupervisorSession:
         if self._session is None:
             if self._supervisors is not None:
@@ -558,6 +605,7 @@ class LocalSandbox(Sandbox):
     def _verifier_view(self) -> dict[str, Any]:
         binds = [
             self._bind("workspace", rw=True),
+            self._bind("artifacts", rw=False),
             self._bind("verifier", rw=True),
             self._bind("grader", rw=True),
             self._bind("exec", rw=True, dst=EXEC_DIR),

@@ -20,6 +20,9 @@ A phase request (``op = "run"``): ``role``, ``argv``, ``env``, ``secret_env``, `
 ``namespaces`` {net, view} (local backend), ``gateway`` {socket, env}, ``entry``
 {module, config}, ``agent_exec`` (verifier: see :mod:`agent_exec`), ``prepare_dirs``,
 ``delete_files``. See :mod:`launch` for how a phase starts, runs and ends.
+
+A service request (``op = "service"``) starts the image's own workload, which phases never
+kill (see :mod:`services`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 try:  # in the harness: the sandbox package; inside a sandbox: siblings on sys.path
-    from sandbox import confine, launch, processes
+    from sandbox import confine, launch, processes, services
     from sandbox.agent_exec import AgentExecServer
     from sandbox.forwarder import start_forwarder
 except ImportError:  # pragma: no cover - inside a sandbox
@@ -40,6 +43,7 @@ except ImportError:  # pragma: no cover - inside a sandbox
     import confine  # type: ignore[no-redef,import-not-found]
     import launch  # type: ignore[no-redef,import-not-found]
     import processes  # type: ignore[no-redef,import-not-found]
+    import services  # type: ignore[no-redef,import-not-found]
     from agent_exec import AgentExecServer  # type: ignore[no-redef,import-not-found]
     from forwarder import start_forwarder  # type: ignore[no-redef,import-not-found]
 
@@ -386,6 +390,9 @@ def main() -> int:
             op = req.get("op", "run")
             if op == "run":
                 result = run_phase(req, reaper, channel.fd)
+            elif op == "service":
+                result = {"version": PROTOCOL_VERSION, "error": None}
+                result.update(services.start_service(req, reaper))
             elif op in _OPS:
                 result = {"version": PROTOCOL_VERSION, "error": None, **_OPS[op](req)}
             else:

@@ -14,11 +14,14 @@ class OracleAgent(SandboxAgent):
     name = "oracle"
 
     def check(self, task: Task) -> None:  # noqa: D102
-        if task.solve_script is None or task.solution_dir is None:
-            raise AgentConfigError(
-                f"{task.path / 'solution' / 'solve.sh'}: missing solution/solve.sh "
-                "(the oracle agent needs it)"
-            )
+        # A multi-step task needs every step's solution; a step (its view) its own.
+        for view in [task] if task.step is not None else task.views():
+            if view.solve_script is None or view.solution_dir is None:
+                where = view.step.path if view.step is not None else view.path
+                raise AgentConfigError(
+                    f"{where / 'solution' / 'solve.sh'}: missing solution/solve.sh "
+                    "(the oracle agent needs it)"
+                )
 
     def prepare(self, task: Task, sandbox: Sandbox) -> None:  # noqa: D102
         self.check(task)

@@ -3,9 +3,10 @@
 A backend class is registered under a name in the ``harness.sandboxes`` entry-point group.
 For each run the harness constructs it with :class:`BackendOptions` (the constructor checks
 the options and raises ``UsageError`` for bad ones: nothing has run yet), asks
-:meth:`SandboxBackend.task_problems` about the selected tasks, calls
-:meth:`SandboxBackend.start` before the first trial, :meth:`SandboxBackend.make_sandbox`
-once per trial, and :meth:`SandboxBackend.close` after the last one.
+:meth:`SandboxBackend.task_problems` about the selected tasks, hands it the run's progress
+line (:meth:`SandboxBackend.report_progress`), calls :meth:`SandboxBackend.start` before the
+first trial, :meth:`SandboxBackend.make_sandbox` once per trial, and
+:meth:`SandboxBackend.close` after the last one.
 
 An executor that runs trials in other processes or on other machines (``--executor ray``)
 also opens a backend per trial there: :meth:`SandboxBackend.attach` instead of ``start``,
@@ -16,7 +17,7 @@ one ``make_sandbox``, then :meth:`SandboxBackend.release` instead of ``close``; 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.config import SandboxConfig
@@ -94,6 +95,13 @@ class SandboxBackend(ABC):
                     "task with the default runtime, or register the runtime with networking"
                 )
         return problems
+
+    def report_progress(self, report: Callable[[str], None]) -> None:  # noqa: B027
+        """Tell ``report`` how long preparations (e.g. image pulls) are getting on.
+
+        Called before trials start (with the run's message line and log); the default
+        reports nothing.
+        """
 
     def start(self) -> list[str]:
         """Get ready for trials, removing what a dead invocation of this run left.

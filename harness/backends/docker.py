@@ -7,6 +7,8 @@ whatever a dead invocation left.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.tmpdir import (
     ensure_private_dir,
@@ -19,6 +21,7 @@ from sandbox.backend import Capacity, SandboxSpec
 from sandbox.docker.backend import DockerSandbox
 from sandbox.docker.engine import connect, remove_leaks
 from sandbox.docker.images import ImageResolver, parse_aliases
+from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
 from sandbox.errors import EngineUnavailable
 
@@ -50,7 +53,7 @@ class DockerBackend(SandboxBackend):
                 )
         self.runtime = DockerRuntime(
             client,
-            ImageResolver(client, aliases=aliases),
+            ImageResolver(client, aliases=aliases, puller=ImagePuller(client, config.pull)),
             runtime=config.runtime,
             run_label=options.run_name,
             tmp_dir=self.tmp_dir,
@@ -58,6 +61,10 @@ class DockerBackend(SandboxBackend):
 
     def make_sandbox(self, spec: SandboxSpec) -> DockerSandbox:  # noqa: D102
         return DockerSandbox(spec, self.runtime)
+
+    def report_progress(self, report: Callable[[str], None]) -> None:
+        """Image pulls say how they are getting on through ``report``."""
+        self.runtime.resolver.puller.progress = report
 
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory."""

@@ -123,7 +123,22 @@ def run(
         list[str] | None,
         typer.Option(
             "--base-alias",
-            help="FROM=LOCAL: rewrite a Dockerfile FROM image at build time (repeatable).",
+            help="FROM=LOCAL: rewrite a Dockerfile FROM image at build time, and a task's "
+            "docker_image (repeatable).",
+        ),
+    ] = None,
+    pull: Annotated[
+        str | None,
+        typer.Option(
+            "--pull",
+            help="When to pull a task's docker_image: missing (default), always or never.",
+        ),
+    ] = None,
+    skip_invalid: Annotated[
+        bool | None,
+        typer.Option(
+            "--skip-invalid/--no-skip-invalid",
+            help="Run the valid tasks of a set and list the invalid ones (default: refuse).",
         ),
     ] = None,
     executor: Annotated[
@@ -209,12 +224,14 @@ def run(
         tasks__names=task_name,
         tasks__exclude=exclude,
         tasks__categories=category,
+        tasks__skip_invalid=skip_invalid,
         agent__name=agent,
         agent__cmd=agent_cmd,
         agent__kwargs__max_turns=max_turns,
         sandbox__backend=sandbox,
         sandbox__runtime=runtime,
         sandbox__base_aliases=base_alias,
+        sandbox__pull=pull,
         executor__name=executor,
         executor__ray_address=ray_address,
         retry__max_retries=max_retries,

@@ -38,8 +38,11 @@ def tasks_check(
         err.print(f"[red]error:[/red] {escape(str(problem))}", highlight=False)
     for task in tasks:
         for key in task.unknown_keys:
-            note = escape(f"{task.path / 'task.toml'}: unknown key {key} kept")
-            err.print(f"[yellow]note:[/yellow] {note}")
+            warning = escape(
+                f"{task.path / 'task.toml'}: {key}: unknown key (ignored; a typo, or a newer "
+                "Harbor key this harness does not know)"
+            )
+            err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     if problems:
         err.print(f"{len(problems)} problem(s); {len(tasks)} valid task(s)")
         raise typer.Exit(EXIT_USAGE)

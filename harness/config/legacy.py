@@ -31,6 +31,9 @@ LEGACY_KEYS: dict[str, tuple[str, ...]] = {
     "sandbox_uid": ("sandbox", "uid"),
     "sandbox_gid": ("sandbox", "gid"),
     "expose": ("sandbox", "expose"),
+    # Flat in the Harbor-format work before the sections existed (never released).
+    "pull": ("sandbox", "pull"),
+    "skip_invalid": ("tasks", "skip_invalid"),
 }
 """A flat key of harness 0.1 → its dotted place in the sections."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -48,7 +48,10 @@ class SandboxConfig(BaseModel):
     Attributes:
         backend: An installed sandbox backend (``harness sandbox list``).
         runtime: Container runtime for the docker backend (e.g. ``runsc``).
-        base_aliases: ``FROM=LOCAL`` rewrites of Dockerfile base images.
+        base_aliases: ``FROM=LOCAL`` rewrites of Dockerfile base images (and of a task's
+            ``docker_image``).
+        pull: When to pull a task's ``docker_image``: ``missing`` (default), ``always``,
+            ``never``.
         uid: First uid of the local sandbox's per-trial identities.
         gid: First gid of the local sandbox's per-trial identities.
         expose: Host paths the local sandbox's agents see read-only (at the same path), e.g.
@@ -61,6 +64,7 @@ class SandboxConfig(BaseModel):
     backend: str = "local"
     runtime: str | None = None
     base_aliases: list[str] = Field(default_factory=list)
+    pull: Literal["missing", "always", "never"] = "missing"
     uid: int = Field(default=DEFAULT_SANDBOX_UID, gt=0)
     gid: int = Field(default=DEFAULT_SANDBOX_GID, gt=0)
     expose: list[str] = Field(default_factory=list)
@@ -111,6 +115,8 @@ class TasksConfig(BaseModel):
         num_tasks: Run only the first N selected tasks.
         shuffle: Shuffle the selected tasks (seeded) before taking ``num_tasks``.
         seed: Seed of the shuffle.
+        skip_invalid: Run the valid tasks of a set, listing the invalid ones, instead of
+            refusing the whole set.
     """
 
     model_config = _SECTION
@@ -122,6 +128,7 @@ class TasksConfig(BaseModel):
     num_tasks: int | None = Field(default=None, ge=1)
     shuffle: bool = False
     seed: int = 0
+    skip_invalid: bool = False
 
 
 class RetryConfig(BaseModel):

@@ -73,8 +73,8 @@ class RunOutcome:
 class RunEvents:
     """Hooks called while a run executes; every method is a no-op here.
 
-    ``phase`` and ``retrying`` are called from trial threads, the others from the thread
-    that runs the run.
+    ``phase`` and ``retrying`` are called from trial threads, and so is ``message`` for a
+    trial's progress (an image pull); the others from the thread that runs the run.
     """
 
     def warning(self, text: str) -> None:

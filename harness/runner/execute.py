@@ -82,6 +82,8 @@ def execute_run(prepared: PreparedRun, *, events: RunEvents | None = None) -> Ru
             prepared.lock = create_run_dir(prepared.run_dir)
         for warning in prepared.backend.warnings:
             observer.warning(warning)
+        for problem in prepared.skipped:
+            observer.warning(f"skipped invalid task: {problem}")
         outcome = _execute(prepared, prepared.run_dir.resolve(), observer)
     except BaseException:
         prepared.close()
@@ -221,6 +223,9 @@ class Invocation:
                 else ""
             )
         )
+        for problem in prepared.skipped:
+            self.log(f"skipped invalid task: {problem}")
+        prepared.backend.report_progress(self._progress)
         tidy(self.store, prepared.resume_snapshot, prepared.backend, self.log, self.events)
         prepared.resume_snapshot = None  # its raw lines are not needed any more
         if resume is not None:
@@ -267,6 +272,11 @@ class Invocation:
             )
         )
         self.log(f"started: {len(self.jobs)} trial(s) to run, {len(kept)} kept")
+
+    def _progress(self, text: str) -> None:
+        """Progress of a long preparation (an image pull): the message line and eval.log."""
+        self.events.message(text)
+        self.log(text)
 
     def _trial_settings(self) -> TrialSettings:
         prepared, state = self.prepared, self.state

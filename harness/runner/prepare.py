@@ -31,7 +31,8 @@ from harness.records import StoreSnapshot
 from harness.runner.plan import plan_trials, select_tasks, slug
 from harness.runner.resume import DEFAULT_RERUN_STATUSES, ResumePlan, read_for_resume
 from harness.runner.rundir import lock_run_dir, refuse_non_empty
-from harness.tasks import Task, load_tasks, taskset_name
+from harness.tasks import Task, TaskError, taskset_name
+from harness.tasks.runnable import load_runnable_tasks, resolve_tasks_env
 from harness.trial import TrialPlan
 from sandbox.credentials import CredentialStore
 
@@ -61,6 +62,8 @@ class PreparedRun:
     model: ModelChoice | None = None
     #: Where the gateway takes the real provider key from (in memory only).
     credentials: CredentialStore = field(default_factory=CredentialStore, repr=False)
+    #: Problems of the invalid tasks ``tasks.skip_invalid`` left out of the run.
+    skipped: list[TaskError] = field(default_factory=list)
     lock: FileLock | None = field(default=None, repr=False)
     closed: bool = field(default=False, repr=False)
 
@@ -164,19 +167,22 @@ def prepare_run(
             :meth:`PreparedRun.close`).
         rerun: Statuses a resume reruns (see :func:`harness.runner.resume.rerun_statuses`).
         credentials: Provider keys (in memory) for the model gateway.
-        environ: Where HARNESS_PROVIDER/HARNESS_MODEL and provider base URLs are read
-            (default: ``os.environ``).
+        environ: Where HARNESS_PROVIDER/HARNESS_MODEL, provider base URLs and the tasks'
+            ``${VAR}`` templates are read (default: ``os.environ``).
 
     Raises:
         UsageError: Bad options, an unknown agent or backend, an agent that cannot run a
-            task, any invalid task, a run dir in use or (without ``--resume``) not empty,
-            records that do not match the plan.
+            task, any invalid task (with ``tasks.skip_invalid``: no valid one), a task's
+            ``${VAR}`` unset or naming a credential the harness took, a run dir in use or
+            (without ``--resume``) not empty, records that do not match the plan.
     """
     paths = [Path(p) for p in config.tasks.paths]
-    tasks = load_tasks(paths)
+    tasks, skipped = load_runnable_tasks(paths, skip_invalid=config.tasks.skip_invalid)
     agent = build_agent(config.agent)
     credentials = credentials if credentials is not None else CredentialStore()
-    choice = resolve_model(config, agent, credentials, os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    tasks = resolve_tasks_env(tasks, environ, credentials)
+    choice = resolve_model(config, agent, credentials, environ)
     # The model is part of what the run is: pin one chosen through the environment, so
     # config.toml (and a --resume) names it explicitly.
     if choice is not None and config.model != choice.spec.id:
@@ -226,6 +232,7 @@ def prepare_run(
         resume_snapshot=snapshot,
         model=choice,
         credentials=credentials,
+        skipped=list(skipped),
         lock=lock,
     )
 

@@ -1,6 +1,7 @@
 """Task directories: the ``task.toml`` model, discovery, loading, validation, hashing.
 
-The format is Harbor / Terminal-Bench 2 compatible; see docs/tasks.md.
+The format is Harbor / Terminal-Bench 2 compatible (steps, separate verifiers, artifacts,
+healthchecks, compose, MCP servers, ...); see docs/tasks.md and docs/harbor.md.
 """
 
 from harness.tasks.loader import (
@@ -20,22 +21,34 @@ from harness.tasks.loader import (
     taskset_name,
 )
 from harness.tasks.model import (
+    UNSUPPORTED_KEYS,
     AgentSection,
+    Artifact,
     EnvironmentSection,
+    Healthcheck,
+    McpServer,
     SolutionSection,
+    StepSection,
     TaskConfig,
     TaskSection,
     User,
     VerifierSection,
 )
+from harness.tasks.steps import Step
 
 __all__ = [
     "INSTRUCTION_MD",
     "SOLVE_SCRIPT",
     "TASK_TOML",
     "TEST_SCRIPT",
+    "UNSUPPORTED_KEYS",
     "AgentSection",
+    "Artifact",
     "EnvironmentSection",
+    "Healthcheck",
+    "McpServer",
+    "Step",
+    "StepSection",
     "SolutionSection",
     "Task",
     "TaskConfig",

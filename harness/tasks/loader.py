@@ -1,9 +1,12 @@
-"""Find, load, validate and fingerprint task directories (docs/tasks.md).
+"""Find, load, validate and fingerprint task directories (docs/tasks.md, docs/harbor.md).
 
 A *task dir* holds ``task.toml``, ``instruction.md`` and ``tests/test.sh`` (plus optional
-``environment/``, ``solution/`` and ``workspace/``). A *task set* is a folder whose direct
-children are task dirs. Every path handed to :func:`discover`, :func:`load_tasks` or
-:func:`check_tasks` is either one or the other; task sets are not searched recursively.
+``environment/``, ``solution/`` and ``workspace/``); a multi-step task has
+``steps/<name>/instruction.md`` for each of its ``[[steps]]`` instead of ``instruction.md``,
+and a task whose verifier runs in a separate container has ``tests/Dockerfile``. A *task
+set* is a folder whose direct children are task dirs. Every path handed to :func:`discover`,
+:func:`load_tasks` or :func:`check_tasks` is either one or the other; task sets are not
+searched recursively.
 
 Every problem is reported as a :class:`TaskError` that names the file (or task dir) and,
 for config errors, the dotted field, on one line.
@@ -11,18 +14,28 @@ for config errors, the dotted field, on one line.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from harness.errors import TaskError, TaskSetError
+from harness.tasks.env_templates import check_templates
 from harness.tasks.hashing import content_hash
 from harness.tasks.model import TaskConfig
+from harness.tasks.paths import (
+    INSTRUCTION_MD,
+    SOLVE_SCRIPT,
+    STEPS_DIR,
+    TASK_TOML,
+    TEST_SCRIPT,
+)
+from harness.tasks.steps import Step
+from harness.tasks.task import Task
 
 __all__ = [
     "TASK_TOML",
@@ -41,105 +54,7 @@ __all__ = [
     "taskset_name",
 ]
 
-TASK_TOML = "task.toml"
-"""The config file that makes a directory a task dir."""
-INSTRUCTION_MD = "instruction.md"
-"""The prompt given to the agent."""
-TEST_SCRIPT = "tests/test.sh"
-"""The verifier, relative to the task dir."""
-SOLVE_SCRIPT = "solution/solve.sh"
-"""The reference solution, relative to the task dir."""
-
 _REPR_LIMIT = 60
-
-
-@dataclass(frozen=True)
-class Task:
-    """A loaded, validated task.
-
-    Equality and hashing use ``name``, ``key``, ``hash`` and ``path``; ``hash`` already covers
-    the config and the instruction.
-
-    Attributes:
-        name: ``[task].name``, else the task dir's name.
-        key: Stable identifier that goes into every record: ``[task].name`` when set, else
-            the task dir's path relative to its task set root, in posix form (for a task dir
-            given on its own, the root is its parent, so the key is the dir's name either
-            way).
-        hash: sha256 hex digest of the task's content; see :func:`content_hash`.
-        path: Absolute path of the task dir.
-        config: The validated ``task.toml``.
-        instruction: The text of ``instruction.md``.
-    """
-
-    name: str
-    key: str
-    hash: str
-    path: Path
-    config: TaskConfig = field(compare=False, repr=False)
-    instruction: str = field(compare=False, repr=False)
-
-    @property
-    def tests_dir(self) -> Path:
-        """The ``tests/`` dir (copied into the sandbox only for grading)."""
-        return self.path / "tests"
-
-    @property
-    def test_script(self) -> Path:
-        """The verifier script, ``tests/test.sh`` (always present in a loaded task)."""
-        return self.path / TEST_SCRIPT
-
-    @property
-    def solution_dir(self) -> Path | None:
-        """The ``solution/`` dir, or None when the task has none."""
-        return _dir_or_none(self.path / "solution")
-
-    @property
-    def solve_script(self) -> Path | None:
-        """The reference solution ``solution/solve.sh``, or None when absent."""
-        return _file_or_none(self.path / SOLVE_SCRIPT)
-
-    @property
-    def workspace_dir(self) -> Path | None:
-        """The optional ``workspace/`` dir seeded into the trial workspace, or None."""
-        return _dir_or_none(self.path / "workspace")
-
-    @property
-    def environment_dir(self) -> Path | None:
-        """The ``environment/`` dir (the image build context), or None when absent."""
-        return _dir_or_none(self.path / "environment")
-
-    @property
-    def dockerfile(self) -> Path | None:
-        """``environment/Dockerfile``, or None when absent."""
-        return _file_or_none(self.path / "environment" / "Dockerfile")
-
-    @property
-    def category(self) -> str | None:
-        """``[metadata].category`` when it is a string, else None."""
-        value = self.config.metadata.get("category")
-        return value if isinstance(value, str) else None
-
-    @property
-    def difficulty(self) -> str | None:
-        """``[metadata].difficulty`` when it is a string, else None."""
-        value = self.config.metadata.get("difficulty")
-        return value if isinstance(value, str) else None
-
-    @property
-    def agent_timeout_sec(self) -> float | None:
-        """``[agent].timeout_sec`` (None means no limit)."""
-        return self.config.agent.timeout_sec
-
-    @property
-    def verifier_timeout_sec(self) -> float:
-        """``[verifier].timeout_sec``."""
-        return self.config.verifier.timeout_sec
-
-    @property
-    def unknown_keys(self) -> list[str]:
-        """Dotted paths of the ``task.toml`` keys this harness does not recognise."""
-        return self.config.unknown_keys()
 
 
 def is_task_dir(path: Path) -> bool:
@@ -288,9 +203,17 @@ def _inspect(path: Path, root: Path | None) -> tuple[Task | None, list[TaskError
         return None, [TaskError(path, "not a directory (expected a task dir)")]
 
     problems: list[TaskError] = []
-    config = _read_config(path, problems)
-    instruction = _read_instruction(path, problems)
-    if not (path / TEST_SCRIPT).is_file():
+    config, multi_step = _read_config(path, problems)
+    steps: list[Step] = []
+    instruction: str | None = ""
+    if multi_step:
+        if config is not None:
+            steps = _read_steps(path, config, problems)
+    else:
+        instruction = _read_instruction(path / INSTRUCTION_MD, path, problems)
+    if config is not None:
+        _check_config(path, config, problems)
+    elif not multi_step and not (path / TEST_SCRIPT).is_file():
         problems.append(TaskError(path, f"missing {TEST_SCRIPT}"))
     if problems or config is None or instruction is None:
         return None, problems
@@ -310,33 +233,112 @@ def _inspect(path: Path, root: Path | None) -> tuple[Task | None, list[TaskError
             path=absolute,
             config=config,
             instruction=instruction,
+            steps=tuple(
+                dataclasses.replace(step, path=absolute / STEPS_DIR / step.name) for step in steps
+            ),
         ),
         [],
     )
 
 
-def _read_config(task_dir: Path, problems: list[TaskError]) -> TaskConfig | None:
-    """Parse and validate ``task.toml``; append problems and return None on failure."""
+def _check_config(path: Path, config: TaskConfig, problems: list[TaskError]) -> None:
+    """Problems of a valid config: keys not implemented, templates, missing test files."""
+    toml_path = path / TASK_TOML
+    for key, reason in config.unsupported_keys():
+        problems.append(TaskError(toml_path, f"not supported: {reason}", field=key))
+    tables = {
+        "environment.env": config.environment.env,
+        "verifier.env": config.verifier.env,
+        "solution.env": config.solution.env,
+    }
+    for index, step in enumerate(config.steps or []):
+        tables[f"steps[{index}].verifier.env"] = step.verifier.env
+    for where, table in tables.items():
+        for message in check_templates(table, where):
+            field_name, _, text = message.partition(": ")
+            problems.append(TaskError(toml_path, text, field=field_name))
+    if config.steps:
+        return  # each step's tests were checked with the step
+    _check_tests(path, path / "tests", config.verifier_mode(), None, problems)
+
+
+def _check_tests(
+    task_dir: Path,
+    context: Path,
+    mode: str,
+    step_test: Path | None,
+    problems: list[TaskError],
+    missing: str = f"missing {TEST_SCRIPT}",
+) -> None:
+    """The verifier's files: a test script (shared verifier) or a Dockerfile (separate)."""
+    if mode == "separate":
+        if not (context / "Dockerfile").is_file():
+            rel = (context / "Dockerfile").relative_to(task_dir).as_posix()
+            problems.append(
+                TaskError(
+                    task_dir,
+                    f"missing {rel} (a separate verifier's image is built from "
+                    f"{context.relative_to(task_dir).as_posix()}/ and holds /tests/test.sh)",
+                )
+            )
+        return
+    if step_test is None and not (task_dir / TEST_SCRIPT).is_file():
+        problems.append(TaskError(task_dir, missing))
+
+
+def _read_steps(path: Path, config: TaskConfig, problems: list[TaskError]) -> list[Step]:
+    """Each ``[[steps]]`` entry's dir, instruction and test script."""
+    steps = []
+    for index, entry in enumerate(config.steps or []):
+        step_dir = path / STEPS_DIR / entry.name
+        rel = f"{STEPS_DIR}/{entry.name}"
+        if not step_dir.is_dir():
+            problems.append(TaskError(path, f"missing {rel}/ (step {entry.name!r})"))
+            continue
+        text = _read_instruction(step_dir / INSTRUCTION_MD, step_dir, problems)
+        step = Step(index=index, path=step_dir, instruction=text or "", config=entry)
+        context = step.tests_dir or path / "tests"
+        _check_tests(
+            path,
+            context,
+            config.verifier_mode(entry),
+            step.test_script,
+            problems,
+            missing=f"missing {rel}/tests/test.sh or the shared {TEST_SCRIPT}",
+        )
+        if text is not None:
+            steps.append(step)
+    return steps
+
+
+def _read_config(task_dir: Path, problems: list[TaskError]) -> tuple[TaskConfig | None, bool]:
+    """Parse and validate ``task.toml``; append problems and return None on failure.
+
+    Returns:
+        The config (None on failure) and whether the document declares ``[[steps]]``
+        (known even when the config is invalid, so the right files are asked for).
+    """
     toml_path = task_dir / TASK_TOML
     if not toml_path.is_file():
         problems.append(TaskError(task_dir, f"missing {TASK_TOML}"))
-        return None
+        return None, False
     try:
         raw = tomllib.loads(toml_path.read_bytes().decode("utf-8"))
     except OSError as exc:
         problems.append(TaskError(toml_path, f"cannot read: {exc.strerror or exc}"))
-        return None
+        return None, False
     except UnicodeDecodeError as exc:
         problems.append(TaskError(toml_path, f"not valid UTF-8 (byte {exc.start})"))
-        return None
+        return None, False
     except tomllib.TOMLDecodeError as exc:
         problems.append(TaskError(toml_path, f"invalid TOML: {exc}"))
-        return None
+        return None, False
+    multi_step = "steps" in raw
     try:
-        return TaskConfig.model_validate(raw)
+        return TaskConfig.model_validate(raw), multi_step
     except ValidationError as exc:
         problems.extend(_validation_problems(toml_path, raw, exc))
-        return None
+        return None, multi_step
 
 
 def _validation_problems(
@@ -374,11 +376,10 @@ def _describe(kind: str, message: str, value: object) -> str:
     return f"{message} (got {text})"
 
 
-def _read_instruction(task_dir: Path, problems: list[TaskError]) -> str | None:
-    """Read ``instruction.md``; append problems and return None on failure."""
-    md_path = task_dir / INSTRUCTION_MD
+def _read_instruction(md_path: Path, owner: Path, problems: list[TaskError]) -> str | None:
+    """Read an ``instruction.md``; append problems and return None on failure."""
     if not md_path.is_file():
-        problems.append(TaskError(task_dir, f"missing {INSTRUCTION_MD}"))
+        problems.append(TaskError(owner, f"missing {INSTRUCTION_MD}"))
         return None
     try:
         text = md_path.read_bytes().decode("utf-8")
@@ -440,14 +441,6 @@ def _relative_key(task_dir: Path, root: Path | None) -> str:
         if rel and rel != ".":
             return rel
     return task_dir.name
-
-
-def _dir_or_none(path: Path) -> Path | None:
-    return path if path.is_dir() else None
-
-
-def _file_or_none(path: Path) -> Path | None:
-    return path if path.is_file() else None
 
 
 def _sanitize(name: str) -> str:

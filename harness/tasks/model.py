@@ -5,22 +5,36 @@ types, so a typo such as ``timeout_sec = "ten"`` is an error instead of being co
 strings are never read as numbers, numbers never as strings, and booleans must be real TOML
 booleans. Integers are accepted where a float is expected.
 
-Unknown keys are allowed at every level (Harbor keeps adding fields: ``source``, ``steps``,
-``[environment.healthcheck]``, ...). They are kept in each model's ``model_extra`` and listed
-by :meth:`TaskConfig.unknown_keys`, so callers can warn about them without failing.
+Unknown keys are allowed at every level (Harbor keeps adding fields). They are kept in each
+model's ``model_extra`` and listed by :meth:`TaskConfig.unknown_keys`, so callers can warn
+about them without failing. Keys the harness knows but does not implement are listed by
+:meth:`TaskConfig.unsupported_keys`: a task that uses one is invalid, because dropping such a
+key would change what a trial means.
+
+Harbor's older spellings map onto the same model: the legacy top-level ``version`` (Harbor
+1.0 and Terminal-Bench 2 tasks) is ``schema_version``, and ``[environment].memory`` /
+``storage`` strings such as ``"2G"`` set ``memory_mb`` / ``storage_mb``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, field_validator, model_validator
+
+from harness.tasks.section import NAME_PATTERN, UNSUPPORTED_KEYS, Section, User, size_to_mb
 
 __all__ = [
+    "UNSUPPORTED_KEYS",
     "AgentSection",
+    "Artifact",
     "EnvironmentSection",
+    "Healthcheck",
+    "McpServer",
+    "StepAgent",
+    "StepSection",
+    "StepVerifier",
     "SolutionSection",
     "TaskConfig",
     "TaskSection",
@@ -29,62 +43,23 @@ __all__ = [
 ]
 
 
-def _validate_user(value: object) -> str | int | None:
-    """Accept a user name (non-empty string) or a numeric uid (non-negative integer)."""
-    if value is None:
-        return None
-    if isinstance(value, str) and value.strip():
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    raise PydanticCustomError(
-        "user_type", "Input should be a user name (string) or a uid (non-negative integer)"
-    )
-
-
-User = Annotated[str | int | None, PlainValidator(_validate_user)]
-"""A user to run as: a name (``"agent"``) or a numeric uid (``1000``); None means the image's
-default user."""
-
-_STRICT = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=False)
-
-
-class _Section(BaseModel):
-    """Base for every ``task.toml`` model: strict types, unknown keys kept, immutable."""
-
-    model_config = _STRICT
-
-    def unknown_keys(self, prefix: str = "") -> list[str]:
-        """List the keys this model and its sub-models did not recognise.
-
-        Args:
-            prefix: Dotted path of this model inside the document (``""`` at the top).
-
-        Returns:
-            Dotted paths (e.g. ``"environment.healthcheck"``), sorted. The values of unknown
-            keys are not descended into.
-        """
-        found = [f"{prefix}{key}" for key in (self.model_extra or {})]
-        for name in type(self).model_fields:
-            value = getattr(self, name)
-            if isinstance(value, _Section):
-                found.extend(value.unknown_keys(f"{prefix}{name}."))
-        return sorted(found)
-
-
-class TaskSection(_Section):
+class TaskSection(Section):
     """The ``[task]`` table: registry package info.
 
     Attributes:
         name: The task's name (Harbor uses ``org/name``); when set, it is the task's key.
         description: A one-line description.
+        authors: ``[{name, email}]`` (informational).
+        keywords: Search keywords (informational).
     """
 
     name: str | None = Field(default=None, min_length=1)
     description: str | None = None
+    authors: list[dict[str, str]] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
 
 
-class AgentSection(_Section):
+class AgentSection(Section):
     """The ``[agent]`` table: how the agent phase runs.
 
     Attributes:
@@ -98,21 +73,206 @@ class AgentSection(_Section):
     user: User = None
 
 
-class VerifierSection(_Section):
+class Healthcheck(Section):
+    """``[environment.healthcheck]`` (or a step's): a command that must pass before the agent.
+
+    Docker ``HEALTHCHECK`` semantics: failures during the start period do not count; after
+    it, ``retries`` consecutive failures fail the trial (``environment_error``).
+
+    Attributes:
+        command: Shell command; exit 0 means healthy.
+        interval_sec: Time between attempts after the start period.
+        timeout_sec: Limit for one attempt.
+        start_period_sec: Grace period in which failures do not count.
+        start_interval_sec: Time between attempts during the start period.
+        retries: Consecutive failures that fail the check.
+    """
+
+    command: str = Field(min_length=1)
+    interval_sec: float = Field(default=5.0, ge=0)
+    timeout_sec: float = Field(default=30.0, gt=0)
+    start_period_sec: float = Field(default=0.0, ge=0)
+    start_interval_sec: float = Field(default=5.0, ge=0)
+    retries: int = Field(default=3, ge=1)
+
+
+class McpServer(Section):
+    """One ``[[environment.mcp_servers]]`` entry: an MCP server the agent may use.
+
+    Attributes:
+        name: The server's name; for a server of the task's compose file, also the host
+            name the agent reaches it by.
+        transport: ``sse``, ``streamable-http`` or ``stdio``.
+        url: The server's URL (``sse`` and ``streamable-http``).
+        command: The command the agent starts (``stdio``).
+        args: Its arguments.
+    """
+
+    name: str = Field(pattern=NAME_PATTERN)
+    transport: Literal["sse", "streamable-http", "stdio"] = "sse"
+    url: str | None = Field(default=None, min_length=1)
+    command: str | None = Field(default=None, min_length=1)
+    args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> McpServer:
+        if self.transport != "stdio" and not self.url:
+            raise ValueError(f"'url' is required for transport {self.transport!r}")
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("'command' is required for transport 'stdio'")
+        return self
+
+
+class Artifact(Section):
+    """One entry of ``artifacts``: a path collected into the trial's evidence.
+
+    A bare string ``"/app/out.txt"`` means ``{source = "/app/out.txt"}``.
+
+    Attributes:
+        source: Absolute in-sandbox path of a file or directory.
+        destination: Where it goes under the trial's ``artifacts/`` (default: the
+            source's base name); a relative path without ``..``.
+        exclude: Glob patterns of paths (relative to a directory source) to leave out.
+    """
+
+    source: str = Field(pattern=r"^/")
+    destination: str | None = Field(default=None, min_length=1)
+    exclude: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"source": data} if isinstance(data, str) else data
+
+    @field_validator("destination")
+    @classmethod
+    def _relative(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = value.split("/")
+            if value.startswith("/") or ".." in parts:
+                raise ValueError("destination must be a relative path without '..'")
+        return value
+
+    @property
+    def target(self) -> str:
+        """The path under ``artifacts/`` this artifact is copied to."""
+        return self.destination or self.source.rstrip("/").rsplit("/", 1)[-1] or "root"
+
+
+class EnvironmentSection(Section):
+    """The ``[environment]`` table: the container the task runs in.
+
+    Attributes:
+        docker_image: A prebuilt image; when set, ``environment/Dockerfile`` is not built.
+        os: ``linux`` or ``windows`` (windows is refused per trial: unsupported).
+        cpus: CPU limit (may be fractional).
+        memory_mb: Memory limit in MiB.
+        storage_mb: Disk limit in MiB, or None for the backend's default.
+        gpus: GPUs the task needs (device requests; an engine without GPUs fails the
+            trial).
+        gpu_types: Acceptable GPU types (``["H100", "A100"]``); None means any.
+        allow_internet: Whether the task's container may reach the network. **Defaults to
+            False here, deliberately: Harbor defaults to true.** Tasks that need the network
+            must say so with ``allow_internet = true``.
+        mcp_servers: MCP servers the agent may use.
+        workdir: Working directory for the agent and the tests; overrides the image's
+            WORKDIR.
+        env: Extra environment variables for the container; ``${VAR}`` and
+            ``${VAR:-default}`` are resolved from the host.
+        skills_dir: A directory in the environment whose files are copied to the agent's
+            ``$HOME/skills`` (``$HARNESS_SKILLS_DIR``).
+        healthcheck: A check that must pass before the agent starts.
+        build_timeout_sec: Limit for building the image, in seconds.
+        memory: Deprecated spelling of ``memory_mb`` (``"2G"``).
+        storage: Deprecated spelling of ``storage_mb`` (``"10G"``).
+    """
+
+    docker_image: str | None = Field(default=None, min_length=1)
+    os: Literal["linux", "windows"] = "linux"
+    cpus: float = Field(default=1.0, gt=0)
+    memory_mb: int = Field(default=2048, gt=0)
+    storage_mb: int | None = Field(default=None, gt=0)
+    gpus: int = Field(default=0, ge=0)
+    gpu_types: list[str] | None = None
+    allow_internet: bool = False
+    mcp_servers: list[McpServer] = Field(default_factory=list)
+    workdir: str | None = Field(default=None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    skills_dir: str | None = Field(default=None, min_length=1)
+    healthcheck: Healthcheck | None = None
+    build_timeout_sec: float = Field(default=600.0, gt=0)
+    memory: str | None = None
+    storage: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_sizes(cls, data: Any) -> Any:
+        """``memory = "2G"`` / ``storage = "10G"`` set ``memory_mb`` / ``storage_mb``."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if isinstance(data.get("os"), str):
+            data["os"] = data["os"].lower()
+        for legacy, field in (("memory", "memory_mb"), ("storage", "storage_mb")):
+            value = data.get(legacy)
+            if isinstance(value, str) and field not in data:
+                try:
+                    data[field] = size_to_mb(value)
+                except ValueError:
+                    pass  # reported by the field validator, under the legacy key
+        return data
+
+    @field_validator("memory", "storage")
+    @classmethod
+    def _size(cls, value: str | None) -> str | None:
+        if value is not None:
+            size_to_mb(value)
+        return value
+
+    @model_validator(mode="after")
+    def _unique_mcp_names(self) -> EnvironmentSection:
+        names = [server.name for server in self.mcp_servers]
+        if len(names) != len(set(names)):
+            raise ValueError("mcp_servers: two servers have the same name")
+        return self
+
+
+class VerifierSection(Section):
     """The ``[verifier]`` table: how ``tests/test.sh`` runs.
 
     Attributes:
         timeout_sec: Wall-clock limit for the tests, in seconds.
-        env: Extra environment variables for the tests.
+        env: Extra environment variables for the tests (``${VAR}`` resolved from the host).
         user: User to run the tests as (name or uid); None means the image's default user.
+        environment_mode: ``shared`` (the agent's container) or ``separate`` (a fresh
+            container built from ``tests/``); unset means ``separate`` when
+            ``environment`` is set, else ``shared``.
+        environment: The separate verifier container's ``[environment]``.
     """
 
     timeout_sec: float = Field(default=600.0, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     user: User = None
+    environment_mode: Literal["shared", "separate"] | None = None
+    environment: EnvironmentSection | None = None
+
+    @model_validator(mode="after")
+    def _mode_matches_environment(self) -> VerifierSection:
+        if self.environment_mode == "shared" and self.environment is not None:
+            raise ValueError(
+                "environment_mode = 'shared' conflicts with [verifier.environment]; drop one"
+            )
+        return self
+
+    @property
+    def mode(self) -> Literal["shared", "separate"] | None:
+        """The mode this table asks for (None: not said here)."""
+        if self.environment_mode is not None:
+            return self.environment_mode
+        return "separate" if self.environment is not None else None
 
 
-class SolutionSection(_Section):
+class SolutionSection(Section):
     """The ``[solution]`` table: how the reference solution runs (``oracle`` agent only).
 
     Attributes:
@@ -122,34 +282,84 @@ class SolutionSection(_Section):
     env: dict[str, str] = Field(default_factory=dict)
 
 
-class EnvironmentSection(_Section):
-    """The ``[environment]`` table: the container the task runs in.
+class StepAgent(Section):
+    """A step's ``agent`` table; unset values fall back to the task's ``[agent]``.
 
     Attributes:
-        docker_image: A prebuilt image; when set, ``environment/Dockerfile`` is not built.
-        cpus: CPU limit (may be fractional).
-        memory_mb: Memory limit in MiB.
-        storage_mb: Disk limit in MiB, or None for the backend's default.
-        allow_internet: Whether the task's container may reach the network. **Defaults to
-            False here, deliberately: Harbor defaults to true.** Tasks that need the network
-            must say so with ``allow_internet = true``.
-        workdir: Working directory for the agent and the tests; overrides the image's
-            WORKDIR.
-        env: Extra environment variables for the container.
-        build_timeout_sec: Limit for building the image, in seconds.
+        timeout_sec: The step's agent time limit.
+        user: The step's agent user.
     """
 
-    docker_image: str | None = Field(default=None, min_length=1)
-    cpus: float = Field(default=1.0, gt=0)
-    memory_mb: int = Field(default=2048, gt=0)
-    storage_mb: int | None = Field(default=None, gt=0)
-    allow_internet: bool = False
-    workdir: str | None = Field(default=None, min_length=1)
+    timeout_sec: float | None = Field(default=None, gt=0)
+    user: User = None
+
+
+class StepVerifier(Section):
+    """A step's ``verifier`` table; unset values fall back to the task's ``[verifier]``.
+
+    Attributes:
+        timeout_sec: The step's verifier time limit.
+        env: Added to the task's ``[verifier].env``.
+        user: The step's verifier user.
+        environment_mode: As ``[verifier].environment_mode``, for this step.
+        environment: As ``[verifier.environment]``, for this step.
+    """
+
+    timeout_sec: float | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
-    build_timeout_sec: float = Field(default=600.0, gt=0)
+    user: User = None
+    environment_mode: Literal["shared", "separate"] | None = None
+    environment: EnvironmentSection | None = None
+
+    @property
+    def mode(self) -> Literal["shared", "separate"] | None:
+        """The mode this table asks for (None: not said here)."""
+        if self.environment_mode is not None:
+            return self.environment_mode
+        return "separate" if self.environment is not None else None
 
 
-class TaskConfig(_Section):
+class StepSection(Section):
+    """One ``[[steps]]`` entry of a multi-step task (files in ``steps/<name>/``).
+
+    Attributes:
+        name: The step's dir name under ``steps/``.
+        agent: The step's agent settings.
+        verifier: The step's verifier settings.
+        min_reward: End the remaining steps unless this step's ``reward`` reaches it (a
+            float), or each named reward reaches its value (a table).
+        healthcheck: A check run after the step's setup, before its agent.
+        artifacts: Collected after this step, besides the task's.
+    """
+
+    name: str = Field(pattern=NAME_PATTERN)
+    agent: StepAgent = Field(default_factory=StepAgent)
+    verifier: StepVerifier = Field(default_factory=StepVerifier)
+    min_reward: float | dict[str, float] | None = None
+    healthcheck: Healthcheck | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+
+    def min_reward_failure(self, rewards: dict[str, float] | None) -> str | None:
+        """Why ``rewards`` do not meet ``min_reward`` (None when they do, or no minimum).
+
+        A missing key (or no rewards at all) counts as below any minimum.
+        """
+        if self.min_reward is None:
+            return None
+        wanted = (
+            {"reward": float(self.min_reward)}
+            if isinstance(self.min_reward, int | float)
+            else self.min_reward
+        )
+        for key, threshold in wanted.items():
+            actual = (rewards or {}).get(key)
+            if actual is None or actual < threshold:
+                shown = "missing" if actual is None else f"{actual:g}"
+                return f"{key} = {shown}, below min_reward {threshold:g}"
+        return None
+
+
+class TaskConfig(Section):
     """A whole ``task.toml`` document.
 
     Every section is optional and defaults to its model's defaults. The legacy top-level key
@@ -158,21 +368,30 @@ class TaskConfig(_Section):
 
     Attributes:
         schema_version: The Harbor schema version the task was written for, if stated.
+        source: Where the task comes from (free text).
         task: The ``[task]`` table.
         metadata: The free-form ``[metadata]`` table (difficulty, category, tags, ...).
         agent: The ``[agent]`` table.
         verifier: The ``[verifier]`` table.
         solution: The ``[solution]`` table.
         environment: The ``[environment]`` table.
+        steps: ``[[steps]]`` of a multi-step task (None: a single-step task).
+        multi_step_reward_strategy: ``mean`` (per-key mean over the graded steps, the
+            default) or ``final`` (the last step's rewards).
+        artifacts: Paths collected into the trial's evidence after each step.
     """
 
     schema_version: str | None = None
+    source: str | None = None
     task: TaskSection = Field(default_factory=TaskSection)
     metadata: dict[str, Any] = Field(default_factory=dict)
     agent: AgentSection = Field(default_factory=AgentSection)
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     solution: SolutionSection = Field(default_factory=SolutionSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+    steps: list[StepSection] | None = Field(default=None, min_length=1)
+    multi_step_reward_strategy: Literal["mean", "final"] | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -183,17 +402,40 @@ class TaskConfig(_Section):
             data["schema_version"] = data.pop("version")
         return data
 
+    @model_validator(mode="after")
+    def _unique_step_names(self) -> TaskConfig:
+        names = [step.name for step in self.steps or []]
+        if len(names) != len(set(names)):
+            raise ValueError("steps: two steps have the same name")
+        return self
+
+    def verifier_mode(self, step: StepSection | None = None) -> Literal["shared", "separate"]:
+        """Where the verifier of the task (or of ``step``) runs.
+
+        A step's own mode wins, then the task's ``[verifier]``, then ``shared``.
+        """
+        if step is not None and step.verifier.mode is not None:
+            return step.verifier.mode
+        return self.verifier.mode or "shared"
+
+    def verifier_environment(self, step: StepSection | None = None) -> EnvironmentSection:
+        """The ``[environment]`` of a separate verifier container (step's, task's, or main)."""
+        if step is not None and step.verifier.environment is not None:
+            return step.verifier.environment
+        return self.verifier.environment or self.environment
+
     def normalized_json(self) -> str:
         """Serialise the validated config canonically (sorted keys, no whitespace).
 
         Defaults are filled in and unknown keys are included, so two documents that mean the
-        same thing serialise the same way.
+        same thing serialise the same way (fields added since the first release only when
+        set: see :meth:`hash_dump`).
 
         Returns:
             A JSON string, stable across runs and machines.
         """
         return json.dumps(
-            self.model_dump(mode="json"),
+            self.hash_dump(),
             sort_keys=True,
             separators=(",", ":"),
             ensure_ascii=False,

@@ -33,13 +33,17 @@ from sandbox.backend import (
     PhaseRequest,
     PhaseResult,
     PhaseWire,
+    Role,
     Sandbox,
     SandboxPaths,
     SandboxSpec,
     SupervisorSession,
+    dir_files,
     phase_payload,
 )
 from sandbox.docker.channel import ExecChannel
+from sandbox.docker.compose import ComposeProject
+from sandbox.docker.gpus import device_requests, no_gpu_error
 from sandbox.docker.images import ImageRequest
 from sandbox.docker.labels import MANAGED, RUN, TRIAL
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
@@ -84,6 +88,7 @@ class DockerSandbox(Sandbox):
     """A trial in its own container."""
 
     backend = "docker"
+    builds_images = True
 
     def __init__(self, spec: SandboxSpec, runtime: DockerRuntime) -> None:
         super().__init__(spec)
@@ -102,6 +107,14 @@ class DockerSandbox(Sandbox):
         self._verifier_id: tuple[int, int] = (0, 0)
         self._solution_readable = False
         self._stopped = False
+        #: The image's workload once started (argv, uid); see ``_start_workload``.
+        self.workload: dict[str, Any] | None = None
+        #: What replaces the image's CMD after its ENTRYPOINT (a compose file's
+        #: ``command`` of the main service; Harbor's ``sleep infinity`` otherwise).
+        self.workload_command: list[str] | None = None
+        self._workload_env: dict[str, str] = {}
+        self._compose: ComposeProject | None = None
+        self._network = "bridge" if spec.allow_internet else "none"
         #: Held while the main supervisor channel serves a request.
         self._idle = threading.Lock()
         #: gVisor keeps FIFOs, sockets and devices in the sandbox (not on the host's disk).
@@ -121,6 +134,7 @@ class DockerSandbox(Sandbox):
             instruction=f"{_TRIAL}/instruction.md",
             logs=f"{_TRIAL}/logs",
             grader_home=f"{_TRIAL}/grader/home",
+            artifacts="/logs/artifacts",
         )
 
     # -- supervisor channel ---------------------------------------------------------------
@@ -181,8 +195,18 @@ class DockerSandbox(Sandbox):
 
     def start(self) -> None:  # noqa: D102
         spec = self.spec
+        if spec.os != "linux":
+            raise PermanentStartError(
+                f'[environment].os = "{spec.os}" is not supported: the harness runs Linux '
+                "containers only"
+            )
         self.image = self.runtime.resolver.resolve(
-            ImageRequest(name=spec.task_name, image=spec.image, dockerfile=spec.dockerfile)
+            ImageRequest(
+                name=spec.task_name,
+                image=spec.image,
+                dockerfile=spec.dockerfile,
+                build_timeout_sec=spec.build_timeout_sec,
+            )
         )
         volume_name, arch = self.runtime.python_volume()
         self._check_arch(arch)
@@ -199,6 +223,7 @@ class DockerSandbox(Sandbox):
         }
         name = f"harness-{spec.trial_id[:80]}-{secrets.token_hex(4)}".replace("/", "-")
         try:
+            network = self._network = self._start_sidecars(labels)
             mounts = self._storage_mounts(name, labels)
             res = spec.resources
             # The supervisor is the container's pid 1 (no --init): every orphan of a phase
@@ -214,7 +239,8 @@ class DockerSandbox(Sandbox):
                 working_dir=self._workdir,
                 labels=labels,
                 init=False,
-                network_mode="bridge" if spec.allow_internet else "none",
+                network_mode=network,
+                extra_hosts=self._compose.addresses() if self._compose is not None else None,
                 cap_drop=["ALL"],
                 cap_add=SUPERVISOR_CAPS,
                 security_opt=["no-new-privileges"],
@@ -238,6 +264,7 @@ class DockerSandbox(Sandbox):
                 ],
                 runtime=self.runtime.runtime,
                 environment={},
+                device_requests=device_requests(spec.gpus),
                 stdin_open=True,
                 tty=False,
             )
@@ -249,13 +276,48 @@ class DockerSandbox(Sandbox):
             self._session.attach(self._channel, self._channel)  # type: ignore[arg-type]
             self._container.start()
             self._setup(config)
+            self._start_workload(config)
         except docker.errors.APIError as exc:
+            gpu_error = no_gpu_error(str(exc.explanation or exc), spec.gpus)
+            if gpu_error is not None:
+                raise gpu_error from None
             # The engine refused the request itself (an invalid limit, a bad mount): the
             # same request fails the same way on every retry.
             error = PermanentStartError if exc.is_client_error() else EnvironmentStartError
             raise error(f"cannot start the trial container: {exc}") from exc
         except docker.errors.DockerException as exc:
             raise EnvironmentStartError(f"cannot start the trial container: {exc}") from exc
+
+    def _start_sidecars(self, labels: dict[str, str]) -> str:
+        """Start the compose file's sidecars (if any); the network the main container joins."""
+        spec = self.spec
+        plain = "bridge" if spec.allow_internet else "none"
+        if spec.compose_file is None:
+            return plain
+        assert self.image is not None
+        self._compose = ComposeProject(
+            spec.compose_file,
+            trial_id=spec.trial_id,
+            labels=labels,
+            allow_internet=spec.allow_internet,
+            main_image=self.image,
+            build_timeout_sec=spec.build_timeout_sec,
+        )
+        plan = self._compose.plan
+        self.workload_command = plan.main_command
+        self._workload_env = plan.main_environment
+        if not plan.sidecars:
+            self._compose.down()  # nothing was started: only its temp files go
+            self._compose = None
+            return plain
+        if not self.runtime.runtime_has_network():
+            raise PermanentStartError(
+                f"the task's compose file has sidecars ({', '.join(plan.sidecars)}) but the "
+                f"{self.runtime.runtime} runtime of this engine gives containers no network "
+                "(registered with --network=none); run multi-container tasks with runc"
+            )
+        self._compose.up()
+        return self._compose.network
 
     def _tmpfs(self) -> dict[str, str]:
         """Scratch dirs the agent cannot write (and, without host storage, those it can)."""
@@ -266,6 +328,8 @@ class DockerSandbox(Sandbox):
             "/tests": f"{_SCRATCH},size=256m,mode=700",
             "/solution": f"{_SCRATCH},size=256m,mode=700",
         }
+        if self.spec.image_tests:
+            del tmpfs["/tests"]  # a separate verifier's image brings /tests/test.sh
         if self._storage is None:
             tmpfs["/tmp"] = f"{_SCRATCH},size=512m,mode=1777"
             tmpfs["/var/tmp"] = f"{_SCRATCH},size=256m,mode=1777"
@@ -323,6 +387,7 @@ class DockerSandbox(Sandbox):
             (f"{_TRIAL}/session", agent, 0o700),
             (f"{_TRIAL}/logs", root, 0o700),
             ("/logs/verifier", root, 0o755),
+            ("/logs/artifacts", agent, 0o755),
         ):
             # keep_dir: home and session may be mount points (the trial's filesystem).
             self._call(
@@ -339,25 +404,54 @@ class DockerSandbox(Sandbox):
         # The workspace belongs to the agent (image content included).
         self._call({"op": "chown_tree", "path": self._workdir, "owner": agent})
 
+    def _start_workload(self, config: dict[str, Any]) -> None:
+        """Run the image's ENTRYPOINT as Harbor does (its CMD replaced by a sleep).
+
+        It is a protected service of the supervisor: it outlives every phase and dies with
+        the container. An image without an ENTRYPOINT has no workload.
+        """
+        entrypoint = list(config.get("Entrypoint") or [])
+        if not entrypoint:
+            return
+        argv = [*entrypoint, *(self.workload_command or ["sh", "-c", "sleep infinity"])]
+        env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+        env.update(self._workload_env)
+        env.update(self.spec.workload_env)
+        user = str(config.get("User") or "").split(":")[0]
+        who = None
+        if user not in ("", "root", "0"):
+            uid, gid = self._whois(user)
+            who = {"uid": uid, "gid": gid}
+        found = self._call(
+            {
+                "op": "service",
+                "argv": argv,
+                "env": env,
+                "cwd": self._workdir,
+                "user": who,
+                "rlimits": {"core": 0, "nofile": self.spec.resources.nofile},
+                "logs": {
+                    "stdout": f"{_TRIAL}/logs/workload.stdout",
+                    "stderr": f"{_TRIAL}/logs/workload.stderr",
+                },
+                "max_output_bytes": 4 << 20,
+            }
+        )
+        error = found.get("service_error")
+        if error:
+            raise PermanentStartError(
+                f"the image's ENTRYPOINT {argv} could not start: {error.get('type')}: "
+                f"{error.get('message')}"
+            )
+        self.workload = {"argv": argv, "uid": who["uid"] if who else 0}
+
     def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:  # noqa: D102
         directory, name = posixpath.split(dest)
         item = {"path": name, "data": _b64(data), "mode": mode if agent_readable else mode & 0o700}
         self._call({"op": "put", "dest": directory, "files": [item]})
 
     def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:  # noqa: D102
-        files = []
-        for path in sorted(src.rglob("*")):
-            if path.is_symlink() or not path.is_file():
-                continue
-            executable = path.stat().st_mode & 0o100
-            mode = 0o755 if executable else 0o644
-            files.append(
-                {
-                    "path": path.relative_to(src).as_posix(),
-                    "data": _b64(path.read_bytes()),
-                    "mode": mode if agent_readable else mode & 0o700,
-                }
-            )
+        files = dir_files(src, readable=agent_readable)
         dir_mode = 0o755 if agent_readable else 0o700
         owner = self._owner(agent_readable)
         self._call(
@@ -368,6 +462,25 @@ class DockerSandbox(Sandbox):
         )
         if dest == "/solution":
             self._solution_readable = agent_readable
+
+    def upload(self, src: Path, dest: str, *, owner: Role) -> None:  # noqa: D102
+        uid, gid = self._agent_id if owner == "agent" else self._verifier_id
+        who = {"uid": uid, "gid": gid}
+        self._call(
+            {
+                "op": "put",
+                "dest": dest,
+                "files": dir_files(src),
+                "owner": who,
+                "own_top": True,
+                "top_mode": 0o755,
+            }
+        )
+
+    def reset_dir(self, path: str) -> None:  # noqa: D102
+        self._call({"op": "reset_dir", "path": path, "mode": 0o700, "keep_dir": True})
+        if path == "/solution":
+            self._solution_readable = False
 
     def _owner(self, agent_readable: bool) -> dict[str, int] | None:
         """Who owns what the harness puts in: root, or the verifier for grader-only files."""
@@ -416,13 +529,25 @@ class DockerSandbox(Sandbox):
                 "max_output_bytes": request.max_output_bytes,
             }
         try:
-            return PhaseResult.from_json(self._call(dict(payload)))
+            result = PhaseResult.from_json(self._call(dict(payload)))
         except SupervisorError as exc:
             died = self._died(request.role)
             if died is None:
                 raise
             raise died from exc
+        if request.role == "verifier":
+            self._close_grader()
+        return result
 
+    def _close_grader(self) -> None:
+        """The grader's dirs live for its phase only: root-only again before any agent.
+
+        A healthcheck or a step's verifier comes before a later agent phase, whose user
+        may be the verifier's own (an image ``USER`` for both); nothing of the grader's
+        may be readable then.
+        """
+        for path in (f"{_TRIAL}/grader", EXEC_DIR):
+            self._call({"op": "reset_dir", "path": path, "mode": 0o700})
     def _died(self, role: str) -> SandboxDied | None:
         """Why the container stopped during a phase, if it stopped by itself."""
         if self._aborted or self._container is None:
@@ -550,6 +675,9 @@ class DockerSandbox(Sandbox):
             except docker.errors.DockerException:
                 pass
 
+    def environment_env(self) -> dict[str, str]:  # noqa: D102
+        return dict(self._workload_env)
+
     def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102
         if self._storage is None:
             return None
@@ -572,6 +700,11 @@ class DockerSandbox(Sandbox):
                 pass
             except docker.errors.DockerException as exc:
                 errors.append(SandboxError(f"cannot remove container: {exc}"))
+        if self._compose is not None:
+            try:
+                self._compose.down()
+            except SandboxError as exc:
+                errors.append(exc)
         if self._volume is not None:
             try:
                 self._volume.remove(force=True)
@@ -609,10 +742,13 @@ class DockerSandbox(Sandbox):
             "image": self.image,
             "runtime": self.runtime.runtime or "runc",
             "container": self._container.short_id if self._container is not None else None,
-            "network": "bridge" if self.spec.allow_internet else "none",
+            "network": self._network,
+            **({"compose": self._compose.describe()} if self._compose is not None else {}),
             "uid": self._agent_id[0],
             "gid": self._agent_id[1],
             "verifier_uid": self._verifier_id[0],
+            **({"workload": self.workload} if self.workload is not None else {}),
+            **({"gpus": self.spec.gpus} if self.spec.gpus else {}),
             "limits": {
                 "cpus": res.cpus,
                 "memory_mb": res.memory_mb,

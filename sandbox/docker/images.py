@@ -2,8 +2,10 @@
 
 A task with ``environment/Dockerfile`` gets ``harness-task/<name>:<hash12>``, where the
 hash covers the build context and the aliases applied to it; a tag that exists is reused,
-never rebuilt or deleted per trial. ``[environment].docker_image`` is used as it is. Builds
-go through python-on-whales with the classic builder (buildx is often absent offline).
+never rebuilt or deleted per trial. ``[environment].docker_image`` is used as it is (after
+``--base-alias``), pulled when missing per the pull policy (:mod:`sandbox.docker.pulls`).
+Builds use the docker CLI's classic builder (buildx is often absent offline) and end at the
+task's ``build_timeout_sec``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import hashlib
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -22,6 +25,7 @@ import docker.errors
 
 import docker
 from sandbox.docker.labels import IMAGE_HASH, MANAGED
+from sandbox.docker.pulls import ImagePuller
 from sandbox.errors import PermanentStartError
 
 DEFAULT_IMAGE = "harness/base:bookworm"
@@ -91,6 +95,7 @@ class ImageRequest:
     name: str
     image: str | None = None
     dockerfile: Path | None = None
+    build_timeout_sec: float | None = None
 
 
 class ImageResolver:
@@ -102,10 +107,13 @@ class ImageResolver:
         *,
         aliases: Mapping[str, str] | None = None,
         default_image: str = DEFAULT_IMAGE,
+        puller: ImagePuller | None = None,
     ) -> None:
         self.client = client
         self.aliases = dict(aliases or {})
         self.default_image = default_image
+        #: Makes ``docker_image`` images local (pull policy, progress).
+        self.puller = puller or ImagePuller(client)
         self._lock = threading.Lock()
         self._tag_locks: dict[str, threading.Lock] = {}
         self._done: dict[str, str | ImageBuildError] = {}
@@ -121,14 +129,21 @@ class ImageResolver:
         """Return a local image reference for the request, building it if needed.
 
         Raises:
-            ImageBuildError: when the build fails (also on every later call).
-            EnvironmentStartError: when a named image is not present locally.
+            ImageBuildError: when the build fails or times out (also on every later call).
+            ImagePullError: when a named image is not local and cannot be pulled.
         """
         if request.image:
-            self._require_local(request.image)
-            return request.image
+            image = self.aliases.get(request.image, request.image)
+            self.puller.ensure(image)
+            return image
         if request.dockerfile is None:
-            self._require_local(self.default_image)
+            try:
+                self.client.images.get(self.default_image)
+            except docker.errors.ImageNotFound:
+                raise PermanentStartError(
+                    f"the base image {self.default_image} is missing; build it offline with "
+                    "`bash images/bootstrap-base.sh`"
+                ) from None
             return self.default_image
         tag = self.tag_for(request)
         with self._lock:
@@ -147,15 +162,6 @@ class ImageResolver:
             self._done[tag] = tag
             return tag
 
-    def _require_local(self, image: str) -> None:
-        try:
-            self.client.images.get(image)
-        except docker.errors.ImageNotFound:
-            raise PermanentStartError(
-                f"image {image} is not present locally and cannot be pulled here; build or "
-                "load it first (for the base image: `bash images/bootstrap-base.sh`)"
-            ) from None
-
     def _build(self, request: ImageRequest, tag: str) -> None:
         try:
             self.client.images.get(tag)
@@ -163,8 +169,6 @@ class ImageResolver:
         except docker.errors.ImageNotFound:
             pass
         from python_on_whales import DockerClient
-        from python_on_whales.exceptions import DockerException
-        from python_on_whales.utils import run as run_docker
 
         assert request.dockerfile is not None
         with tempfile.TemporaryDirectory(prefix="harness-build-") as tmp:
@@ -172,35 +176,52 @@ class ImageResolver:
             shutil.copytree(request.dockerfile.parent, context, symlinks=True)
             dockerfile = context / request.dockerfile.name
             dockerfile.write_text(rewrite_from_lines(dockerfile.read_text(), self.aliases))
+            # The classic builder, with --force-rm: a failed RUN must not leave its
+            # intermediate container behind.
+            command = [
+                *DockerClient().docker_cmd,
+                "build",
+                "--quiet",
+                "--force-rm",
+                "--label",
+                f"{MANAGED}=1",
+                "--label",
+                f"{IMAGE_HASH}={tag.rsplit(':', 1)[1]}",
+                "--tag",
+                tag,
+                "--file",
+                str(dockerfile),
+                str(context),
+            ]
+            timeout = request.build_timeout_sec
             try:
-                # The classic builder, with --force-rm: a failed RUN must not leave its
-                # intermediate container behind (python-on-whales' legacy_build has no
-                # such option, so its command is extended here).
-                client = DockerClient()
-                run_docker(
-                    [
-                        *client.docker_cmd,
-                        "build",
-                        "--quiet",
-                        "--force-rm",
-                        "--label",
-                        f"{MANAGED}=1",
-                        "--label",
-                        f"{IMAGE_HASH}={tag.rsplit(':', 1)[1]}",
-                        "--tag",
-                        tag,
-                        "--file",
-                        str(dockerfile),
-                        str(context),
-                    ],
-                    capture_stderr=True,
-                    env={"DOCKER_BUILDKIT": "0"},  # classic builder: buildx may be absent
+                done = subprocess.run(
+                    command,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    env={**os.environ, "DOCKER_BUILDKIT": "0"},  # buildx may be absent
+                    check=False,
                 )
-            except DockerException as exc:
-                output = "\n".join(
-                    part for part in (exc.stdout or "", exc.stderr or "") if part
-                )
-                tail = "\n".join(output.splitlines()[-LOG_TAIL_LINES:])
+            except subprocess.TimeoutExpired as exc:
+                output = _text(exc.stdout) + _text(exc.stderr)
                 raise ImageBuildError(
-                    f"building the image of task {request.name} failed", tail
+                    f"building the image of task {request.name} did not finish within "
+                    f"build_timeout_sec = {timeout:g}s",
+                    _tail(output),
                 ) from None
+            if done.returncode != 0:
+                raise ImageBuildError(
+                    f"building the image of task {request.name} failed",
+                    _tail(done.stdout + done.stderr),
+                )
+
+
+def _text(data: str | bytes | None) -> str:
+    if data is None:
+        return ""
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+
+
+def _tail(output: str) -> str:
+    return "\n".join(output.splitlines()[-LOG_TAIL_LINES:])

@@ -70,6 +70,7 @@ class DockerRuntime:
             os.chmod(target, 0o600)
         self.supervisor_file = f"{SUPERVISOR_MOUNT}/supervisor.{'pyc' if compiled else 'py'}"
         self._image_attrs: dict[str, dict[str, Any]] = {}
+        self._runtime_network: bool | None = None
         self._tools_parent = tempfile.mkdtemp(prefix="harness-tools-")
         os.chmod(self._tools_parent, 0o711)
         #: The verifier's tools (``$HARNESS_AGENT_EXEC``), mounted read-only.
@@ -153,6 +154,14 @@ class DockerRuntime:
             "-S",
             self.supervisor_file,
         ]
+
+    def runtime_has_network(self) -> bool:
+        """Whether containers of the run's runtime get a network (see ``Capacity.network``)."""
+        with self._lock:
+            known = self._runtime_network
+        if known is None:
+            known = self._runtime_network = self.capacity().network
+        return known
 
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory, from ``docker info``."""

@@ -380,8 +380,9 @@ true
         test_sh=test_sh,
         tests_files={"answer_key.txt": canary + "\n"},
         solution_files={"solve.sh": solve_sh, "answer.txt": canary + "\n"},
+        agent_timeout=90,  # a whole-fs grep under gVisor on a loaded machine is slow
     )
-    run = cli.run([task])
+    run = cli.run([task], timeout=240)
     assert run.code == 0, run
     evidence = run.evidence(run.by_task(name))
     hunt = (evidence / "workspace" / "hunt.txt").read_text()

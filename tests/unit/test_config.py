@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from harness.config import (
     ConfigError,
@@ -255,3 +256,14 @@ def test_backoff_grows_is_capped_and_jittered() -> None:
     assert [retry.delay(n, 0.0) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
     assert retry.delay(2, 0.999) == pytest.approx(2.0 * (1 - 0.5 * 0.999))
     assert RetryConfig(jitter=0.0).delay(1, 0.9) == 1.0
+
+
+def test_pull_and_skip_invalid_live_in_their_sections_and_load_flat() -> None:
+    flat = RunConfig(paths=["/t"], pull="never", skip_invalid=True)
+    sections = RunConfig.model_validate(
+        {"tasks": {"paths": ["/t"], "skip_invalid": True}, "sandbox": {"pull": "never"}}
+    )
+    assert flat == sections
+    assert RunConfig(paths=["/t"]).sandbox.pull == "missing"
+    with pytest.raises(ValidationError, match="sandbox.pull"):
+        RunConfig.model_validate({"tasks": {"paths": ["/t"]}, "sandbox": {"pull": "sometimes"}})

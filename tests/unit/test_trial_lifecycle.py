@@ -320,6 +320,7 @@ def test_agent_env_is_isolated_and_secrets_travel_separately(
         "HARNESS_WORKSPACE",
         "HARNESS_TRIAL_ID",
         "HARNESS_SESSION_DIR",
+        "HARNESS_ARTIFACTS_DIR",
         "HARNESS_INSTRUCTION_FILE",
     }
     assert canary not in record.model_dump_json()

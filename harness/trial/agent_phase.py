@@ -1,0 +1,193 @@
+"""The agent phase: the agent run by the trial, one of two ways (:class:`AgentRunner`).
+
+A sandbox agent's command runs under the supervisor as the agent user; a harness agent's
+``run(context)`` runs in the harness under the agent timeout. Either way the phase is
+timed, its failure recorded (timeout, signal, exit code, the agent's own message), the
+trial's storage checked, and after the (last) agent phase the trial's model access ends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from harness.agents.context import AgentContext
+from harness.agents.kinds import HarnessAgent, SandboxAgent
+from harness.errors import AgentRunError, StorageLimitReached
+from harness.records import TrialStatus
+from harness.trial.settings import STORAGE_FULL_SLACK
+from harness.trial.state import TrialState
+from sandbox.backend import PhaseRequest
+from sandbox.errors import PostureCheckFailed, SupervisorError
+
+
+class AgentPhase(TrialState):
+    """Runs the agent (an :class:`~harness.agents.kinds.AgentRunner`)."""
+
+    def execute(self) -> None:
+        """Give the agent its instruction and what it needs, and have it run."""
+        sandbox = self.sandbox
+        assert sandbox is not None
+        agent = self.settings.agent
+        view = self.view
+        sandbox.put_file(sandbox.paths.instruction, view.instruction.encode(), agent_readable=True)
+        agent.prepare(view, sandbox)
+        agent.run_by(self)
+
+    def run_in_sandbox(self, agent: SandboxAgent) -> None:
+        """Run a sandbox agent's command as the agent phase."""
+        sandbox = self.sandbox
+        assert sandbox is not None
+        view = self.view
+        command = agent.command(view, sandbox)
+        env = self._agent_env(
+            {"HARNESS_INSTRUCTION_FILE": sandbox.paths.instruction, **command.env}
+        )
+        timeout = view.agent_timeout_sec
+        access = self.access
+        try:
+            result = sandbox.run_phase(
+                PhaseRequest(
+                    role="agent",
+                    argv=command.argv,
+                    env=env,
+                    stdin=command.stdin,
+                    timeout_sec=timeout,
+                    secret_env={
+                        **self.settings.secret_env,
+                        **(access.secret_env() if access else {}),
+                    },
+                    max_output_bytes=self.settings.max_output_bytes,
+                    gateway_env=access.agent_env() if access else {},
+                    entry=command.entry,
+                )
+            )
+        finally:
+            if self._last_agent_phase:
+                # The agent is dead: nothing may call the model from here on.
+                self.revoke_model_access()
+        # "agent" is the agent process's own lifetime; everything else is harness overhead.
+        self.clock.add("agent", result.process_sec or result.duration_sec)
+        self.clock.add("agent_phase", result.duration_sec)
+        self.posture = result.posture
+        self._phase_events("agent", result)
+        self._check_storage()
+        if result.error is not None:
+            kind = result.error.get("type", "SupervisorError")
+            message = result.error.get("message", "")
+            exc_type = PostureCheckFailed if kind == "PostureError" else SupervisorError
+            raise exc_type(f"{kind}: {message}")
+        if result.timed_out:
+            assert timeout is not None
+            self._fail(
+                TrialStatus.AGENT_TIMEOUT,
+                TimeoutError(f"agent did not finish within {timeout:g}s and was killed"),
+                "execute",
+            )
+        elif result.signal is not None:
+            self._fail(
+                TrialStatus.AGENT_ERROR,
+                RuntimeError(f"agent was killed by signal {result.signal}"),
+                "execute",
+            )
+        elif result.exit_code not in (0, None):
+            explained = agent.explain_failure(sandbox, result)
+            self._fail(
+                TrialStatus.AGENT_ERROR,
+                AgentRunError(explained or f"agent exited with code {result.exit_code}"),
+                "execute",
+            )
+
+    @property
+    def _last_agent_phase(self) -> bool:
+        """Whether the view running now is the trial's last (its model access then ends)."""
+        views = self.task.steps
+        return not views or self.view.step is None or self.view.step.index == len(views) - 1
+
+    def _check_storage(self) -> None:
+        """A trial that used all its storage says so: an event and an ``agent_error``."""
+        assert self.sandbox is not None
+        usage = self.sandbox.storage_usage()
+        if usage is None:
+            return
+        used, limit = usage
+        if limit - used >= STORAGE_FULL_SLACK:
+            return
+        self.events.append({"type": "storage_full", "used_bytes": used, "limit_bytes": limit})
+        self._fail(
+            TrialStatus.AGENT_ERROR,
+            StorageLimitReached(
+                f"the agent filled the trial's storage ({limit >> 20} MB, the task's "
+                "storage_mb); writes past it failed with ENOSPC"
+            ),
+            "execute",
+        )
+
+    def run_in_harness(self, agent: HarnessAgent) -> None:
+        """Run a trusted in-process agent under the agent timeout."""
+        sandbox = self.sandbox
+        assert sandbox is not None
+        timeout = self.view.agent_timeout_sec
+        env = self._agent_env({"HARNESS_INSTRUCTION_FILE": sandbox.paths.instruction})
+        gateway, access = self.settings.gateway, self.access
+        chat = None
+        if gateway is not None and access is not None:
+            trial_id = access.trial_id
+
+            def chat(path: str, body: dict[str, Any]) -> tuple[int, Any]:
+                return gateway.call(trial_id, path, body)
+
+        start = time.monotonic()
+        context = AgentContext(
+            self.view,
+            sandbox,
+            env=env,
+            deadline=None if timeout is None else start + timeout,
+            chat=chat,
+            model=self.settings.model,
+            log_path=self.evidence / "agent_exec.jsonl",
+            max_output_bytes=self.settings.max_output_bytes,
+        )
+        failure: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                agent.run(context)
+            except BaseException as exc:  # reported as the trial's agent error
+                failure.append(exc)
+
+        worker = threading.Thread(target=target, name=f"agent-{self.plan.id}", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        timed_out = worker.is_alive()
+        if timed_out:
+            context.expire()
+            worker.join(30)  # a running exec ends by its own deadline
+        if self._last_agent_phase:
+            self.revoke_model_access()
+        elapsed = time.monotonic() - start
+        self.clock.add("agent", elapsed)
+        self.clock.add("agent_phase", elapsed)
+        if timed_out:
+            assert timeout is not None
+            self._fail(
+                TrialStatus.AGENT_TIMEOUT,
+                TimeoutError(f"agent did not finish within {timeout:g}s"),
+                "execute",
+            )
+        elif failure:
+            exc = failure[0]
+            self._fail(
+                TrialStatus.AGENT_ERROR, AgentRunError(f"{type(exc).__name__}: {exc}"), "execute"
+            )
+
+    def revoke_model_access(self) -> None:
+        """End the trial's gateway access (idempotent) and take its usage totals."""
+        if self.access is not None and self.settings.gateway is not None:
+            usage = self.settings.gateway.revoke(self.access.trial_id)
+            if usage is not None:
+                self.model_usage = usage
+
+
+__all__ = ["AgentPhase"]

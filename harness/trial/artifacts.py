@@ -1,0 +1,126 @@
+"""Collecting a task's ``artifacts`` into the trial's evidence (every backend).
+
+After each step (after its verifier), the convention dir (``/logs/artifacts``) and every
+configured path are copied out of the sandbox with the evidence code (no symlink followed,
+regular files only, size-capped), into ``artifacts/`` of the trial (or of the step), with a
+``manifest.json`` saying what was found. Collection is best effort, as in Harbor: a missing
+path is a manifest entry, never a trial error.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.tasks.model import Artifact
+from sandbox.backend import Sandbox
+from sandbox.errors import SandboxError
+from sandbox.evidence import EvidenceEvent
+
+MANIFEST = "manifest.json"
+#: The name the convention dir's files are listed under in the manifest.
+CONVENTION = "artifacts"
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Size caps of one collection."""
+
+    file_bytes: int
+    total_bytes: int
+
+
+def _excluded(rel: str, patterns: list[str]) -> bool:
+    """Whether a relative path matches a pattern (itself or any of its components)."""
+    parts = rel.split("/")
+    return any(
+        fnmatch.fnmatch(rel, pattern) or any(fnmatch.fnmatch(part, pattern) for part in parts)
+        for pattern in patterns
+    )
+
+
+def prune_excluded(top: Path, patterns: list[str]) -> None:
+    """Remove what matches an artifact's ``exclude`` patterns from a copied tree."""
+    if not patterns or not top.is_dir():
+        return
+    for path in sorted(top.rglob("*"), reverse=True):
+        if _excluded(path.relative_to(top).as_posix(), patterns):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+def copy_artifact(
+    sandbox: Sandbox, artifact: Artifact, dest: Path, caps: Caps
+) -> tuple[dict[str, Any], list[EvidenceEvent]]:
+    """Copy one artifact to ``dest``; return its manifest entry and evidence events."""
+    with tempfile.TemporaryDirectory(prefix="harness-artifact-") as tmp:
+        staged = Path(tmp) / "out"
+        entry: dict[str, Any] = {"source": artifact.source, "destination": artifact.target}
+        try:
+            events = sandbox.copy_out(
+                artifact.source,
+                staged,
+                max_file_bytes=caps.file_bytes,
+                max_total_bytes=caps.total_bytes,
+            )
+        except SandboxError as exc:  # e.g. a path the backend cannot reach
+            entry.update(type=None, status="failed", detail=str(exc))
+            return entry, []
+        found = [e for e in events if e.kind != "missing"]
+        if not staged.exists():
+            entry.update(type=None, status="missing")
+            return entry, found
+        entry["type"] = "directory" if staged.is_dir() else "file"
+        prune_excluded(staged, artifact.exclude)
+        target = dest / artifact.target
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staged), target)
+        entry["status"] = "ok"
+        if found:
+            entry["events"] = [event.as_dict() for event in found]
+        return entry, found
+
+
+def collect_artifacts(
+    sandbox: Sandbox, artifacts: list[Artifact], dest: Path, caps: Caps
+) -> list[EvidenceEvent]:
+    """Collect the convention dir and ``artifacts`` into ``dest`` and write its manifest.
+
+    Returns:
+        Evidence events (tampering, truncation) met on the way; nothing is written when
+        there was nothing to collect.
+    """
+    manifest: list[dict[str, Any]] = []
+    events: list[EvidenceEvent] = []
+    convention = sandbox.paths.artifacts
+    if convention:
+        with tempfile.TemporaryDirectory(prefix="harness-artifacts-") as tmp:
+            staged = Path(tmp) / "out"
+            events += sandbox.copy_out(
+                convention, staged, max_file_bytes=caps.file_bytes, max_total_bytes=caps.total_bytes
+            )
+            if staged.is_dir() and any(staged.iterdir()):
+                dest.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(staged, dest, dirs_exist_ok=True, symlinks=True)
+                manifest.append(
+                    {"source": convention, "destination": ".", "type": "directory", "status": "ok"}
+                )
+    for artifact in artifacts:
+        entry, found = copy_artifact(sandbox, artifact, dest, caps)
+        manifest.append(entry)
+        events += found
+    if manifest:
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return events

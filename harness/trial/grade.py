@@ -1,0 +1,139 @@
+"""After the agent: collect its logs and workspace, grade, collect the artifacts.
+
+Grading runs in the agent's sandbox (tests copied in only now, every agent process dead)
+or, for ``[verifier].environment_mode = "separate"``, in a sandbox of its own given only
+the artifacts (:mod:`~harness.trial.separate`). A verifier that cannot run or does not
+finish is a ``verifier_error``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from harness.errors import VerifierError
+from harness.grading import read_rewards, trial_reward
+from harness.trial.artifacts import collect_artifacts
+from harness.trial.env import grader_env
+from harness.trial.separate import SeparateVerifier
+from harness.trial.state import TrialState
+from sandbox.backend import PhaseRequest, PhaseResult
+
+
+class CollectAndGrade(TrialState):
+    """The steps after the agent: collect, grade, artifacts."""
+
+    def collect(self) -> None:
+        """Copy out the agent's logs and the workspace (after the last step, its state)."""
+        assert self.sandbox is not None
+        paths = self.sandbox.paths
+        self._copy(f"{paths.logs}/agent.stdout", self.step_evidence / "agent.log")
+        self._copy(f"{paths.logs}/agent.stderr", self.step_evidence / "agent.stderr.log")
+        workspace = self.evidence / "workspace"
+        if workspace.exists():  # a multi-step trial keeps the state after its last step
+            shutil.rmtree(workspace)
+        self._copy(paths.workspace, workspace)
+
+    def grade(self) -> None:
+        """Run the verifier on the task (or step) and read its rewards."""
+        if self.view.verifier_mode == "separate":
+            self.grade_separately()
+            return
+        sandbox = self.sandbox
+        assert sandbox is not None
+        paths = sandbox.paths
+        # Tests arrive only now: every agent process is dead (the supervisor killed them).
+        sandbox.reset_verifier_dir()
+        with _merged(self.view.test_dirs) as tests:
+            sandbox.put_dir(tests, paths.tests, agent_readable=False)
+        timeout = self.view.verifier_timeout_sec
+        result = sandbox.run_phase(
+            PhaseRequest(
+                role="verifier",
+                argv=["bash", f"{paths.tests}/test.sh"],
+                env=grader_env(sandbox, self.view, self.plan.id),
+                timeout_sec=timeout,
+                max_output_bytes=self.settings.max_output_bytes,
+                # Commands the tests run as the agent ($HARNESS_AGENT_EXEC) get its env.
+                agent_env=self._agent_env({"HARNESS_INSTRUCTION_FILE": paths.instruction}),
+            )
+        )
+        self.verifier_posture = result.posture
+        self.clock.add("verifier", result.process_sec or result.duration_sec)
+        self.clock.add("verifier_phase", result.duration_sec)
+        self._phase_events("verifier", result)
+        verifier = self.step_evidence / "verifier"
+        self._copy(f"{paths.logs}/verifier.stdout", verifier / "test-stdout.txt")
+        self._copy(f"{paths.logs}/verifier.stderr", verifier / "test-stderr.txt")
+        self._copy(paths.verifier, verifier)
+        _raise_for(result, timeout)
+        self.reward, self.rewards, events = read_rewards(sandbox)
+        self._record_events(events)
+
+    def grade_separately(self) -> None:
+        """Grade in a fresh container built from ``tests/``, given only the artifacts."""
+        assert self.sandbox is not None
+        verifier = SeparateVerifier(
+            settings=self.settings,
+            plan=self.plan,
+            view=self.view,
+            agent_sandbox=self.sandbox,
+            evidence=self.step_evidence / "verifier",
+            caps=self.caps,
+        )
+        try:
+            result = verifier.run()
+        finally:
+            self._record_events(verifier.events)
+            self.events.extend(verifier.notes)
+        self.verifier_posture = result.posture
+        self.clock.add("verifier", result.process_sec or result.duration_sec)
+        self.clock.add("verifier_phase", result.duration_sec)
+        self._phase_events("verifier", result)
+        _raise_for(result, self.view.verifier_timeout_sec)
+        assert verifier.rewards is not None
+        self.reward, self.rewards = trial_reward(verifier.rewards), verifier.rewards
+
+    def artifacts(self) -> None:
+        """Collect the artifacts of the task (or step) into its evidence."""
+        assert self.sandbox is not None
+        events = collect_artifacts(
+            self.sandbox, self.view.artifacts, self.step_evidence / "artifacts", self.caps
+        )
+        self._record_events(events)
+
+
+def _raise_for(result: PhaseResult, timeout: float) -> None:
+    """A verifier that could not run or did not finish is a ``verifier_error``."""
+    if result.error is not None:
+        raise VerifierError(
+            f"verifier could not run: {result.error.get('type')}: {result.error.get('message')}"
+        )
+    if result.timed_out:
+        raise VerifierError(f"verifier timed out after {timeout:g}s")
+
+
+class _merged:
+    """A temp dir holding the given dirs' files, later dirs winning (one dir: itself)."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        self.dirs = dirs
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> Path:
+        if len(self.dirs) == 1:
+            return self.dirs[0]
+        self._tmp = tempfile.TemporaryDirectory(prefix="harness-tests-")
+        top = Path(self._tmp.name) / "tests"
+        top.mkdir()
+        for source in self.dirs:
+            shutil.copytree(source, top, dirs_exist_ok=True, symlinks=True)
+        return top
+
+    def __exit__(self, *exc: object) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+__all__ = ["CollectAndGrade"]

@@ -1,0 +1,305 @@
+"""One trial's life, top to bottom (docs/harbor.md).
+
+prepare → reset (start the sandbox, wait for the healthcheck) → for each step (one for a
+single-step task): stage (the step's files and setup, its healthcheck) → execute (the
+agent) → collect (logs, workspace) → grade (in the agent's sandbox or a separate one) →
+artifacts; a step below its ``min_reward`` ends the steps → persist (the record) and
+cleanup, which always runs in the contract order, its errors reported with the run's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from contextlib import nullcontext
+from datetime import UTC, datetime
+from typing import Any
+
+from harness.errors import VerifierError
+from harness.gateway import TrialUsage
+from harness.grading import trial_reward
+from harness.records import (
+    AgentRef,
+    SandboxRef,
+    TaskRef,
+    TrialError,
+    TrialRecord,
+    TrialStatus,
+    Usage,
+)
+from harness.tasks import Task
+from harness.transcript import write_transcript
+from harness.trial.agent_phase import AgentPhase
+from harness.trial.grade import CollectAndGrade
+from harness.trial.settings import TrialPlan, TrialSettings
+from harness.trial.staging import Staging
+from harness.trial.state import trial_error
+from harness.trial.steps import StepOutcome, aggregate_rewards
+from sandbox.cleanup import CleanupStep, run_cleanup
+from sandbox.errors import (
+    CLEANUP_FAILED,
+    RUN_AND_CLEANUP_FAILED,
+    SandboxDied,
+    SandboxError,
+    SessionFileMissing,
+)
+
+
+class _TrialRun(Staging, AgentPhase, CollectAndGrade):
+    """One running trial: its steps in order, then the cleanup and the record."""
+
+    # -- the whole trial ------------------------------------------------------------------
+
+    def run(self) -> TrialRecord:
+        started_at = datetime.now(UTC)
+        start = time.perf_counter()
+        if self.evidence.exists():
+            shutil.rmtree(self.evidence)
+        self.evidence.mkdir(parents=True)
+        run_error: BaseException | None = None
+        try:
+            if self.settings.cancel.is_set():
+                self.status = TrialStatus.CANCELLED
+                self.errors.append(
+                    TrialError(type="Cancelled", message="run interrupted", phase="prepare")
+                )
+            else:
+                self._run_phases()
+        except BaseException as exc:  # recorded, never lost; re-raised below if fatal
+            run_error = exc
+            self.errors.append(trial_error(exc, self.phase, self.step_name))
+            if self.status is TrialStatus.COMPLETED:
+                interrupted = isinstance(exc, KeyboardInterrupt)
+                self.status = (
+                    TrialStatus.CANCELLED if interrupted else TrialStatus.ENVIRONMENT_ERROR
+                )
+        run_failed = bool(self.errors)
+        with self.clock.phase("cleanup"):
+            outcome = run_cleanup(self.cleanup_steps())
+        self.settings.track(self.sandbox, running=False)
+        for cleanup_error, step in zip(outcome.errors, outcome.failed_steps, strict=True):
+            for inner in _flatten(cleanup_error):
+                self.errors.append(trial_error(inner, f"cleanup:{step}"))
+        if outcome.errors:
+            if run_failed or len(outcome.errors) > 1:
+                # The aggregate's message, as sandbox.errors.aggregate_errors builds it.
+                message = RUN_AND_CLEANUP_FAILED if run_failed else CLEANUP_FAILED
+                self.events.append({"type": "cleanup_failed", "message": message})
+            if self.status is TrialStatus.COMPLETED:
+                self.status = TrialStatus.ENVIRONMENT_ERROR
+        self.write_transcript()
+        self.clock.timings["total"] = time.perf_counter() - start
+        if isinstance(run_error, KeyboardInterrupt | SystemExit):
+            raise run_error
+        return self._record(started_at)
+
+    def _run_phases(self) -> None:
+        try:
+            with self.clock.phase("prepare"):
+                self._enter("prepare")
+                spec = self.prepare()
+                self.sandbox = self.settings.make_sandbox(spec)
+                self.settings.track(self.sandbox, running=True)
+            with self.clock.phase("reset"):
+                self._enter("reset")
+                self.reset()
+        except Exception as exc:
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, self.phase)
+            return
+        for view in self.task.views():
+            if not self._run_view(view):
+                break
+        if self.task.steps:
+            rewards = aggregate_rewards(self.steps, self.task.config.multi_step_reward_strategy)
+            self.rewards = rewards or {}
+            self.reward = trial_reward(rewards) if rewards else None
+
+    def _run_view(self, view: Task) -> bool:
+        """Run the task (or one step of it); whether the next step may run."""
+        self.view = view
+        step = view.step
+        if step is not None:
+            self.step_evidence = self.evidence / "steps" / step.name
+            self.steps.append(StepOutcome(name=step.name, index=step.index))
+            self.reward, self.rewards = None, {}
+            try:
+                with self.clock.phase("setup"):
+                    self._enter("setup")
+                    self.stage()
+            except Exception as exc:
+                self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "setup")
+                return self._stop("the step's setup failed")
+        start = time.perf_counter()
+        try:
+            with self.clock.phase("execute"):
+                self._enter("execute")
+                slot = self.settings.agent_slot
+                with slot(self.plan.id) if slot is not None else nullcontext():
+                    self.execute()
+        except SandboxDied as exc:  # the agent's own processes brought the sandbox down
+            self._fail(TrialStatus.AGENT_ERROR, exc, "execute")
+            return self._stop("the sandbox died")
+        except (SandboxError, OSError) as exc:
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "execute")
+            return self._stop("the environment failed")
+        except Exception as exc:
+            self._fail(TrialStatus.AGENT_ERROR, exc, "execute")
+        try:
+            with self.clock.phase("collect"):
+                self._enter("collect")
+                self.collect()
+        except Exception as exc:
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "collect")
+        graded = self._grade()
+        try:
+            self.artifacts()
+        except Exception as exc:
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "artifacts")
+        if step is None:
+            return True
+        outcome = self.steps[-1]
+        outcome.rewards = dict(self.rewards) if graded else None
+        outcome.timings["total"] = time.perf_counter() - start
+        if not graded:
+            return self._stop("the step was not graded")
+        failure = step.config.min_reward_failure(outcome.rewards)
+        if failure is not None:
+            return self._stop(failure)
+        return True
+
+    def _grade(self) -> bool:
+        try:
+            with self.clock.phase("grade"):
+                self._enter("grade")
+                self.grade()
+            return True
+        except (VerifierError, SandboxDied) as exc:
+            self._fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
+        except (SandboxError, OSError) as exc:
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "grade")
+        except Exception as exc:
+            self._fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
+        return False
+
+    def _stop(self, why: str) -> bool:
+        """End the steps here (the remaining ones do not run); False."""
+        if self.steps and self.view.step is not None:
+            remaining = len(self.task.steps) - self.view.step.index - 1
+            if remaining:
+                self.steps[-1].stopped = why
+                self.events.append(
+                    {
+                        "type": "steps_stopped",
+                        "step": self.view.step.name,
+                        "reason": why,
+                        "skipped": [s.name for s in self.task.steps[self.view.step.index + 1 :]],
+                    }
+                )
+        return False
+
+    # -- cleanup --------------------------------------------------------------------------
+
+    def snapshot_session(self) -> None:
+        name = self.settings.agent.session_file
+        if name is None or self.sandbox is None:
+            return
+        data, event = self.sandbox.read_file(
+            f"{self.sandbox.paths.session}/{name}", max_bytes=self.settings.max_evidence_file_bytes
+        )
+        if event is not None:
+            self._record_events([event])
+            if event.kind == "missing":
+                raise SessionFileMissing(f"Agent produced no session file ({name}).")
+            raise SessionFileMissing(
+                f"Session file {name} is a {event.kind}, not a regular file; recorded as tampering"
+            )
+        assert data is not None
+        self.evidence.mkdir(parents=True, exist_ok=True)
+        (self.evidence / "session.jsonl").write_bytes(data)
+
+    def dispose(self) -> None:
+        """Dispose of the agent's per-trial state; its model token is dead by now."""
+        try:
+            self.revoke_model_access()
+        finally:
+            self.settings.agent.dispose()
+
+    def cleanup_steps(self) -> list[CleanupStep]:
+        sandbox = self.sandbox
+        return [
+            CleanupStep("snapshot_session", self.snapshot_session),
+            CleanupStep("dispose", self.dispose),
+            CleanupStep("remove_root", sandbox.stop if sandbox is not None else lambda: None),
+        ]
+
+    # -- persist --------------------------------------------------------------------------
+
+    def write_transcript(self) -> None:
+        """Derive ``transcript.jsonl`` from the session and the model calls (if any)."""
+        try:
+            write_transcript(self.evidence)
+        except Exception as exc:  # evidence is kept as is; the failure is recorded
+            self.events.append(
+                {"type": "transcript_failed", "detail": f"{type(exc).__name__}: {exc}"}
+            )
+
+    def _record(self, started_at: datetime) -> TrialRecord:
+        task = self.task
+        info = dict(self.sandbox_info)
+        backend = str(info.pop("backend", "unknown"))
+        image = info.pop("image", None)
+        extra: dict[str, Any] = {}
+        if task.steps:
+            extra["steps"] = [step.as_record() for step in self.steps]
+        return TrialRecord(
+            id=self.plan.id,
+            task=TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path)),
+            agent=AgentRef(model=self.settings.model, **self.settings.agent.describe()),
+            sandbox=SandboxRef(backend=backend, image=image, **info),
+            rollout=self.plan.rollout,
+            attempt=self.attempt,
+            status=self.status,
+            ok=self.status is TrialStatus.COMPLETED and not self.errors,
+            reward=self.reward,
+            rewards=self.rewards,
+            errors=self.errors,
+            timings=self.clock.timings,
+            usage=usage_of(self.model_usage),
+            versions=dict(self.settings.versions),
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+            evidence_dir=str(self.evidence.relative_to(self.settings.run_dir)),
+            events=self.events,
+            posture=self.posture,
+            verifier_posture=self.verifier_posture,
+            **extra,
+        )
+
+
+def usage_of(usage: TrialUsage | None) -> Usage:
+    """A record's usage from the gateway's totals of a trial."""
+    if usage is None:
+        return Usage()
+    return Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        cost_usd=usage.cost_usd,
+        calls=usage.calls,
+        cached_tokens=usage.cached_tokens,
+        refused_calls=usage.refused,
+    )
+
+
+def _flatten(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for inner in exc.exceptions:
+            out.extend(_flatten(inner))
+        return out
+    return [exc]
+
+
+def run_trial(plan: TrialPlan, settings: TrialSettings, *, attempt: int = 1) -> TrialRecord:
+    """Run one trial to the end and return its record (errors are in the record)."""
+    return _TrialRun(plan, settings, attempt).run()

@@ -1,0 +1,176 @@
+"""A verifier in its own container (``[verifier].environment_mode = "separate"``).
+
+As Harbor does it: a fresh sandbox is built from the tests dir (the step's ``tests/``, else
+the task's), whose image holds ``/tests/test.sh`` itself; it gets nothing of the agent's
+but the declared artifacts (and the ``/logs/artifacts`` convention dir), copied out of the
+agent's sandbox and into it through the same no-follow, size-capped evidence code. It is
+hardened like every sandbox of its backend, graded like any verifier, and removed at once.
+On a backend that builds no images (local), its tests dir is copied in instead.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness.grading import read_rewards
+from harness.tasks import Task
+from harness.tasks.model import Artifact
+from harness.trial.artifacts import Caps, prune_excluded
+from harness.trial.env import grader_env
+from harness.trial.settings import TrialPlan, TrialSettings
+from sandbox.backend import PhaseRequest, PhaseResult, Resources, Sandbox, SandboxSpec
+from sandbox.errors import EnvironmentStartError, SandboxError
+from sandbox.evidence import EvidenceEvent
+
+
+class SeparateVerifier:
+    """One grading pass in a fresh verifier sandbox.
+
+    After :meth:`run`, ``rewards`` holds the rewards (when the verifier produced them),
+    ``events`` the evidence events and ``notes`` what the transfer did (record events).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: TrialSettings,
+        plan: TrialPlan,
+        view: Task,
+        agent_sandbox: Sandbox,
+        evidence: Path,
+        caps: Caps,
+    ) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.view = view
+        self.agent = agent_sandbox
+        self.evidence = evidence
+        self.caps = caps
+        self.rewards: dict[str, float] | None = None
+        self.events: list[EvidenceEvent] = []
+        self.notes: list[dict[str, Any]] = []
+
+    def spec(self) -> SandboxSpec:
+        """The verifier sandbox: its own ``[environment]``, the tests dir as build context."""
+        view = self.view
+        env = view.config.verifier_environment(view.step.config if view.step else None)
+        context = view.verifier_context
+        dockerfile = context / "Dockerfile"
+        return SandboxSpec(
+            trial_id=f"{self.plan.id}-verifier",
+            resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb, storage_mb=env.storage_mb),
+            allow_internet=env.allow_internet,
+            image=env.docker_image,
+            dockerfile=dockerfile if dockerfile.is_file() else None,
+            task_name=f"{view.name}-verifier",
+            workdir=env.workdir,
+            verifier_user=view.verifier_user,
+            protected_paths=(view.path, *self.settings.protected_paths),
+            labels={
+                "org.harness.trial": self.plan.id,
+                "org.harness.task": view.key,
+                "org.harness.role": "verifier",
+            },
+            os=env.os,
+            gpus=env.gpus,
+            gpu_types=tuple(env.gpu_types) if env.gpu_types is not None else None,
+            build_timeout_sec=env.build_timeout_sec,
+            image_tests=True,
+        )
+
+    def run(self) -> PhaseResult:
+        """Build and start the verifier sandbox, hand it the artifacts, grade, remove it.
+
+        Raises:
+            SandboxError: the verifier sandbox could not be made or used.
+            VerifierError: the rewards could not be read.
+        """
+        sandbox = self.settings.make_sandbox(self.spec())
+        self.settings.track(sandbox, running=True)
+        try:
+            try:
+                sandbox.start()
+            except SandboxError as exc:
+                raise type(exc)(f"separate verifier: {exc}") from None
+            self._transfer(sandbox)
+            if not sandbox.builds_images:
+                sandbox.put_dir(
+                    self.view.verifier_context, sandbox.paths.tests, agent_readable=False
+                )
+            result = self._grade(sandbox)
+        finally:
+            self.settings.track(sandbox, running=False)
+            sandbox.stop()
+        return result
+
+    def _grade(self, sandbox: Sandbox) -> PhaseResult:
+        paths = sandbox.paths
+        sandbox.reset_verifier_dir()
+        result = sandbox.run_phase(
+            PhaseRequest(
+                role="verifier",
+                argv=["bash", f"{paths.tests}/test.sh"],
+                env=grader_env(sandbox, self.view, self.plan.id),
+                timeout_sec=self.view.verifier_timeout_sec,
+                max_output_bytes=self.settings.max_output_bytes,
+            )
+        )
+        for source, name in (
+            (f"{paths.logs}/verifier.stdout", "test-stdout.txt"),
+            (f"{paths.logs}/verifier.stderr", "test-stderr.txt"),
+            (paths.verifier, ""),
+        ):
+            self._copy_out(sandbox, source, self.evidence / name if name else self.evidence)
+        if result.error is None and not result.timed_out:
+            _reward, self.rewards, events = read_rewards(sandbox)
+            self.events += events
+        return result
+
+    def _copy_out(self, sandbox: Sandbox, source: str, dest: Path) -> Path:
+        self.events += sandbox.copy_out(
+            source, dest, max_file_bytes=self.caps.file_bytes, max_total_bytes=self.caps.total_bytes
+        )
+        return dest
+
+    def _transfer(self, target: Sandbox) -> None:
+        """Copy the declared artifacts (and the convention dir) from the agent's sandbox."""
+        moves: list[tuple[str, str, list[str]]] = []
+        if self.agent.paths.artifacts and target.paths.artifacts:
+            moves.append((self.agent.paths.artifacts, target.paths.artifacts, []))
+        for artifact in self.view.artifacts:
+            moves.append((artifact.source, self._target_path(artifact, target), artifact.exclude))
+        with tempfile.TemporaryDirectory(prefix="harness-transfer-") as tmp:
+            for index, (source, dest, exclude) in enumerate(moves):
+                parent, _, name = dest.rstrip("/").rpartition("/")
+                staged = Path(tmp) / str(index)
+                note: dict[str, Any] = {"type": "verifier_input", "source": source, "dest": dest}
+                try:
+                    copied = self._copy_out(self.agent, source, staged / (name or "root"))
+                    prune_excluded(copied, exclude)
+                    if not copied.exists():
+                        note["status"] = "missing"
+                    elif copied.is_dir():
+                        target.upload(copied, dest, owner="verifier")
+                        note["status"] = "ok"
+                    else:  # a file: upload its dir into the target's parent dir
+                        target.upload(staged, parent or "/", owner="verifier")
+                        note["status"] = "ok"
+                except SandboxError as exc:
+                    note.update(status="failed", detail=str(exc))
+                self.notes.append(note)
+        failed = [n for n in self.notes if n.get("status") == "failed"]
+        if failed and len(failed) == len(moves) and moves and self.view.artifacts:
+            raise EnvironmentStartError(
+                "separate verifier: no artifact could be copied in: "
+                + "; ".join(f"{n['source']}: {n.get('detail')}" for n in failed)
+            )
+
+    def _target_path(self, artifact: Artifact, target: Sandbox) -> str:
+        """Where an artifact goes: its own path, the workspace mapped to the target's."""
+        source = artifact.source.rstrip("/") or "/"
+        workspace = self.agent.paths.workspace.rstrip("/")
+        if source == workspace or source.startswith(workspace + "/"):
+            return target.paths.workspace.rstrip("/") + source[len(workspace) :]
+        return source

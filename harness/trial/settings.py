@@ -1,0 +1,100 @@
+"""What a trial is given: its plan, the settings every trial of a run shares, its clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.agents.kinds import Agent
+from harness.gateway import TrialGateway
+from harness.tasks import Task
+from sandbox.backend import Sandbox, SandboxSpec
+
+SandboxFactory = Callable[[SandboxSpec], Sandbox]
+
+#: Free bytes below which a trial's storage counts as filled.
+STORAGE_FULL_SLACK = 1 << 20
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One planned trial: a task, a rollout index and a stable id."""
+
+    id: str
+    task: Task
+    rollout: int
+
+
+@dataclass
+class TrialSettings:
+    """What every trial of a run shares."""
+
+    run_dir: Path
+    agent: Agent
+    make_sandbox: SandboxFactory
+    model: str | None = None
+    versions: Mapping[str, str] = field(default_factory=dict)
+    #: Secrets given to the agent phase's environment (e.g. a per-trial gateway token).
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: Host paths the agent must never read (task sources, the output dir).
+    protected_paths: tuple[Path, ...] = ()
+    #: Host paths the local sandbox shows read-only (``expose``).
+    expose: tuple[Path, ...] = ()
+    max_evidence_file_bytes: int = 16 << 20
+    max_evidence_total_bytes: int = 64 << 20
+    max_output_bytes: int = 4 << 20
+    cancel: threading.Event = field(default_factory=threading.Event)
+    on_phase: Callable[[str, str], None] | None = None
+    #: The run's model gateway, when a model was selected (per-trial tokens and sockets):
+    #: the gateway itself, or on a Ray worker a relay to the driver's.
+    gateway: TrialGateway | None = None
+    #: Bounds agent phases across the run's trials: ``agent_slot(trial_id)`` is held
+    #: around the execute phase (``agent_concurrency``); None means no bound.
+    agent_slot: Callable[[str], AbstractContextManager[object]] | None = None
+    _active: set[Sandbox] = field(default_factory=set, repr=False)
+    _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def track(self, sandbox: Sandbox | None, *, running: bool) -> None:
+        """Register (or forget) a running trial's sandbox, so an abort can reach it."""
+        if sandbox is None:
+            return
+        with self._active_lock:
+            if running:
+                self._active.add(sandbox)
+            else:
+                self._active.discard(sandbox)
+
+    def abort_all(self) -> None:
+        """Cancel the run and kill every running trial's sandbox now (any thread)."""
+        self.cancel.set()
+        with self._active_lock:
+            active = list(self._active)
+        for sandbox in active:
+            try:
+                sandbox.abort()
+            except Exception:  # best effort: each trial's cleanup still removes it
+                pass
+
+
+class Clock:
+    """Seconds spent per phase name (a phase entered twice, e.g. per step, adds up)."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block under ``name``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to ``name``."""
+        self.timings[name] = self.timings.get(name, 0.0) + seconds

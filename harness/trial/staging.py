@@ -1,0 +1,148 @@
+"""Making the sandbox ready for an agent: prepare, reset and, per step, stage.
+
+- prepare: the sandbox's spec (resources, image, users, compose file, MCP servers), the
+  trial's model-gateway access;
+- reset: the sandbox started, the task's healthcheck waited on, its skills copied in;
+- stage (each step of a multi-step task): nothing of the last grading left, the step's
+  ``workdir/`` uploaded and its ``setup.sh`` run as the agent, the step's healthcheck.
+"""
+
+from __future__ import annotations
+
+from harness.trial.env import grader_env
+from harness.trial.healthcheck import wait_healthy
+from harness.trial.state import TrialState
+from sandbox.backend import PhaseRequest, PhaseResult, Resources, SandboxSpec
+from sandbox.errors import PermanentStartError, SandboxError
+from sandbox.seeding import Fixture, collect_fixture_dir
+
+
+class StepSetupFailed(SandboxError):
+    """A step's ``workdir/setup.sh`` failed: the step's agent never ran."""
+
+
+class Staging(TrialState):
+    """The steps that make the sandbox ready for the agent."""
+
+    def prepare(self) -> SandboxSpec:
+        """The sandbox's spec; opens the trial's model access when the agent uses one."""
+        fixtures: dict[str, Fixture] = {}
+        if self.task.workspace_dir is not None:
+            fixtures = collect_fixture_dir(self.task.workspace_dir)
+        env_cfg = self.task.config.environment
+        gateway, agent = self.settings.gateway, self.settings.agent
+        if gateway is not None and agent.model_use != "none":
+            self.access = gateway.open_trial(
+                self.plan.id, self.task.name, self.evidence / "model_calls.jsonl"
+            )
+        # Only a sandboxed agent gets the socket; a trusted in-process agent calls directly.
+        socket = None if self.access is None else agent.gateway_socket(self.access.socket_path)
+        return SandboxSpec(
+            gateway_socket=socket,
+            trial_id=self.plan.id,
+            fixtures=fixtures,
+            resources=Resources(
+                cpus=env_cfg.cpus, memory_mb=env_cfg.memory_mb, storage_mb=env_cfg.storage_mb
+            ),
+            allow_internet=env_cfg.allow_internet,
+            image=env_cfg.docker_image,
+            dockerfile=self.task.dockerfile,
+            task_name=self.task.name,
+            workdir=env_cfg.workdir,
+            agent_user=self.task.views()[0].agent_user,
+            verifier_user=self.task.config.verifier.user,
+            protected_paths=(self.task.path, *self.settings.protected_paths),
+            expose=self.settings.expose,
+            labels={"org.harness.trial": self.plan.id, "org.harness.task": self.task.key},
+            os=env_cfg.os,
+            gpus=env_cfg.gpus,
+            gpu_types=tuple(env_cfg.gpu_types) if env_cfg.gpu_types is not None else None,
+            build_timeout_sec=env_cfg.build_timeout_sec,
+            compose_file=self.task.compose_file,
+            workload_env=dict(env_cfg.env),
+            mcp_servers=tuple(server.name for server in env_cfg.mcp_servers),
+        )
+
+    def reset(self) -> None:
+        """Start the sandbox, wait for the healthcheck, copy the skills in."""
+        sandbox = self.sandbox
+        assert sandbox is not None
+        sandbox.start()
+        self.sandbox_info = sandbox.describe()
+        check = self.task.config.environment.healthcheck
+        if check is not None:
+            with self.clock.phase("healthcheck"):
+                wait_healthy(
+                    sandbox,
+                    check,
+                    grader_env(sandbox, self.task, self.plan.id),
+                    cancel=self.settings.cancel,
+                )
+        skills = self.task.config.environment.skills_dir
+        if skills is not None:
+            caps = self.caps
+            try:
+                events = sandbox.copy_within(
+                    skills,
+                    f"{sandbox.paths.home}/skills",
+                    max_file_bytes=caps.file_bytes,
+                    max_total_bytes=caps.total_bytes,
+                )
+            except SandboxError as exc:
+                raise PermanentStartError(
+                    f"[environment].skills_dir = {skills!r}: {exc} (it names a directory of "
+                    "the task's image)"
+                ) from None
+            self._record_events(events)
+
+    def stage(self) -> None:
+        """A step's own files: nothing of the last step's grading, its workdir, its setup."""
+        sandbox = self.sandbox
+        assert sandbox is not None
+        step = self.view.step
+        assert step is not None
+        paths = sandbox.paths
+        for path in (paths.tests, paths.solution):
+            sandbox.reset_dir(path)
+        sandbox.reset_verifier_dir()
+        if step.workdir_dir is not None:
+            sandbox.upload(step.workdir_dir, paths.workspace, owner="agent")
+        if step.setup_script is not None:
+            result = sandbox.run_phase(
+                PhaseRequest(
+                    role="agent",
+                    argv=["bash", f"{paths.workspace}/setup.sh"],
+                    env=self._agent_env({}),
+                    timeout_sec=self.view.agent_timeout_sec,
+                    max_output_bytes=self.settings.max_output_bytes,
+                    log_name="setup",
+                )
+            )
+            self._phase_events("setup", result)
+            if result.error is not None or result.timed_out or result.exit_code != 0:
+                self._copy(f"{paths.logs}/setup.stdout", self.step_evidence / "setup.log")
+                self._copy(f"{paths.logs}/setup.stderr", self.step_evidence / "setup.stderr.log")
+                raise StepSetupFailed(
+                    f"step {step.name}: setup.sh failed ({_how(result)}); see setup.log"
+                )
+        if self.view.healthcheck is not None:
+            wait_healthy(
+                sandbox,
+                self.view.healthcheck,
+                grader_env(sandbox, self.view, self.plan.id),
+                cancel=self.settings.cancel,
+                name=f"healthcheck-{step.name}",
+            )
+
+
+def _how(result: PhaseResult) -> str:
+    if result.error is not None:
+        return f"{result.error.get('type')}: {result.error.get('message')}"
+    if result.timed_out:
+        return "timed out"
+    if result.signal is not None:
+        return f"killed by signal {result.signal}"
+    return f"exit code {result.exit_code}"
+
+
+__all__ = ["StepSetupFailed", "Staging"]

@@ -1,0 +1,134 @@
+"""The state of one running trial, and the helpers every step of its life uses.
+
+:class:`TrialState` is the base of the trial's steps (:mod:`~harness.trial.staging`,
+:mod:`~harness.trial.agent_phase`, :mod:`~harness.trial.grade`), which
+:mod:`~harness.trial.lifecycle` runs top to bottom. A failure is recorded, never raised
+past the trial: :meth:`TrialState._fail` sets the status (the first failure decides it) and
+appends the error, to the current step's outcome too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.errors import TrialCancelled
+from harness.gateway import TrialAccess, TrialUsage
+from harness.records import TrialError, TrialStatus
+from harness.tasks import Task
+from harness.trial.artifacts import Caps
+from harness.trial.env import agent_env
+from harness.trial.settings import Clock, TrialPlan, TrialSettings
+from harness.trial.steps import StepOutcome
+from sandbox.backend import PhaseResult, Sandbox
+from sandbox.evidence import EvidenceEvent
+
+
+def trial_error(exc: BaseException, phase: str, step: str | None = None) -> TrialError:
+    """The record's form of ``exc``, raised in ``phase`` (of ``step``, in a multi-step task)."""
+    fields: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc) or repr(exc)}
+    if not getattr(exc, "retryable", True):
+        fields["retryable"] = False
+    if step is not None:
+        fields["step"] = step
+    return TrialError.model_validate({**fields, "phase": phase})
+
+
+class TrialState:
+    """The mutable state of one running trial, and what every step of its life uses."""
+
+    def __init__(self, plan: TrialPlan, settings: TrialSettings, attempt: int) -> None:
+        self.plan = plan
+        self.task = plan.task
+        self.settings = settings
+        self.attempt = attempt
+        self.clock = Clock()
+        self.status = TrialStatus.COMPLETED
+        self.errors: list[TrialError] = []
+        self.events: list[dict[str, Any]] = []
+        self.reward: float | None = None
+        self.rewards: dict[str, float] = {}
+        self.posture: dict[str, Any] | None = None
+        self.verifier_posture: dict[str, Any] | None = None
+        self.sandbox: Sandbox | None = None
+        self.sandbox_info: dict[str, Any] = {"backend": "unknown"}
+        self.evidence = settings.run_dir / "trials" / plan.id
+        self.phase = "prepare"
+        self.access: TrialAccess | None = None
+        self.model_usage: TrialUsage | None = None
+        #: The task, or the step, running now; and where its evidence goes.
+        self.view: Task = plan.task
+        self.step_evidence = self.evidence
+        self.steps: list[StepOutcome] = []
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    @property
+    def step_name(self) -> str | None:
+        """The name of the step running now (None for a single-step task)."""
+        return self.view.step.name if self.view.step is not None else None
+
+    def _enter(self, phase: str) -> None:
+        self.phase = phase
+        if self.settings.on_phase is not None:
+            self.settings.on_phase(self.plan.id, phase)
+        if phase in ("execute", "grade") and self.settings.cancel.is_set():
+            # Interrupted: no agent starts and nothing is graded; the cleanup still runs.
+            raise TrialCancelled(f"run interrupted before the {phase} phase")
+
+    def _fail(self, status: TrialStatus, exc: BaseException, phase: str) -> None:
+        if self.status is TrialStatus.COMPLETED:
+            # An error while the run is being interrupted is the interruption's doing.
+            self.status = TrialStatus.CANCELLED if self.settings.cancel.is_set() else status
+        error = trial_error(exc, phase, self.step_name)
+        self.errors.append(error)
+        if self.steps:
+            self.steps[-1].errors.append(error.model_dump(mode="json"))
+
+    def _record_events(self, events: list[EvidenceEvent]) -> None:
+        self.events.extend(e.as_dict() for e in events)
+
+    def _phase_events(self, role: str, result: PhaseResult) -> None:
+        step = {"step": self.step_name} if self.step_name is not None else {}
+        if result.survivors:
+            self.events.append(
+                {
+                    "type": "survivors",
+                    "phase": role,
+                    "detail": "processes outlived the phase and were killed before grading",
+                    "processes": result.survivors[:50],
+                    **step,
+                }
+            )
+        if result.output_truncated:
+            self.events.append(
+                {
+                    "type": "output_truncated",
+                    "phase": role,
+                    "stdout_bytes": result.stdout_bytes,
+                    "stderr_bytes": result.stderr_bytes,
+                    **step,
+                }
+            )
+
+    @property
+    def caps(self) -> Caps:
+        """The evidence size caps of every copy out of a sandbox."""
+        return Caps(self.settings.max_evidence_file_bytes, self.settings.max_evidence_total_bytes)
+
+    def _copy(self, path: str, dest: Path, sandbox: Sandbox | None = None) -> None:
+        source = sandbox or self.sandbox
+        assert source is not None
+        caps = self.caps
+        self._record_events(
+            source.copy_out(
+                path, dest, max_file_bytes=caps.file_bytes, max_total_bytes=caps.total_bytes
+            )
+        )
+
+    def _agent_env(self, extra: dict[str, str]) -> dict[str, str]:
+        assert self.sandbox is not None
+        return agent_env(self.sandbox, self.view, self.plan.id, extra)
+
+
+__all__ = ["TrialState", "trial_error"]

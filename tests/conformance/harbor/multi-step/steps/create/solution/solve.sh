@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+cat /app/word.txt > /app/notes.txt
