@@ -97,7 +97,6 @@ class RayCluster:
             ]
         else:
             args += [f"--address={self.address}"]
-        before = self.alive_nodes()
         proc = subprocess.Popen(
             args,
             env=self.env(),
@@ -112,7 +111,7 @@ class RayCluster:
             raise RuntimeError(f"ray start failed:\n{output.decode(errors='replace')}")
         if self.address is None:
             self.address = self._read_address()
-        self.wait_for_nodes(before + 1, timeout=timeout)
+        self.wait_for_node(ip, timeout=timeout)
         return node
 
     def _read_address(self) -> str:
@@ -121,13 +120,13 @@ class RayCluster:
             path = Path("/tmp/ray/ray_current_cluster")
         return path.read_text().strip()
 
-    def alive_nodes(self) -> int:
-        """Alive nodes, as the head's GCS sees them (0 before the head starts)."""
+    def alive_addresses(self) -> set[str]:
+        """The addresses of the alive nodes, as the head's GCS sees them (none before it)."""
         if self.address is None:
-            return 0
+            return set()
         code = (
             "import ray,sys;ray.init(address=sys.argv[1],logging_level='ERROR');"
-            "print(sum(1 for n in ray.nodes() if n['Alive']))"
+            "print(' '.join(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']))"
         )
         out = subprocess.run(
             [sys.executable, "-c", code, self.address],
@@ -137,13 +136,18 @@ class RayCluster:
             timeout=120,
         )
         lines = out.stdout.strip().splitlines()
-        return int(lines[-1]) if lines and lines[-1].isdigit() else 0
+        return set(lines[-1].split()) if lines else set()
 
-    def wait_for_nodes(self, count: int, *, timeout: float = 60) -> None:
+    def wait_for_node(self, ip: str, *, timeout: float = 60) -> None:
+        """Wait until the node at ``ip`` is alive.
+
+        By address, not by count: a node killed just before may still count as alive
+        until the head notices, and then stop counting while the new one starts.
+        """
         deadline = time.monotonic() + timeout
-        while self.alive_nodes() < count:
+        while ip not in self.alive_addresses():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"fewer than {count} Ray nodes alive after {timeout}s")
+                raise TimeoutError(f"the Ray node at {ip} is not alive after {timeout}s")
             time.sleep(1)
 
     def stop(self) -> None:
