@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import tempfile
 import time
@@ -27,6 +28,10 @@ from docker_support import docker_client, require_image
 from ray_cluster import RayCluster
 
 WORKER_IP = "127.0.0.3"
+CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance" / "harbor"
+TEST_WHO = (
+    '#!/bin/bash\n[ "$WHO" = driver ] && r=1 || r=0\necho $r > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
+)
 SLEEPER = "bash -c 'sleep {seconds}; echo done > $HARNESS_WORKSPACE/done.txt'"
 TEST_DONE = (
     '#!/bin/bash\n[ -f "$HARNESS_WORKSPACE/done.txt" ] && r=1 || r=0\n'
@@ -146,16 +151,25 @@ def test_tasks_the_cluster_cannot_hold_or_that_want_a_network_are_refused(
     tasks = tmp_path / "tasks"
     make_task_dir(tasks, "net", toml=toml.format(name="net", line="allow_internet = true"))
     make_task_dir(tasks, "big", toml=toml.format(name="big", line="cpus = 64"))
+    make_task_dir(tasks, "gpu", toml=toml.format(name="gpu", line="gpus = 1"))
+    shutil.copytree(CONFORMANCE / "compose-mcp", tasks / "compose-mcp")
     out = tmp_path / "runs"
     code, output = harness(cluster, tasks, "--agent", "oracle", "-o", out, timeout=120)
     assert code == 2, output
     assert "allow_internet = true is refused with --executor ray" in output
     assert "cpus = 64, but no node of the Ray cluster has more than 2 CPUs" in output
+    assert "gpus = 1, but no node of the Ray cluster has more than 0 GPUs" in output
+    assert "docker-compose.yaml: compose sidecars (and MCP servers among them) are" in output
     assert not out.exists() or not any(out.iterdir())
     code, output = harness(
         cluster, EXAMPLES, "--agent", "oracle", "--agent-concurrency", "1", "-o", out
     )
     assert code == 2 and "--agent-concurrency applies to --executor local only" in output
+    code, output = harness(
+        cluster, EXAMPLES, "--agent", "oracle", "--set", f"sandbox.expose=[\"{tmp_path}\"]",
+        "-o", out,
+    )  # fmt: skip
+    assert code == 2 and "sandbox.expose is refused with --executor ray" in output
 
 
 @pytest.mark.docker
@@ -175,6 +189,54 @@ def test_the_examples_run_on_the_worker_node_in_docker(cluster: RayCluster, tmp_
         assert record["sandbox"]["image"], "the image built on the worker node is named"
     assert labelled("docker-builtin") == []
     assert not node_dirs("docker-builtin")
+
+
+@pytest.mark.docker
+def test_harbor_tasks_run_the_same_lifecycle_on_the_worker_node(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    """Multi-step, a separate verifier, artifacts and task keys, as tests/e2e/test_harbor_*
+    check them locally; env templates take the driver's environment, not the node's."""
+    require_image(docker_client())
+    tasks = tmp_path / "tasks"
+    for name in ("multi-step", "separate-verifier", "task-keys"):
+        shutil.copytree(CONFORMANCE / name, tasks / name)
+    make_task_dir(
+        tasks, "driver-env", test_sh=TEST_WHO,
+        toml='[task]\nname = "e2e/driver-env"\n[verifier]\nenv = { WHO = "${RAY_E2E_WHO}" }\n',
+    )  # fmt: skip
+    assert "RAY_E2E_WHO" not in cluster.env(), "the worker node must not have it"
+    out = tmp_path / "runs"
+    running = start_cli(
+        "run", tasks, "--agent", "oracle", "--sandbox", "docker", "-j", "2", "-o", out,
+        "--run-name", "harbor", "--executor", "ray", "--ray-address", str(cluster.address),
+        "--display", "plain", env={**cluster.env(), "RAY_E2E_WHO": "driver"},
+    )  # fmt: skip
+    result = running.wait(600)
+    assert result.code == 0, str(result)
+    run = read_run_dir(out / "harbor")
+    records = {r["task"]["path"].rsplit("/", 1)[-1]: r for r in run.records}
+    assert sorted(records) == ["driver-env", "multi-step", "separate-verifier", "task-keys"]
+    for name, record in records.items():
+        assert record["status"] == "completed" and record["reward"] == 1.0, (name, record)
+        assert record["sandbox"]["node"] == WORKER_IP
+    multi = records["multi-step"]
+    assert [(s["name"], s["reward"]) for s in multi["steps"]] == [("create", 1.0), ("extend", 1.0)]
+    evidence = run.evidence(multi)
+    for step in ("create", "extend"):
+        assert (evidence / "steps" / step / "verifier" / "reward.txt").read_text().strip() == "1"
+    manifest = json.loads((evidence / "steps/create/artifacts/manifest.json").read_text())
+    assert [entry["status"] for entry in manifest] == ["ok"]
+    separate = records["separate-verifier"]
+    inputs = [e for e in separate["events"] if e["type"] == "verifier_input"]
+    assert [(e["source"], e["status"]) for e in inputs] == [
+        ("/logs/artifacts", "missing"),
+        ("/app/answer.txt", "ok"),
+        ("/app/report", "ok"),
+    ]
+    assert (run.evidence(separate) / "artifacts" / "manifest.json").is_file()
+    assert labelled("harbor") == [], "a trial or verifier container was left"
+    assert not node_dirs("harbor")
 
 
 @pytest.mark.docker

@@ -1,4 +1,5 @@
-"""The executor seam: the registry, [executor] in the config, the local executor in a run."""
+"""The executor seam: the registry, [executor] in the config, the local executor in a run,
+and what a Ray worker makes of a job."""
 
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ from harness.config import config_diff, resolve_config
 from harness.errors import PluginError
 from harness.executors import LocalExecutor, TrialExecutor
 from harness.executors.ray import RayExecutor
-from harness.executors.ray.jobs import pack_dir, unpack_dir
+from harness.executors.ray.jobs import BridgeAddress, TrialJob, pack_dir, unpack_dir
+from harness.executors.ray.worker import materialize_task
 from harness.plugins import EXECUTORS, open_executor
 from harness.records import TrialRecord
 from harness.runner.scheduler import TrialRunner
+from harness.tasks import load_task
+from harness.tasks.env_templates import env_tables, resolve_task_env
 from harness.trial import TrialPlan, TrialSettings
+
+CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance" / "harbor"
 
 
 def test_the_built_in_executors_are_registered_through_entry_points() -> None:
@@ -114,3 +120,34 @@ def test_evidence_archives_cannot_write_outside_their_dir(tmp_path: Path) -> Non
     with pytest.raises(tarfile.TarError):
         unpack_dir(buffer.getvalue(), tmp_path / "hostile")
     assert not (tmp_path / "escaped.txt").exists() and not Path("/abs.txt").exists()
+
+
+def test_a_worker_takes_the_task_env_the_driver_resolved_not_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``${VAR}`` is resolved from the run's environment: a worker node's is another."""
+    source = load_task(CONFORMANCE / "multi-step")
+    driver = resolve_task_env(source, {"HARNESS_CONFORMANCE_GREETING": "from-the-driver"})
+    monkeypatch.setenv("HARNESS_CONFORMANCE_GREETING", "from-the-node")
+    job = TrialJob(
+        run_name="r",
+        config="{}",
+        versions={},
+        trial_id="multi-step.r0",
+        rollout=0,
+        attempt=1,
+        task_key="the-driver-key",
+        task_hash=driver.hash,
+        task_dirname=driver.path.name,
+        task_env=env_tables(driver),
+        bridge=BridgeAddress("127.0.0.1", 1, "ticket"),
+    )
+    home = tmp_path / "node"
+    home.mkdir()
+    task = materialize_task(home, job, pack_dir(driver.path))
+    assert task.path.is_relative_to(home) and task.hash == driver.hash
+    assert task.key == "the-driver-key"
+    assert env_tables(task) == env_tables(driver)
+    assert task.config.verifier.env == {"GREETING": "from-the-driver"}
+    assert [view.verifier_env for view in task.views()] == [{"GREETING": "from-the-driver"}] * 2
+    assert [step.name for step in task.steps] == ["create", "extend"]

@@ -29,6 +29,7 @@ from harness.executors.ray.jobs import TrialJob, TrialResult, pack_dir, unpack_d
 from harness.executors.ray.worker import abort_node, clean_node, prepare_node, run_job
 from harness.records import AgentRef, SandboxRef, TaskRef, TrialError, TrialRecord, TrialStatus
 from harness.tasks import Task
+from harness.tasks.env_templates import env_tables
 from harness.transcript import write_transcript
 from harness.trial import TrialPlan, TrialSettings, usage_of
 
@@ -52,6 +53,12 @@ class RayExecutor(TrialExecutor):
             raise UsageError(
                 "--agent-concurrency applies to --executor local only: on Ray, each trial "
                 "holds its task's cpus and memory on its node for its whole run"
+            )
+        if config.sandbox.expose:
+            raise UsageError(
+                "sandbox.expose is refused with --executor ray: it names paths of this "
+                "machine, and a worker node's sandbox would show that node's own files under "
+                "them (its task copies among them); run with --executor local"
             )
         if config.executor.ray_address is None:
             # A private one-node cluster needs no other address than loopback: Ray reads
@@ -98,30 +105,16 @@ class RayExecutor(TrialExecutor):
         return [node for node in self._ray.nodes() if node.get("Alive")]
 
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
-        """Tasks no node can hold, and tasks that want a network (Ray's ports are open)."""
+        """Tasks no node can hold, and tasks whose sandbox would have a network."""
         nodes = self._nodes()
-        cpus = max((float(n["Resources"].get("CPU", 0)) for n in nodes), default=0.0)
-        memory = max((int(n["Resources"].get("memory", 0)) for n in nodes), default=0) >> 20
+        most = {
+            resource: max((float(n["Resources"].get(resource, 0)) for n in nodes), default=0.0)
+            for resource in ("CPU", "GPU", "memory")
+        }
         problems = []
         for task in tasks:
-            env, where = task.config.environment, task.path / "task.toml"
-            if env.cpus > cpus:
-                problems.append(
-                    f"{where}: [environment].cpus = {env.cpus:g}, but no node of the Ray "
-                    f"cluster has more than {cpus:g} CPUs; lower it or add a bigger node"
-                )
-            if env.memory_mb > memory:
-                problems.append(
-                    f"{where}: [environment].memory_mb = {env.memory_mb}, but no node of the "
-                    f"Ray cluster offers more than {memory} MB; lower it or add a bigger node"
-                )
-            if env.allow_internet:
-                problems.append(
-                    f"{where}: [environment].allow_internet = true is refused with --executor "
-                    "ray: a sandbox with a network could reach the cluster's Ray ports, which "
-                    "take jobs without authentication (docs/scale-out.md); run it with "
-                    "--executor local"
-                )
+            problems += _unplaceable(task, most["CPU"], int(most["memory"]) >> 20, most["GPU"])
+            problems += _networked(task)
         return problems
 
     def start(self, settings: TrialSettings, log: Callable[[str], None]) -> None:
@@ -204,6 +197,7 @@ class RayExecutor(TrialExecutor):
             task_key=task.key,
             task_hash=task.hash,
             task_dirname=task.path.name,
+            task_env=env_tables(task),
             bridge=address,
             model=access.model if access is not None else agent.model,
             gateway_token=access.token if access is not None else None,
@@ -213,6 +207,7 @@ class RayExecutor(TrialExecutor):
             env = task.config.environment
             ref = self._run_job.options(
                 num_cpus=float(env.cpus),
+                num_gpus=env.gpus,
                 memory=int(env.memory_mb) << 20,
                 max_retries=0,
                 name=f"trial {plan.id}",
@@ -340,6 +335,49 @@ class RayExecutor(TrialExecutor):
             self._archives.clear()
             self._ray.shutdown()
         return leaked
+
+
+def _unplaceable(task: Task, cpus: float, memory_mb: int, gpus: float) -> list[str]:
+    """Why no node of the cluster (``cpus``, ``memory_mb``, ``gpus`` at most) can hold ``task``."""
+    env, where = task.config.environment, task.path / "task.toml"
+    problems = []
+    if env.cpus > cpus:
+        problems.append(
+            f"{where}: [environment].cpus = {env.cpus:g}, but no node of the Ray "
+            f"cluster has more than {cpus:g} CPUs; lower it or add a bigger node"
+        )
+    if env.memory_mb > memory_mb:
+        problems.append(
+            f"{where}: [environment].memory_mb = {env.memory_mb}, but no node of the "
+            f"Ray cluster offers more than {memory_mb} MB; lower it or add a bigger node"
+        )
+    if env.gpus > gpus:
+        problems.append(
+            f"{where}: [environment].gpus = {env.gpus}, but no node of the Ray cluster has "
+            f"more than {gpus:g} GPUs; add a node with GPUs (`ray start --num-gpus N`) or "
+            "run it with --executor local on a machine that has them"
+        )
+    return problems
+
+
+def _networked(task: Task) -> list[str]:
+    """Why ``task``'s sandbox would have a network on a worker node (refused: Ray's ports)."""
+    where = task.path / "task.toml"
+    problems = []
+    if task.config.environment.allow_internet:
+        problems.append(
+            f"{where}: [environment].allow_internet = true is refused with --executor ray: a "
+            "sandbox with a network could reach the cluster's Ray ports, which take jobs "
+            "without authentication (docs/scale-out.md); run it with --executor local"
+        )
+    if task.compose_file is not None:
+        problems.append(
+            f"{task.compose_file}: compose sidecars (and MCP servers among them) are refused "
+            "with --executor ray: the trial's containers share a network, and a container "
+            "on even an internal Docker network reaches its node's own ports, Ray's among "
+            "them (docs/scale-out.md); run the task with --executor local"
+        )
+    return problems
 
 
 def _cancelled(message: str) -> tuple[TrialStatus, TrialError]:

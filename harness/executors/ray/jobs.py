@@ -54,6 +54,9 @@ class TrialJob:
         task_key: The task's key on the driver (the worker's copy keeps it).
         task_hash: The task's content hash (the worker's copy must match it).
         task_dirname: The task dir's name (its default name).
+        task_env: The task's env tables as the driver resolved them from its environment
+            (by :func:`~harness.tasks.env_templates.env_tables` name): a worker node's
+            environment is not the run's.
         bridge: The driver's bridge and this attempt's ticket.
         model: The run's model spec (names its key variable, never holds a key).
         gateway_token: The trial's gateway token, when the agent uses the model.
@@ -68,6 +71,7 @@ class TrialJob:
     task_key: str
     task_hash: str
     task_dirname: str
+    task_env: dict[str, dict[str, str]] = field(repr=False)
     bridge: BridgeAddress
     model: ModelSpec | None = None
     gateway_token: str | None = field(default=None, repr=False)

@@ -37,6 +37,7 @@ from harness.executors.ray.jobs import (
 from harness.executors.ray.relay import DriverLink, RelayedGateway, Watch
 from harness.plugins import SANDBOXES, build_agent
 from harness.tasks import Task, load_task
+from harness.tasks.env_templates import map_env_tables
 from harness.trial import TrialPlan, TrialSettings, run_trial
 
 
@@ -87,6 +88,9 @@ atexit.register(release_held)
 def materialize_task(home: Path, job: TrialJob, archive: bytes) -> Task:
     """The job's task, unpacked under the node's run dir once per content hash.
 
+    Its env tables are the driver's (``${VAR}`` resolved from the run's environment,
+    never this node's), and its key the driver's.
+
     Raises:
         TaskError: The unpacked copy does not hash to the driver's (a damaged transfer).
     """
@@ -101,6 +105,7 @@ def materialize_task(home: Path, job: TrialJob, archive: bytes) -> Task:
     task = load_task(target)
     if task.hash != job.task_hash:
         raise TaskError(target, f"the copy on this node hashes to {task.hash}, not {job.task_hash}")
+    task = map_env_tables(task, lambda _table, name: dict(job.task_env[name]))
     return dataclasses.replace(task, key=job.task_key)
 
 
