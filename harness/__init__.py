@@ -22,6 +22,7 @@ from harness.api import RunResults, check, load_run, resume, run
 from harness.config import (
     AgentConfig,
     BudgetConfig,
+    ExecutorConfig,
     RetryConfig,
     RunConfig,
     SandboxConfig,
@@ -61,6 +62,7 @@ __all__ = [
     "RunStart",
     "RunStopped",
     "SandboxAgent",
+    "ExecutorConfig",
     "SandboxConfig",
     "SandboxError",
     "TaskSetError",

@@ -18,7 +18,7 @@ from harness.cli.docker_cmds import doctor, images_app, sandbox_app
 from harness.cli.experiment_cmd import experiment
 from harness.cli.export_cmd import export
 from harness.cli.models_cmd import models_app
-from harness.cli.plugins_cmd import agents_app, sandbox_list
+from harness.cli.plugins_cmd import agents_app, executors_app, sandbox_list
 from harness.cli.regrade_cmd import regrade_cmd
 from harness.cli.report_cmd import report, view
 from harness.cli.run_cmd import run
@@ -64,6 +64,7 @@ app.command("report")(report)
 app.command("view")(view)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(agents_app, name="agents")
+app.add_typer(executors_app, name="executors")
 app.add_typer(models_app, name="models")
 app.add_typer(images_app, name="images")
 app.add_typer(sandbox_app, name="sandbox")

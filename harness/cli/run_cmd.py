@@ -90,6 +90,8 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         sandbox__runtime=values.get("runtime"),
         sandbox__base_aliases=values.get("base_alias"),
         sandbox__pull=values.get("pull"),
+        executor__name=values.get("executor"),
+        executor__ray_address=values.get("ray_address"),
         retry__max_retries=values.get("max_retries"),
         model=values.get("model"),
         models=_absolute(values.get("models")),
@@ -194,6 +196,22 @@ def run(
         typer.Option(
             "--skip-invalid/--no-skip-invalid",
             help="Run the valid tasks of a set and list the invalid ones (default: refuse).",
+        ),
+    ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help="Where trials run: local (this process, the default) or ray (a Ray task per "
+            "trial; `pip install 'harness[ray]'`).",
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            help="Ray cluster for --executor ray: HOST:PORT of its head, or auto (default: a "
+            "private one-node cluster).",
         ),
     ] = None,
     rollouts: Annotated[

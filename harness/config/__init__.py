@@ -1,7 +1,7 @@
 """The run configuration: sections, layers, the saved ``config.toml``, 0.1's flat keys.
 
-``[agent]``, ``[sandbox]``, ``[tasks]``, ``[retry]`` and ``[budget]`` are sections of
-:class:`RunConfig`; the run-level keys (``model``, ``rollouts``, ``concurrency``...) sit
+``[agent]``, ``[sandbox]``, ``[executor]``, ``[tasks]``, ``[retry]`` and ``[budget]`` are
+sections of :class:`RunConfig`; the run-level keys (``model``, ``rollouts``, ``concurrency``...) sit
 beside them. See ``docs/configuration.md``.
 """
 
@@ -25,6 +25,7 @@ from harness.config.legacy import LEGACY_KEYS
 from harness.config.model import (
     AgentConfig,
     BudgetConfig,
+    ExecutorConfig,
     RetryConfig,
     RunConfig,
     SandboxConfig,
@@ -40,6 +41,7 @@ __all__ = [
     "AgentConfig",
     "BudgetConfig",
     "ConfigError",
+    "ExecutorConfig",
     "RetryConfig",
     "RunConfig",
     "SandboxConfig",

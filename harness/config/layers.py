@@ -37,8 +37,13 @@ from harness.records.atomic import write_bytes_atomic
 CONFIG_FILENAME = "config.toml"
 """Name of the resolved config inside a run dir."""
 
-RESUME_FREE_KEYS: tuple[str, ...] = ("concurrency", "agent_concurrency")
-"""Config keys that may differ on ``--resume`` (they change speed, never results)."""
+RESUME_FREE_KEYS: tuple[str, ...] = (
+    "concurrency",
+    "agent_concurrency",
+    "executor.name",
+    "executor.ray_address",
+)
+"""Config keys that may differ on ``--resume`` (they change speed or place, never results)."""
 
 _KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 #: Config keys holding filesystem paths (rebased to absolute when the config is resolved).
@@ -334,7 +339,7 @@ def refuse_changes(run_dir: Path, saved: RunConfig, requested: RunConfig) -> Non
         lines = [
             f"--resume {run_dir}: the options given differ from the run's saved config "
             f"({', '.join(key for key, _old, _new in differences)}); a resume continues the "
-            "saved config: give only -j and display options, or start a new run"
+            "saved config: give only -j, the executor and display options, or start a new run"
         ]
         lines += [
             f"{key}: saved {json.dumps(old)}, given {json.dumps(new)}"

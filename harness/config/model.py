@@ -1,4 +1,4 @@
-"""The run config's sections: ``[agent]``, ``[sandbox]``, ``[tasks]``, ``[retry]``, ``[budget]``.
+"""The run config's sections: ``[agent]``, ``[sandbox]``, ``[executor]``, ``[tasks]``...
 
 Every model is frozen and forbids unknown keys. :class:`RunConfig` also accepts the flat
 keys of harness 0.1 (``agent = "nop"``, ``agent_cmd``, ``task_names``, ``sandbox_uid``...):
@@ -78,6 +78,28 @@ class SandboxConfig(BaseModel):
             if not path.startswith("/"):
                 raise ValueError(f"{path!r} is not an absolute path")
         return value
+
+
+class ExecutorConfig(BaseModel):
+    """Where trials are dispatched (``[executor]``; ``--executor``, ``--ray-address``).
+
+    The executor changes where trials run, never what they measure: a ``--resume`` may
+    name another one.
+
+    Attributes:
+        name: An installed executor (``harness executors list``): ``local`` (a thread pool
+            in the harness process) or ``ray`` (a Ray task per trial, on a Ray cluster).
+        ray_address: The Ray cluster to join: ``auto`` (the one started on this machine by
+            ``ray start``), ``HOST:PORT`` of its head, or None to start a private one-node
+            cluster for the run.
+        kwargs: Options of a plug-in executor.
+    """
+
+    model_config = _SECTION
+
+    name: str = "local"
+    ray_address: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class TasksConfig(BaseModel):
@@ -211,6 +233,7 @@ class RunConfig(BaseModel):
     Attributes:
         agent: The agent (``[agent]``).
         sandbox: The sandbox backend (``[sandbox]``).
+        executor: Where trials are dispatched (``[executor]``).
         tasks: The task selection (``[tasks]``).
         retry: Whole-trial retries (``[retry]``).
         budget: Per-trial model budgets enforced by the gateway (``[budget]``).
@@ -232,6 +255,7 @@ class RunConfig(BaseModel):
 
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     tasks: TasksConfig
     retry: RetryConfig = Field(default_factory=RetryConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
@@ -273,6 +297,7 @@ class RunConfig(BaseModel):
 __all__ = [
     "AgentConfig",
     "BudgetConfig",
+    "ExecutorConfig",
     "RetryConfig",
     "RunConfig",
     "SandboxConfig",

@@ -12,7 +12,7 @@ shares), :mod:`~harness.trial.env` (the phases' environments), :mod:`~harness.tr
 sandbox).
 """
 
-from harness.trial.lifecycle import run_trial
+from harness.trial.lifecycle import run_trial, usage_of
 from harness.trial.settings import (
     STORAGE_FULL_SLACK,
     SandboxFactory,
@@ -26,4 +26,5 @@ __all__ = [
     "TrialPlan",
     "TrialSettings",
     "run_trial",
+    "usage_of",
 ]

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.errors import VerifierError
 from harness.failpoints import kill_point
+from harness.gateway import TrialUsage
 from harness.grading import trial_reward
 from harness.records import (
     AgentRef,
@@ -247,20 +248,6 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
                 {"type": "transcript_failed", "detail": f"{type(exc).__name__}: {exc}"}
             )
 
-    def _usage(self) -> Usage:
-        usage = self.model_usage
-        if usage is None:
-            return Usage()
-        return Usage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            total_tokens=usage.total_tokens,
-            cost_usd=usage.cost_usd,
-            calls=usage.calls,
-            cached_tokens=usage.cached_tokens,
-            refused_calls=usage.refused,
-        )
-
     def _record(self, started_at: datetime) -> TrialRecord:
         task = self.task
         info = dict(self.sandbox_info)
@@ -282,7 +269,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
             rewards=self.rewards,
             errors=self.errors,
             timings=self.clock.timings,
-            usage=self._usage(),
+            usage=usage_of(self.model_usage),
             versions=dict(self.settings.versions),
             started_at=started_at,
             finished_at=datetime.now(UTC),
@@ -292,6 +279,21 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
             verifier_posture=self.verifier_posture,
             **extra,
         )
+
+
+def usage_of(usage: TrialUsage | None) -> Usage:
+    """A record's usage from the gateway's totals of a trial."""
+    if usage is None:
+        return Usage()
+    return Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        cost_usd=usage.cost_usd,
+        calls=usage.calls,
+        cached_tokens=usage.cached_tokens,
+        refused_calls=usage.refused,
+    )
 
 
 def _flatten(exc: BaseException) -> list[BaseException]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.agents.kinds import Agent
-from harness.gateway import Gateway
+from harness.gateway import TrialGateway
 from harness.tasks import Task
 from sandbox.backend import Sandbox, SandboxSpec
 
@@ -53,8 +53,9 @@ class TrialSettings:
     max_output_bytes: int = 4 << 20
     cancel: threading.Event = field(default_factory=threading.Event)
     on_phase: Callable[[str, str], None] | None = None
-    #: The run's model gateway, when a model was selected (per-trial tokens and sockets).
-    gateway: Gateway | None = None
+    #: The run's model gateway, when a model was selected (per-trial tokens and sockets):
+    #: the gateway itself, or on a Ray worker a relay to the driver's.
+    gateway: TrialGateway | None = None
     #: Bounds agent phases across the run's trials: ``agent_slot(trial_id)`` is held
     #: around the execute phase (``agent_concurrency``); None means no bound.
     agent_slot: Callable[[str], AbstractContextManager[object]] | None = None
