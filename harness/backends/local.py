@@ -8,11 +8,17 @@ whatever a killed run left there is removed by the next invocation (``--resume``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness.backends.base import BackendOptions, SandboxBackend
-from harness.backends.tmpdir import fresh_private_dir, remove_private_dir, run_tmp_dir
+from harness.backends.tmpdir import (
+    ensure_private_dir,
+    fresh_private_dir,
+    remove_private_dir,
+    run_tmp_dir,
+)
 from harness.errors import UsageError
 from harness.tasks import Task
 from sandbox.backend import SandboxSpec
@@ -27,6 +33,8 @@ from sandbox.local import (
 )
 from sandbox.storage import StorageBudget
 from sandbox.storage_pool import StoragePool
+
+logger = logging.getLogger(__name__)
 
 
 class LocalBackend(SandboxBackend):
@@ -78,18 +86,30 @@ class LocalBackend(SandboxBackend):
         """Create the run's private temp dir, emptying what a dead invocation left in it."""
         return fresh_private_dir(self.tmp_dir)
 
+    def attach(self) -> None:
+        """Create the run's temp dir if no other process of the run has."""
+        ensure_private_dir(self.tmp_dir)
+
+    def release(self) -> None:
+        """Stop this process's spare supervisors and filesystems (idempotent)."""
+        for failure in self._release():
+            logger.warning("%s", failure)
+
+    def _release(self) -> list[str]:
+        """Stop the spares and wait for the trial filesystems' removal; what failed."""
+        if self._closed:
+            return []
+        self._closed = True
+        self._supervisors.close()
+        return self._storage_pool.close()
+
     def close(self) -> list[str]:
         """Stop the spares, wait for the trial filesystems' removal, remove the temp dir.
 
         Returns:
             What could not be removed, and the trial roots left in the temp dir.
         """
-        failed: list[str] = []
-        if not self._closed:
-            self._closed = True
-            self._supervisors.close()
-            failed = self._storage_pool.close()
-        return failed + remove_private_dir(self.tmp_dir)
+        return self._release() + remove_private_dir(self.tmp_dir)
 
 
 __all__ = ["LocalBackend"]

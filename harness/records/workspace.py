@@ -96,6 +96,31 @@ def not_kept(evidence_dir: Path, seed: Path | None = None) -> list[dict[str, Any
     ]
 
 
+def kept_file(evidence_dir: Path, rel: str, seed: Path | None = None) -> Path | None:
+    """Where one regular file of the final workspace is kept (None: not in it, or not kept).
+
+    Args:
+        evidence_dir: The trial's (or attempt's) evidence dir.
+        rel: A workspace-relative path.
+        seed: The task's ``workspace/`` dir, for a file the agent left unchanged.
+    """
+    manifest = read_manifest(evidence_dir)
+    if manifest is None:
+        return evidence_dir / WORKSPACE_DIRNAME / rel
+    for entry in manifest["files"]:
+        if isinstance(entry, dict) and entry.get("path") == rel:
+            return _source(entry, _objects_dir(evidence_dir), seed)[1]
+    return None
+
+
+def workspace_kept(evidence_dir: Path, seed: Path | None = None) -> bool:
+    """Whether the trial's whole final workspace can be rebuilt (``full`` or ``diff``)."""
+    if read_manifest(evidence_dir) is None:
+        copy = evidence_dir / WORKSPACE_DIRNAME
+        return copy.is_dir() and not copy.is_symlink()
+    return not not_kept(evidence_dir, seed)
+
+
 def _safe_rel(rel: object) -> str | None:
     if not isinstance(rel, str) or not rel or rel.startswith("/"):
         return None

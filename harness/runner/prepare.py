@@ -3,7 +3,8 @@
 Tasks are loaded and selected, the agent is built and checked against every selected task,
 the model is chosen (explicitly), trials are planned, the run dir is checked (a new run's
 must be empty; a resume's is locked and its records planned against), and the sandbox
-backend is opened. Any problem is a ``UsageError`` (exit 2) and nothing has been written.
+backend and the trial executor are opened. Any problem is a ``UsageError`` (exit 2) and
+nothing has been written.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from harness.agents.kinds import Agent
 from harness.backends.base import SandboxBackend
 from harness.config import RunConfig
 from harness.errors import CorruptRecordError, ResumeError, UsageError
+from harness.executors.base import TrialExecutor
+from harness.judges import JudgePanel, build_panel
 from harness.model_access import resolve_model
 from harness.models.selection import ModelChoice
-from harness.plugins import build_agent, open_backend
+from harness.plugins import build_agent, open_backend, open_executor
 from harness.records import StoreSnapshot
 from harness.runner.plan import plan_trials, select_tasks, slug
 from harness.runner.resume import DEFAULT_RERUN_STATUSES, ResumePlan, read_for_resume
@@ -50,6 +53,8 @@ class PreparedRun:
     backend: SandboxBackend
     #: The run dir (``<output_dir>/<name>``, or the dir given to ``--resume``).
     run_dir: Path
+    #: Where trials run (``--executor``), opened; closed after the run.
+    executor: TrialExecutor
     #: What a resume keeps and reruns (None for a new run).
     resume: ResumePlan | None = None
     #: ``trials.jsonl`` as read for the resume plan (compacted from, without a reread).
@@ -58,6 +63,8 @@ class PreparedRun:
     model: ModelChoice | None = None
     #: Where the gateway takes the real provider key from (in memory only).
     credentials: CredentialStore = field(default_factory=CredentialStore, repr=False)
+    #: The judges of the run's tasks and of the run, checked (None: no judge anywhere).
+    judges: JudgePanel | None = None
     #: Problems of the invalid tasks ``tasks.skip_invalid`` left out of the run.
     skipped: list[TaskError] = field(default_factory=list)
     lock: FileLock | None = field(default=None, repr=False)
@@ -69,10 +76,13 @@ class PreparedRun:
             self.lock.release()
 
     def close(self) -> None:
-        """Give up a prepared run that will not be executed: close the backend, unlock."""
+        """Give up a prepared run that will not be executed: close backend and executor, unlock."""
         if not self.closed:
             self.closed = True
-            self.backend.close()
+            try:
+                self.backend.close()
+            finally:
+                self.executor.close()
         self.release()
 
 
@@ -120,6 +130,26 @@ def _read_resume(
         lock.release()
         raise
     return lock, resume, snapshot
+
+
+def _open_places(
+    config: RunConfig, name: str, tasks: list[Task]
+) -> tuple[SandboxBackend, TrialExecutor]:
+    """Open the sandbox backend and the executor; refuse tasks either cannot run."""
+    backend = open_backend(config, name)
+    try:
+        executor = open_executor(config, name)
+    except BaseException:
+        backend.close()
+        raise
+    problems = backend.task_problems(tasks) + executor.task_problems(tasks)
+    if problems:
+        try:
+            backend.close()
+        finally:
+            executor.close()
+        raise UsageError("\n".join(problems))
+    return backend, executor
 
 
 def prepare_run(
@@ -171,7 +201,8 @@ def prepare_run(
         categories=selection.categories,
     )
     _check_agent(agent, chosen)
-    plans = plan_trials(chosen, rollouts=config.rollouts)
+    judges = build_panel(config, chosen, credentials, environ)
+    plans = plan_trials(chosen, rollouts=config.rollouts, only=selection.trial_ids)
     taskset = taskset_name(paths)
     lock: FileLock | None = None
     resume: ResumePlan | None = None
@@ -186,11 +217,7 @@ def prepare_run(
         run_dir = Path(config.output_dir).absolute() / name
         refuse_non_empty(run_dir)
     try:
-        backend = open_backend(config, name)
-        problems = backend.task_problems(chosen)
-        if problems:
-            backend.close()
-            raise UsageError("\n".join(problems))
+        backend, executor = _open_places(config, name, chosen)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -204,10 +231,12 @@ def prepare_run(
         name=name,
         backend=backend,
         run_dir=run_dir,
+        executor=executor,
         resume=resume,
         resume_snapshot=snapshot,
         model=choice,
         credentials=credentials,
+        judges=judges,
         skipped=list(skipped),
         lock=lock,
     )

@@ -1,8 +1,10 @@
 """Running one planned trial to its final record: attempts, retries with backoff, history.
 
-Each trial runs in a worker thread of the run's pool (``-j`` bounds them); nothing here holds
-a lock across trials. Every attempt's record is appended to ``trials.jsonl`` as soon as it
-exists (the latest record of an id wins), so a crash loses at most the attempts in flight.
+Each trial runs in a worker thread of the run's pool (``-j`` bounds them), each attempt
+where the run's executor puts it (this thread, or a Ray task the thread waits for); nothing
+here holds a lock across trials. Every attempt's record is appended to ``trials.jsonl`` as
+soon as it exists (the latest record of an id wins), so a crash loses at most the attempts in
+flight.
 A retried attempt's evidence moves to ``attempts/<trial id>/<attempt>/`` and its status and
 errors go into the next attempt's ``previous_attempts``.
 
@@ -32,6 +34,9 @@ from harness.runner.faults import DiskGuard, Halting
 from harness.runner.outage import EngineWatch
 from harness.status import RunState
 from harness.trial import TrialPlan, TrialSettings, run_trial
+
+AttemptRunner = Callable[[TrialPlan, TrialSettings, int], TrialRecord]
+"""Runs one attempt of a trial to its record (the run's executor)."""
 
 ATTEMPTS_DIRNAME = "attempts"
 """Where retried attempts' evidence is kept inside a run dir."""
@@ -82,6 +87,10 @@ class AgentGate:
             slots.release()
 
 
+def _in_this_thread(plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
+    return run_trial(plan, settings, attempt=attempt)
+
+
 class NotRun(HarnessError):  # noqa: N818 - an outcome, not a failure
     """A trial that ends without a record in this invocation (the run halted or stopped).
 
@@ -100,6 +109,7 @@ class TrialRunner:
         on_retry: Called as ``on_retry(record, delay)`` before a retry's wait.
         log: Writes one line to the invocation's ``eval.log``.
         rng: Randomness for the backoff jitter.
+        run_attempt: Runs one attempt (the executor's; default: in this thread).
         watch: The engine watch (none: the engine never goes away).
         disk: Tells disk faults from failures and halts the run (none: nothing halts it).
     """
@@ -114,6 +124,7 @@ class TrialRunner:
         on_retry: Callable[[TrialRecord, float], None] | None = None,
         log: Callable[[str], None] | None = None,
         rng: random.Random | None = None,
+        run_attempt: AttemptRunner | None = None,
         watch: EngineWatch | None = None,
         disk: DiskGuard | None = None,
     ) -> None:
@@ -125,6 +136,7 @@ class TrialRunner:
         self.log = log or (lambda text: None)
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
+        self._run_attempt = run_attempt or _in_this_thread
         self.watch = watch
         self.disk = disk or DiskGuard(settings.run_dir, Halting())
         self.halting = self.disk.halting
@@ -213,7 +225,7 @@ class TrialRunner:
         while True:
             epoch = self.watch.epoch if self.watch is not None else 0
             self.state.trial_started(plan.id, plan.task.key, attempt)
-            record = run_trial(plan, self.settings, attempt=attempt)
+            record = self._run_attempt(plan, self.settings, attempt)
             if history:
                 record = record.model_copy(update={"previous_attempts": list(history)})
             self._persist(plan, record)
@@ -269,4 +281,4 @@ def _wait_either(first: threading.Event, second: threading.Event, timeout: float
         left -= step
 
 
-__all__ = ["ATTEMPTS_DIRNAME", "AgentGate", "NotRun", "TrialRunner"]
+__all__ = ["ATTEMPTS_DIRNAME", "AgentGate", "AttemptRunner", "NotRun", "TrialRunner"]

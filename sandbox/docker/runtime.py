@@ -6,6 +6,7 @@ verifier's tools, and the run's disk budget for trial storage.
 
 from __future__ import annotations
 
+import logging
 import os
 import py_compile
 import shutil
@@ -27,6 +28,8 @@ from sandbox.errors import EnvironmentStartError
 from sandbox.storage import StorageBudget, storage_supported
 from sandbox.storage_pool import StoragePool
 from sandbox.verifier_tools import stage_tools
+
+logger = logging.getLogger(__name__)
 
 SUPERVISOR_MOUNT = "/opt/harness"
 PYTHON_MOUNT = "/opt/harness-python"
@@ -183,13 +186,23 @@ class DockerRuntime:
             network="--network=none" not in (runtime.get("runtimeArgs") or []),
         )
 
-    def close(self) -> list[str]:
-        """Remove whatever this run leaked (by label), then the staged supervisor copy."""
+    def _drain(self) -> list[str]:
+        """Drain the warm containers and the spare filesystems; what could not be removed."""
         failed = self.warm.drain() if self.warm is not None else []
-        failed += self.storage_pool.close()
-        report = remove_leaks(self.client, run=self.run_label)
+        return failed + self.storage_pool.close()
+
+    def release(self) -> None:
+        """Drain this process's spares; remove the staged supervisor copy and tools."""
+        for failure in self._drain():
+            logger.warning("%s", failure)
         shutil.rmtree(self._staged, ignore_errors=True)
         shutil.rmtree(self._tools_parent, ignore_errors=True)
+
+    def close(self) -> list[str]:
+        """Remove whatever this run leaked (by label), then the staged supervisor copy."""
+        failed = self._drain()
+        report = remove_leaks(self.client, run=self.run_label)
+        self.release()
         return failed + report.containers + report.volumes + report.networks
 
 
