@@ -614,11 +614,12 @@ def two_concurrent_runs(
         tmp_a = tmp_b = tempfile.gettempdir()
     run_a = e2e.start(
         "run", victim, "--agent", "command", "--agent-cmd", f"bash -c 'exec sleep 4.{tag}'",
-        "-o", base / "out-a", "--json", env={"TMPDIR": tmp_a},
+        "-o", base / "out-a", "--run-name", f"victim-{tag}", "--json", env={"TMPDIR": tmp_a},
     )  # fmt: skip
     try:
-        # Local trial roots live in the run's private temp dir, harness-run-<run name>.
-        pattern = "harness-run-*/harness-trial-*/fs/workspace/victim-secret.txt"
+        # Local trial roots live in the run's private temp dir, harness-run-<run name>
+        # (named for this test: other users' runs may share the temp dir).
+        pattern = f"harness-run-victim-{tag}/harness-trial-*/fs/workspace/victim-secret.txt"
         deadline = time.monotonic() + 20
         secret_files: list[Path] = []
         # Wait for A's agent itself (`sleep`), not the harness whose argv also holds the tag.
