@@ -44,8 +44,12 @@ class DockerRuntime:
         base_image: str = "harness/base:bookworm",
         tmp_dir: Path | None = None,
         host_storage: bool | None = None,
+        compose_host_access: str = "deny",
     ) -> None:
         self.client = client
+        #: ``allow``: compose sidecars run even where the host cannot be shielded from
+        #: their network (``sandbox.compose_host_access``; insecure).
+        self.compose_host_access = compose_host_access
         self.resolver = resolver
         self.runtime = runtime
         self.run_label = run_label
@@ -182,7 +186,7 @@ class DockerRuntime:
         """Remove whatever this run leaked (by label), then the staged supervisor copy."""
         report = remove_leaks(self.client, run=self.run_label)
         self.release()
-        return report.containers + report.volumes + report.networks
+        return report.containers + report.volumes + report.networks + report.rules
 
 
 def engine_is_local(client: docker.DockerClient) -> bool:
