@@ -7,7 +7,7 @@ whatever a dead invocation left.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.tmpdir import (
@@ -17,7 +17,9 @@ from harness.backends.tmpdir import (
     run_tmp_dir,
 )
 from harness.errors import UsageError
+from harness.tasks import Task
 from sandbox.backend import Capacity, SandboxSpec
+from sandbox.docker import hostguard
 from sandbox.docker.backend import DockerSandbox
 from sandbox.docker.engine import connect, engine_failure, ping, pinger, remove_leaks
 from sandbox.docker.images import ImageResolver, parse_aliases
@@ -58,6 +60,7 @@ class DockerBackend(SandboxBackend):
             run_label=options.run_name,
             tmp_dir=self.tmp_dir,
             spares=min(options.concurrency, 4),
+            compose_host_access=config.compose_host_access,
         )
         self._pinger = pinger(client)
 
@@ -71,6 +74,24 @@ class DockerBackend(SandboxBackend):
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory."""
         return self.runtime.capacity()
+
+    def task_problems(self, tasks: Sequence[Task]) -> list[str]:
+        """The base checks, and compose tasks where the host cannot be shielded from them.
+
+        A compose network is kept off the host's own services by host firewall rules
+        (:mod:`sandbox.docker.hostguard`); where they cannot be installed such a task is
+        refused before the run, unless ``sandbox.compose_host_access = "allow"``.
+        """
+        problems = super().task_problems(tasks)
+        if self.options.config.compose_host_access == "allow":
+            return problems
+        for task in tasks:
+            if task.compose_file is None:
+                continue
+            reason = hostguard.problem(self.runtime.client)
+            if reason is not None:
+                problems.append(f"{task.compose_file}: {hostguard.refusal(reason)}")
+        return problems
 
     def health(self) -> str | None:
         """None while the Docker engine answers a ping (5 s at most), else why not."""
@@ -102,7 +123,7 @@ class DockerBackend(SandboxBackend):
 
     def _remove_labelled(self) -> list[str]:
         report = remove_leaks(self.runtime.client, run=self.options.run_name)
-        return report.containers + report.volumes + report.networks
+        return report.containers + report.volumes + report.networks + report.rules
 
 
 __all__ = ["DockerBackend"]

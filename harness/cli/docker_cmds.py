@@ -83,7 +83,8 @@ def sandbox_cleanup(
     leaks = report.leaks
     out.print(
         f"removed {len(leaks.containers)} container(s), {len(leaks.volumes)} volume(s), "
-        f"{len(leaks.networks)} network(s), {len(report.temp_dirs)} temp dir(s)"
+        f"{len(leaks.networks)} network(s), {len(leaks.rules)} firewall rule(s), "
+        f"{len(report.temp_dirs)} temp dir(s)"
     )
     for error in leaks.errors:
         err.print(f"[red]error:[/red] {escape(error)}")

@@ -57,6 +57,10 @@ class SandboxConfig(BaseModel):
         gid: First gid of the local sandbox's per-trial identities.
         expose: Host paths the local sandbox's agents see read-only (at the same path), e.g.
             where an agent CLI is installed; nothing else of the host is visible to them.
+        compose_host_access: ``deny`` (default): a task with compose sidecars runs only where
+            the docker backend can keep its network off the host's own services (root, a
+            local engine, iptables), and is refused elsewhere. ``allow``: run it anyway,
+            its agent able to connect to every service the host listens on (insecure).
         kwargs: Options of a plug-in backend.
     """
 
@@ -69,6 +73,7 @@ class SandboxConfig(BaseModel):
     uid: int = Field(default=DEFAULT_SANDBOX_UID, gt=0)
     gid: int = Field(default=DEFAULT_SANDBOX_GID, gt=0)
     expose: list[str] = Field(default_factory=list)
+    compose_host_access: Literal["deny", "allow"] = "deny"
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("expose")

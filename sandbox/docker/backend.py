@@ -42,6 +42,7 @@ from sandbox.backend import (
     dir_files,
     phase_payload,
 )
+from sandbox.docker import hostguard
 from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
 from sandbox.docker.gpus import device_requests, no_gpu_error
@@ -393,6 +394,9 @@ class DockerSandbox(Sandbox):
             allow_internet=spec.allow_internet,
             main_image=self.image,
             build_timeout_sec=spec.build_timeout_sec,
+            run_label=self.runtime.run_label,
+            host_problem=hostguard.problem(self.client),
+            allow_host_access=self.runtime.compose_host_access == "allow",
         )
         plan = self._compose.plan
         self.workload_command = plan.main_command

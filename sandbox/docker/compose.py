@@ -8,6 +8,10 @@ binary, driven by python-on-whales' compose API) in a project of their own:
 
 - on the project's network, which is ``internal`` (no egress) unless the task allows
   internet; ``main`` joins it, so the agent reaches a sidecar by its service name;
+- whose bridge the harness names and shields from the host's own services with INPUT rules
+  installed before anything starts (:mod:`sandbox.docker.hostguard`): ``internal`` stops
+  forwarding only. Where the rules cannot be installed the task is refused, unless the run
+  allows host access (``sandbox.compose_host_access = "allow"``, insecure);
 - with the harness labels on every service, network and volume, so they are removed like
   everything else (``down --volumes``, and leak sweeps by label);
 - a sidecar built from a context gets a content-addressed image (built once, reused);
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.docker.hostguard import HostGuard, HostGuardUnavailable, bridge_name, refusal
 from sandbox.docker.images import context_hash
 from sandbox.docker.labels import MANAGED
 from sandbox.errors import EnvironmentStartError, PermanentStartError
@@ -146,11 +151,24 @@ class ComposeProject:
         allow_internet: bool,
         main_image: str,
         build_timeout_sec: float | None,
+        run_label: str = "adhoc",
+        host_problem: str | None = None,
+        allow_host_access: bool = False,
     ) -> None:
+        """A project for ``compose_file``, read and normalised by compose.
+
+        ``host_problem`` is why the host cannot be shielded from the project's network
+        (:func:`sandbox.docker.hostguard.problem`), None when it can; ``allow_host_access``
+        runs sidecars unshielded then instead of refusing them.
+        """
         self.file = compose_file
         slug = _UNSAFE.sub("-", trial_id.lower()).strip("-")[:40] or "trial"
         self.name = f"harness-{slug}-{secrets.token_hex(3)}"
         self.network = f"{self.name}_default"
+        self.bridge = bridge_name(self.name)
+        self.host_problem = host_problem
+        self.allow_host_access = allow_host_access
+        self.guard = HostGuard(run_label, self.bridge) if host_problem is None else None
         self.labels = {MANAGED: "1", **labels}
         self.allow_internet = allow_internet
         self.main_image = main_image
@@ -218,7 +236,11 @@ class ComposeProject:
             if isinstance(build, dict) and "image" not in spec:
                 entry["image"] = self._sidecar_tag(name, build)
             services[name] = entry
-        network: dict[str, Any] = {"labels": self.labels}
+        network: dict[str, Any] = {
+            "labels": self.labels,
+            # Named by the harness, so its host rules exist before the bridge does.
+            "driver_opts": {"com.docker.network.bridge.name": self.bridge},
+        }
         if not self.allow_internet:
             network["internal"] = True
         override: dict[str, Any] = {"services": services, "networks": {"default": network}}
@@ -250,6 +272,7 @@ class ComposeProject:
 
         if not self.plan.sidecars:
             return
+        self._shield_host()
         self.started = True
         timeout = int(self.build_timeout_sec) if self.build_timeout_sec else None
         try:
@@ -267,6 +290,27 @@ class ComposeProject:
             raise ComposeError(
                 f"docker compose up failed for the task's sidecars:\n{tail}"
             ) from None
+        if self.guard is not None and not self._bridge_exists():
+            raise HostGuardUnavailable(
+                f"the compose network's bridge {self.bridge} is not on this host, so the "
+                "rules guarding the host do not apply to it; "
+                + refusal("the engine's networks are not this host's")
+            )
+
+    def _shield_host(self) -> None:
+        """Install the host rules before anything starts, or refuse to start without them.
+
+        Raises:
+            HostGuardUnavailable: the rules cannot be installed and the run does not allow
+                host access.
+        """
+        if self.guard is not None:
+            self.guard.install()
+        elif not self.allow_host_access:
+            raise HostGuardUnavailable(refusal(self.host_problem or "no rules are possible"))
+
+    def _bridge_exists(self) -> bool:
+        return Path("/sys/class/net", self.bridge).exists()
 
     def addresses(self) -> dict[str, str]:
         """Each sidecar's address on the project network, by service name.
@@ -292,6 +336,10 @@ class ComposeProject:
                 self.client().compose.down(remove_orphans=True, volumes=True, timeout=0, quiet=True)
         except DockerException as exc:
             raise ComposeError(f"docker compose down failed: {exc.stderr or exc}") from None
+        else:
+            # A bridge still there keeps its rule (a sweep removes it once the bridge goes).
+            if self.guard is not None and not self._bridge_exists():
+                self.guard.remove()
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -302,5 +350,7 @@ class ComposeProject:
             "sidecars": self.plan.sidecars,
             "network": self.network,
             "internal": not self.allow_internet,
+            "host_guard": self.guard.describe() if self.guard is not None else None,
+            **({"host_exposed": self.host_problem} if self.guard is None else {}),
             "main_overridden": self.plan.overridden,
         }

@@ -12,6 +12,7 @@ import docker.errors
 import docker.utils
 
 import docker
+from sandbox.docker.hostguard import sweep
 from sandbox.docker.labels import KIND, MANAGED, RUN, RUN_OBJECT_NAME, RUNTIME_KIND, run_prefix
 from sandbox.errors import EngineUnavailable
 
@@ -79,6 +80,8 @@ class LeakReport:
     containers: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)
+    #: Host firewall rules of compose networks that are gone (``sandbox.docker.hostguard``).
+    rules: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
@@ -128,7 +131,7 @@ def _leaked(
 def remove_leaks(
     client: docker.DockerClient, *, run: str | None = None, keep_runtime: bool = True
 ) -> LeakReport:
-    """Remove every container, volume and network of the harness (of one run).
+    """Remove every container, volume and network of the harness (of one run), and rules.
 
     Those with the harness label (and the run's), and those without labels whose names are
     a run's (:func:`~sandbox.docker.labels.run_prefix`, or the run's own with ``run``).
@@ -157,6 +160,10 @@ def remove_leaks(
             report.networks.append(str(network.name))
         except docker.errors.APIError as exc:
             report.errors.append(f"network {network.name}: {exc}")
+    # After the networks: a rule whose bridge is still there stays.
+    rules, errors = sweep(run)
+    report.rules += rules
+    report.errors += errors
     return report
 
 

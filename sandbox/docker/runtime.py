@@ -50,9 +50,13 @@ class DockerRuntime:
         tmp_dir: Path | None = None,
         host_storage: bool | None = None,
         spares: int = 0,
+        compose_host_access: str = "deny",
     ) -> None:
         # spares: containers and trial filesystems started ahead (follow -j; 0: none)
         self.client = client
+        #: ``allow``: compose sidecars run even where the host cannot be shielded from
+        #: their network (``sandbox.compose_host_access``; insecure).
+        self.compose_host_access = compose_host_access
         self.resolver = resolver
         self.runtime = runtime
         self.run_label = run_label
@@ -203,7 +207,7 @@ class DockerRuntime:
         failed = self._drain()
         report = remove_leaks(self.client, run=self.run_label)
         self.release()
-        return failed + report.containers + report.volumes + report.networks
+        return failed + report.containers + report.volumes + report.networks + report.rules
 
 
 def engine_is_local(client: docker.DockerClient) -> bool:

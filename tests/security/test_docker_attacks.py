@@ -10,16 +10,12 @@ is only the evidence copy of what it could reach, never a verdict we trust on it
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
-import ipaddress
 import json
 import os
 import secrets
 import signal
-import socket
-import struct
 import tarfile
 import threading
 import time
@@ -27,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from net_support import Listener, bridge_gateway
 
 from harness.agents.base import Agent, AgentCommand
 from harness.agents.builtin import CommandAgent
@@ -793,89 +790,6 @@ getent hosts example.com > /app/getent.txt 2>&1; echo "rc=$?" >> /app/getent.txt
 """
 
 
-class _Listener:
-    """TCP+UDP listeners on the host (0.0.0.0), recording what reaches them."""
-
-    def __init__(self) -> None:
-        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind(("0.0.0.0", 0))
-        self.tcp.listen(16)
-        self.tcp.settimeout(0.2)
-        self.port = self.tcp.getsockname()[1]
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.bind(("0.0.0.0", self.port))
-        self.udp.settimeout(0.2)
-        self.received: list[tuple[str, str, bytes]] = []
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._accept, daemon=True),
-            threading.Thread(target=self._datagrams, daemon=True),
-        ]
-
-    def __enter__(self) -> _Listener:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
-        self.tcp.close()
-        self.udp.close()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, peer = self.tcp.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            conn.settimeout(2)
-            try:
-                data = conn.recv(4096)
-            except OSError:
-                data = b""
-            conn.close()
-            self.received.append(("tcp", peer[0], data))
-
-    def _datagrams(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data, peer = self.udp.recvfrom(4096)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.received.append(("udp", peer[0], data))
-
-
-def bridge_gateway(client: Any) -> str:
-    """The host's address on docker's default bridge, as a container on it sees the host.
-
-    A freshly started engine may report no ``IPAM.Config[].Gateway``, so the bridge
-    interface's own address is read first; the subnet's first host is the last resort.
-    """
-    attrs = client.networks.get("bridge").attrs
-    iface = (attrs.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:  # SIOCGIFADDR: the interface's IPv4 address
-            packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", iface[:15].encode()))
-            return socket.inet_ntoa(packed[20:24])
-        except OSError:
-            pass
-    configs = (attrs.get("IPAM") or {}).get("Config") or []
-    for config in configs:
-        if config.get("Gateway"):
-            return str(config["Gateway"])
-    for config in configs:
-        if config.get("Subnet"):
-            return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
-    raise AssertionError(f"cannot find docker's bridge gateway: {attrs.get('IPAM')}")
-
-
 @pytest.mark.docker
 def test_no_egress_without_allow_internet(
     client: Any, cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
@@ -891,7 +805,7 @@ def test_no_egress_without_allow_internet(
     closed, control = sec.unique("egress-none"), sec.unique("egress-open")
     tokens = {closed: f"EGRESS-{secrets.token_hex(12)}", control: f"EGRESS-{secrets.token_hex(12)}"}
     tasks, tasks_open = tmp_path / "tasks", tmp_path / "tasks-open"
-    with _Listener() as listener:
+    with Listener() as listener:
         for name, allow in ((closed, False), (control, True)):
             attack = (
                 EGRESS_ATTACK.replace("@TOKEN@", tokens[name])
