@@ -28,7 +28,7 @@ from harness.experiments.stats import Stats
 from harness.experiments.text import READING_THE_SPREAD, number
 from harness.experiments.trials import SUMMARY_FILENAME, TrialsSummary
 from harness.records import TrialRecord
-from harness.report.compare import Comparison, ComparisonRow, SideStats
+from harness.report.compare import Comparison, ComparisonRow, side_stats
 from harness.report.rundata import RunData
 
 __all__ = ["experiment_comparisons"]
@@ -42,18 +42,6 @@ _TRIAL_METRICS = (
     ("cost_usd", "cost (USD)", "usd"),
 )
 
-
-def _side(records: Sequence[TrialRecord], threshold: float) -> SideStats:
-    rewards = [r.reward for r in records if r.reward is not None]
-    return SideStats(
-        trials=len(records),
-        graded=len(rewards),
-        successes=sum(1 for r in rewards if r >= threshold),
-        mean=statistics.fmean(rewards) if rewards else None,
-        spread=statistics.stdev(rewards) if len(rewards) >= 2 else None,
-        hash=records[0].task.hash if records else None,
-        errors=sum(1 for r in records if str(r.status) != "completed"),
-    )
 
 
 def _by_task(records: Sequence[TrialRecord]) -> dict[str, list[TrialRecord]]:
@@ -87,7 +75,7 @@ def _trials(summary: TrialsSummary, runs: list[tuple[int, RunData]]) -> Comparis
     per_run = [_by_task(run.records) for _, run in runs]
     rows = []
     for key in tasks:
-        sides = [_side(g[key], threshold) if key in g else None for g in per_run]
+        sides = [side_stats(g[key], threshold) if key in g else None for g in per_run]
         means = [s.mean for s in sides if s is not None and s.mean is not None]
         first, last = sides[0], sides[-1]
         delta = None
@@ -180,7 +168,7 @@ def _arm_rows(
     rows = []
     for task in paired.tasks:
         stats = [
-            _side(grouped[v][task.task], report.threshold) if task.task in grouped[v] else None
+            side_stats(grouped[v][task.task], report.threshold) if task.task in grouped[v] else None
             for v in (paired.control, paired.treatment)
         ]
         reasons = [

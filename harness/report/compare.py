@@ -34,6 +34,7 @@ __all__ = [
     "ComparisonRow",
     "ComparisonSource",
     "SideStats",
+    "side_stats",
     "compare_runs",
     "comparison_sources",
     "run_pairs",
@@ -124,7 +125,8 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _side_stats(records: Sequence[TrialRecord], threshold: float) -> SideStats:
+def side_stats(records: Sequence[TrialRecord], threshold: float) -> SideStats:
+    """One side's trials of a task: counts, successes, mean and spread of finite rewards."""
     rewards = [r for rec in records if (r := _finite(rec.reward)) is not None]
     return SideStats(
         trials=len(records),
@@ -224,8 +226,8 @@ def compare_runs(a: RunData, b: RunData, *, indices: tuple[int, int] = (0, 1)) -
     tasks_a, tasks_b = _by_task(a), _by_task(b)
     rows = []
     for key in list(tasks_a) + [k for k in tasks_b if k not in tasks_a]:
-        side_a = _side_stats(tasks_a[key], threshold) if key in tasks_a else None
-        side_b = _side_stats(tasks_b[key], threshold) if key in tasks_b else None
+        side_a = side_stats(tasks_a[key], threshold) if key in tasks_a else None
+        side_b = side_stats(tasks_b[key], threshold) if key in tasks_b else None
         rows.append(_row(key, side_a, side_b, labels))
     deltas = [row.delta for row in rows if row.delta is not None]
     ci = bootstrap_ci(deltas) if deltas else None
