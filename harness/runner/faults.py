@@ -134,6 +134,22 @@ def engine_halt(engine: str, since: str, minutes: float, why: str) -> Halt:
     )
 
 
+#: Error types of the engine's own storage (its image store and build cache): a disk error
+#: in one of them is the machine's, and every later build or pull would meet it too.
+ENGINE_STORE_ERRORS = frozenset({"ImageBuildError", "ImagePullError"})
+
+
+def engine_store_halt(message: str) -> Halt:
+    """The halt for an image build or pull that found the engine's storage full."""
+    excerpt = " ".join(message.split())[:200]
+    return Halt(
+        f"the Docker engine's image store or build cache is full or read-only ({excerpt})",
+        "free space in the engine's data root (for example `docker builder prune`, "
+        "`docker image prune`)",
+        EXIT_DISK_FULL,
+    )
+
+
 class Halting:
     """The first fault of a run, shared by its threads (the first one found wins).
 
@@ -191,11 +207,23 @@ class DiskGuard:
 
         An error reporting ENOSPC/EDQUOT/EROFS is the run dir's when it names a path in
         it, or when a probe write there fails now; the trial's own storage filling up
-        (the agent's doing) is neither.
+        (the agent's doing) is neither. An image build or pull that reports one found the
+        engine's own storage full: that halts the run too (every later build would fail).
         """
         texts = [error.message for error in record.errors if mentions_disk_error(error.message)]
         if not texts:
             return False
+        engine_side = next(
+            (
+                e.message
+                for e in record.errors
+                if e.type in ENGINE_STORE_ERRORS and e.message in texts
+            ),
+            None,
+        )
+        if engine_side is not None:
+            self.halting.set(engine_store_halt(engine_side))
+            return True
         named = next((text for text in texts if str(self.run_dir) in text), None)
         if named is not None:
             code = next((c for c in DISK_ERRNOS if f"[Errno {c}]" in named), errno.ENOSPC)
@@ -210,6 +238,7 @@ class DiskGuard:
 
 __all__ = [
     "DISK_ERRNOS",
+    "ENGINE_STORE_ERRORS",
     "FULL_BELOW_BYTES",
     "DiskGuard",
     "Halt",
@@ -217,6 +246,7 @@ __all__ = [
     "disk_error",
     "disk_halt",
     "engine_halt",
+    "engine_store_halt",
     "mentions_disk_error",
     "probe_writable",
 ]
