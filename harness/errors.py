@@ -214,6 +214,13 @@ class VerifierError(TrialFailure):
     """The verifier produced no usable reward; the message says which file and why."""
 
 
+class EnvError(TrialFailure):
+    """An episode's env (its ``setup``, ``run`` or ``finalize``) failed: the episode failed.
+
+    An agent's failure inside an episode is never this: it is recorded on its trace.
+    """
+
+
 class TrialCancelled(TrialFailure):
     """The run was interrupted (Ctrl-C, SIGTERM) before this trial could go on.
 
@@ -231,6 +238,7 @@ class ProviderError(HarnessError):
 
 
 __all__ = [
+    "EnvError",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_TRIAL_ERRORS",

@@ -17,6 +17,7 @@ exist. :meth:`Registry.register` adds an entry in-process (tests, notebooks).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -198,8 +199,34 @@ AGENTS: Registry[type[Agent]] = Registry(AGENTS_GROUP, "agent", _subclass_of(Age
 EXECUTORS: Registry[Any] = Registry(EXECUTORS_GROUP, "executor", _anything)
 """Reserved: trial executors (no built-in yet; the run uses a local thread pool)."""
 
-ENVS: Registry[Any] = Registry(ENVS_GROUP, "episode env", _anything)
-"""Reserved: episode environments (no built-in yet; every trial is a single episode)."""
+def _env_class(obj: Any) -> str | None:
+    from harness.episodes.env import Env  # the episodes package imports the trial's
+
+    return _subclass_of(Env)(obj)
+
+
+ENVS: Registry[Any] = Registry(ENVS_GROUP, "episode env", _env_class)
+"""Episode envs: ``harness.episodes.Env`` subclasses (``single``, ``best-of-n``,
+``user-sim``, ``judge``)."""
+
+
+def env_class(name: str) -> Any:
+    """The env class named by ``[env].id``: installed, or ``python:module:Class``.
+
+    Raises:
+        PluginError: Not installed, not importable, or not an ``Env`` subclass.
+    """
+    if not name.startswith(PYTHON_PREFIX):
+        return ENVS.get(name)
+    module_name, _, attr = name[len(PYTHON_PREFIX) :].partition(":")
+    try:
+        loaded = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise PluginError(f"env {name}: cannot import it ({exc})") from None
+    problem = _env_class(loaded)
+    if problem is not None:
+        raise PluginError(f"env {name} {problem}")
+    return loaded
 
 
 def build_agent(config: AgentConfig) -> Agent:
@@ -246,5 +273,6 @@ __all__ = [
     "PluginInfo",
     "Registry",
     "build_agent",
+    "env_class",
     "open_backend",
 ]

@@ -92,6 +92,14 @@ def run(
             "or python:MODULE:CLASS.",
         ),
     ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            help="The episode env (single, best-of-n, user-sim, judge; `harness envs` plug-ins) "
+            "or python:MODULE:CLASS; its parameters with --set env.KEY=VALUE.",
+        ),
+    ] = None,
     agent_cmd: Annotated[
         str | None,
         typer.Option(
@@ -211,6 +219,7 @@ def run(
         tasks__skip_invalid=skip_invalid,
         agent__name=agent,
         agent__cmd=agent_cmd,
+        env__id=env,
         agent__kwargs__max_turns=max_turns,
         sandbox__backend=sandbox,
         sandbox__runtime=runtime,

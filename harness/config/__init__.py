@@ -24,6 +24,7 @@ from harness.config.legacy import LEGACY_KEYS
 from harness.config.model import (
     AgentConfig,
     BudgetConfig,
+    EnvConfig,
     RetryConfig,
     RunConfig,
     SandboxConfig,
@@ -38,6 +39,7 @@ __all__ = [
     "RESUME_FREE_KEYS",
     "AgentConfig",
     "BudgetConfig",
+    "EnvConfig",
     "ConfigError",
     "RetryConfig",
     "RunConfig",

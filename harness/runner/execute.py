@@ -25,6 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from harness.config import CONFIG_FILENAME, RunConfig, save_config
+from harness.episodes.run import run_episode
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS
 from harness.gateway import Gateway
 from harness.metrics import Summary
@@ -43,7 +44,7 @@ from harness.runner.rundir import (
     tidy,
     write_summary,
 )
-from harness.runner.scheduler import AgentGate, TrialRunner
+from harness.runner.scheduler import AgentGate, AttemptRunner, TrialRunner, run_plain_trial
 from harness.status import STATUS_FILENAME, RunState, StatusWriter
 from harness.trial import TrialPlan, TrialSettings
 
@@ -239,6 +240,7 @@ class Invocation:
             state=self.state,
             on_retry=self.events.retrying,
             log=self.log,
+            attempt_runner=self._attempt_runner(),
         )
         self.events.run_started(
             RunStart(
@@ -260,6 +262,18 @@ class Invocation:
         """Progress of a long preparation (an image pull): the message line and eval.log."""
         self.events.message(text)
         self.log(text)
+
+    def _attempt_runner(self) -> AttemptRunner:
+        """A plain trial, or an episode of the run's env (its agents shown in status.json)."""
+        env = self.prepared.env
+        if env is None:
+            return run_plain_trial
+        env.on_agent = self.state.agent_phase
+
+        def run(plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
+            return run_episode(plan, settings, env, attempt=attempt)
+
+        return run
 
     def _trial_settings(self) -> TrialSettings:
         prepared, state = self.prepared, self.state

@@ -21,10 +21,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness.config import RetryConfig
+from harness.episodes.records import error_types, with_history
 from harness.errors import TrialCancelled
 from harness.records import AttemptSummary, TrialRecord, TrialStore
 from harness.status import RunState
 from harness.trial import TrialPlan, TrialSettings, run_trial
+
+#: Runs one attempt of a planned trial (a plain trial, or an episode of the run's env).
+AttemptRunner = Callable[[TrialPlan, TrialSettings, int], TrialRecord]
+
+
+def run_plain_trial(plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
+    """One attempt of a plain trial (the ``single`` env)."""
+    return run_trial(plan, settings, attempt=attempt)
 
 ATTEMPTS_DIRNAME = "attempts"
 """Where retried attempts' evidence is kept inside a run dir."""
@@ -86,6 +95,7 @@ class TrialRunner:
         on_retry: Called as ``on_retry(record, delay)`` before a retry's wait.
         log: Writes one line to the invocation's ``eval.log``.
         rng: Randomness for the backoff jitter.
+        attempt_runner: Runs one attempt (default: a plain trial; an env's episode).
     """
 
     def __init__(
@@ -98,7 +108,9 @@ class TrialRunner:
         on_retry: Callable[[TrialRecord, float], None] | None = None,
         log: Callable[[str], None] | None = None,
         rng: random.Random | None = None,
+        attempt_runner: AttemptRunner = run_plain_trial,
     ) -> None:
+        self.attempt_runner = attempt_runner
         self.settings = settings
         self.store = store
         self.retry = retry
@@ -144,11 +156,12 @@ class TrialRunner:
         cancel = self.settings.cancel
         while True:
             self.state.trial_started(plan.id, plan.task.key, attempt)
-            record = run_trial(plan, self.settings, attempt=attempt)
+            record = self.attempt_runner(plan, self.settings, attempt)
             if history:
                 record = record.model_copy(update={"previous_attempts": list(history)})
+                record = with_history(record)
             self.store.append(record)
-            names = [error.type for error in record.errors]
+            names = error_types(record)
             again = (
                 retries < self.retry.max_retries
                 and not cancel.is_set()
@@ -182,4 +195,4 @@ class TrialRunner:
         return AttemptSummary.of(record, evidence_dir=kept)
 
 
-__all__ = ["ATTEMPTS_DIRNAME", "AgentGate", "TrialRunner"]
+__all__ = ["ATTEMPTS_DIRNAME", "AgentGate", "AttemptRunner", "TrialRunner", "run_plain_trial"]

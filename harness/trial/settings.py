@@ -27,6 +27,9 @@ class TrialPlan:
     id: str
     task: Task
     rollout: int
+    #: Where its evidence goes, relative to the run dir (default ``trials/<id>``); an
+    #: episode's agents keep theirs inside the episode's dir.
+    evidence: str | None = None
 
 
 @dataclass
