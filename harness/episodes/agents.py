@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.agents.kinds import Agent
@@ -38,6 +38,7 @@ class EpisodeContext:
     episode: Episode
     gate: threading.Semaphore | None
     on_agent: Callable[[str, str], None] | None = None
+    _held: threading.local = field(default_factory=threading.local, repr=False)
 
     def agent_plan(self, name: str) -> TrialPlan:
         """The plan of one agent's run: its own id, its evidence inside the episode's."""
@@ -50,14 +51,20 @@ class EpisodeContext:
 
     @contextmanager
     def slot(self) -> Iterator[None]:
-        """Hold the episode's agent gate (``max_concurrent_agents``)."""
-        if self.gate is None:
+        """Hold the episode's agent gate (``max_concurrent_agents``).
+
+        An agent run inside another's (a judge after its solver, on the solver's thread)
+        takes no second permit: the first agent is dead by then.
+        """
+        if self.gate is None or getattr(self._held, "yes", False):
             yield
             return
         self.gate.acquire()
+        self._held.yes = True
         try:
             yield
         finally:
+            self._held.yes = False
             self.gate.release()
 
 
