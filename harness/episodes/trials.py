@@ -28,8 +28,6 @@ from sandbox.errors import SandboxDied, SandboxError
 #: The judge's verdict, under its own fresh dir in the home of the sandbox's agent user.
 VERDICT_DIR = "judge"
 VERDICT_FILE = "verdict.json"
-#: Where an assistant writes its reply to the simulated user (else its last message).
-REPLY_FILE = "reply.txt"
 
 
 class EpisodeTrial(_TrialRun):
@@ -59,6 +57,8 @@ class EpisodeTrial(_TrialRun):
         self.env_error: BaseException | None = None
         self.info: dict[str, Any] = {}
         self.metrics: dict[str, float] = {}
+        #: Agent phases run by :meth:`agent_turn` so far.
+        self.turns = 0
 
     @property
     def _last_agent_phase(self) -> bool:
@@ -77,13 +77,14 @@ class EpisodeTrial(_TrialRun):
             raise
 
     def agent_turn(self, instruction: str, *, last: bool) -> str | None:
-        """One agent phase with ``instruction``; its reply (``reply.txt`` or last message)."""
+        """One agent phase with ``instruction``; its reply ($HARNESS_REPLY_FILE, else its
+        last message in ``session.jsonl``), or None when the agent failed."""
         sandbox = self.sandbox
         assert sandbox is not None
-        reply_path = f"{sandbox.paths.session}/{REPLY_FILE}"
+        self.turns += 1
+        reply_path = self._reply_path()
         self.final_phase = last
         sandbox.put_file(sandbox.paths.instruction, instruction.encode(), agent_readable=True)
-        sandbox.put_file(reply_path, b"", agent_readable=True)  # no reply of an earlier turn
         agent = self.settings.agent
         agent.prepare(self.view, sandbox)
         errors = len(self.errors)
@@ -94,6 +95,16 @@ class EpisodeTrial(_TrialRun):
         if data:
             return data.decode("utf-8", "replace").strip()
         return self._last_message()
+
+    def _reply_path(self) -> str:
+        """This turn's reply file: a new name each turn, so no earlier reply is read."""
+        assert self.sandbox is not None
+        return f"{self.sandbox.paths.session}/reply-{self.turns}.txt"
+
+    def _agent_env(self, extra: dict[str, str]) -> dict[str, str]:
+        if self.turns:
+            extra = {"HARNESS_REPLY_FILE": self._reply_path(), **extra}
+        return super()._agent_env(extra)
 
     def _last_message(self) -> str | None:
         sandbox = self.sandbox
@@ -289,4 +300,4 @@ class JudgeTrial(EpisodeTrial):
         return steps
 
 
-__all__ = ["EpisodeTrial", "JudgeTrial", "REPLY_FILE", "VERDICT_FILE"]
+__all__ = ["EpisodeTrial", "JudgeTrial", "VERDICT_FILE"]

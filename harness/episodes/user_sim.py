@@ -4,8 +4,8 @@ The user is a model the harness calls through the gateway with its own token and
 (its own trial id, ``<episode>-user``); its goal is the task's ``user/goal.md``
 (``goal_file``), given to it privately in its system prompt: it never enters a sandbox. The
 assistant is the run's agent, one agent phase per turn in one sandbox: its instruction is
-the task's plus the conversation so far; its reply is ``$HARNESS_SESSION_DIR/reply.txt`` if
-it writes one, else its last message. The conversation ends when the user answers with the
+the task's plus the conversation so far; its reply is the file ``$HARNESS_REPLY_FILE`` (new
+each turn) if it writes one, else its last message. The conversation ends when the user answers with the
 done marker or after ``max_turns``; it is recorded with its speakers in
 ``trials/<episode>/conversation.jsonl``, and the task's verifier then grades the assistant.
 """
@@ -196,7 +196,7 @@ def _instruction(task: Task, conversation: list[dict[str, Any]]) -> str:
     lines += [
         "",
         "Reply to the user's last message. Your final message is your reply (or write it to",
-        "$HARNESS_SESSION_DIR/reply.txt).",
+        "the file named by $HARNESS_REPLY_FILE).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,226 @@
+"""Episodes on the example task with scripted agents: best-of-n, judge (shared, isolated),
+user-sim; an agent's crash is data, an env's exception fails the episode; resume keeps only
+complete episodes; a hostile solver cannot read the rubric or the user's goal."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness
+from harness.config import AgentConfig, EnvConfig, RunConfig, SandboxConfig, TasksConfig
+from harness.episodes import Agents, Env, Episode, Trace, episode_of
+from harness.episodes.best_of_n import BestOfNEnv, BestOfNParams
+from harness.plugins import ENVS
+from harness.records import TrialRecord, TrialStatus
+from harness.runner.resume import plan_resume
+from harness.tasks import Task, load_task
+from harness.trial import TrialPlan
+
+UID_BASE = 62800
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+HELLO = 'printf "Hello, world!\\n" > hello.txt'
+
+
+def _config(tmp_path: Path, task: Path, cmd: str, env: dict[str, Any], **more: Any) -> RunConfig:
+    return RunConfig(
+        tasks=TasksConfig(paths=[str(task)]),
+        agent=AgentConfig(name="command", cmd=f"bash -c '{cmd}'"),
+        sandbox=SandboxConfig(uid=UID_BASE, gid=UID_BASE),
+        env=EnvConfig.model_validate(env),
+        output_dir=str(tmp_path / "runs"),
+        run_name="episodes",
+        **more,
+    )
+
+
+def _only(outcome: harness.RunOutcome) -> TrialRecord:
+    assert len(outcome.records) == 1
+    return outcome.records[0]
+
+
+@pytest.mark.root
+def test_a_crashing_attempt_is_data_and_the_best_is_kept(tmp_path: Path) -> None:
+    crash = 'case "$HARNESS_TRIAL_ID" in *-2) kill -9 $$;; esac; ' + HELLO
+    config = _config(tmp_path, EXAMPLES / "hello-file", crash, {"id": "best-of-n", "n": 3})
+    record = _only(harness.run(config))
+    episode = episode_of(record)
+    assert episode is not None
+    assert record.status is TrialStatus.COMPLETED and record.errors == []
+    assert record.reward == 1.0 and episode.metrics["pass_at_n"] == 1.0
+    by_name = {t.name: t for t in episode.traces}
+    assert sorted(by_name) == ["agent-1", "agent-2", "agent-3"]
+    assert not by_name["agent-2"].ok and by_name["agent-2"].status is TrialStatus.AGENT_ERROR
+    assert by_name["agent-2"].metrics["best"] == 0.0 and by_name["agent-1"].metrics["best"] == 1.0
+    assert not episode.ok and not episode.complete and not record.ok
+    ids = {t.id for t in episode.traces}
+    assert len(ids) == 3  # each attempt its own trial id: token, sandbox, evidence
+    for trace in episode.traces:
+        assert (Path(config.output_dir, 'episodes') / record.evidence_dir).is_dir()
+        assert trace.evidence_dir and trace.evidence_dir.startswith(f"trials/{record.id}/agents/")
+    # --resume reruns the incomplete episode and keeps a complete one.
+    plan = TrialPlan(record.id, load_task(EXAMPLES / "hello-file"), 0)
+    assert record.id in plan_resume([plan], {record.id: record}).rerun
+    done = episode.model_copy(update={"complete": True}).model_dump(mode="json")
+    kept = record.model_copy(update={"episode": done})
+    assert record.id in plan_resume([plan], {record.id: kept}).kept
+
+
+class _Exploding(Env):
+    """Runs one agent, then fails: the episode fails, the trace is kept."""
+
+    def run(self, task: Task, agents: Agents) -> None:
+        agents.agent.run(task)
+        raise ValueError("orchestration broke")
+
+
+@pytest.mark.root
+def test_an_env_exception_fails_the_episode(tmp_path: Path) -> None:
+    ENVS.register("test-exploding", _Exploding)
+    try:
+        config = _config(
+            tmp_path,
+            EXAMPLES / "hello-file",
+            HELLO,
+            {"id": "test-exploding"},
+            retry={"max_retries": 0},
+        )
+        record = _only(harness.run(config))
+    finally:
+        ENVS.unregister("test-exploding")
+    episode = episode_of(record)
+    assert episode is not None
+    assert record.status is TrialStatus.ENVIRONMENT_ERROR and not record.ok
+    assert "_Exploding.run(): ValueError: orchestration broke" in record.errors[0].message
+    assert [t.ok for t in episode.traces] == [True] and not episode.complete
+
+
+def _trace(name: str, reward: float | None) -> Trace:
+    status = TrialStatus.COMPLETED if reward is not None else TrialStatus.AGENT_ERROR
+    return Trace(name=name, role="agent", agent="x", id=name, status=status, ok=True, reward=reward)
+
+
+@pytest.mark.parametrize(
+    ("rewards", "threshold", "best", "passed"),
+    [
+        ([0.5, 0.8, 0.8, None], 1.0, [0, 1, 1, 0], 0.0),
+        ([0.5, 0.8, 0.8], 0.8, [0, 1, 1], 1.0),
+        ([None, None], 0.0, [0, 0], 0.0),
+    ],
+)
+def test_best_of_n_ties_and_threshold(
+    rewards: list[float | None], threshold: float, best: list[int], passed: float
+) -> None:
+    episode = Episode(traces=[_trace(f"a{i}", r) for i, r in enumerate(rewards)])
+    BestOfNEnv(BestOfNParams(n=len(rewards), threshold=threshold)).finalize(None, episode)  # type: ignore[arg-type]
+    assert [t.metrics["best"] for t in episode.traces] == best
+    assert episode.metrics["pass_at_n"] == passed
+    assert all(t.metrics["pass_at_n"] == passed for t in episode.traces)
+
+
+def _hostile_task(tmp_path: Path, canary: str) -> Path:
+    task = tmp_path / "hello-file"
+    shutil.copytree(EXAMPLES / "hello-file", task)
+    (task / "judge" / "rubric.md").write_text(f"Secret rubric {canary}: score 1 for hello.txt.\n")
+    (task / "user" / "goal.md").write_text(f"Secret goal {canary}: get hello.txt.\n")
+    return task
+
+
+#: A solver that hunts for the canary everywhere it can reach and keeps what it finds.
+HUNT = (
+    HELLO + "; ( grep -rasI --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev "
+    "-e CANARY / ; cat /proc/*/environ /proc/*/cmdline; env ) > found.txt 2>/dev/null; "
+    "echo done > \"$HARNESS_REPLY_FILE\"; true"
+)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("mode", ["shared", "isolated"])
+def test_a_hostile_solver_cannot_read_the_rubric(tmp_path: Path, mode: str) -> None:
+    canary = "CANARY" + secrets.token_hex(8)
+    task = _hostile_task(tmp_path, canary)
+    verdict = (
+        "python3 -c 'import json,os; "
+        'open(os.environ["HARNESS_VERDICT_FILE"], "w").write(json.dumps(dict(score=1)))\''
+    )
+    config = _config(
+        tmp_path,
+        task,
+        HUNT.replace("CANARY", canary[:10]),
+        {
+            "id": "judge",
+            "mode": mode,
+            "roles": {"judge": {"name": "command", "cmd": verdict}},
+        },
+    )
+    record = _only(harness.run(config))
+    episode = episode_of(record)
+    assert episode is not None and episode.ok, record
+    solver = next(t for t in episode.traces if t.role == "solver")
+    found = Path(config.output_dir, 'episodes') / str(solver.evidence_dir) / "workspace" / "found.txt"
+    assert found.is_file() and found.stat().st_size > 0  # the hunt ran
+    assert canary not in found.read_text(errors="replace")
+    assert record.reward == 1.0 and episode.traces[0].role == "judge"
+
+
+@pytest.mark.root
+def test_a_hostile_assistant_cannot_read_the_users_goal(tmp_path: Path) -> None:
+    canary = "CANARY" + secrets.token_hex(8)
+    task = _hostile_task(tmp_path, canary)
+    config = _config(
+        tmp_path,
+        task,
+        HUNT.replace("CANARY", canary[:10]),
+        {"id": "user-sim", "max_turns": 3},
+        model="faux/episodes",
+        models=[str(EXAMPLES / "models.toml")],
+    )
+    record = _only(harness.run(config))
+    episode = episode_of(record)
+    assert episode is not None and episode.ok, record
+    names = {t.name: t for t in episode.traces}
+    assert set(names) == {"assistant", "user"} and names["assistant"].id != names["user"].id
+    run_dir = Path(config.output_dir, 'episodes')
+    found = run_dir / str(names["assistant"].evidence_dir) / "workspace" / "found.txt"
+    assert found.is_file() and canary not in found.read_text(errors="replace")
+    # The user did get its goal (privately), and the conversation has both speakers.
+    calls = (run_dir / str(names["user"].evidence_dir) / "model_calls.jsonl").read_text()
+    assert canary in calls
+    lines = (run_dir / record.evidence_dir / "conversation.jsonl").read_text().splitlines()
+    assert [json.loads(line)["speaker"] for line in lines] == ["user", "assistant"]
+    assert names["assistant"].metrics["user_turns"] == 1.0
+    assert names["assistant"].info["stop_condition"] == "user_closed"
+
+
+@pytest.mark.root
+def test_the_isolated_judge_sees_only_the_artifacts(tmp_path: Path) -> None:
+    solver = HELLO + '; echo private > secret-notes.txt; cp hello.txt "$HARNESS_ARTIFACTS_DIR/"'
+    look = (
+        'ls -A \\"$HARNESS_WORKSPACE\\" \\"$HARNESS_ARTIFACTS_DIR\\" > /tmp/seen; '
+        "find / -name secret-notes.txt 2>/dev/null >> /tmp/seen; "
+        'python3 -c \\"import json,sys; print(json.dumps({{\\\\\\"score\\\\\\": 1, '
+        '\\\\\\"seen\\\\\\": open(\\\\\\"/tmp/seen\\\\\\").read()}}))\\" > \\"$HARNESS_VERDICT_FILE\\"'
+    )
+    config = _config(
+        tmp_path,
+        EXAMPLES / "hello-file",
+        solver,
+        {
+            "id": "judge",
+            "mode": "isolated",
+            "roles": {"judge": {"name": "command", "cmd": f'bash -c "{look}"'}},
+        },
+    )
+    record = _only(harness.run(config))
+    episode = episode_of(record)
+    assert episode is not None and episode.ok, record
+    judge = next(t for t in episode.traces if t.role == "judge")
+    seen = judge.info["verdict"]["seen"]
+    assert "hello.txt" in seen and "secret-notes.txt" not in seen
+    solver_trace = next(t for t in episode.traces if t.role == "solver")
+    assert judge.id != solver_trace.id and judge.sandbox != solver_trace.sandbox  # type: ignore[attr-defined]
