@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.config import AgentConfig
-from harness.errors import EnvError, UsageError
 from harness.episodes.records import Trace
+from harness.errors import EnvError, UsageError
 from harness.records import TrialError
 from harness.tasks import Task
 
@@ -75,9 +75,7 @@ class Agents:
         try:
             return self._agents[role]
         except KeyError:
-            raise EnvError(
-                f"no agent {role!r}; this env declares {sorted(self._agents)}"
-            ) from None
+            raise EnvError(f"no agent {role!r}; this env declares {sorted(self._agents)}") from None
 
     def __getattr__(self, role: str) -> EpisodeAgent:
         if role.startswith("_"):

@@ -22,8 +22,10 @@ def is_single(config: RunConfig) -> bool:
 
 
 def role_configs(config: RunConfig, cls: type[Env]) -> dict[str, AgentConfig]:
-    """Role → agent config: the run's ``[agent]`` plays the main role, ``[env.roles]`` the
-    others (else the env's default for the role).
+    """Role → agent config.
+
+    The run's ``[agent]`` plays the main role, ``[env.roles]`` the others (else the env's
+    default for the role).
 
     Raises:
         UsageError: A role the env does not declare, or one with no agent.

@@ -38,6 +38,9 @@ class Trace(BaseModel):
         evidence_dir: Its evidence, relative to the run dir.
         started_at: Start (UTC).
         finished_at: End (UTC).
+        timings: Its phases' seconds.
+        sandbox: Its sandbox (backend, image, ids).
+        posture: Its agent phase's posture check.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -57,6 +60,9 @@ class Trace(BaseModel):
     evidence_dir: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+    sandbox: dict[str, Any] | None = None
+    posture: dict[str, Any] | None = None
 
 
 class EpisodeRecord(BaseModel):

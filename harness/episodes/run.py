@@ -148,11 +148,13 @@ def _record(
         complete = bool(env.complete(episode)) and status is TrialStatus.COMPLETED
     except Exception as exc:
         complete = False
-        episode.errors.append(TrialError(type="EnvError", message=f"complete(): {exc}", phase="env"))
+        episode.errors.append(
+            TrialError(type="EnvError", message=f"complete(): {exc}", phase="env")
+        )
     by_agent = {trace.name: trace.usage for trace in episode.traces}
     main = setup.env_class.main_role()
     main_traces = episode.by_role(main) or episode.traces
-    sandbox = main_traces[0].model_extra.get("sandbox") if main_traces else None
+    sandbox = main_traces[0].sandbox if main_traces else None
     info = EpisodeRecord(
         env=setup.describe(),
         ok=episode.ok,
@@ -166,10 +168,8 @@ def _record(
         {
             "id": plan.id,
             "task": TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path)),
-            "agent": AgentRef(
-                name=str(setup.roles[main].name),
-                model=settings.model,
-                env=setup.config.id,
+            "agent": AgentRef.model_validate(
+                {"name": setup.roles[main].name, "model": settings.model, "env": setup.config.id}
             ),
             "sandbox": SandboxRef.model_validate(sandbox or {"backend": "unknown"}),
             "rollout": plan.rollout,

@@ -17,7 +17,6 @@ from typing import Any
 
 from harness.errors import AgentRunError
 from harness.records import TrialStatus
-from harness.tasks import Task
 from harness.trial.lifecycle import _TrialRun
 from harness.trial.separate import SeparateVerifier
 from harness.trial.settings import TrialPlan, TrialSettings
@@ -77,8 +76,11 @@ class EpisodeTrial(_TrialRun):
             raise
 
     def agent_turn(self, instruction: str, *, last: bool) -> str | None:
-        """One agent phase with ``instruction``; its reply ($HARNESS_REPLY_FILE, else its
-        last message in ``session.jsonl``), or None when the agent failed."""
+        """One agent phase with ``instruction``; its reply, or None when the agent failed.
+
+        The reply is the file ``$HARNESS_REPLY_FILE``, else its last message in
+        ``session.jsonl``.
+        """
         sandbox = self.sandbox
         assert sandbox is not None
         self.turns += 1
@@ -230,8 +232,11 @@ class JudgeTrial(EpisodeTrial):
         self.settings.track(self.sandbox, running=True)
 
     def _seed(self) -> None:
-        """Isolated: start the fresh sandbox, give it the solver's artifacts; both: a fresh
-        verdict dir the judge owns (nothing the solver planted survives)."""
+        """Make the judge's sandbox ready.
+
+        Isolated: start the fresh sandbox, give it the solver's artifacts. Both: a fresh
+        verdict dir the judge owns (nothing the solver planted survives).
+        """
         sandbox = self.sandbox
         assert sandbox is not None
         if self.mode != "shared":

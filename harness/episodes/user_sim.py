@@ -5,8 +5,8 @@ The user is a model the harness calls through the gateway with its own token and
 (``goal_file``), given to it privately in its system prompt: it never enters a sandbox. The
 assistant is the run's agent, one agent phase per turn in one sandbox: its instruction is
 the task's plus the conversation so far; its reply is the file ``$HARNESS_REPLY_FILE`` (new
-each turn) if it writes one, else its last message. The conversation ends when the user answers with the
-done marker or after ``max_turns``; it is recorded with its speakers in
+each turn) if it writes one, else its last message. The conversation ends when the user
+answers with the done marker or after ``max_turns``; it is recorded with its speakers in
 ``trials/<episode>/conversation.jsonl``, and the task's verifier then grades the assistant.
 """
 
@@ -184,7 +184,9 @@ def _converse(
         reply = trial.agent_turn(_instruction(task, conversation), last=False)
         if reply is None:
             return "error"
-        conversation.append({"turn": turn, "speaker": "assistant", "text": reply, "at": time.time()})
+        conversation.append(
+            {"turn": turn, "speaker": "assistant", "text": reply, "at": time.time()}
+        )
         history.append({"role": "user", "content": reply})
     return "max_turns"
 

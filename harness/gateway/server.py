@@ -209,7 +209,8 @@ class Gateway:
             model=self.model,
             token=self._tokens.issue(agent_id),
         )
-        new = _Trial(access, task_name, CallRecorder(record_path, agent_id, self.model), self.budget)
+        recorder = CallRecorder(record_path, agent_id, self.model)
+        new = _Trial(access, task_name, recorder, self.budget)
         self._tokens.revoke(old.access.token)
         with self._lock:
             old.revoked = True

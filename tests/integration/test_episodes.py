@@ -61,7 +61,7 @@ def test_a_crashing_attempt_is_data_and_the_best_is_kept(tmp_path: Path) -> None
     ids = {t.id for t in episode.traces}
     assert len(ids) == 3  # each attempt its own trial id: token, sandbox, evidence
     for trace in episode.traces:
-        assert (Path(config.output_dir, 'episodes') / record.evidence_dir).is_dir()
+        assert (Path(config.output_dir, "episodes") / record.evidence_dir).is_dir()
         assert trace.evidence_dir and trace.evidence_dir.startswith(f"trials/{record.id}/agents/")
     # --resume reruns the incomplete episode and keeps a complete one.
     plan = TrialPlan(record.id, load_task(EXAMPLES / "hello-file"), 0)
@@ -135,7 +135,7 @@ def _hostile_task(tmp_path: Path, canary: str) -> Path:
 HUNT = (
     HELLO + "; ( grep -rasI --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev "
     "-e CANARY / ; cat /proc/*/environ /proc/*/cmdline; env ) > found.txt 2>/dev/null; "
-    "echo done > \"$HARNESS_REPLY_FILE\"; true"
+    'echo done > "$HARNESS_REPLY_FILE"; true'
 )
 
 
@@ -162,7 +162,9 @@ def test_a_hostile_solver_cannot_read_the_rubric(tmp_path: Path, mode: str) -> N
     episode = episode_of(record)
     assert episode is not None and episode.ok, record
     solver = next(t for t in episode.traces if t.role == "solver")
-    found = Path(config.output_dir, 'episodes') / str(solver.evidence_dir) / "workspace" / "found.txt"
+    found = (
+        Path(config.output_dir, "episodes") / str(solver.evidence_dir) / "workspace" / "found.txt"
+    )
     assert found.is_file() and found.stat().st_size > 0  # the hunt ran
     assert canary not in found.read_text(errors="replace")
     assert record.reward == 1.0 and episode.traces[0].role == "judge"
@@ -185,7 +187,7 @@ def test_a_hostile_assistant_cannot_read_the_users_goal(tmp_path: Path) -> None:
     assert episode is not None and episode.ok, record
     names = {t.name: t for t in episode.traces}
     assert set(names) == {"assistant", "user"} and names["assistant"].id != names["user"].id
-    run_dir = Path(config.output_dir, 'episodes')
+    run_dir = Path(config.output_dir, "episodes")
     found = run_dir / str(names["assistant"].evidence_dir) / "workspace" / "found.txt"
     assert found.is_file() and canary not in found.read_text(errors="replace")
     # The user did get its goal (privately), and the conversation has both speakers.
@@ -204,7 +206,8 @@ def test_the_isolated_judge_sees_only_the_artifacts(tmp_path: Path) -> None:
         'ls -A \\"$HARNESS_WORKSPACE\\" \\"$HARNESS_ARTIFACTS_DIR\\" > /tmp/seen; '
         "find / -name secret-notes.txt 2>/dev/null >> /tmp/seen; "
         'python3 -c \\"import json,sys; print(json.dumps({{\\\\\\"score\\\\\\": 1, '
-        '\\\\\\"seen\\\\\\": open(\\\\\\"/tmp/seen\\\\\\").read()}}))\\" > \\"$HARNESS_VERDICT_FILE\\"'
+        '\\\\\\"seen\\\\\\": open(\\\\\\"/tmp/seen\\\\\\").read()}}))\\" '
+        '> \\"$HARNESS_VERDICT_FILE\\"'
     )
     config = _config(
         tmp_path,
