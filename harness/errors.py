@@ -22,6 +22,9 @@ Every error the harness raises derives from :class:`HarnessError`::
     │   ├── ModelCallError          the gateway answered an agent's model call with an error
     │   ├── VerifierError           the verifier produced no usable reward
     │   └── TrialCancelled          the run was interrupted before the trial could go on
+    ├── RunStopped                  the run stopped in order on a fault of the machine; resume it
+    │   ├── DiskFull                exit 74: a filesystem it writes is full, over quota, read-only
+    │   └── EngineOutage            exit 75: the sandbox engine stayed unreachable too long
     ├── ProviderError               the model provider could not answer (gateway side)
     ├── Refused                     a request the gateway refuses (answered, never raised out)
     └── SandboxError                the isolation runtime (``sandbox.errors``)
@@ -44,6 +47,12 @@ EXIT_TRIAL_ERRORS = 1
 """A trial ended in an error, ``fail_under`` was not met, or the harness itself failed."""
 EXIT_USAGE = 2
 """Bad usage, config, task or input: nothing was run or written."""
+EXIT_DISK_FULL = 74
+"""A filesystem the run writes (its run dir, the engine's data root) is full, over quota or
+read-only: the run stopped in order; free space, then ``--resume``."""
+EXIT_ENGINE_OUTAGE = 75
+"""The sandbox engine stayed unreachable past ``retry.engine_wait_sec``: the run stopped in
+order; start the engine, then ``--resume``."""
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C, SIGTERM); every running trial still cleaned up."""
 
@@ -55,10 +64,13 @@ def exit_code_for(error: BaseException) -> int:
         error: What ended the command.
 
     Returns:
-        2 for the :class:`UsageError` branch, 130 for an interrupt, 1 for anything else.
+        2 for the :class:`UsageError` branch, 74 or 75 for a :class:`RunStopped` (a full
+        disk, an engine that stayed away), 130 for an interrupt, 1 for anything else.
     """
     if isinstance(error, UsageError):
         return EXIT_USAGE
+    if isinstance(error, RunStopped):
+        return error.exit_code
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED
     return EXIT_TRIAL_ERRORS
@@ -229,6 +241,33 @@ class TrialCancelled(TrialFailure):
 
 
 # --------------------------------------------------------------------------------------------
+# Faults of the machine: the run stops in order, ``--resume`` continues it
+# --------------------------------------------------------------------------------------------
+
+
+class RunStopped(HarnessError):
+    """The run stopped in order on a fault of the machine, not of a trial.
+
+    Nothing recorded is lost; ``harness run --resume RUN_DIR`` continues once the fault is
+    gone. The message says what failed, how many trials are recorded and the command.
+    """
+
+    exit_code = EXIT_TRIAL_ERRORS
+
+
+class DiskFull(RunStopped):
+    """A filesystem the run writes is full (ENOSPC), over quota (EDQUOT) or read-only (EROFS)."""
+
+    exit_code = EXIT_DISK_FULL
+
+
+class EngineOutage(RunStopped):
+    """The sandbox engine stayed unreachable past ``retry.engine_wait_sec``."""
+
+    exit_code = EXIT_ENGINE_OUTAGE
+
+
+# --------------------------------------------------------------------------------------------
 # Model access
 # --------------------------------------------------------------------------------------------
 
@@ -238,7 +277,8 @@ class ProviderError(HarnessError):
 
 
 __all__ = [
-    "EnvError",
+    "EXIT_DISK_FULL",
+    "EXIT_ENGINE_OUTAGE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_TRIAL_ERRORS",
@@ -248,6 +288,9 @@ __all__ = [
     "AgentTimeout",
     "ConfigError",
     "CorruptRecordError",
+    "DiskFull",
+    "EngineOutage",
+    "EnvError",
     "ExportError",
     "HarnessError",
     "ModelCallError",
@@ -255,6 +298,7 @@ __all__ = [
     "PluginError",
     "ProviderError",
     "ResumeError",
+    "RunStopped",
     "SandboxError",
     "StorageLimitReached",
     "TaskError",

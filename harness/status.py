@@ -9,8 +9,11 @@ snapshot to ``<run-dir>/status.json`` atomically (temp file + rename), at most e
 
     {
       "run": "<run name>", "run_dir": "...", "pid": 1234, "invocation": 2,
-      "state": "running" | "finished" | "interrupted",
+      "state": "running" | "finished" | "interrupted" | "stopped",
       "started_at": "...", "updated_at": "...",
+      "paused": null | {"reason": "docker engine unreachable: ...", "since": "...",
+                        "until": "..."},
+      "stopped": null | "stopped: no space left on device (ENOSPC) at ...; ...",
       "counts": {"planned": 40, "done": 12, "running": 4, "pending": 24, "kept": 8,
                  "retries": 1, "by_status": {"completed": 11, "agent_error": 1}},
       "success": {"threshold": 1.0, "graded": 11, "successes": 7, "rate": 0.636,
@@ -20,7 +23,13 @@ snapshot to ``<run-dir>/status.json`` atomically (temp file + rename), at most e
     }
 
 A ``running`` state whose ``pid`` is gone means the harness died (``kill -9``, a crash): the
-run can be continued with ``harness run --resume RUN_DIR``.
+run can be continued with ``harness run --resume RUN_DIR``. ``paused`` is set while the run
+waits for an unreachable sandbox engine (no trial starts until ``until``); ``stopped`` is
+the state of a run a fault of the machine stopped in order (``stopped`` says which and how
+to go on).
+
+:func:`read_status` never fails on a damaged file (a disk that filled up, a hand edit):
+it is live information only, rewritten whole by the next invocation.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from harness.records import TrialRecord, TrialStatus, write_json_atomic
 STATUS_FILENAME = "status.json"
 """Name of the live status file inside a run directory."""
 
-RunStateName = Literal["running", "finished", "interrupted"]
+RunStateName = Literal["running", "finished", "interrupted", "stopped"]
 
 
 def _iso(when: datetime) -> str:
@@ -101,6 +110,8 @@ class RunState:
         self.started_at = datetime.now(UTC)
         self.started_monotonic = time.monotonic()
         self.state: RunStateName = "running"
+        self.paused: dict[str, str] | None = None
+        self.stopped: str | None = None
         self._lock = threading.Lock()
         self._running: dict[str, RunningTrial] = {}
         self._by_status: dict[str, int] = {}
@@ -177,10 +188,24 @@ class RunState:
             if self._running.pop(trial_id, None) is not None:
                 self.version += 1
 
-    def finish(self, state: RunStateName) -> None:
-        """Set the run's final state."""
+    def pause(self, reason: str, since: datetime, until: datetime) -> None:
+        """The run waits for its engine until ``until``: no trial starts meanwhile."""
+        with self._lock:
+            self.paused = {"reason": reason, "since": _iso(since), "until": _iso(until)}
+            self.version += 1
+
+    def unpause(self) -> None:
+        """The engine answers again: trials start again."""
+        with self._lock:
+            self.paused = None
+            self.version += 1
+
+    def finish(self, state: RunStateName, stopped: str | None = None) -> None:
+        """Set the run's final state (and, for ``stopped``, the message saying why)."""
         with self._lock:
             self.state = state
+            self.stopped = stopped
+            self.paused = None
             self.version += 1
 
     # -- reads --------------------------------------------------------------------------------
@@ -220,6 +245,8 @@ class RunState:
                 "state": self.state,
                 "started_at": _iso(self.started_at),
                 "updated_at": _iso(datetime.now(UTC)),
+                "paused": dict(self.paused) if self.paused is not None else None,
+                "stopped": self.stopped,
                 "counts": {
                     "planned": self.planned,
                     "done": done,
@@ -294,13 +321,17 @@ class StatusWriter:
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:
-    """Read a run dir's ``status.json`` (None when there is none)."""
+    """Read a run dir's ``status.json``: None when there is none or it is damaged.
+
+    It is written atomically, so only a hand edit or a broken disk damages it; it is live
+    information only, and the next invocation of the run rewrites it whole.
+    """
     import json
 
     path = Path(run_dir) / STATUS_FILENAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -109,6 +109,25 @@ class SandboxPaths:
     #: files are collected into the trial's ``artifacts/`` after each step.
     artifacts: str = ""
 
+    @classmethod
+    def under(cls, top: str, **overrides: str) -> SandboxPaths:
+        """The conventional layout of a trial below ``top``; ``overrides`` replace entries."""
+        layout = {
+            "root": top,
+            "workspace": f"{top}/workspace",
+            "home": f"{top}/home",
+            "session": f"{top}/session",
+            "verifier": f"{top}/verifier",
+            "tests": f"{top}/tests",
+            "solution": f"{top}/solution",
+            "instruction": f"{top}/instruction.md",
+            "logs": f"{top}/logs",
+            "grader_home": f"{top}/grader/home",
+            "artifacts": f"{top}/artifacts",
+        }
+        layout.update(overrides)
+        return cls(**layout)
+
 
 @dataclass(frozen=True)
 class PhaseRequest:

@@ -66,20 +66,7 @@ class FakeSandbox(Sandbox):
 
     @property
     def paths(self) -> SandboxPaths:  # noqa: D102
-        r = self.ROOT
-        return SandboxPaths(
-            root=r,
-            workspace=f"{r}/workspace",
-            home=f"{r}/home",
-            session=f"{r}/session",
-            verifier=f"{r}/verifier",
-            tests=f"{r}/tests",
-            solution=f"{r}/solution",
-            instruction=f"{r}/instruction.md",
-            logs=f"{r}/logs",
-            grader_home=f"{r}/grader/home",
-            artifacts=f"{r}/artifacts",
-        )
+        return SandboxPaths.under(self.ROOT)
 
     def _call(self, name: str) -> None:
         self.calls.append(name)

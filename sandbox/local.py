@@ -380,19 +380,7 @@ class LocalSandbox(Sandbox):
     @property
     def paths(self) -> SandboxPaths:  # noqa: D102 - documented on the base class
         top = VIEW_ROOT if self.confined else str(self.fs)
-        return SandboxPaths(
-            root=top,
-            workspace=f"{top}/workspace",
-            home=f"{top}/home",
-            session=f"{top}/session",
-            verifier=f"{top}/verifier",
-            tests=f"{top}/tests",
-            solution=f"{top}/solution",
-            instruction=f"{top}/instruction.md",
-            logs=str(self.root / "logs"),
-            grader_home=f"{top}/grader/home",
-            artifacts=f"{top}/artifacts",
-        )
+        return SandboxPaths.under(top, logs=str(self.root / "logs"))
 
     def host_path(self, path: str) -> Path:
         """The host path of an in-sandbox path (``/trial/...``, or the host logs dir).

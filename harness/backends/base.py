@@ -90,6 +90,22 @@ class SandboxBackend(ABC):
                 )
         return problems
 
+    def health(self) -> str | None:
+        """None while the engine this backend drives answers; else why not, on one line.
+
+        Asked about once a second while trials run: an answer other than None pauses the
+        run (no trial starts) until the engine answers again or ``retry.engine_wait_sec``
+        passes. Default: None (a backend with nothing that can go away).
+        """
+        return None
+
+    def outage_error(self, message: str) -> bool:
+        """Whether a trial error's message is the engine's own failure, not the trial's.
+
+        Such an attempt is rerun without spending a retry (see :meth:`health`).
+        """
+        return False
+
     def report_progress(self, report: Callable[[str], None]) -> None:  # noqa: B027
         """Tell ``report`` how long preparations (e.g. image pulls) are getting on.
 

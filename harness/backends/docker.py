@@ -14,7 +14,7 @@ from harness.backends.tmpdir import fresh_private_dir, remove_private_dir, run_t
 from harness.errors import UsageError
 from sandbox.backend import Capacity, SandboxSpec
 from sandbox.docker.backend import DockerSandbox
-from sandbox.docker.engine import connect, remove_leaks
+from sandbox.docker.engine import connect, engine_failure, ping, pinger, remove_leaks
 from sandbox.docker.images import ImageResolver, parse_aliases
 from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
@@ -53,6 +53,7 @@ class DockerBackend(SandboxBackend):
             run_label=options.run_name,
             tmp_dir=self.tmp_dir,
         )
+        self._pinger = pinger(client)
 
     def make_sandbox(self, spec: SandboxSpec) -> DockerSandbox:  # noqa: D102
         return DockerSandbox(spec, self.runtime)
@@ -64,6 +65,14 @@ class DockerBackend(SandboxBackend):
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory."""
         return self.runtime.capacity()
+
+    def health(self) -> str | None:
+        """None while the Docker engine answers a ping (5 s at most), else why not."""
+        return ping(self._pinger)
+
+    def outage_error(self, message: str) -> bool:
+        """The engine's own failures: its socket gone or refusing, its database closed."""
+        return engine_failure(message)
 
     def start(self) -> list[str]:
         """Remove every object labelled with the run and the run's temp dir's leftovers."""

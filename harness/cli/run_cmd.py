@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from harness.api import resume as resume_run
 from harness.api import run as start_run
@@ -269,7 +270,10 @@ def _show(outcome: RunOutcome, *, as_json: bool) -> None:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         print_summary(out, outcome)
-    if outcome.interrupted:
+    if outcome.stopped is not None:
+        # The one message of a fault of the machine: what failed, the records, --resume.
+        err.print(Text(outcome.stopped, style="yellow"))
+    elif outcome.interrupted:
         err.print(f"interrupted; continue with: harness run --resume {outcome.run_dir}")
     if outcome.stragglers:
         # Trial threads still running after an abort: do not wait to join them.

@@ -32,6 +32,7 @@ from harness.config.legacy import new_key, sectioned
 from harness.config.model import RunConfig
 from harness.config.toml import to_toml
 from harness.errors import ConfigError
+from harness.records.atomic import write_bytes_atomic
 
 CONFIG_FILENAME = "config.toml"
 """Name of the resolved config inside a run dir."""
@@ -45,11 +46,15 @@ _PATH_KEYS = (("tasks", "paths"), ("output_dir",), ("models",))
 
 
 def save_config(config: RunConfig, path: Path, *, extra: Mapping[str, Any] | None = None) -> None:
-    """Write the resolved config as ``[run]`` (plus facts such as ``[versions]``) as TOML."""
+    """Write the resolved config as ``[run]`` (plus facts such as ``[versions]``) as TOML.
+
+    Atomically: a crash or a full disk leaves the whole file or none (never half a file
+    that a ``--resume`` would refuse).
+    """
     data: dict[str, Any] = {"run": config.model_dump(mode="json")}
     if extra:
         data.update(extra)
-    path.write_text(to_toml(data))
+    write_bytes_atomic(path, to_toml(data).encode("utf-8"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -155,6 +155,9 @@ class RetryConfig(BaseModel):
         backoff_max_sec: Longest wait between attempts.
         backoff_multiplier: Growth of the wait from one retry to the next.
         jitter: Fraction (0..1) of the wait that is randomised away.
+        engine_wait_sec: How long the run waits, paused, for a sandbox engine that stopped
+            answering (a Docker restart) before it stops in order; attempts the outage
+            broke are rerun without spending retries.
     """
 
     model_config = _SECTION
@@ -166,6 +169,7 @@ class RetryConfig(BaseModel):
     backoff_max_sec: float = Field(default=60.0, ge=0, le=86400)
     backoff_multiplier: float = Field(default=2.0, ge=1, le=100)
     jitter: float = Field(default=0.5, ge=0, le=1)
+    engine_wait_sec: float = Field(default=1800.0, ge=0, le=7 * 86400)
 
     @field_validator("include")
     @classmethod

@@ -97,13 +97,17 @@ def episode_of(record: TrialRecord) -> EpisodeRecord | None:
     return raw if isinstance(raw, EpisodeRecord) else EpisodeRecord.model_validate(raw)
 
 
-def error_types(record: TrialRecord) -> list[str]:
-    """Error types that decide a retry: the record's, and those of its failed agents."""
-    names = [error.type for error in record.errors]
+def failure_errors(record: TrialRecord) -> list[TrialError]:
+    """The errors that explain a failed attempt: the record's, and its failed agents'.
+
+    The retry rules, the engine watch and the disk guard read these: an agent of an
+    episode that failed on an engine outage or a full run dir is the run's fault too.
+    """
+    errors = list(record.errors)
     episode = episode_of(record)
     if episode is not None:
-        names += [e.type for trace in episode.traces if not trace.ok for e in trace.errors]
-    return names
+        errors += [e for trace in episode.traces if not trace.ok for e in trace.errors]
+    return errors
 
 
 def with_history(record: TrialRecord) -> TrialRecord:
@@ -130,7 +134,7 @@ __all__ = [
     "EpisodeRecord",
     "Trace",
     "episode_of",
-    "error_types",
+    "failure_errors",
     "sum_usage",
     "with_history",
 ]

@@ -12,6 +12,8 @@ from typing import Any, BinaryIO
 
 from pydantic import BaseModel
 
+from harness.failpoints import kill_point
+
 
 def fsync_dir(directory: Path) -> None:
     """Flush a directory entry change (create/rename) to disk, where the OS allows it."""
@@ -51,6 +53,7 @@ def replacing(path: Path) -> Iterator[BinaryIO]:
             fh.flush()
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
+        kill_point(f"replace:{path.name}")
         os.replace(tmp_name, path)
     except BaseException:
         with contextlib.suppress(OSError):

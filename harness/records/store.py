@@ -9,9 +9,11 @@ anywhere else is corruption and raises :class:`~harness.errors.CorruptRecordErro
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,7 +126,8 @@ def _scan(path: Path, data: bytes) -> tuple[LoadReport, list[bytes]]:
             if not is_last:
                 raise CorruptRecordError(path, index + 1, _short_reason(exc)) from exc
             torn_line_number, torn_bytes = index + 1, len(raw)
-            logger.warning(
+            # Reported by the caller (the report says so), once: not on every read.
+            logger.debug(
                 "%s:%d: torn last line (%d bytes) ignored: %s",
                 path,
                 index + 1,
@@ -176,6 +179,9 @@ class TrialStore:
         self._lock: FileLock | None = None
         self.torn_tail = False
         self.last_report: LoadReport | None = None
+        #: (line number, size) of the torn line last reported: a repair that fails (a full
+        #: disk) and is tried again is not reported again.
+        self._torn_reported: tuple[int | None, int] | None = None
 
     def _locked(self) -> FileLock:
         """The store's lock, creating the run directory on first use."""
@@ -183,6 +189,26 @@ class TrialStore:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self._lock = FileLock(self.lock_path, timeout=self._lock_timeout)
         return self._lock
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """The lock for a read; none on a read-only filesystem, where nobody can write.
+
+        Taking the lock opens its file for writing, which a filesystem that turned
+        read-only refuses: the records must still be readable there (to count them).
+        """
+        lock = self._locked()
+        try:
+            lock.acquire()
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise
+            yield
+            return
+        try:
+            yield
+        finally:
+            lock.release()
 
     def append(self, record: TrialRecord) -> None:
         """Append one record as one line, durably.
@@ -205,10 +231,18 @@ class TrialStore:
                 self._repair_locked()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                written = os.write(fd, line)
-                while written < len(line):  # Only on ENOSPC-like edge cases.
-                    written += os.write(fd, line[written:])
-                os.fsync(fd)
+                size = os.fstat(fd).st_size
+                try:
+                    written = os.write(fd, line)
+                    while written < len(line):  # a short write: the disk is filling up
+                        written += os.write(fd, line[written:])
+                    os.fsync(fd)
+                except OSError:
+                    # Never leave half a line (a full disk): cut the file back to whole
+                    # records; truncating needs no free space.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)
+                    raise
             finally:
                 os.close(fd)
             if created:
@@ -239,7 +273,7 @@ class TrialStore:
         if not self.path.exists():
             report = LoadReport(records=[])
         else:
-            with self._locked():
+            with self._reading():
                 data = self.path.read_bytes()
             report, _ = _scan(self.path, data)
         self.last_report = report
@@ -257,7 +291,7 @@ class TrialStore:
         """
         if not self.path.exists():
             return StoreSnapshot(LoadReport(records=[]), [], None)
-        with self._locked(), open(self.path, "rb") as fh:
+        with self._reading(), open(self.path, "rb") as fh:
             info = os.fstat(fh.fileno())
             data = fh.read()
         report, good_lines = _scan(self.path, data)
@@ -295,15 +329,18 @@ class TrialStore:
             return self._repair_locked()
 
     def _repair_locked(self) -> bool:
-        """:meth:`repair` with the lock already held."""
+        """:meth:`repair` with the lock already held (a torn line is logged once)."""
         report, good_lines = _scan(self.path, self.path.read_bytes())
         if report.torn_tail:
-            logger.warning(
-                "%s: repairing torn line %s (%d bytes)",
-                self.path,
-                report.torn_line_number,
-                report.torn_bytes,
-            )
+            torn = (report.torn_line_number, report.torn_bytes)
+            if torn != self._torn_reported:
+                self._torn_reported = torn
+                logger.warning(
+                    "%s: repairing torn line %s (%d bytes)",
+                    self.path,
+                    report.torn_line_number,
+                    report.torn_bytes,
+                )
             write_bytes_atomic(self.path, b"".join(raw + b"\n" for raw in good_lines))
         self.torn_tail = False
         self.last_report = LoadReport(records=report.records)

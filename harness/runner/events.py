@@ -48,7 +48,7 @@ class RunOutcome:
         run_dir: The run directory.
         records: The latest record of every planned trial that has one.
         summary: Metrics over ``records``.
-        exit_code: 0, 1 or 130 (see :mod:`harness.errors`).
+        exit_code: 0, 1, 74, 75 or 130 (see :mod:`harness.errors`).
         interrupted: Whether a signal stopped the run.
         planned: Trials in the plan.
         invocation: Which invocation this was (1 for the first run).
@@ -56,6 +56,9 @@ class RunOutcome:
         stragglers: Trials still running when an abort stopped waiting for them; the
             process should exit right away (``os._exit``) rather than join their threads.
         resume: The resume plan of a ``--resume`` invocation.
+        stopped: When a fault of the machine stopped the run in order (a full disk, an
+            engine that stayed away): the one message saying what failed, how many trials
+            are recorded and the ``--resume`` command; ``exit_code`` is then 74 or 75.
     """
 
     run_dir: Path
@@ -68,6 +71,7 @@ class RunOutcome:
     nothing_to_resume: bool = False
     stragglers: int = 0
     resume: ResumePlan | None = None
+    stopped: str | None = None
 
 
 class RunEvents:

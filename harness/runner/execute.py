@@ -26,15 +26,19 @@ from pathlib import Path
 
 from harness.config import CONFIG_FILENAME, RunConfig, save_config
 from harness.episodes.run import run_episode
-from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS
+from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS, DiskFull
+from harness.failpoints import kill_point
 from harness.gateway import Gateway
-from harness.metrics import Summary
+from harness.metrics import Summary, summarize
 from harness.model_access import start_gateway
-from harness.records import TrialRecord, TrialStore
+from harness.records import TrialRecord, TrialStore, latest_by_id
 from harness.runner.events import RunEvents, RunOutcome, RunStart
+from harness.runner.faults import DiskGuard, Halt, Halting, disk_error, disk_halt
 from harness.runner.interrupts import Interrupts
+from harness.runner.outage import EngineWatch, watch_engine
 from harness.runner.prepare import PreparedRun, versions
 from harness.runner.rundir import (
+    SUMMARY_FILENAME,
     RunLog,
     close_backend,
     create_run_dir,
@@ -44,7 +48,13 @@ from harness.runner.rundir import (
     tidy,
     write_summary,
 )
-from harness.runner.scheduler import AgentGate, AttemptRunner, TrialRunner, run_plain_trial
+from harness.runner.scheduler import (
+    AgentGate,
+    AttemptRunner,
+    NotRun,
+    TrialRunner,
+    run_plain_trial,
+)
 from harness.status import STATUS_FILENAME, RunState, StatusWriter
 from harness.trial import TrialPlan, TrialSettings
 
@@ -73,7 +83,11 @@ def execute_run(prepared: PreparedRun, *, events: RunEvents | None = None) -> Ru
         events: Observer of the run (a display).
 
     Returns:
-        The outcome; ``exit_code`` is 0, 1 or 130.
+        The outcome; ``exit_code`` is 0, 1 or 130, or 74/75 when a fault of the machine
+        (a full disk, an engine that stayed away) stopped the run in order.
+
+    Raises:
+        DiskFull: The run dir took no write before the trials could start (nothing lost).
     """
     observer = events or RunEvents()
     try:
@@ -84,6 +98,12 @@ def execute_run(prepared: PreparedRun, *, events: RunEvents | None = None) -> Ru
         for problem in prepared.skipped:
             observer.warning(f"skipped invalid task: {problem}")
         outcome = _execute(prepared, prepared.run_dir.resolve(), observer)
+    except OSError as exc:
+        prepared.close()
+        found = disk_error(exc)
+        if found is None:
+            raise
+        raise DiskFull(_unwritable(prepared, found)) from None
     except BaseException:
         prepared.close()
         raise
@@ -116,6 +136,18 @@ def _execute(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutc
         if gateway is not None:
             gateway.close()
         log.close()
+
+
+def _unwritable(prepared: PreparedRun, error: OSError) -> str:
+    """The message of a run dir that took no write outside the trials (counts included)."""
+    try:
+        recorded = len(latest_by_id(TrialStore(prepared.run_dir).load()))
+    except Exception:  # a message about the disk must not fail on the records
+        recorded = 0
+    halt = disk_halt(error, error.filename or prepared.run_dir)
+    if not (prepared.run_dir / CONFIG_FILENAME).is_file():
+        return f"{halt.reason}; nothing was run; {halt.fix}, then run again"
+    return halt.message(recorded, len(prepared.plans), prepared.run_dir)
 
 
 def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutcome:
@@ -193,6 +225,11 @@ class Invocation:
         self.failures: list[str] = []
         self.interrupted = False
         self.stragglers: list[TrialPlan] = []
+        #: The first fault of the machine (a full disk, an engine that stayed away).
+        self.halting = Halting(on_halt=lambda halt: log(f"halting the run: {halt.reason}"))
+        self.disk = DiskGuard(run_dir, self.halting)
+        self.watch: EngineWatch | None = None
+        self.halted = False
 
     # -- start -------------------------------------------------------------------------------
 
@@ -233,6 +270,14 @@ class Invocation:
         self.status = StatusWriter(self.run_dir / STATUS_FILENAME, self.state)
         self.status.flush(force=True)
         self.settings = self._trial_settings()
+        self.watch = watch_engine(
+            prepared.backend,
+            wait_sec=config.retry.engine_wait_sec,
+            events=self.events,
+            state=self.state,
+            log=self.log,
+            halting=self.halting,
+        )
         self.runner = TrialRunner(
             settings=self.settings,
             store=self.store,
@@ -240,6 +285,8 @@ class Invocation:
             state=self.state,
             on_retry=self.events.retrying,
             log=self.log,
+            watch=self.watch,
+            disk=self.disk,
             attempt_runner=self._attempt_runner(),
         )
         self.events.run_started(
@@ -279,6 +326,7 @@ class Invocation:
         prepared, state = self.prepared, self.state
 
         def on_phase(trial_id: str, phase: str) -> None:
+            kill_point(f"phase:{phase}")
             state.phase(trial_id, phase)
             self.events.phase(trial_id, phase)
 
@@ -302,11 +350,13 @@ class Invocation:
     # -- drive -------------------------------------------------------------------------------
 
     def drive(self, interrupts: Interrupts) -> None:
-        """Run the jobs on the pool until they are done, or interrupts say stop."""
+        """Run the jobs on the pool until they are done, or interrupts or a fault say stop."""
         pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="trial")
         futures: dict[Future[TrialRecord], TrialPlan] = {}
         pending: set[Future[TrialRecord]] = set()
         aborted_at: float | None = None
+        if self.watch is not None:
+            self.watch.start()
         try:
             for plan, prior in self.jobs:
                 futures[pool.submit(self.runner.run, plan, prior)] = plan
@@ -320,24 +370,43 @@ class Invocation:
                 if interrupts.count >= 2 and aborted_at is None:
                     aborted_at = time.monotonic()
                     self._abort()
-                if self.interrupted:
+                if self.log.failed is not None:
+                    self.disk.write_failed(self.log.failed, self.log.path or self.run_dir)
+                if self.halting and not self.halted:
+                    self._halt(pending)
+                if self.interrupted or self.halted:
                     pending = {f for f in pending if not f.cancelled()}
                 if aborted_at is not None and time.monotonic() > aborted_at + ABORT_GRACE_SEC:
                     break
-                self.status.flush()
+                self._flush_status()
         finally:
+            if self.watch is not None:
+                self.watch.stop()
             self.stragglers = [futures[f] for f in pending if not f.done()]
             for plan in self.stragglers:
                 self.state.trial_dropped(plan.id)
                 self.log(f"trial {plan.id}: still running at abort, left without a record")
             pool.shutdown(wait=not self.stragglers, cancel_futures=True)
 
+    def _flush_status(self, *, force: bool = False) -> None:
+        """Write ``status.json``; a full disk halts the run."""
+        try:
+            self.status.flush(force=force)
+        except OSError as exc:
+            if not self.disk.write_failed(exc, self.status.path):
+                raise
+
     def _collect(self, future: Future[TrialRecord], plan: TrialPlan) -> None:
         if future.cancelled():
             return
         error = future.exception()
+        if isinstance(error, NotRun):
+            return  # the run halted or stopped before it: --resume runs it
         if error is not None:
             self.state.trial_dropped(plan.id)
+            if self.disk.write_failed(error, self.run_dir):
+                self.log(f"trial {plan.id}: no record, the run dir is full: {error}")
+                return
             detail = "".join(traceback.format_exception(error)).rstrip()
             self.failures.append(plan.id)
             self.log(f"trial {plan.id}: internal error, no record written:\n{detail}")
@@ -349,6 +418,14 @@ class Invocation:
             f"reward={record.reward} ok={record.ok}"
         )
         self.events.trial_finished(record, self.state.done, len(self.prepared.plans))
+
+    def _halt(self, pending: set[Future[TrialRecord]]) -> None:
+        """A fault of the machine: no new trial starts; running ones finish and clean up."""
+        self.halted = True
+        running = len(self.state.running())
+        self.log(f"stopping: scheduling stopped, {running} running trial(s) finish first")
+        for future in pending:
+            future.cancel()
 
     def _stop(self, pending: set[Future[TrialRecord]]) -> None:
         """First interrupt: no new trial starts; running agents are killed, trials clean up."""
@@ -376,31 +453,31 @@ class Invocation:
     # -- finish ------------------------------------------------------------------------------
 
     def finish(self) -> RunOutcome:
-        """Close the backend, compact the records, write the summary and the final status."""
+        """Close the backend, compact the records, write the summary and the final status.
+
+        After a fault of the machine, what cannot be written is left as it was (the records
+        are whole; the next invocation compacts and summarizes) and the outcome carries the
+        one message saying what failed and how to go on.
+        """
         prepared, plans = self.prepared, self.prepared.plans
         prepared.closed = True
         leaked = close_backend(prepared.backend, self.log)
         if leaked:
             self.events.message(f"removed {len(leaked)} leaked sandbox object(s)")
         planned_ids = {plan.id for plan in plans}
-        records = [r for r in self.store.compact().records if r.id in planned_ids]
-        summary = write_summary(
-            self.run_dir,
-            self.config,
-            records,
-            planned=len(plans),
-            interrupted=self.interrupted,
-            invocation=self.number,
-        )
-        self.state.finish("interrupted" if self.interrupted else "finished")
-        self.status.flush(force=True)
-        if self.interrupted:
-            code = EXIT_INTERRUPTED
+        records = [r for r in self._final_records() if r.id in planned_ids]
+        summary = self._write_summary(records)
+        halt = self.halting.halt
+        stopped = None
+        if halt is not None:
+            stopped = halt.message(len(records), len(plans), self.run_dir)
+            self.state.finish("stopped", stopped)
         else:
-            code = exit_code(self.config, records, summary, bool(self.failures))
+            self.state.finish("interrupted" if self.interrupted else "finished")
+        self._flush_status(force=True)
+        code = self._exit_code(records, summary, halt)
         self.log(
-            f"run {'interrupted' if self.interrupted else 'finished'}: {len(records)} of "
-            f"{len(plans)} trials recorded, exit {code}"
+            f"run {self.state.state}: {len(records)} of {len(plans)} trials recorded, exit {code}"
         )
         return RunOutcome(
             self.run_dir,
@@ -412,7 +489,41 @@ class Invocation:
             invocation=self.number,
             stragglers=len(self.stragglers),
             resume=prepared.resume,
+            stopped=stopped,
         )
+
+    def _final_records(self) -> list[TrialRecord]:
+        """The latest record of each trial, compacting ``trials.jsonl`` if the disk allows."""
+        try:
+            return self.store.compact().records
+        except OSError as exc:
+            if not self.disk.write_failed(exc, self.store.path):
+                raise
+            self.log(f"trials.jsonl not compacted ({exc}); the next invocation compacts it")
+            return list(latest_by_id(self.store.load()).values())
+
+    def _write_summary(self, records: list[TrialRecord]) -> Summary:
+        try:
+            return write_summary(
+                self.run_dir,
+                self.config,
+                records,
+                planned=len(self.prepared.plans),
+                interrupted=self.interrupted,
+                invocation=self.number,
+            )
+        except OSError as exc:
+            if not self.disk.write_failed(exc, self.run_dir / SUMMARY_FILENAME):
+                raise
+            self.log(f"summary.json not written ({exc}); the next invocation writes it")
+            return summarize(records, threshold=self.config.threshold)
+
+    def _exit_code(self, records: list[TrialRecord], summary: Summary, halt: Halt | None) -> int:
+        if halt is not None:
+            return halt.exit_code
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        return exit_code(self.config, records, summary, bool(self.failures))
 
 
 __all__ = ["ABORT_GRACE_SEC", "Invocation", "exit_code", "execute_run"]

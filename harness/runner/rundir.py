@@ -18,6 +18,7 @@ Layout (see ``docs/run-dir.md``)::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -72,7 +73,7 @@ def refuse_non_empty(run_dir: Path) -> None:
     Raises:
         UsageError: ``run_dir`` exists and is not an empty dir.
     """
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    if run_dir.exists() and (not run_dir.is_dir() or _holds_a_run(run_dir)):
         raise UsageError(
             f"{run_dir} already exists and is not empty: continue that run with "
             f"`harness run --resume {run_dir}`, or choose another --run-name / -o"
@@ -89,15 +90,32 @@ def create_run_dir(run_dir: Path) -> FileLock:
     try:
         run_dir.mkdir(mode=0o700)
     except FileExistsError:
-        if any(run_dir.iterdir()):
+        if _holds_a_run(run_dir):
             raise UsageError(
                 f"{run_dir} is not empty: continue it with `harness run --resume {run_dir}`"
             ) from None
-    return lock_run_dir(run_dir)
+    lock = lock_run_dir(run_dir)
+    remove_partial_writes(run_dir)
+    return lock
+
+
+def _holds_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds more than a start killed before its config was written.
+
+    Its lock file and the temp file of the config's atomic write are all such a start
+    leaves: the same command starts the run again there.
+    """
+    return any(
+        entry.name != LOCK_FILENAME and not _PARTIAL_WRITE.match(entry.name)
+        for entry in run_dir.iterdir()
+    )
 
 
 class RunLog:
     """One invocation's ``eval.log``: timestamped lines, safe from any thread.
+
+    A write that fails (a full disk) never raises: the log keeps the error in
+    :attr:`failed` and drops every later line; the run reads it and stops in order.
 
     Args:
         path: The log file, or None for a log that drops every line.
@@ -107,21 +125,30 @@ class RunLog:
         self.path = path
         self._lock = threading.Lock()
         self._fh = path.open("a", encoding="utf-8") if path is not None else None
+        #: The error of the first write that failed, if any.
+        self.failed: OSError | None = None
 
     def __call__(self, text: str) -> None:
         """Append one line (each line of ``text`` gets the timestamp)."""
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         lines = "".join(f"{stamp} {line}\n" for line in (text.splitlines() or [""]))
         with self._lock:
-            if self._fh is not None and not self._fh.closed:
+            if self._fh is None or self._fh.closed or self.failed is not None:
+                return
+            try:
                 self._fh.write(lines)
                 self._fh.flush()
+            except OSError as exc:
+                self.failed = exc
 
     def close(self) -> None:
         """Close the file; later lines are dropped."""
         with self._lock:
-            if self._fh is not None:
-                self._fh.close()
+            if self._fh is not None and not self._fh.closed:
+                try:
+                    self._fh.close()
+                except OSError as exc:  # the lines it held are lost; the records are not
+                    self.failed = self.failed or exc
 
 
 def _symlink_atomic(link: Path, target: str) -> None:
@@ -168,6 +195,29 @@ def latest_log(run_dir: Path) -> RunLog:
     return RunLog(latest if latest.is_file() else None)
 
 
+#: ``.<file>.<random>.tmp`` of an atomic write (harness.records.atomic), a disk probe's file.
+_PARTIAL_WRITE = re.compile(r"^\.(?:[^/]+\.[^/.]+\.tmp|harness-probe-[0-9a-f]+)$")
+
+
+def remove_partial_writes(run_dir: Path) -> list[str]:
+    """Remove what atomic writes cut short by a crash left at the top of the run dir.
+
+    The files they were replacing are whole (the old or the new content); only the
+    temp files remain, which no reader looks at.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(run_dir))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if _PARTIAL_WRITE.match(entry.name) and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed.append(entry.name)
+    return sorted(removed)
+
+
 def tidy(
     store: TrialStore,
     snapshot: StoreSnapshot | None,
@@ -177,9 +227,10 @@ def tidy(
 ) -> CompactReport:
     """Make the run dir whole before anything runs (every invocation, resumed or not).
 
-    Repairs a torn last line of ``trials.jsonl`` (a crash mid-write), compacts it to one
-    line per trial atomically, and has the backend remove what a dead invocation of the run
-    leaked (containers by the run's label, trial roots in its private temp dir).
+    Removes the temp files of atomic writes a dead invocation left, repairs a torn last
+    line of ``trials.jsonl`` (a crash mid-write), compacts it to one line per trial
+    atomically, and has the backend remove what a dead invocation of the run leaked
+    (containers by the run's label or name, trial roots in its private temp dir).
 
     Args:
         store: The run's ``trials.jsonl``.
@@ -191,6 +242,10 @@ def tidy(
     Returns:
         The compacted records and what reading the file found.
     """
+    partial = remove_partial_writes(store.run_dir)
+    if partial:
+        names = ", ".join(partial)
+        log(f"removed {len(partial)} unfinished write(s) of a dead invocation: {names}")
     compact = store.compact(snapshot)
     if compact.load.torn_tail:
         message = (
@@ -259,6 +314,7 @@ __all__ = [
     "lock_run_dir",
     "open_invocation_log",
     "refuse_non_empty",
+    "remove_partial_writes",
     "tidy",
     "write_summary",
 ]

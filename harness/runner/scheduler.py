@@ -6,6 +6,11 @@ exists (the latest record of an id wins), so a crash loses at most the attempts 
 A retried attempt's evidence moves to ``attempts/<trial id>/<attempt>/`` and its status and
 errors go into the next attempt's ``previous_attempts``.
 
+Faults of the machine are not the trial's (:mod:`.outage`, :mod:`.faults`): no attempt
+starts while the engine is unreachable, an attempt an outage broke is rerun once the engine
+answers without spending a retry, and a full run dir halts the run (the trial ends with what
+is recorded, or with nothing: :class:`NotRun`).
+
 :class:`AgentGate` bounds the agent phases running at once across all trials of the run
 (``agent_concurrency``): a trial holds a slot only while its agent runs, never while its
 sandbox starts or its verifier runs.
@@ -21,9 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness.config import RetryConfig
-from harness.episodes.records import error_types, with_history
-from harness.errors import TrialCancelled
+from harness.episodes.records import failure_errors, with_history
+from harness.errors import HarnessError, TrialCancelled
 from harness.records import AttemptSummary, TrialRecord, TrialStore
+from harness.runner.faults import DiskGuard, Halting
+from harness.runner.outage import EngineWatch
 from harness.status import RunState
 from harness.trial import TrialPlan, TrialSettings, run_trial
 
@@ -84,6 +91,13 @@ class AgentGate:
             slots.release()
 
 
+class NotRun(HarnessError):  # noqa: N818 - an outcome, not a failure
+    """A trial that ends without a record in this invocation (the run halted or stopped).
+
+    ``--resume`` runs it; the reason is the run's, already reported once.
+    """
+
+
 class TrialRunner:
     """Runs planned trials to their final record, retrying as the retry config says.
 
@@ -95,6 +109,8 @@ class TrialRunner:
         on_retry: Called as ``on_retry(record, delay)`` before a retry's wait.
         log: Writes one line to the invocation's ``eval.log``.
         rng: Randomness for the backoff jitter.
+        watch: The engine watch (none: the engine never goes away).
+        disk: Tells disk faults from failures and halts the run (none: nothing halts it).
         attempt_runner: Runs one attempt (default: a plain trial; an env's episode).
     """
 
@@ -108,6 +124,8 @@ class TrialRunner:
         on_retry: Callable[[TrialRecord, float], None] | None = None,
         log: Callable[[str], None] | None = None,
         rng: random.Random | None = None,
+        watch: EngineWatch | None = None,
+        disk: DiskGuard | None = None,
         attempt_runner: AttemptRunner = run_plain_trial,
     ) -> None:
         self.attempt_runner = attempt_runner
@@ -119,6 +137,9 @@ class TrialRunner:
         self.log = log or (lambda text: None)
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
+        self.watch = watch
+        self.disk = disk or DiskGuard(settings.run_dir, Halting())
+        self.halting = self.disk.halting
 
     def _keep_evidence(self, trial_id: str, attempt: int) -> str | None:
         """Move ``trials/<id>`` to ``attempts/<id>/<attempt>``; return it (run-dir relative)."""
@@ -141,50 +162,103 @@ class TrialRunner:
             fraction = self._rng.random()
         return self.retry.delay(retry, fraction)
 
+    def _stopping(self) -> bool:
+        return self.settings.cancel.is_set() or bool(self.halting)
+
+    def _ready(self) -> bool:
+        """Wait while the engine is away; False when the run halted, gave up or stopped."""
+        if self.halting:
+            return False
+        if self.watch is None:
+            return True
+        return self.watch.wait_ready(self._stopping)
+
+    def _sleep(self, delay: float) -> bool:
+        """Back off ``delay`` seconds; True when an interrupt or a halt ended the wait."""
+        return _wait_either(self.settings.cancel, self.halting.event, delay)
+
+    def _persist(self, plan: TrialPlan, record: TrialRecord) -> None:
+        """Append the attempt's record; a full run dir halts the run (:class:`NotRun`)."""
+        try:
+            self.store.append(record)
+        except OSError as exc:
+            if not self.disk.write_failed(exc, self.store.path):
+                raise
+            self.state.trial_dropped(plan.id)
+            raise NotRun(plan.id) from None
+
+    def _retries(self, record: TrialRecord, retries: int) -> bool:
+        """Whether a failed attempt is retried (retries left, its errors retryable)."""
+        names = [error.type for error in failure_errors(record)]
+        return (
+            retries < self.retry.max_retries
+            and not self._stopping()
+            and self.retry.retryable(str(record.status), names)
+            # A failure that cannot change on a retry is final, whatever the rules say.
+            and all(error.retryable for error in record.errors)
+        )
+
+    def _outage(self, record: TrialRecord, epoch: int, reruns: int) -> str | None:
+        """How an engine outage broke this attempt (None: it did not, or no watch)."""
+        if self.watch is None or self.halting:
+            return None
+        return self.watch.broke(record, epoch, reruns)
+
     def run(self, plan: TrialPlan, prior: TrialRecord | None = None) -> TrialRecord:
         """Run a trial (continuing from ``prior``, its record of an earlier invocation).
 
         Returns:
             The final record of this invocation (also appended to the store).
+
+        Raises:
+            NotRun: The run halted (or stopped waiting for the engine) before this trial
+                had a record in this invocation.
         """
         history: list[AttemptSummary] = []
         attempt = 1
         if prior is not None:
             history = [*prior.previous_attempts, self._summary(prior)]
             attempt = prior.attempt + 1
-        retries = 0
-        cancel = self.settings.cancel
+        retries = engine_reruns = 0
+        if not self._ready():
+            raise NotRun(plan.id)
         while True:
+            epoch = self.watch.epoch if self.watch is not None else 0
             self.state.trial_started(plan.id, plan.task.key, attempt)
             record = self.attempt_runner(plan, self.settings, attempt)
             if history:
                 record = record.model_copy(update={"previous_attempts": list(history)})
                 record = with_history(record)
-            self.store.append(record)
-            names = error_types(record)
-            again = (
-                retries < self.retry.max_retries
-                and not cancel.is_set()
-                and self.retry.retryable(str(record.status), names)
-                # A failure that cannot change on a retry is final, whatever the rules say.
-                and all(error.retryable for error in record.errors)
-            )
-            if not again:
+            self._persist(plan, record)
+            first = record.errors[0].message if record.errors else ""
+            halted = self.disk.check_record(record)
+            broke = None if halted else self._outage(record, epoch, engine_reruns)
+            if broke is not None:
+                engine_reruns += broke == "the engine failed it"
+                self.log(
+                    f"trial {plan.id} attempt {attempt} {record.status} ({first}): {broke}; "
+                    "it reruns once the engine answers, no retry spent"
+                )
+                self.state.phase(plan.id, "paused")
+            elif self._retries(record, retries):
+                retries += 1
+                delay = self._delay(retries)
+                self.log(
+                    f"trial {plan.id} attempt {attempt} {record.status} ({first}); retry "
+                    f"{retries}/{self.retry.max_retries} in {delay:.1f}s"
+                )
+                self.state.retrying(plan.id)
+                if self.on_retry is not None:
+                    self.on_retry(record, delay)
+                if self._sleep(delay):
+                    # Interrupted or halted while backing off: the failed attempt is this
+                    # run's answer (already recorded, its evidence still in trials/<id>).
+                    self.state.trial_finished(record)
+                    return record
+            else:
                 self.state.trial_finished(record)
                 return record
-            retries += 1
-            delay = self._delay(retries)
-            first = record.errors[0].message if record.errors else ""
-            self.log(
-                f"trial {plan.id} attempt {attempt} {record.status} ({first}); retry "
-                f"{retries}/{self.retry.max_retries} in {delay:.1f}s"
-            )
-            self.state.retrying(plan.id)
-            if self.on_retry is not None:
-                self.on_retry(record, delay)
-            if cancel.wait(delay):
-                # Interrupted while backing off: the failed attempt is this run's answer
-                # (already recorded, its evidence still in trials/<id>).
+            if not self._ready():
                 self.state.trial_finished(record)
                 return record
             history.append(self._summary(record))
@@ -195,4 +269,24 @@ class TrialRunner:
         return AttemptSummary.of(record, evidence_dir=kept)
 
 
-__all__ = ["ATTEMPTS_DIRNAME", "AgentGate", "AttemptRunner", "TrialRunner", "run_plain_trial"]
+def _wait_either(first: threading.Event, second: threading.Event, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for either event; True if one is set."""
+    step = min(0.2, timeout) if timeout > 0 else 0
+    left = timeout
+    while True:
+        if first.is_set() or second.is_set():
+            return True
+        if left <= 0:
+            return False
+        first.wait(step)
+        left -= step
+
+
+__all__ = [
+    "ATTEMPTS_DIRNAME",
+    "AgentGate",
+    "AttemptRunner",
+    "NotRun",
+    "TrialRunner",
+    "run_plain_trial",
+]

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from harness.errors import VerifierError
+from harness.failpoints import kill_point
 from harness.grading import trial_reward
 from harness.records import (
     AgentRef,
@@ -73,6 +74,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade):
                     TrialStatus.CANCELLED if interrupted else TrialStatus.ENVIRONMENT_ERROR
                 )
         run_failed = bool(self.errors)
+        kill_point("phase:cleanup")
         with self.clock.phase("cleanup"):
             outcome = run_cleanup(self.cleanup_steps())
         self.settings.track(self.sandbox, running=False)

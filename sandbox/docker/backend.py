@@ -45,7 +45,7 @@ from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
 from sandbox.docker.gpus import device_requests, no_gpu_error
 from sandbox.docker.images import ImageRequest
-from sandbox.docker.labels import MANAGED, RUN, TRIAL
+from sandbox.docker.labels import MANAGED, RUN, TRIAL, run_prefix
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.errors import (
     EnvironmentStartError,
@@ -221,7 +221,9 @@ class DockerSandbox(Sandbox):
             RUN: self.runtime.run_label,
             **spec.labels,
         }
-        name = f"harness-{spec.trial_id[:80]}-{secrets.token_hex(4)}".replace("/", "-")
+        # Named for the run too: found by name if a crash of the engine loses the labels.
+        trial = spec.trial_id[:64].replace("/", "-")
+        name = f"{run_prefix(self.runtime.run_label)}{trial}-{secrets.token_hex(4)}"
         try:
             network = self._network = self._start_sidecars(labels)
             mounts = self._storage_mounts(name, labels)
@@ -693,12 +695,15 @@ class DockerSandbox(Sandbox):
             # No goodbye needed: removing the container ends the supervisor.
             self._channel.drop()
             self._session = None
+        # Every step runs whatever the engine answers (an unreachable engine raises the
+        # SDK's connection errors, not DockerException): the trial's filesystem and its
+        # share of the storage budget must go even then.
         if self._container is not None:
             try:
                 self._container.remove(force=True, v=True)
             except docker.errors.NotFound:
                 pass
-            except docker.errors.DockerException as exc:
+            except Exception as exc:
                 errors.append(SandboxError(f"cannot remove container: {exc}"))
         if self._compose is not None:
             try:
@@ -710,7 +715,7 @@ class DockerSandbox(Sandbox):
                 self._volume.remove(force=True)
             except docker.errors.NotFound:
                 pass
-            except docker.errors.DockerException as exc:
+            except Exception as exc:
                 errors.append(SandboxError(f"cannot remove volume {self._volume.name}: {exc}"))
         try:
             self._remove_storage()

@@ -3,16 +3,36 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import docker.errors
+import docker.utils
 
 import docker
-from sandbox.docker.labels import KIND, MANAGED, RUNTIME_KIND
+from sandbox.docker.labels import KIND, MANAGED, RUN, RUN_OBJECT_NAME, RUNTIME_KIND, run_prefix
 from sandbox.errors import EngineUnavailable
 
 START_HINT = "start it with `bash docker/start-engine.sh` (as root), or set DOCKER_HOST"
+PING_TIMEOUT_SEC = 5
+"""How long a health ping waits for the engine."""
+
+#: The engine's own failures, as the SDK and the CLI word them: its socket gone or refusing,
+#: a connection dropped mid-request, its database closed while it shuts down.
+_ENGINE_FAILURE = re.compile(
+    r"database not open|connection aborted|connection refused|failed to establish a new "
+    r"connection|cannot connect to the docker daemon|remote end closed connection|"
+    r"remotedisconnected|docker\.sock.*no such file|no such file.*docker\.sock|"
+    r"is the docker daemon running",
+    re.IGNORECASE,
+)
+
+
+def engine_failure(message: str) -> bool:
+    """Whether an error message is the engine's own failure (unreachable, shutting down)."""
+    return bool(_ENGINE_FAILURE.search(message))
 
 
 def connect(timeout: int = 60) -> docker.DockerClient:
@@ -32,6 +52,26 @@ def connect(timeout: int = 60) -> docker.DockerClient:
     return client
 
 
+def pinger(client: docker.DockerClient) -> docker.APIClient:
+    """A client of the same engine for health pings: short timeout, version already known."""
+    env: dict[str, Any] = dict(docker.utils.kwargs_from_env())
+    return docker.APIClient(**env, version=client.api.api_version, timeout=PING_TIMEOUT_SEC)
+
+
+def ping(api: docker.APIClient) -> str | None:
+    """None when the engine answers a ping, else why not (one line)."""
+    try:
+        api.ping()
+    except Exception as exc:  # any failure to answer is the answer
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return text[:300]
+    finally:
+        # A new connection each time: a kept-alive one is still served by an engine that
+        # is shutting down (its socket is gone, it answers no new client).
+        api.close()
+    return None
+
+
 @dataclass
 class LeakReport:
     """What ``remove_leaks`` removed."""
@@ -42,13 +82,60 @@ class LeakReport:
     errors: list[str] = field(default_factory=list)
 
 
+def _unlabelled(items: list[Any], labels: Any, named: Callable[[str], bool]) -> list[Any]:
+    """The objects without the harness label whose names say they are the harness's."""
+    return [
+        item
+        for item in items
+        if MANAGED not in (labels(item) or {}) and named(str(item.name or ""))
+    ]
+
+
+def _leaked(
+    client: docker.DockerClient, run: str | None, keep_runtime: bool
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """The containers, volumes and networks of the harness (of one run) still on the engine.
+
+    Labelled ones, and unlabelled ones named for the run (or for any run, without ``run``):
+    an engine that stopped while it created an object can bring it back without labels.
+    """
+    wanted = [f"{MANAGED}=1"] + ([f"{RUN}={run}"] if run else [])
+    prefix = run_prefix(run) if run else "harness-"
+
+    def named(name: str) -> bool:
+        return name.startswith(prefix) if run else bool(RUN_OBJECT_NAME.match(name))
+
+    near: dict[str, Any] = {"name": prefix}
+    containers = client.containers.list(all=True, filters={"label": wanted})
+    containers += _unlabelled(
+        client.containers.list(all=True, filters=near), lambda c: c.labels, named
+    )
+    volumes = [
+        volume
+        for volume in client.volumes.list(filters={"label": wanted})
+        if not (keep_runtime and (volume.attrs.get("Labels") or {}).get(KIND) == RUNTIME_KIND)
+    ]
+    volumes += _unlabelled(
+        client.volumes.list(filters=near), lambda v: v.attrs.get("Labels"), named
+    )
+    networks = client.networks.list(filters={"label": wanted})
+    networks += _unlabelled(
+        client.networks.list(filters=near), lambda n: n.attrs.get("Labels"), named
+    )
+    return containers, volumes, networks
+
+
 def remove_leaks(
     client: docker.DockerClient, *, run: str | None = None, keep_runtime: bool = True
 ) -> LeakReport:
-    """Remove every container, volume and network with the harness label (of one run)."""
+    """Remove every container, volume and network of the harness (of one run).
+
+    Those with the harness label (and the run's), and those without labels whose names are
+    a run's (:func:`~sandbox.docker.labels.run_prefix`, or the run's own with ``run``).
+    """
     report = LeakReport()
-    wanted = [f"{MANAGED}=1"] + ([f"org.harness.run={run}"] if run else [])
-    for container in client.containers.list(all=True, filters={"label": wanted}):
+    containers, volumes, networks = _leaked(client, run, keep_runtime)
+    for container in containers:
         try:
             container.remove(force=True, v=True)
             report.containers.append(str(container.name or container.id))
@@ -56,10 +143,7 @@ def remove_leaks(
             pass
         except docker.errors.APIError as exc:
             report.errors.append(f"container {container.name}: {exc}")
-    for volume in client.volumes.list(filters={"label": wanted}):
-        labels = volume.attrs.get("Labels") or {}
-        if keep_runtime and labels.get(KIND) == RUNTIME_KIND:
-            continue
+    for volume in volumes:
         try:
             volume.remove(force=True)
             report.volumes.append(volume.name)
@@ -67,7 +151,7 @@ def remove_leaks(
             pass
         except docker.errors.APIError as exc:
             report.errors.append(f"volume {volume.name}: {exc}")
-    for network in client.networks.list(filters={"label": wanted}):
+    for network in networks:
         try:
             network.remove()
             report.networks.append(str(network.name))

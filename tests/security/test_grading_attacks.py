@@ -364,7 +364,7 @@ def test_the_agent_sees_no_other_task_set_nor_the_hosts_private_dirs(
     try:
         # The pattern is assembled at run time, so the script itself never matches it.
         attack = (
-            "cd /; ls -a / > \"$HARNESS_WORKSPACE/root.txt\"\n"
+            'cd /; ls -a / > "$HARNESS_WORKSPACE/root.txt"\n'
             'ls -a /root > "$HARNESS_WORKSPACE/root-home.txt" 2>&1\n'
             f"a={canary[:7]}; b={canary[7:14]}\n"
             'timeout 60 grep -rsl --exclude-dir=proc --exclude-dir=sys -e "$a$b" / '
@@ -425,9 +425,12 @@ def test_no_user_namespaces_mounts_keyring_or_bpf_and_posture_reports_seccomp(
     Every attempt fails in the agent phase and in the verifier; both postures recorded by
     the harness say ``Seccomp: 2``.
     """
-    test_sh = KERNEL_ATTACK.replace("kernel.txt", "kernel-verifier.txt").replace(
-        "$HARNESS_WORKSPACE", "$HARNESS_VERIFIER_DIR"
-    ) + 'echo 0 > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
+    test_sh = (
+        KERNEL_ATTACK.replace("kernel.txt", "kernel-verifier.txt").replace(
+            "$HARNESS_WORKSPACE", "$HARNESS_VERIFIER_DIR"
+        )
+        + 'echo 0 > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
+    )
     name = sec.unique("kernel")
     task = sec.write_task(tmp_path / "tasks", name, attack=KERNEL_ATTACK, test_sh=test_sh)
     run = any_cli.run([task])

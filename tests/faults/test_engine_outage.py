@@ -1,0 +1,113 @@
+"""An engine outage pauses the run: a Docker restart mid-run, an engine that stays away.
+
+Real faults on a private engine (``dockerd`` of the test's own, stopped as ``systemctl stop
+docker`` would and started again). Asserted from outside: the output (one message, no
+traceback), the records (every planned trial exactly once, graded), the engine (empty).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fault_support import (
+    NOTHING_LEFT,
+    Cli,
+    agents_running,
+    assert_each_once,
+    assert_no_traceback,
+    make_tasks,
+    run_args,
+    status,
+    wait_until,
+)
+from private_engine import PrivateEngine
+
+import docker
+
+pytestmark = pytest.mark.docker
+
+UNREACHABLE = "docker engine unreachable since"
+
+
+def test_docker_restart_mid_run_pauses_and_the_run_finishes_by_itself(
+    engine_cli: Cli, engine: PrivateEngine, tmp_path: Path
+) -> None:
+    tasks = make_tasks(tmp_path / "tasks", 6, "sleep 3")
+    run_dir = tmp_path / "runs" / "outage"
+    # No retries at all: a trial the outage broke must rerun without spending one.
+    proc = engine_cli.start(*run_args(tasks, tmp_path / "runs", "outage",
+                                      "--set", "retry.max_retries=0"))  # fmt: skip
+    wait_until(lambda: agents_running(run_dir), "two agents running")
+    engine.stop()
+    wait_until(lambda: UNREACHABLE in proc.output(), "the outage message")
+    assert status(run_dir)["paused"]["reason"].startswith("docker engine unreachable")
+    engine.start()
+    result = proc.wait(240)
+
+    assert result.code == 0, result
+    assert result.output.count(UNREACHABLE) == 1, result
+    assert "waiting up to 30 min; Ctrl-C to stop" in result.output
+    assert_no_traceback(result)
+    assert_each_once(run_dir, 6)
+    assert engine.leftovers() == NOTHING_LEFT
+
+
+def test_engine_away_past_the_deadline_stops_in_order_and_resume_completes(
+    engine_cli: Cli, engine: PrivateEngine, tmp_path: Path
+) -> None:
+    tasks = make_tasks(tmp_path / "tasks", 5, "sleep 3")
+    run_dir = tmp_path / "runs" / "away"
+    proc = engine_cli.start(*run_args(tasks, tmp_path / "runs", "away",
+                                      "--set", "retry.engine_wait_sec=5"))  # fmt: skip
+    wait_until(lambda: agents_running(run_dir), "two agents running")
+    engine.stop()
+    stopped = proc.wait(120)
+
+    assert stopped.code == 75, stopped
+    assert stopped.output.count(UNREACHABLE) == 1, stopped
+    assert f"then continue with: harness run --resume {run_dir}" in stopped.output, stopped
+    assert_no_traceback(stopped)
+    assert status(run_dir)["state"] == "stopped"
+
+    engine.start()
+    resumed = engine_cli.run("run", "--resume", run_dir, "--display", "plain")
+    assert resumed.code == 0, resumed
+    assert_no_traceback(resumed)
+    assert_each_once(run_dir, 5)
+    assert engine.leftovers() == NOTHING_LEFT
+
+
+def test_objects_an_engine_crash_left_without_labels_are_removed_by_resume_and_cleanup(
+    engine_cli: Cli, engine: PrivateEngine, tmp_path: Path
+) -> None:
+    """The engine died between creating a trial's volume and labelling it: found by name."""
+    tasks = make_tasks(tmp_path / "tasks", 3, "sleep 5")
+    run_dir = tmp_path / "runs" / "unlabelled"
+    proc = engine_cli.start(*run_args(tasks, tmp_path / "runs", "unlabelled"))
+    wait_until(lambda: agents_running(run_dir), "two agents running")
+    client = engine.client()
+    names = [str(v.name) for v in client.volumes.list(filters={"label": "org.harness.run"})]
+    assert names, "the run's trials have volumes"
+    proc.kill9()
+    # What the crashed engine left: the run's volumes by their names, without any label.
+    engine.remove_everything()
+    for name in names:
+        client.volumes.create(name)
+    client.containers.create("harness/base:bookworm", "true", name=f"{names[0]}-c")
+
+    cleanup = engine_cli.run("sandbox", "cleanup", "--run", "unlabelled")
+    assert cleanup.code == 0, cleanup
+    assert engine.leftovers() == NOTHING_LEFT, cleanup
+
+    for name in names:
+        client.volumes.create(name)
+    resumed = engine_cli.run("run", "--resume", run_dir, "--display", "plain")
+    assert resumed.code == 0, resumed
+    assert_no_traceback(resumed)
+    assert_each_once(run_dir, 3)
+    assert engine.leftovers() == NOTHING_LEFT, resumed
+    for name in names:
+        with pytest.raises(docker.errors.NotFound):
+            client.volumes.get(name)
+    client.close()
