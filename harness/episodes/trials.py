@@ -206,6 +206,8 @@ class JudgeTrial(EpisodeTrial):
                 self.access = gateway.hand_over(solver_access.trial_id, self.plan.id, name, record)
             self.sandbox = self.solver.sandbox
             assert self.sandbox is not None
+            # A user of its own: nothing the judge keeps private is the solver's uid's.
+            self.sandbox.new_agent_user()
             self.sandbox_info = self.sandbox.describe()
             return
         if gateway is not None and agent.model_use != "none":
