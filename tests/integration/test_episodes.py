@@ -6,49 +6,29 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docker_support import requires_docker  # noqa: F401 (fixture)
+from episode_support import EXAMPLES, HELLO, HUNT, episode_config, hostile_task, only, run_dir
 
 import harness
-from harness.config import AgentConfig, EnvConfig, RunConfig, SandboxConfig, TasksConfig
+from harness.config import AgentConfig
 from harness.episodes import Agents, Env, Episode, Trace, episode_of
 from harness.episodes.best_of_n import BestOfNEnv, BestOfNParams
 from harness.plugins import ENVS
-from harness.records import TrialRecord, TrialStatus
+from harness.records import TrialStatus
 from harness.runner.resume import plan_resume
 from harness.tasks import Task, load_task
 from harness.trial import TrialPlan
-
-UID_BASE = 62800
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
-HELLO = 'printf "Hello, world!\\n" > hello.txt'
-
-
-def _config(tmp_path: Path, task: Path, cmd: str, env: dict[str, Any], **more: Any) -> RunConfig:
-    return RunConfig(
-        tasks=TasksConfig(paths=[str(task)]),
-        agent=AgentConfig(name="command", cmd=f"bash -c '{cmd}'"),
-        sandbox=SandboxConfig(uid=UID_BASE, gid=UID_BASE),
-        env=EnvConfig.model_validate(env),
-        output_dir=str(tmp_path / "runs"),
-        run_name="episodes",
-        **more,
-    )
-
-
-def _only(outcome: harness.RunOutcome) -> TrialRecord:
-    assert len(outcome.records) == 1
-    return outcome.records[0]
 
 
 @pytest.mark.root
 def test_a_crashing_attempt_is_data_and_the_best_is_kept(tmp_path: Path) -> None:
     crash = 'case "$HARNESS_TRIAL_ID" in *-2) kill -9 $$;; esac; ' + HELLO
-    config = _config(tmp_path, EXAMPLES / "hello-file", crash, {"id": "best-of-n", "n": 3})
-    record = _only(harness.run(config))
+    config = episode_config(tmp_path, EXAMPLES / "hello-file", crash, {"id": "best-of-n", "n": 3})
+    record = only(harness.run(config))
     episode = episode_of(record)
     assert episode is not None
     assert record.status is TrialStatus.COMPLETED and record.errors == []
@@ -61,7 +41,7 @@ def test_a_crashing_attempt_is_data_and_the_best_is_kept(tmp_path: Path) -> None
     ids = {t.id for t in episode.traces}
     assert len(ids) == 3  # each attempt its own trial id: token, sandbox, evidence
     for trace in episode.traces:
-        assert (Path(config.output_dir, "episodes") / record.evidence_dir).is_dir()
+        assert (run_dir(config) / str(record.evidence_dir)).is_dir()
         assert trace.evidence_dir and trace.evidence_dir.startswith(f"trials/{record.id}/agents/")
     # --resume reruns the incomplete episode and keeps a complete one.
     plan = TrialPlan(record.id, load_task(EXAMPLES / "hello-file"), 0)
@@ -83,14 +63,14 @@ class _Exploding(Env):
 def test_an_env_exception_fails_the_episode(tmp_path: Path) -> None:
     ENVS.register("test-exploding", _Exploding)
     try:
-        config = _config(
+        config = episode_config(
             tmp_path,
             EXAMPLES / "hello-file",
             HELLO,
             {"id": "test-exploding"},
             retry={"max_retries": 0},
         )
-        record = _only(harness.run(config))
+        record = only(harness.run(config))
     finally:
         ENVS.unregister("test-exploding")
     episode = episode_of(record)
@@ -123,32 +103,29 @@ def test_best_of_n_ties_and_threshold(
     assert all(t.metrics["pass_at_n"] == passed for t in episode.traces)
 
 
-def _hostile_task(tmp_path: Path, canary: str) -> Path:
-    task = tmp_path / "hello-file"
-    shutil.copytree(EXAMPLES / "hello-file", task)
-    (task / "judge" / "rubric.md").write_text(f"Secret rubric {canary}: score 1 for hello.txt.\n")
-    (task / "user" / "goal.md").write_text(f"Secret goal {canary}: get hello.txt.\n")
-    return task
+#: Both sandboxes (the docker one needs the engine: it fails, never skips, in CI).
+BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
 
 
-#: A solver that hunts for the canary everywhere it can reach and keeps what it finds.
-HUNT = (
-    HELLO + "; ( grep -rasI --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev "
-    "-e CANARY / ; cat /proc/*/environ /proc/*/cmdline; env ) > found.txt 2>/dev/null; "
-    'echo done > "$HARNESS_REPLY_FILE"; true'
-)
+def _engine(request: pytest.FixtureRequest, backend: str) -> None:
+    if backend == "docker":
+        request.getfixturevalue("requires_docker")
 
 
 @pytest.mark.root
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["shared", "isolated"])
-def test_a_hostile_solver_cannot_read_the_rubric(tmp_path: Path, mode: str) -> None:
+def test_a_hostile_solver_cannot_read_the_rubric(
+    tmp_path: Path, mode: str, backend: str, request: pytest.FixtureRequest
+) -> None:
+    _engine(request, backend)
     canary = "CANARY" + secrets.token_hex(8)
-    task = _hostile_task(tmp_path, canary)
+    task = hostile_task(tmp_path, canary)
     verdict = (
         "python3 -c 'import json,os; "
         'open(os.environ["HARNESS_VERDICT_FILE"], "w").write(json.dumps(dict(score=1)))\''
     )
-    config = _config(
+    config = episode_config(
         tmp_path,
         task,
         HUNT.replace("CANARY", canary[:10]),
@@ -157,8 +134,9 @@ def test_a_hostile_solver_cannot_read_the_rubric(tmp_path: Path, mode: str) -> N
             "mode": mode,
             "roles": {"judge": {"name": "command", "cmd": verdict}},
         },
+        backend=backend,
     )
-    record = _only(harness.run(config))
+    record = only(harness.run(config))
     episode = episode_of(record)
     assert episode is not None and episode.ok, record
     solver = next(t for t in episode.traces if t.role == "solver")
@@ -171,29 +149,34 @@ def test_a_hostile_solver_cannot_read_the_rubric(tmp_path: Path, mode: str) -> N
 
 
 @pytest.mark.root
-def test_a_hostile_assistant_cannot_read_the_users_goal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_hostile_assistant_cannot_read_the_users_goal(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    _engine(request, backend)
     canary = "CANARY" + secrets.token_hex(8)
-    task = _hostile_task(tmp_path, canary)
-    config = _config(
+    task = hostile_task(tmp_path, canary)
+    config = episode_config(
         tmp_path,
         task,
         HUNT.replace("CANARY", canary[:10]),
         {"id": "user-sim", "max_turns": 3},
+        backend=backend,
         model="faux/episodes",
         models=[str(EXAMPLES / "models.toml")],
     )
-    record = _only(harness.run(config))
+    record = only(harness.run(config))
     episode = episode_of(record)
     assert episode is not None and episode.ok, record
     names = {t.name: t for t in episode.traces}
     assert set(names) == {"assistant", "user"} and names["assistant"].id != names["user"].id
-    run_dir = Path(config.output_dir, "episodes")
-    found = run_dir / str(names["assistant"].evidence_dir) / "workspace" / "found.txt"
+    out = run_dir(config)
+    found = out / str(names["assistant"].evidence_dir) / "workspace" / "found.txt"
     assert found.is_file() and canary not in found.read_text(errors="replace")
     # The user did get its goal (privately), and the conversation has both speakers.
-    calls = (run_dir / str(names["user"].evidence_dir) / "model_calls.jsonl").read_text()
+    calls = (out / str(names["user"].evidence_dir) / "model_calls.jsonl").read_text()
     assert canary in calls
-    lines = (run_dir / record.evidence_dir / "conversation.jsonl").read_text().splitlines()
+    lines = (out / str(record.evidence_dir) / "conversation.jsonl").read_text().splitlines()
     assert [json.loads(line)["speaker"] for line in lines] == ["user", "assistant"]
     assert names["assistant"].metrics["user_turns"] == 1.0
     assert names["assistant"].info["stop_condition"] == "user_closed"
@@ -209,7 +192,7 @@ def test_the_isolated_judge_sees_only_the_artifacts(tmp_path: Path) -> None:
         '\\\\\\"seen\\\\\\": open(\\\\\\"/tmp/seen\\\\\\").read()}}))\\" '
         '> \\"$HARNESS_VERDICT_FILE\\"'
     )
-    config = _config(
+    config = episode_config(
         tmp_path,
         EXAMPLES / "hello-file",
         solver,
@@ -219,11 +202,60 @@ def test_the_isolated_judge_sees_only_the_artifacts(tmp_path: Path) -> None:
             "roles": {"judge": {"name": "command", "cmd": f'bash -c "{look}"'}},
         },
     )
-    record = _only(harness.run(config))
+    record = only(harness.run(config))
     episode = episode_of(record)
     assert episode is not None and episode.ok, record
     judge = next(t for t in episode.traces if t.role == "judge")
     seen = judge.info["verdict"]["seen"]
     assert "hello.txt" in seen and "secret-notes.txt" not in seen
     solver_trace = next(t for t in episode.traces if t.role == "solver")
-    assert judge.id != solver_trace.id and judge.sandbox != solver_trace.sandbox  # type: ignore[attr-defined]
+    assert judge.id != solver_trace.id and judge.sandbox != solver_trace.sandbox
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"id": "best-of-n", "n": 2},
+        {"id": "user-sim", "max_turns": 3},
+        {"id": "judge", "mode": "shared"},
+        {"id": "judge", "mode": "isolated"},
+    ],
+    ids=["best-of-n", "user-sim", "judge-shared", "judge-isolated"],
+)
+def test_each_env_runs_in_docker_with_scripted_agents(
+    tmp_path: Path, env: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
+    _engine(request, "docker")
+    config = episode_config(tmp_path, EXAMPLES / "hello-file", HELLO, env, backend="docker")
+    config = config.model_copy(
+        update={
+            "agent": AgentConfig(name="builtin"),
+            "model": "faux/episodes",
+            "models": [str(EXAMPLES / "models.toml")],
+        }
+    )
+    record = only(harness.run(config))
+    episode = episode_of(record)
+    assert episode is not None and episode.ok and episode.complete, record
+    assert record.reward == 1.0 and record.status is TrialStatus.COMPLETED
+    traces = {t.name: t for t in episode.traces}
+    # Every agent that runs in a sandbox (the simulated user is a model call, no sandbox).
+    sandboxes = {name: t.sandbox for name, t in traces.items() if t.role != "user"}
+    assert all(box and box["backend"] == "docker" for box in sandboxes.values()), sandboxes
+    assert len({t.id for t in episode.traces}) == len(traces)  # each agent its own trial
+    containers = {name: (box or {})["container"] for name, box in sandboxes.items()}
+    if env.get("mode") == "shared":
+        # One container, two users: the judge's is not the solver's.
+        assert containers["judge"] == containers["solver"]
+        assert (sandboxes["judge"] or {})["uid"] != (sandboxes["solver"] or {})["uid"]
+    else:
+        assert len(set(containers.values())) == len(containers), containers
+    if env["id"] == "best-of-n":
+        assert sorted(traces) == ["agent-1", "agent-2"] and episode.metrics["pass_at_n"] == 1.0
+    if env["id"] == "user-sim":
+        assert set(traces) == {"assistant", "user"}
+        lines = (run_dir(config) / str(record.evidence_dir) / "conversation.jsonl").read_text()
+        speakers = [json.loads(line)["speaker"] for line in lines.splitlines()]
+        assert speakers == ["user", "assistant"]
+    assert sum(u.calls or 0 for u in episode.usage_by_agent.values()) >= len(traces)
