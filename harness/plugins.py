@@ -9,10 +9,13 @@ A distribution adds a sandbox backend or an agent by declaring an entry point in
     [project.entry-points."harness.agents"]
     myagent = "my_package.agent:MyAgent"        # a harness.Agent (either kind)
 
-``harness sandbox list`` and ``harness agents list`` show what is installed. The groups
-``harness.executors`` and ``harness.envs`` are reserved for executors and episode envs: the
-registry already lists what is declared there, and the run will use them once those seams
-exist. :meth:`Registry.register` adds an entry in-process (tests, notebooks).
+    [project.entry-points."harness.envs"]
+    myenv = "my_package.envs:MyEnv"             # a harness.episodes.Env (docs/episodes.md)
+
+``harness sandbox list`` and ``harness agents list`` show what is installed; ``--env``
+takes an env's name or ``python:module:Class``. The group ``harness.executors`` is reserved
+for executors: the registry already lists what is declared there. :meth:`Registry.register`
+adds an entry in-process (tests, notebooks).
 """
 
 from __future__ import annotations

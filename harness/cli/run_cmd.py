@@ -97,7 +97,7 @@ def run(
         str | None,
         typer.Option(
             "--env",
-            help="The episode env (single, best-of-n, user-sim, judge; `harness envs` plug-ins) "
+            help="The episode env (single, best-of-n, user-sim, judge; `harness.envs` plug-ins) "
             "or python:MODULE:CLASS; its parameters with --set env.KEY=VALUE.",
         ),
     ] = None,
