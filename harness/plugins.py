@@ -202,6 +202,7 @@ AGENTS: Registry[type[Agent]] = Registry(AGENTS_GROUP, "agent", _subclass_of(Age
 EXECUTORS: Registry[Any] = Registry(EXECUTORS_GROUP, "executor", _anything)
 """Reserved: trial executors (no built-in yet; the run uses a local thread pool)."""
 
+
 def _env_class(obj: Any) -> str | None:
     from harness.episodes.env import Env  # the episodes package imports the trial's
 

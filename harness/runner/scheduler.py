@@ -42,6 +42,7 @@ def run_plain_trial(plan: TrialPlan, settings: TrialSettings, attempt: int) -> T
     """One attempt of a plain trial (the ``single`` env)."""
     return run_trial(plan, settings, attempt=attempt)
 
+
 ATTEMPTS_DIRNAME = "attempts"
 """Where retried attempts' evidence is kept inside a run dir."""
 
