@@ -18,10 +18,11 @@ import sys
 
 from harness import legacy_run as _legacy_run
 from harness.agents import Agent, AgentContext, HarnessAgent, SandboxAgent
-from harness.api import RunResults, load_run, resume, run
+from harness.api import RunResults, check, load_run, resume, run
 from harness.config import (
     AgentConfig,
     BudgetConfig,
+    ExecutorConfig,
     RetryConfig,
     RunConfig,
     SandboxConfig,
@@ -61,6 +62,7 @@ __all__ = [
     "RunStart",
     "RunStopped",
     "SandboxAgent",
+    "ExecutorConfig",
     "SandboxConfig",
     "SandboxError",
     "TaskSetError",
@@ -69,6 +71,7 @@ __all__ = [
     "TrialStatus",
     "UsageError",
     "__version__",
+    "check",
     "load_run",
     "resume",
     "run",

@@ -38,6 +38,7 @@ from harness.runner import RunEvents, RunOutcome, execute_run, prepare_run
 from harness.runner.interrupts import interruptible
 from harness.runner.resume import rerun_statuses
 from harness.status import read_status
+from harness.trial import TrialPlan
 from sandbox.credentials import CredentialStore
 
 
@@ -58,6 +59,29 @@ def run(config: RunConfig, *, events: RunEvents | None = None) -> RunOutcome:
         KeyboardInterrupt: Interrupted before the trials started (nothing ran).
     """
     return _guarded(config, events=events)
+
+
+def check(config: RunConfig) -> list[TrialPlan]:
+    """Check ``config`` exactly as :func:`run` does before its first trial, writing nothing.
+
+    Tasks, agent, model, judges, the run dir and the sandbox backend are checked; the backend
+    is opened and closed again. Used to check every arm of an experiment before any runs.
+
+    Returns:
+        The trials the run would run (task and rollout each), in plan order.
+
+    Raises:
+        UsageError: Whatever :func:`run` would refuse (nothing is written).
+    """
+    credentials = CredentialStore()
+    credentials.hide_from_env()
+    try:
+        refuse_credentials(config, credentials)
+        prepared = prepare_run(config, credentials=credentials)
+        prepared.close()
+        return prepared.plans
+    finally:
+        credentials.restore_env()
 
 
 def resume(
@@ -181,4 +205,4 @@ def load_run(run_dir: str | Path) -> RunResults:
     return RunResults(path, config, records, summary, read_status(path))
 
 
-__all__ = ["RunResults", "load_run", "refuse_credentials", "resume", "run"]
+__all__ = ["RunResults", "check", "load_run", "refuse_credentials", "resume", "run"]

@@ -16,8 +16,9 @@ from pathlib import Path
 import docker.errors
 
 import docker
-from harness.backends.tmpdir import RUN_TMP_PREFIX, remove_private_dir
+from harness.backends.tmpdir import RUN_TMP_PREFIX, remove_private_dir, remove_tree
 from harness.errors import UsageError
+from harness.executors.ray.jobs import NODE_DIR_PREFIX
 from harness.gateway.sockets import remove_stale_socket_dirs
 from harness.tasks import load_tasks
 from sandbox.docker.engine import LeakReport, connect, engine_facts, remove_leaks
@@ -33,7 +34,7 @@ from sandbox.errors import EngineUnavailable, EnvironmentStartError
 from sandbox.storage import release_leftovers
 
 #: Temp dirs the harness and its sandboxes create (``harness-run-<name>`` holds a local
-#: run's trial roots).
+#: run's trial roots, ``harness-ray-<name>`` a Ray node's copy of a run's tasks and scratch).
 TEMP_PATTERNS = (
     "harness-trial-*",
     "harness-build-*",
@@ -43,6 +44,7 @@ TEMP_PATTERNS = (
     "harness-docker-cli-*",  # the compose plug-in's private docker CLI config
     f"{RUN_TMP_PREFIX}*",
     "harness-gw-*",
+    f"{NODE_DIR_PREFIX}*",
 )
 
 
@@ -171,6 +173,11 @@ def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
         if own.exists():
             remove_private_dir(own)
             report.temp_dirs.append(str(own))
+        # On a Ray node: the run's task copies and trial scratch.
+        node = Path(base) / f"{NODE_DIR_PREFIX}{run}"
+        if node.exists():
+            remove_tree(node)
+            report.temp_dirs.append(str(node))
     elif temp:
         report.temp_dirs.extend(str(path) for path in remove_stale_socket_dirs())
         for pattern in TEMP_PATTERNS:

@@ -21,7 +21,10 @@ Every error the harness raises derives from :class:`HarnessError`::
     │   ├── AgentTimeout            an in-harness agent's time is up
     │   ├── ModelCallError          the gateway answered an agent's model call with an error
     │   ├── VerifierError           the verifier produced no usable reward
+    │   │   └── JudgeError          a judge could not score the trial (e.g. malformed output)
+    │   ├── EnvError                an episode's env (setup, run, finalize) failed
     │   └── TrialCancelled          the run was interrupted before the trial could go on
+    ├── NothingToRetry              exit 3: ``harness trials --retry-failed`` found no failure
     ├── RunStopped                  the run stopped in order on a fault of the machine; resume it
     │   ├── DiskFull                exit 74: a filesystem it writes is full, over quota, read-only
     │   └── EngineOutage            exit 75: the sandbox engine stayed unreachable too long
@@ -47,6 +50,8 @@ EXIT_TRIAL_ERRORS = 1
 """A trial ended in an error, ``fail_under`` was not met, or the harness itself failed."""
 EXIT_USAGE = 2
 """Bad usage, config, task or input: nothing was run or written."""
+EXIT_NOTHING_TO_RETRY = 3
+"""``harness trials --retry-failed`` found no failed trial to rerun."""
 EXIT_DISK_FULL = 74
 """A filesystem the run writes (its run dir, the engine's data root) is full, over quota or
 read-only: the run stopped in order; free space, then ``--resume``."""
@@ -64,11 +69,14 @@ def exit_code_for(error: BaseException) -> int:
         error: What ended the command.
 
     Returns:
-        2 for the :class:`UsageError` branch, 74 or 75 for a :class:`RunStopped` (a full
-        disk, an engine that stayed away), 130 for an interrupt, 1 for anything else.
+        2 for the :class:`UsageError` branch, 3 for :class:`NothingToRetry`, 74 or 75 for a
+        :class:`RunStopped` (a full disk, an engine that stayed away), 130 for an interrupt,
+        1 for anything else.
     """
     if isinstance(error, UsageError):
         return EXIT_USAGE
+    if isinstance(error, NothingToRetry):
+        return EXIT_NOTHING_TO_RETRY
     if isinstance(error, RunStopped):
         return error.exit_code
     if isinstance(error, KeyboardInterrupt):
@@ -233,6 +241,15 @@ class EnvError(TrialFailure):
     """
 
 
+class JudgeError(VerifierError):
+    """A judge could not score the trial (malformed model answer, missing evidence, failed call).
+
+    Its model's answer is malformed, the evidence it needs is missing (no transcript for a
+    tool-call judge), or its model call failed. A low score is never an error: it is data
+    (``threshold`` decides whether it gates).
+    """
+
+
 class TrialCancelled(TrialFailure):
     """The run was interrupted (Ctrl-C, SIGTERM) before this trial could go on.
 
@@ -268,6 +285,15 @@ class EngineOutage(RunStopped):
 
 
 # --------------------------------------------------------------------------------------------
+# Experiments
+# --------------------------------------------------------------------------------------------
+
+
+class NothingToRetry(HarnessError):
+    """``--retry-failed`` found no failed trial under the summary or dir it was given (exit 3)."""
+
+
+# --------------------------------------------------------------------------------------------
 # Model access
 # --------------------------------------------------------------------------------------------
 
@@ -280,6 +306,7 @@ __all__ = [
     "EXIT_DISK_FULL",
     "EXIT_ENGINE_OUTAGE",
     "EXIT_INTERRUPTED",
+    "EXIT_NOTHING_TO_RETRY",
     "EXIT_OK",
     "EXIT_TRIAL_ERRORS",
     "EXIT_USAGE",
@@ -293,8 +320,10 @@ __all__ = [
     "EnvError",
     "ExportError",
     "HarnessError",
+    "JudgeError",
     "ModelCallError",
     "ModelSelectionError",
+    "NothingToRetry",
     "PluginError",
     "ProviderError",
     "ResumeError",

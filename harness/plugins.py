@@ -9,12 +9,14 @@ A distribution adds a sandbox backend or an agent by declaring an entry point in
     [project.entry-points."harness.agents"]
     myagent = "my_package.agent:MyAgent"        # a harness.Agent (either kind)
 
+    [project.entry-points."harness.executors"]
+    mycluster = "my_package.executor:MyExecutor"  # a harness.executors.TrialExecutor
+
     [project.entry-points."harness.envs"]
     myenv = "my_package.envs:MyEnv"             # a harness.episodes.Env (docs/episodes.md)
 
-``harness sandbox list`` and ``harness agents list`` show what is installed; ``--env``
-takes an env's name or ``python:module:Class``. The group ``harness.executors`` is reserved
-for executors: the registry already lists what is declared there. :meth:`Registry.register`
+``harness sandbox list``, ``harness agents list`` and ``harness executors list`` show what is
+installed; ``--env`` takes an env's name or ``python:module:Class``. :meth:`Registry.register`
 adds an entry in-process (tests, notebooks).
 """
 
@@ -33,6 +35,7 @@ from harness.agents.python_agent import PythonAgent
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.config import AgentConfig, RunConfig
 from harness.errors import PluginError
+from harness.executors.base import ExecutorOptions, TrialExecutor
 
 T = TypeVar("T")
 
@@ -174,7 +177,9 @@ class Registry(Generic[T]):
         self._local.pop(name, None)
 
 
-def _subclass_of(base: type) -> Callable[[Any], str | None]:
+def subclass_of(base: type) -> Callable[[Any], str | None]:
+    """A registry check: the entry must be a concrete subclass of ``base``."""
+
     def check(obj: Any) -> str | None:
         if (
             isinstance(obj, type)
@@ -187,26 +192,24 @@ def _subclass_of(base: type) -> Callable[[Any], str | None]:
     return check
 
 
-def _anything(obj: Any) -> str | None:
-    return None
-
-
 SANDBOXES: Registry[type[SandboxBackend]] = Registry(
-    SANDBOXES_GROUP, "sandbox backend", _subclass_of(SandboxBackend)
+    SANDBOXES_GROUP, "sandbox backend", subclass_of(SandboxBackend)
 )
 """Sandbox backends: ``SandboxBackend`` subclasses (built-ins: ``local``, ``docker``)."""
 
-AGENTS: Registry[type[Agent]] = Registry(AGENTS_GROUP, "agent", _subclass_of(Agent))
+AGENTS: Registry[type[Agent]] = Registry(AGENTS_GROUP, "agent", subclass_of(Agent))
 """Agents: ``SandboxAgent`` or ``HarnessAgent`` subclasses (``oracle``, ``nop``...)."""
 
-EXECUTORS: Registry[Any] = Registry(EXECUTORS_GROUP, "executor", _anything)
-"""Reserved: trial executors (no built-in yet; the run uses a local thread pool)."""
+EXECUTORS: Registry[type[TrialExecutor]] = Registry(
+    EXECUTORS_GROUP, "executor", subclass_of(TrialExecutor)
+)
+"""Trial executors: ``TrialExecutor`` subclasses (built-ins: ``local``, ``ray``)."""
 
 
 def _env_class(obj: Any) -> str | None:
     from harness.episodes.env import Env  # the episodes package imports the trial's
 
-    return _subclass_of(Env)(obj)
+    return subclass_of(Env)(obj)
 
 
 ENVS: Registry[Any] = Registry(ENVS_GROUP, "episode env", _env_class)
@@ -263,6 +266,20 @@ def open_backend(config: RunConfig, run_name: str) -> SandboxBackend:
     return backend
 
 
+def open_executor(config: RunConfig, run_name: str) -> TrialExecutor:
+    """The run's trial executor, opened (connected, nothing dispatched yet).
+
+    Raises:
+        PluginError: The executor is not installed (or does not load).
+        UsageError: The executor refused its options (e.g. Ray is not installed, or the
+            cluster is unreachable).
+    """
+    executor_class = EXECUTORS.get(config.executor.name)
+    executor = executor_class(ExecutorOptions(run_name=run_name, config=config))
+    executor.name = config.executor.name
+    return executor
+
+
 __all__ = [
     "AGENTS",
     "AGENTS_GROUP",
@@ -279,4 +296,6 @@ __all__ = [
     "build_agent",
     "env_class",
     "open_backend",
+    "open_executor",
+    "subclass_of",
 ]

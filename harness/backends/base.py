@@ -7,6 +7,11 @@ the options and raises ``UsageError`` for bad ones: nothing has run yet), asks
 line (:meth:`SandboxBackend.report_progress`), calls :meth:`SandboxBackend.start` before the
 first trial, :meth:`SandboxBackend.make_sandbox` once per trial, and
 :meth:`SandboxBackend.close` after the last one.
+
+An executor that runs trials in other processes or on other machines (``--executor ray``)
+also opens a backend per trial there: :meth:`SandboxBackend.attach` instead of ``start``,
+one ``make_sandbox``, then :meth:`SandboxBackend.release` instead of ``close``; the run's
+``start`` and ``close`` still run once on every machine, before and after all its trials.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ class BackendOptions:
         run_name: The run's name; a backend labels everything it creates with it, so a
             later invocation (``--resume``) can find what a dead one left.
         config: The run's ``[sandbox]`` section (``kwargs`` holds a plug-in's own options).
-        concurrency: Trials that may run at once (``-j``).
+        concurrency: Trials that may run at once (``-j``); 0 for a backend a Ray worker
+            holds between trials (nothing is kept running for a next trial).
     """
 
     run_name: str
@@ -120,6 +126,19 @@ class SandboxBackend(ABC):
             The names of the leftovers removed.
         """
         return []
+
+    def attach(self) -> None:  # noqa: B027 - a backend may share nothing on disk
+        """Get ready to make one trial's sandbox beside other processes of the same run.
+
+        Creates what the run shares on this machine if it is missing and removes nothing
+        (other trials of the run may be using it). Default: nothing to do.
+        """
+
+    def release(self) -> None:  # noqa: B027 - a backend may hold nothing per process
+        """Release what this instance holds in this process (idle helpers, staged copies).
+
+        The run's sandboxes and shared dirs stay for :meth:`close`. Default: nothing.
+        """
 
     def abort(self) -> list[str]:
         """Remove every sandbox of the run now (a second interrupt); any thread.

@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.backends.base import BackendOptions, SandboxBackend
-from harness.backends.tmpdir import fresh_private_dir, remove_private_dir, run_tmp_dir
+from harness.backends.tmpdir import (
+    ensure_private_dir,
+    fresh_private_dir,
+    remove_private_dir,
+    run_tmp_dir,
+)
 from harness.errors import UsageError
 from sandbox.backend import Capacity, SandboxSpec
 from sandbox.docker.backend import DockerSandbox
@@ -77,6 +82,14 @@ class DockerBackend(SandboxBackend):
     def start(self) -> list[str]:
         """Remove every object labelled with the run and the run's temp dir's leftovers."""
         return self._remove_labelled() + fresh_private_dir(self.tmp_dir)
+
+    def attach(self) -> None:
+        """Create the run's temp dir if no other process of the run has."""
+        ensure_private_dir(self.tmp_dir)
+
+    def release(self) -> None:
+        """Remove this instance's staged supervisor copy (the run's containers stay)."""
+        self.runtime.release()
 
     def abort(self) -> list[str]:
         """Remove the run's containers and volumes now."""

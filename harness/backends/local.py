@@ -12,7 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.backends.base import BackendOptions, SandboxBackend
-from harness.backends.tmpdir import fresh_private_dir, remove_private_dir, run_tmp_dir
+from harness.backends.tmpdir import (
+    ensure_private_dir,
+    fresh_private_dir,
+    remove_private_dir,
+    run_tmp_dir,
+)
 from harness.errors import UsageError
 from harness.tasks import Task
 from sandbox.backend import SandboxSpec
@@ -73,11 +78,19 @@ class LocalBackend(SandboxBackend):
         """Create the run's private temp dir, emptying what a dead invocation left in it."""
         return fresh_private_dir(self.tmp_dir)
 
-    def close(self) -> list[str]:
-        """Stop the spare supervisors; remove the temp dir, reporting trial roots left in it."""
+    def attach(self) -> None:
+        """Create the run's temp dir if no other process of the run has."""
+        ensure_private_dir(self.tmp_dir)
+
+    def release(self) -> None:
+        """Stop the spare supervisors (idempotent)."""
         if not self._closed:
             self._closed = True
             self._supervisors.close()
+
+    def close(self) -> list[str]:
+        """Stop the spare supervisors; remove the temp dir, reporting trial roots left in it."""
+        self.release()
         return remove_private_dir(self.tmp_dir)
 
 

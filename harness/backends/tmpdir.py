@@ -43,13 +43,11 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(path, onerror=fix_and_retry)
 
 
-def fresh_private_dir(path: Path) -> list[str]:
-    """Create ``path`` (mode 0711), or empty it if it is already this user's private dir.
-
-    Trial filesystems a dead run left mounted there are unmounted first.
+def ensure_private_dir(path: Path) -> bool:
+    """Create ``path`` (mode 0711) unless it is already this user's private dir.
 
     Returns:
-        The names of the leftovers removed.
+        True when it was created, False when it existed (its content is left as it is).
 
     Raises:
         UsageError: The path exists but is not a private dir of this user (someone else
@@ -58,7 +56,7 @@ def fresh_private_dir(path: Path) -> list[str]:
     try:
         os.mkdir(path, 0o711)
         os.chmod(path, 0o711)
-        return []
+        return True
     except FileExistsError:
         pass
     info = os.lstat(path)
@@ -71,6 +69,22 @@ def fresh_private_dir(path: Path) -> list[str]:
             f"{path} exists but is not a private directory of this user; remove it (it is "
             "where this run's trial roots go)"
         )
+    return False
+
+
+def fresh_private_dir(path: Path) -> list[str]:
+    """Create ``path`` (mode 0711), or empty it if it is already this user's private dir.
+
+    Trial filesystems a dead run left mounted there are unmounted first.
+
+    Returns:
+        The names of the leftovers removed.
+
+    Raises:
+        UsageError: The path exists but is not a private dir of this user.
+    """
+    if ensure_private_dir(path):
+        return []
     release_leftovers(path)
     removed = []
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
@@ -96,6 +110,7 @@ def remove_private_dir(path: Path) -> list[str]:
 
 __all__ = [
     "RUN_TMP_PREFIX",
+    "ensure_private_dir",
     "fresh_private_dir",
     "remove_private_dir",
     "remove_tree",

@@ -15,12 +15,15 @@ import typer
 import harness
 from harness.cli.display import print_error
 from harness.cli.docker_cmds import doctor, images_app, sandbox_app
+from harness.cli.experiment_cmd import experiment
 from harness.cli.export_cmd import export
 from harness.cli.models_cmd import models_app
-from harness.cli.plugins_cmd import agents_app, sandbox_list
+from harness.cli.plugins_cmd import agents_app, executors_app, sandbox_list
+from harness.cli.regrade_cmd import regrade_cmd
 from harness.cli.report_cmd import report, view
 from harness.cli.run_cmd import run
 from harness.cli.tasks_cmd import tasks_app
+from harness.cli.trials_cmd import aggregate_cmd, trials
 from harness.errors import HarnessError, exit_code_for
 
 app = typer.Typer(
@@ -51,12 +54,17 @@ def _main(
 
 
 app.command()(run)
+app.command("trials")(trials)
+app.command("aggregate")(aggregate_cmd)
+app.command("experiment")(experiment)
+app.command("regrade")(regrade_cmd)
 app.command("export")(export)
 app.command("doctor")(doctor)
 app.command("report")(report)
 app.command("view")(view)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(agents_app, name="agents")
+app.add_typer(executors_app, name="executors")
 app.add_typer(models_app, name="models")
 app.add_typer(images_app, name="images")
 app.add_typer(sandbox_app, name="sandbox")

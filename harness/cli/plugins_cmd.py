@@ -1,4 +1,4 @@
-"""``harness agents list`` and ``harness sandbox list``: the installed plug-ins."""
+"""``harness agents list``, ``harness sandbox list``, ``harness executors list``: plug-ins."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import typer
 from rich.table import Table
 
 from harness.cli.display import out
-from harness.plugins import AGENTS, SANDBOXES, PluginInfo
+from harness.plugins import AGENTS, EXECUTORS, SANDBOXES, PluginInfo, Registry
 
 agents_app = typer.Typer(help="Agents under evaluation (installed plug-ins).", no_args_is_help=True)
+executors_app = typer.Typer(
+    help="Where trials run: local, ray (installed plug-ins).", no_args_is_help=True
+)
 
 
 def _table(*columns: str) -> Table:
@@ -44,9 +47,19 @@ def agents_list() -> None:
     out.print(table)
 
 
-def sandbox_list() -> None:
-    """List installed sandbox backends: name, package, description."""
+def _list(registry: Registry[type]) -> None:
     table = _table("name", "from", "description")
-    for info in SANDBOXES.describe():
+    for info in registry.describe():
         table.add_row(info.plugin.name, _source(info), info.error or info.summary)
     out.print(table)
+
+
+def sandbox_list() -> None:
+    """List installed sandbox backends: name, package, description."""
+    _list(SANDBOXES)
+
+
+@executors_app.command("list")
+def executors_list() -> None:
+    """List installed trial executors: name, package, description."""
+    _list(EXECUTORS)

@@ -9,12 +9,17 @@ import typer
 
 from harness.cli.display import out, print_error
 from harness.errors import exit_code_for
+from harness.experiments.runs import expand_run_dirs
 from harness.report import make_server, write_report
 
 __all__ = ["report", "view"]
 
 RunDirs = Annotated[
-    list[Path], typer.Argument(help="Run directories (runs/<name>); two or more are compared.")
+    list[Path],
+    typer.Argument(
+        help="Run directories (runs/<name>); two or more are compared. A trials parent or an "
+        "experiment dir stands for every run dir below it."
+    ),
 ]
 
 
@@ -26,7 +31,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML report of the runs (no network, works from file://)."""
     try:
-        size = write_report(run_dirs, output)
+        size = write_report(expand_run_dirs(run_dirs), output)
     except OSError as exc:
         print_error(f"cannot write {output}: {exc}")
         raise typer.Exit(exit_code_for(exc)) from None
@@ -41,7 +46,7 @@ def view(
 ) -> None:
     """Serve the report's pages on 127.0.0.1, following runs in progress live."""
     try:
-        server = make_server(run_dirs, port=port)
+        server = make_server(expand_run_dirs(run_dirs), port=port)
     except OSError as exc:
         print_error(f"cannot listen on 127.0.0.1:{port}: {exc} (try --port 0)")
         raise typer.Exit(exit_code_for(exc)) from None

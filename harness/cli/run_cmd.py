@@ -17,6 +17,7 @@ from harness.api import run as start_run
 from harness.cli.display import err, out, print_summary
 from harness.cli.progress import DisplayName, make_display
 from harness.config import resolve_config, resume_config
+from harness.config.judges import parse_judge_option
 from harness.errors import EXIT_INTERRUPTED, UsageError
 from harness.runner import RunOutcome
 
@@ -47,6 +48,62 @@ def config_options(**given: Any) -> dict[str, Any]:
             node = node.setdefault(section, {})
         node[key] = value
     return options
+
+
+def check_display(display: str | None) -> DisplayName | None:
+    """``--display`` checked.
+
+    Raises:
+        UsageError: Not rich, plain or none.
+    """
+    for name in DISPLAYS:
+        if display == name:
+            return name
+    if display is not None:
+        raise UsageError(f"--display {display}: expected rich, plain or none")
+    return None
+
+
+def run_options(values: dict[str, Any]) -> dict[str, Any]:
+    """The config options among the values of :func:`run`'s parameters (those given).
+
+    ``harness trials`` and ``harness experiment`` take the same options and use this too.
+
+    Raises:
+        ConfigError: A ``--judge`` value is not a table.
+    """
+    output_dir = values.get("output_dir")
+    judges = [parse_judge_option(text) for text in values.get("judge") or []]
+    return config_options(
+        tasks__paths=_absolute(values.get("paths")),
+        tasks__num_tasks=values.get("num_tasks"),
+        tasks__shuffle=values.get("shuffle"),
+        tasks__seed=values.get("seed"),
+        tasks__names=values.get("task_name"),
+        tasks__exclude=values.get("exclude"),
+        tasks__categories=values.get("category"),
+        tasks__skip_invalid=values.get("skip_invalid"),
+        agent__name=values.get("agent"),
+        agent__cmd=values.get("agent_cmd"),
+        agent__kwargs__max_turns=values.get("max_turns"),
+        sandbox__backend=values.get("sandbox"),
+        sandbox__runtime=values.get("runtime"),
+        sandbox__base_aliases=values.get("base_alias"),
+        sandbox__pull=values.get("pull"),
+        env__id=values.get("env"),
+        executor__name=values.get("executor"),
+        executor__ray_address=values.get("ray_address"),
+        retry__max_retries=values.get("max_retries"),
+        model=values.get("model"),
+        models=_absolute(values.get("models")),
+        rollouts=values.get("rollouts"),
+        concurrency=values.get("concurrency"),
+        agent_concurrency=values.get("agent_concurrency"),
+        output_dir=os.path.abspath(output_dir) if output_dir is not None else None,
+        run_name=values.get("run_name"),
+        fail_under=values.get("fail_under"),
+        judges=judges or None,
+    )
 
 
 def run(
@@ -150,6 +207,22 @@ def run(
             help="Run the valid tasks of a set and list the invalid ones (default: refuse).",
         ),
     ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help="Where trials run: local (this process, the default) or ray (a Ray task per "
+            "trial; `pip install 'harness[ray]'`).",
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            help="Ray cluster for --executor ray: HOST:PORT of its head, or auto (default: a "
+            "private one-node cluster).",
+        ),
+    ] = None,
     rollouts: Annotated[
         int | None, typer.Option("--rollouts", "-r", help="Trials per task.")
     ] = None,
@@ -194,6 +267,14 @@ def run(
         float | None,
         typer.Option("--fail-under", help="Exit 1 when the mean reward is below this."),
     ] = None,
+    judge: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--judge",
+            help="A judge for every trial, as a TOML inline table or JSON object, e.g. "
+            "'{type = \"tool-call\", tool = \"write\"}' (docs/judges.md). Repeatable.",
+        ),
+    ] = None,
     display: Annotated[
         str | None,
         typer.Option(
@@ -207,36 +288,8 @@ def run(
     ] = False,
 ) -> None:
     """Run an agent on tasks and grade every trial (or --resume an earlier run)."""
-    if display is not None and display not in DISPLAYS:
-        raise UsageError(f"--display {display}: expected rich, plain or none")
-    options = config_options(
-        tasks__paths=_absolute(paths),
-        tasks__num_tasks=num_tasks,
-        tasks__shuffle=shuffle,
-        tasks__seed=seed,
-        tasks__names=task_name,
-        tasks__exclude=exclude,
-        tasks__categories=category,
-        tasks__skip_invalid=skip_invalid,
-        agent__name=agent,
-        agent__cmd=agent_cmd,
-        env__id=env,
-        agent__kwargs__max_turns=max_turns,
-        sandbox__backend=sandbox,
-        sandbox__runtime=runtime,
-        sandbox__base_aliases=base_alias,
-        sandbox__pull=pull,
-        retry__max_retries=max_retries,
-        model=model,
-        models=_absolute(models),
-        rollouts=rollouts,
-        concurrency=concurrency,
-        agent_concurrency=agent_concurrency,
-        output_dir=os.path.abspath(output_dir) if output_dir is not None else None,
-        run_name=run_name,
-        fail_under=fail_under,
-    )
-    events = make_display(display, err, as_json=as_json)
+    options = run_options(locals())  # every parameter, as given
+    events = make_display(check_display(display), err, as_json=as_json)
     sets = set_items or []
     try:
         if resume is not None:

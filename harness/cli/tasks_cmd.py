@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from harness.cli.display import err, out, print_task_list
 from harness.errors import EXIT_USAGE
+from harness.judges import judge_problems
 from harness.tasks import check_tasks
 
 tasks_app = typer.Typer(help="Inspect and validate task sets.", no_args_is_help=True)
@@ -33,7 +34,8 @@ def tasks_check(
     paths: Annotated[list[Path], typer.Argument(help="Task dirs or task-set folders.")],
 ) -> None:
     """Validate tasks; exit 2 listing every problem when any task is invalid."""
-    tasks, problems = check_tasks(paths)
+    tasks, found = check_tasks(paths)
+    problems = [*found, *judge_problems(tasks)]  # [[verifier.judges]] (docs/judges.md)
     for problem in problems:
         err.print(f"[red]error:[/red] {escape(str(problem))}", highlight=False)
     for task in tasks:

@@ -1,7 +1,7 @@
 """The run configuration: sections, layers, the saved ``config.toml``, 0.1's flat keys.
 
-``[agent]``, ``[sandbox]``, ``[tasks]``, ``[retry]`` and ``[budget]`` are sections of
-:class:`RunConfig`; the run-level keys (``model``, ``rollouts``, ``concurrency``...) sit
+``[agent]``, ``[sandbox]``, ``[executor]``, ``[tasks]``, ``[retry]`` and ``[budget]`` are
+sections of :class:`RunConfig`; the run-level keys (``model``, ``rollouts``, ``concurrency``...) sit
 beside them. See ``docs/configuration.md``.
 """
 
@@ -10,6 +10,7 @@ from harness.config.layers import (
     RESUME_FREE_KEYS,
     config_diff,
     deep_merge,
+    file_layer,
     load_saved_config,
     parse_set,
     read_config_file,
@@ -25,6 +26,7 @@ from harness.config.model import (
     AgentConfig,
     BudgetConfig,
     EnvConfig,
+    ExecutorConfig,
     RetryConfig,
     RunConfig,
     SandboxConfig,
@@ -41,12 +43,14 @@ __all__ = [
     "BudgetConfig",
     "EnvConfig",
     "ConfigError",
+    "ExecutorConfig",
     "RetryConfig",
     "RunConfig",
     "SandboxConfig",
     "TasksConfig",
     "config_diff",
     "deep_merge",
+    "file_layer",
     "load_saved_config",
     "parse_set",
     "read_config_file",

@@ -37,8 +37,13 @@ from harness.records.atomic import write_bytes_atomic
 CONFIG_FILENAME = "config.toml"
 """Name of the resolved config inside a run dir."""
 
-RESUME_FREE_KEYS: tuple[str, ...] = ("concurrency", "agent_concurrency")
-"""Config keys that may differ on ``--resume`` (they change speed, never results)."""
+RESUME_FREE_KEYS: tuple[str, ...] = (
+    "concurrency",
+    "agent_concurrency",
+    "executor.name",
+    "executor.ray_address",
+)
+"""Config keys that may differ on ``--resume`` (they change speed or place, never results)."""
 
 _KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 #: Config keys holding filesystem paths (rebased to absolute when the config is resolved).
@@ -120,6 +125,20 @@ def read_config_file(path: Path, *, base: Path | None = None) -> dict[str, Any]:
         raise ConfigError(f"{path}: {exc}") from None
     _rebase_paths(data, base if base is not None else path.resolve().parent)
     return data
+
+
+def file_layer(data: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """A config layer from a table of some other file (e.g. an experiment's ``[run]``).
+
+    Flat 0.1 keys go to their sections and relative paths become absolute against ``base``
+    (the file's directory), as for a config file.
+
+    Raises:
+        ConfigError: A flat key and its sectioned place disagree.
+    """
+    layer = sectioned(copy.deepcopy(dict(data)))
+    _rebase_paths(layer, base)
+    return layer
 
 
 def parse_set(item: str) -> tuple[list[str], Any]:
@@ -320,7 +339,7 @@ def refuse_changes(run_dir: Path, saved: RunConfig, requested: RunConfig) -> Non
         lines = [
             f"--resume {run_dir}: the options given differ from the run's saved config "
             f"({', '.join(key for key, _old, _new in differences)}); a resume continues the "
-            "saved config: give only -j and display options, or start a new run"
+            "saved config: give only -j, the executor and display options, or start a new run"
         ]
         lines += [
             f"{key}: saved {json.dumps(old)}, given {json.dumps(new)}"
@@ -390,6 +409,7 @@ __all__ = [
     "RESUME_FREE_KEYS",
     "config_diff",
     "deep_merge",
+    "file_layer",
     "load_saved_config",
     "parse_set",
     "read_config_file",

@@ -45,7 +45,7 @@ OLD_DEFAULT_IDS = {
     "sandbox_gid": (65532, DEFAULT_SANDBOX_GID),
 }
 
-SECTION_SHORTHAND: dict[str, str] = {"agent": "name", "sandbox": "backend"}
+SECTION_SHORTHAND: dict[str, str] = {"agent": "name", "sandbox": "backend", "executor": "name"}
 """A section given a string means this key of it (``agent = "nop"`` → ``agent.name``)."""
 
 

@@ -1,4 +1,4 @@
-"""The run config's sections: ``[agent]``, ``[sandbox]``, ``[tasks]``, ``[retry]``, ``[budget]``.
+"""The run config's sections: ``[agent]``, ``[sandbox]``, ``[executor]``, ``[tasks]``...
 
 Every model is frozen and forbids unknown keys. :class:`RunConfig` also accepts the flat
 keys of harness 0.1 (``agent = "nop"``, ``agent_cmd``, ``task_names``, ``sandbox_uid``...):
@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from harness.config.judges import JudgeSpec
 from harness.config.legacy import sectioned
 from sandbox.local import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
 
@@ -108,6 +109,28 @@ class EnvConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+class ExecutorConfig(BaseModel):
+    """Where trials are dispatched (``[executor]``; ``--executor``, ``--ray-address``).
+
+    The executor changes where trials run, never what they measure: a ``--resume`` may
+    name another one.
+
+    Attributes:
+        name: An installed executor (``harness executors list``): ``local`` (a thread pool
+            in the harness process) or ``ray`` (a Ray task per trial, on a Ray cluster).
+        ray_address: The Ray cluster to join: ``auto`` (the one started on this machine by
+            ``ray start``), ``HOST:PORT`` of its head, or None to start a private one-node
+            cluster for the run.
+        kwargs: Options of a plug-in executor.
+    """
+
+    model_config = _SECTION
+
+    name: str = "local"
+    ray_address: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
 class TasksConfig(BaseModel):
     """Which tasks run (``[tasks]``; the path arguments, ``--task-name``, ``-n``...).
 
@@ -122,6 +145,8 @@ class TasksConfig(BaseModel):
         num_tasks: Run only the first N selected tasks.
         shuffle: Shuffle the selected tasks (seeded) before taking ``num_tasks``.
         seed: Seed of the shuffle.
+        trial_ids: Run only these trials of the plan (ids as in ``trials.jsonl``); what
+            ``harness trials --retry-failed`` and ``harness regrade`` pick. Empty: all.
         skip_invalid: Run the valid tasks of a set, listing the invalid ones, instead of
             refusing the whole set.
     """
@@ -135,6 +160,7 @@ class TasksConfig(BaseModel):
     num_tasks: int | None = Field(default=None, ge=1)
     shuffle: bool = False
     seed: int = 0
+    trial_ids: list[str] = Field(default_factory=list)
     skip_invalid: bool = False
 
 
@@ -236,6 +262,7 @@ class RunConfig(BaseModel):
     Attributes:
         agent: The agent (``[agent]``).
         sandbox: The sandbox backend (``[sandbox]``).
+        executor: Where trials are dispatched (``[executor]``).
         tasks: The task selection (``[tasks]``).
         retry: Whole-trial retries (``[retry]``).
         budget: Per-trial model budgets enforced by the gateway (``[budget]``).
@@ -250,12 +277,15 @@ class RunConfig(BaseModel):
         run_name: Name of the run dir (default: ``<taskset>--<model>--<agent>--<8 hex>``).
         fail_under: Exit 1 when the mean reward is below this.
         threshold: Reward at or above which a trial counts as a success.
+        judges: Judges every trial of the run gets besides its task's ``[[verifier.judges]]``
+            (a run judge replaces a task judge of the same name); see ``harness.judges``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     tasks: TasksConfig
     retry: RetryConfig = Field(default_factory=RetryConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
@@ -269,6 +299,7 @@ class RunConfig(BaseModel):
     run_name: str | None = None
     fail_under: float | None = None
     threshold: float = 1.0
+    judges: list[JudgeSpec] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -298,6 +329,7 @@ __all__ = [
     "AgentConfig",
     "BudgetConfig",
     "EnvConfig",
+    "ExecutorConfig",
     "RetryConfig",
     "RunConfig",
     "SandboxConfig",

@@ -168,6 +168,9 @@ def trace_of(record: TrialRecord, *, name: str, role: str, trial: EpisodeTrial) 
     extra: dict[str, Any] = {}
     if record.events:
         extra["events"] = record.events
+    judges = (record.model_extra or {}).get("judges")
+    if judges:  # the task's judges ran on this agent's graded trial (docs/episodes.md)
+        extra["judges"] = judges
     return Trace(
         name=name,
         role=role,

@@ -9,7 +9,7 @@ from harness.config import AgentConfig, RunConfig
 from harness.episodes.env import Env
 from harness.episodes.run import EnvSetup
 from harness.errors import UsageError
-from harness.plugins import build_agent, env_class
+from harness.plugins import EXECUTORS, build_agent, env_class
 from harness.tasks import Task
 
 SINGLE = "single"
@@ -19,6 +19,22 @@ SINGLE = "single"
 def is_single(config: RunConfig) -> bool:
     """Whether the run's env is the default one (run as a plain trial)."""
     return config.env.id == SINGLE and not config.env.roles and not config.env.params
+
+
+def refuse_executor(config: RunConfig) -> None:
+    """Episodes run only on an executor that runs them (``local``): refused before anything.
+
+    Raises:
+        UsageError: The run's executor does not run episodes (``--executor ray``).
+        PluginError: The executor is not installed.
+    """
+    executor = EXECUTORS.get(config.executor.name)
+    if not executor.runs_episodes:
+        raise UsageError(
+            f"--env {config.env.id}: episodes are refused with --executor "
+            f"{config.executor.name} (an episode's env and agents run in the harness process, "
+            "not on worker nodes); run with --executor local"
+        )
 
 
 def role_configs(config: RunConfig, cls: type[Env]) -> dict[str, AgentConfig]:
@@ -88,4 +104,12 @@ def check_tasks(setup: EnvSetup, agents: Sequence[Agent], tasks: Sequence[Task])
         raise UsageError("\n".join(dict.fromkeys(problems)))
 
 
-__all__ = ["SINGLE", "check_tasks", "is_single", "model_agent", "prepare_env", "role_configs"]
+__all__ = [
+    "SINGLE",
+    "check_tasks",
+    "is_single",
+    "model_agent",
+    "prepare_env",
+    "refuse_executor",
+    "role_configs",
+]

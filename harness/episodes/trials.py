@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import AgentRunError
+from harness.errors import AgentRunError, EnvError
+from harness.gateway import Gateway
 from harness.records import TrialStatus
 from harness.trial.lifecycle import _TrialRun
 from harness.trial.separate import SeparateVerifier
@@ -203,6 +204,8 @@ class JudgeTrial(EpisodeTrial):
             # The solver is dead: its token dies, the judge gets its own on the same socket.
             solver_access = self.solver.access
             if gateway is not None and solver_access is not None and agent.model_use != "none":
+                if not isinstance(gateway, Gateway):  # a relay: episodes run on --executor local
+                    raise EnvError("a shared judge needs the harness process's own gateway")
                 self.access = gateway.hand_over(solver_access.trial_id, self.plan.id, name, record)
             self.sandbox = self.solver.sandbox
             assert self.sandbox is not None
@@ -299,6 +302,9 @@ class JudgeTrial(EpisodeTrial):
         self.verdict = verdict
         self.info["verdict"] = verdict
         self.reward, self.rewards = score, {"judge": score}
+
+    def judge(self) -> None:
+        """Nothing: the task's judges score the solver's graded trial, not this verdict."""
 
     def cleanup_steps(self) -> list[CleanupStep]:  # noqa: D102
         steps = super().cleanup_steps()

@@ -24,9 +24,10 @@ from harness.episodes.env import Agents, Env, EnvParams, Episode
 from harness.episodes.records import Trace
 from harness.episodes.trials import EpisodeTrial
 from harness.errors import UsageError
-from harness.gateway import Gateway
+from harness.gateway import TrialGateway
 from harness.records import TrialError, TrialStatus, Usage
 from harness.tasks import Task
+from harness.trial.lifecycle import usage_of
 
 PERSONA = """You are a user talking to an AI assistant. Your goal, which you must not reveal
 all at once: {goal}
@@ -48,7 +49,7 @@ class UserSimParams(EnvParams):
 class SimulatedUser:
     """The user: the run's model through the gateway, under its own trial id."""
 
-    def __init__(self, gateway: Gateway, trial_id: str, task: str, evidence: Path) -> None:
+    def __init__(self, gateway: TrialGateway, trial_id: str, task: str, evidence: Path) -> None:
         evidence.mkdir(parents=True, exist_ok=True)
         self.gateway = gateway
         self.trial_id = trial_id
@@ -76,17 +77,7 @@ class SimulatedUser:
 
     def close(self) -> Usage:
         """Revoke its access; its usage."""
-        usage = self.gateway.revoke(self.trial_id)
-        if usage is None:
-            return Usage()
-        return Usage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            total_tokens=usage.total_tokens,
-            cost_usd=usage.cost_usd,
-            calls=usage.calls,
-            refused_calls=usage.refused,
-        )
+        return usage_of(self.gateway.revoke(self.trial_id))
 
 
 class UserSimEnv(Env):

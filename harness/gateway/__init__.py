@@ -9,7 +9,7 @@ from __future__ import annotations
 from harness.gateway.faux import NO_MORE_RESPONSES, FauxProvider, load_faux_script
 from harness.gateway.policy import Budget, TrialUsage
 from harness.gateway.providers import HTTPProvider, Provider, ProviderCall, ProviderReply
-from harness.gateway.server import Gateway, TrialAccess
+from harness.gateway.server import Gateway, TrialAccess, TrialGateway
 from harness.models.catalog import ModelSpec
 from sandbox.credentials import CredentialStore
 
@@ -33,6 +33,7 @@ __all__ = [
     "ProviderCall",
     "ProviderReply",
     "TrialAccess",
+    "TrialGateway",
     "TrialUsage",
     "load_faux_script",
     "make_provider",

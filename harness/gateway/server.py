@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import h11
 
@@ -74,6 +74,19 @@ class TrialAccess:
     def secret_env(self) -> dict[str, str]:
         """The token, under the names clients read keys from (sent on stdin only)."""
         return {"OPENAI_API_KEY": self.token, "ANTHROPIC_API_KEY": self.token}
+
+
+class TrialGateway(Protocol):
+    """What a trial uses of the gateway: :class:`Gateway` here, a relay on a Ray worker."""
+
+    def open_trial(self, trial_id: str, task_name: str, record_path: Path) -> TrialAccess:
+        """Give a trial its token and socket (calls recorded to ``record_path``)."""
+
+    def revoke(self, trial_id: str) -> TrialUsage | None:
+        """End the trial's access (idempotent); its usage totals."""
+
+    def call(self, trial_id: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """A model call from trusted in-process agent code: status and JSON body."""
 
 
 class _Trial:

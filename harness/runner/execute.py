@@ -4,12 +4,14 @@ One invocation (the first run, or one ``--resume``) reads top to bottom:
 
 - :meth:`Invocation.start` opens the invocation's log, tidies the run dir (torn tail,
   compaction, leaks), builds the live state and the trial runner, tells the observer;
-- :meth:`Invocation.drive` runs the trials on a thread pool (``-j``) and handles interrupts:
-  the first SIGINT/SIGTERM stops scheduling, kills the running trials' agents and lets each
-  trial clean up (they are recorded ``cancelled``); a second one removes the run's
-  sandboxes at once and waits at most ``ABORT_GRACE_SEC`` for the trials;
-- :meth:`Invocation.finish` closes the backend, compacts ``trials.jsonl``, writes
-  ``summary.json`` and the final ``status.json``, and picks the exit code.
+- :meth:`Invocation.drive` runs the trials on a thread pool (``-j``), each attempt where the
+  run's executor puts it (``--executor``: this process, or a Ray cluster), and handles
+  interrupts: the first SIGINT/SIGTERM stops scheduling, kills the running trials' agents
+  and lets each trial clean up (they are recorded ``cancelled``); a second one removes the
+  run's sandboxes at once (on every node) and waits at most ``ABORT_GRACE_SEC`` for the
+  trials;
+- :meth:`Invocation.finish` closes the backend and the executor, compacts ``trials.jsonl``,
+  writes ``summary.json`` and the final ``status.json``, and picks the exit code.
 
 A resume that finds every trial done only tidies and rewrites the summary
 (:func:`_nothing_to_resume`).
@@ -25,7 +27,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from harness.config import CONFIG_FILENAME, RunConfig, save_config
-from harness.episodes.run import run_episode
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS, DiskFull
 from harness.failpoints import kill_point
 from harness.gateway import Gateway
@@ -48,13 +49,7 @@ from harness.runner.rundir import (
     tidy,
     write_summary,
 )
-from harness.runner.scheduler import (
-    AgentGate,
-    AttemptRunner,
-    NotRun,
-    TrialRunner,
-    run_plain_trial,
-)
+from harness.runner.scheduler import AgentGate, NotRun, TrialRunner
 from harness.status import STATUS_FILENAME, RunState, StatusWriter
 from harness.trial import TrialPlan, TrialSettings
 
@@ -138,6 +133,20 @@ def _execute(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutc
         log.close()
 
 
+def _close_places(prepared: PreparedRun, log: RunLog) -> list[str]:
+    """Close the backend, then the executor (its nodes' leftovers); the leaks both found."""
+    prepared.closed = True
+    leaked = close_backend(prepared.backend, log)
+    try:
+        remote = prepared.executor.close()
+    except Exception as exc:  # the records are safe; say what may be left on other nodes
+        log(f"closing the {prepared.executor.name} executor failed: {exc}")
+        return leaked
+    if remote:
+        log(f"removed leaked sandbox objects on other nodes: {', '.join(remote)}")
+    return leaked + remote
+
+
 def _unwritable(prepared: PreparedRun, error: OSError) -> str:
     """The message of a run dir that took no write outside the trials (counts included)."""
     try:
@@ -161,8 +170,7 @@ def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, events: RunEvents) 
     try:
         compact = tidy(TrialStore(run_dir), prepared.resume_snapshot, prepared.backend, log, events)
         prepared.resume_snapshot = None
-        prepared.closed = True
-        leaked = close_backend(prepared.backend, log)
+        leaked = _close_places(prepared, log)
         if leaked:
             events.message(f"removed {len(leaked)} leaked sandbox object(s) of the run")
         planned_ids = {plan.id for plan in prepared.plans}
@@ -239,7 +247,7 @@ class Invocation:
         self.log(
             f"invocation {self.number} (pid {os.getpid()}, harness {self.versions['harness']}): "
             f"{'resume' if resume else 'run'} {prepared.name}, {len(prepared.plans)} planned "
-            f"trials, -j {config.concurrency}"
+            f"trials, -j {config.concurrency}, executor {prepared.executor.name}"
             + (
                 f", agent_concurrency {config.agent_concurrency}"
                 if config.agent_concurrency
@@ -285,10 +293,11 @@ class Invocation:
             state=self.state,
             on_retry=self.events.retrying,
             log=self.log,
+            run_attempt=prepared.executor.run_attempt,
             watch=self.watch,
             disk=self.disk,
-            attempt_runner=self._attempt_runner(),
         )
+        prepared.executor.start(self.settings, self.log)
         self.events.run_started(
             RunStart(
                 name=prepared.name,
@@ -310,20 +319,10 @@ class Invocation:
         self.events.message(text)
         self.log(text)
 
-    def _attempt_runner(self) -> AttemptRunner:
-        """A plain trial, or an episode of the run's env (its agents shown in status.json)."""
-        env = self.prepared.env
-        if env is None:
-            return run_plain_trial
-        env.on_agent = self.state.agent_phase
-
-        def run(plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
-            return run_episode(plan, settings, env, attempt=attempt)
-
-        return run
-
     def _trial_settings(self) -> TrialSettings:
         prepared, state = self.prepared, self.state
+        if prepared.env is not None:
+            prepared.env.on_agent = state.agent_phase  # each agent's phase in status.json
 
         def on_phase(trial_id: str, phase: str) -> None:
             kill_point(f"phase:{phase}")
@@ -345,6 +344,8 @@ class Invocation:
             cancel=self.cancel,
             on_phase=on_phase,
             agent_slot=AgentGate(self.config.agent_concurrency, self.cancel, on_wait),
+            judges=prepared.judges,
+            episodes=prepared.env,
         )
 
     # -- drive -------------------------------------------------------------------------------
@@ -439,16 +440,18 @@ class Invocation:
         for future in pending:
             future.cancel()
         self.settings.abort_all()
+        self.prepared.executor.stop()
 
     def _abort(self) -> None:
         """Second interrupt: the run's sandboxes go now."""
         self.log("aborting: removing the run's sandboxes now")
         self.events.message("aborting: removing the run's sandboxes now")
         self.settings.abort_all()
-        try:
-            self.prepared.backend.abort()
-        except Exception as exc:  # keep aborting; close() tries again
-            self.log(f"removing the run's sandboxes failed: {exc}")
+        for abort in (self.prepared.backend.abort, self.prepared.executor.abort):
+            try:
+                abort()
+            except Exception as exc:  # keep aborting; close() tries again
+                self.log(f"removing the run's sandboxes failed: {exc}")
 
     # -- finish ------------------------------------------------------------------------------
 
@@ -460,8 +463,7 @@ class Invocation:
         one message saying what failed and how to go on.
         """
         prepared, plans = self.prepared, self.prepared.plans
-        prepared.closed = True
-        leaked = close_backend(prepared.backend, self.log)
+        leaked = _close_places(prepared, self.log)
         if leaked:
             self.events.message(f"removed {len(leaked)} leaked sandbox object(s)")
         planned_ids = {plan.id for plan in plans}

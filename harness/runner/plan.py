@@ -99,10 +99,31 @@ def select_tasks(
     return chosen
 
 
-def plan_trials(tasks: Sequence[Task], *, rollouts: int) -> list[TrialPlan]:
-    """Every (task, rollout) pair, rollouts of one task interleaved across tasks."""
-    return [
+def plan_trials(
+    tasks: Sequence[Task], *, rollouts: int, only: Sequence[str] = ()
+) -> list[TrialPlan]:
+    """Every (task, rollout) pair, rollouts of one task interleaved across tasks.
+
+    Args:
+        tasks: The selected tasks.
+        rollouts: Trials per task.
+        only: When given, keep only the trials with these ids (``tasks.trial_ids``).
+
+    Raises:
+        UsageError: An id in ``only`` is not a trial of the plan.
+    """
+    plans = [
         TrialPlan(id=trial_id(task, r), task=task, rollout=r)
         for r in range(rollouts)
         for task in tasks
     ]
+    if not only:
+        return plans
+    wanted = set(only)
+    unknown = sorted(wanted - {plan.id for plan in plans})
+    if unknown:
+        raise UsageError(
+            f"tasks.trial_ids: {', '.join(unknown)} not among the {len(plans)} planned "
+            "trial(s) (the tasks, selection and rollouts decide which ids exist)"
+        )
+    return [plan for plan in plans if plan.id in wanted]

@@ -3,7 +3,8 @@
 Tasks are loaded and selected, the agent is built and checked against every selected task,
 the model is chosen (explicitly), trials are planned, the run dir is checked (a new run's
 must be empty; a resume's is locked and its records planned against), and the sandbox
-backend is opened. Any problem is a ``UsageError`` (exit 2) and nothing has been written.
+backend and the trial executor are opened. Any problem is a ``UsageError`` (exit 2) and
+nothing has been written.
 """
 
 from __future__ import annotations
@@ -21,12 +22,20 @@ import harness
 from harness.agents.kinds import Agent
 from harness.backends.base import SandboxBackend
 from harness.config import RunConfig
-from harness.episodes.prepare import check_tasks, is_single, model_agent, prepare_env
+from harness.episodes.prepare import (
+    check_tasks,
+    is_single,
+    model_agent,
+    prepare_env,
+    refuse_executor,
+)
 from harness.episodes.run import EnvSetup
 from harness.errors import CorruptRecordError, ResumeError, UsageError
+from harness.executors.base import TrialExecutor
+from harness.judges import JudgePanel, build_panel
 from harness.model_access import resolve_model
 from harness.models.selection import ModelChoice
-from harness.plugins import build_agent, open_backend
+from harness.plugins import build_agent, open_backend, open_executor
 from harness.records import StoreSnapshot
 from harness.runner.plan import plan_trials, select_tasks, slug
 from harness.runner.resume import DEFAULT_RERUN_STATUSES, ResumePlan, read_for_resume
@@ -52,6 +61,8 @@ class PreparedRun:
     backend: SandboxBackend
     #: The run dir (``<output_dir>/<name>``, or the dir given to ``--resume``).
     run_dir: Path
+    #: Where trials run (``--executor``), opened; closed after the run.
+    executor: TrialExecutor
     #: What a resume keeps and reruns (None for a new run).
     resume: ResumePlan | None = None
     #: ``trials.jsonl`` as read for the resume plan (compacted from, without a reread).
@@ -60,6 +71,8 @@ class PreparedRun:
     model: ModelChoice | None = None
     #: Where the gateway takes the real provider key from (in memory only).
     credentials: CredentialStore = field(default_factory=CredentialStore, repr=False)
+    #: The judges of the run's tasks and of the run, checked (None: no judge anywhere).
+    judges: JudgePanel | None = None
     #: Problems of the invalid tasks ``tasks.skip_invalid`` left out of the run.
     skipped: list[TaskError] = field(default_factory=list)
     #: The run's episode env (None for the default ``single``: plain trials).
@@ -73,10 +86,13 @@ class PreparedRun:
             self.lock.release()
 
     def close(self) -> None:
-        """Give up a prepared run that will not be executed: close the backend, unlock."""
+        """Give up a prepared run that will not be executed: close backend and executor, unlock."""
         if not self.closed:
             self.closed = True
-            self.backend.close()
+            try:
+                self.backend.close()
+            finally:
+                self.executor.close()
         self.release()
 
 
@@ -126,6 +142,26 @@ def _read_resume(
     return lock, resume, snapshot
 
 
+def _open_places(
+    config: RunConfig, name: str, tasks: list[Task]
+) -> tuple[SandboxBackend, TrialExecutor]:
+    """Open the sandbox backend and the executor; refuse tasks either cannot run."""
+    backend = open_backend(config, name)
+    try:
+        executor = open_executor(config, name)
+    except BaseException:
+        backend.close()
+        raise
+    problems = backend.task_problems(tasks) + executor.task_problems(tasks)
+    if problems:
+        try:
+            backend.close()
+        finally:
+            executor.close()
+        raise UsageError("\n".join(problems))
+    return backend, executor
+
+
 def prepare_run(
     config: RunConfig,
     *,
@@ -159,6 +195,7 @@ def prepare_run(
     env: EnvSetup | None = None
     role_agents = [agent]
     if not is_single(config):
+        refuse_executor(config)
         env, role_agents = prepare_env(config)
     credentials = credentials if credentials is not None else CredentialStore()
     environ = os.environ if environ is None else environ
@@ -184,7 +221,8 @@ def prepare_run(
         _check_agent(agent, chosen)
     else:
         check_tasks(env, role_agents, chosen)
-    plans = plan_trials(chosen, rollouts=config.rollouts)
+    judges = build_panel(config, chosen, credentials, environ)
+    plans = plan_trials(chosen, rollouts=config.rollouts, only=selection.trial_ids)
     taskset = taskset_name(paths)
     lock: FileLock | None = None
     resume: ResumePlan | None = None
@@ -199,11 +237,7 @@ def prepare_run(
         run_dir = Path(config.output_dir).absolute() / name
         refuse_non_empty(run_dir)
     try:
-        backend = open_backend(config, name)
-        problems = backend.task_problems(chosen)
-        if problems:
-            backend.close()
-            raise UsageError("\n".join(problems))
+        backend, executor = _open_places(config, name, chosen)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -217,10 +251,12 @@ def prepare_run(
         name=name,
         backend=backend,
         run_dir=run_dir,
+        executor=executor,
         resume=resume,
         resume_snapshot=snapshot,
         model=choice,
         credentials=credentials,
+        judges=judges,
         skipped=list(skipped),
         env=env,
         lock=lock,

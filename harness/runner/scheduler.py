@@ -1,8 +1,10 @@
 """Running one planned trial to its final record: attempts, retries with backoff, history.
 
-Each trial runs in a worker thread of the run's pool (``-j`` bounds them); nothing here holds
-a lock across trials. Every attempt's record is appended to ``trials.jsonl`` as soon as it
-exists (the latest record of an id wins), so a crash loses at most the attempts in flight.
+Each trial runs in a worker thread of the run's pool (``-j`` bounds them), each attempt
+where the run's executor puts it (this thread, or a Ray task the thread waits for); nothing
+here holds a lock across trials. Every attempt's record is appended to ``trials.jsonl`` as
+soon as it exists (the latest record of an id wins), so a crash loses at most the attempts in
+flight.
 A retried attempt's evidence moves to ``attempts/<trial id>/<attempt>/`` and its status and
 errors go into the next attempt's ``previous_attempts``.
 
@@ -34,14 +36,8 @@ from harness.runner.outage import EngineWatch
 from harness.status import RunState
 from harness.trial import TrialPlan, TrialSettings, run_trial
 
-#: Runs one attempt of a planned trial (a plain trial, or an episode of the run's env).
 AttemptRunner = Callable[[TrialPlan, TrialSettings, int], TrialRecord]
-
-
-def run_plain_trial(plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
-    """One attempt of a plain trial (the ``single`` env)."""
-    return run_trial(plan, settings, attempt=attempt)
-
+"""Runs one attempt of a trial to its record (the run's executor)."""
 
 ATTEMPTS_DIRNAME = "attempts"
 """Where retried attempts' evidence is kept inside a run dir."""
@@ -92,6 +88,10 @@ class AgentGate:
             slots.release()
 
 
+def _in_this_thread(plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
+    return run_trial(plan, settings, attempt=attempt)
+
+
 class NotRun(HarnessError):  # noqa: N818 - an outcome, not a failure
     """A trial that ends without a record in this invocation (the run halted or stopped).
 
@@ -110,9 +110,9 @@ class TrialRunner:
         on_retry: Called as ``on_retry(record, delay)`` before a retry's wait.
         log: Writes one line to the invocation's ``eval.log``.
         rng: Randomness for the backoff jitter.
+        run_attempt: Runs one attempt (the executor's; default: in this thread).
         watch: The engine watch (none: the engine never goes away).
         disk: Tells disk faults from failures and halts the run (none: nothing halts it).
-        attempt_runner: Runs one attempt (default: a plain trial; an env's episode).
     """
 
     def __init__(
@@ -125,11 +125,10 @@ class TrialRunner:
         on_retry: Callable[[TrialRecord, float], None] | None = None,
         log: Callable[[str], None] | None = None,
         rng: random.Random | None = None,
+        run_attempt: AttemptRunner | None = None,
         watch: EngineWatch | None = None,
         disk: DiskGuard | None = None,
-        attempt_runner: AttemptRunner = run_plain_trial,
     ) -> None:
-        self.attempt_runner = attempt_runner
         self.settings = settings
         self.store = store
         self.retry = retry
@@ -138,6 +137,7 @@ class TrialRunner:
         self.log = log or (lambda text: None)
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
+        self._run_attempt = run_attempt or _in_this_thread
         self.watch = watch
         self.disk = disk or DiskGuard(settings.run_dir, Halting())
         self.halting = self.disk.halting
@@ -226,7 +226,7 @@ class TrialRunner:
         while True:
             epoch = self.watch.epoch if self.watch is not None else 0
             self.state.trial_started(plan.id, plan.task.key, attempt)
-            record = self.attempt_runner(plan, self.settings, attempt)
+            record = self._run_attempt(plan, self.settings, attempt)
             if history:
                 record = record.model_copy(update={"previous_attempts": list(history)})
                 record = with_history(record)
@@ -283,11 +283,4 @@ def _wait_either(first: threading.Event, second: threading.Event, timeout: float
         left -= step
 
 
-__all__ = [
-    "ATTEMPTS_DIRNAME",
-    "AgentGate",
-    "AttemptRunner",
-    "NotRun",
-    "TrialRunner",
-    "run_plain_trial",
-]
+__all__ = ["ATTEMPTS_DIRNAME", "AgentGate", "AttemptRunner", "NotRun", "TrialRunner"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from harness.errors import UsageError
@@ -19,7 +19,14 @@ from harness.errors import UsageError
 if TYPE_CHECKING:
     from harness.tasks.loader import Task
 
-__all__ = ["EnvTemplateError", "check_templates", "resolve_env", "resolve_task_env"]
+__all__ = [
+    "EnvTemplateError",
+    "check_templates",
+    "env_tables",
+    "map_env_tables",
+    "resolve_env",
+    "resolve_task_env",
+]
 
 _TOKEN = re.compile(
     r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}|(?P<bad>\$\{)"
@@ -101,26 +108,17 @@ def resolve_env(
     return {key: _substitute(value, environ, taken, f"{where}.{key}") for key, value in env.items()}
 
 
-def resolve_task_env(
-    task: Task, environ: Mapping[str, str], *, refused: Mapping[str, str] | None = None
-) -> Task:
-    """The task with every env table resolved (its key and hash stay those of its files).
+def map_env_tables(task: Task, change: Callable[[Mapping[str, str], str], dict[str, str]]) -> Task:
+    """The task with each env table replaced by ``change(table, name)``.
 
-    Raises:
-        EnvTemplateError: naming the task's ``task.toml``, the table and the key.
+    ``name`` says which table: ``environment.env``, ``verifier.env``, ``solution.env`` or
+    ``steps[N].verifier.env``. The task's key and hash stay those of its files.
     """
     config = task.config
-    where = task.path / "task.toml"
-
-    def resolve(table: Mapping[str, str], name: str) -> dict[str, str]:
-        try:
-            return resolve_env(table, environ, refused=refused, where=name)
-        except EnvTemplateError as exc:
-            raise EnvTemplateError(f"{where}: {exc}") from None
 
     def section(model: object, name: str) -> object:
         env = getattr(model, "env")  # noqa: B009 - every table here has an env dict
-        return model.model_copy(update={"env": resolve(env, name)})  # type: ignore[attr-defined]
+        return model.model_copy(update={"env": change(env, name)})  # type: ignore[attr-defined]
 
     steps = tuple(
         dataclasses.replace(
@@ -142,3 +140,34 @@ def resolve_task_env(
         }
     )
     return dataclasses.replace(task, config=resolved, steps=steps)
+
+
+def env_tables(task: Task) -> dict[str, dict[str, str]]:
+    """Every env table of the task, by the names :func:`map_env_tables` gives them."""
+    tables: dict[str, dict[str, str]] = {}
+
+    def keep(table: Mapping[str, str], name: str) -> dict[str, str]:
+        tables[name] = dict(table)
+        return dict(table)
+
+    map_env_tables(task, keep)
+    return tables
+
+
+def resolve_task_env(
+    task: Task, environ: Mapping[str, str], *, refused: Mapping[str, str] | None = None
+) -> Task:
+    """The task with every env table resolved (its key and hash stay those of its files).
+
+    Raises:
+        EnvTemplateError: naming the task's ``task.toml``, the table and the key.
+    """
+    where = task.path / "task.toml"
+
+    def resolve(table: Mapping[str, str], name: str) -> dict[str, str]:
+        try:
+            return resolve_env(table, environ, refused=refused, where=name)
+        except EnvTemplateError as exc:
+            raise EnvTemplateError(f"{where}: {exc}") from None
+
+    return map_env_tables(task, resolve)

@@ -248,6 +248,9 @@ class VerifierSection(Section):
             container built from ``tests/``); unset means ``separate`` when
             ``environment`` is set, else ``shared``.
         environment: The separate verifier container's ``[environment]``.
+        judges: ``[[verifier.judges]]``: judges that score the trial's final state after
+            the tests (a harness extension Harbor ignores). Each table is checked as a
+            judge by ``harness.judges`` (``harness tasks check``, and before a run).
     """
 
     timeout_sec: float = Field(default=600.0, gt=0)
@@ -255,6 +258,7 @@ class VerifierSection(Section):
     user: User = None
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentSection | None = None
+    judges: list[dict[str, Any]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _mode_matches_environment(self) -> VerifierSection:

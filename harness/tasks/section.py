@@ -50,6 +50,12 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "agent.network_mode": "per-phase network policies are not implemented",
     "verifier.network_mode": "per-phase network policies are not implemented",
     "verifier.collect": "[[verifier.collect]] hooks (schema 1.4) are not implemented",
+    # Judges score the trial's final state (its whole transcript and last workspace), not
+    # a step's: a step's judges would silently never run.
+    "steps[].verifier.judges": (
+        "judges score the trial's final state, not a step's; declare them once in the "
+        "task's [[verifier.judges]]"
+    ),
 }
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B?\s*$", re.IGNORECASE)
@@ -86,7 +92,7 @@ class Section(BaseModel):
             keys are not descended into. Keys in :data:`UNSUPPORTED_KEYS` are not listed
             here (see :meth:`unsupported_keys`).
         """
-        return sorted(k for k in self._extra_keys(prefix) if _generic(k) not in UNSUPPORTED_KEYS)
+        return sorted(k for k in self._extra_keys(prefix) if _unsupported(k) is None)
 
     def unsupported_keys(self, prefix: str = "") -> list[tuple[str, str]]:
         """List the keys the harness knows but does not implement, with the reason.
@@ -96,7 +102,7 @@ class Section(BaseModel):
         """
         found = []
         for key in self._extra_keys(prefix):
-            reason = UNSUPPORTED_KEYS.get(_generic(key))
+            reason = _unsupported(key)
             if reason is not None:
                 found.append((key, reason))
         return sorted(found)
@@ -130,16 +136,24 @@ class Section(BaseModel):
         return data
 
 
-def _generic(key: str) -> str:
-    """``steps[1].verifier.collect`` → ``verifier.collect`` (steps share the rules)."""
-    return re.sub(r"^steps\[\d+\]\.", "", key)
+def _unsupported(key: str) -> str | None:
+    """Why ``key`` is refused (None: it is not).
+
+    A step's key is looked up as a step's (``steps[1].verifier.judges`` →
+    ``steps[].verifier.judges``), then as the task's (``steps[1].verifier.collect`` →
+    ``verifier.collect``: steps share the task's rules).
+    """
+    as_step = re.sub(r"^steps\[\d+\]\.", "steps[].", key)
+    if as_step != key and as_step in UNSUPPORTED_KEYS:
+        return UNSUPPORTED_KEYS[as_step]
+    return UNSUPPORTED_KEYS.get(as_step.removeprefix("steps[]."))
 
 
 #: Per model, the fields that did not exist in the first release (see ``hash_dump``).
 _ADDED_FIELDS: dict[str, tuple[str, ...]] = {
     "TaskSection": ("authors", "keywords"),
     "TaskConfig": ("source", "multi_step_reward_strategy", "steps", "artifacts"),
-    "VerifierSection": ("environment_mode", "environment"),
+    "VerifierSection": ("environment_mode", "environment", "judges"),
     "EnvironmentSection": (
         "os",
         "gpus",

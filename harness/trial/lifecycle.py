@@ -3,8 +3,9 @@
 prepare → reset (start the sandbox, wait for the healthcheck) → for each step (one for a
 single-step task): stage (the step's files and setup, its healthcheck) → execute (the
 agent) → collect (logs, workspace) → grade (in the agent's sandbox or a separate one) →
-artifacts; a step below its ``min_reward`` ends the steps → persist (the record) and
-cleanup, which always runs in the contract order, its errors reported with the run's.
+artifacts; a step below its ``min_reward`` ends the steps → cleanup, which always runs in
+the contract order, its errors reported with the run's → the transcript, the judges (on the
+trial's final state) → persist (the record).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from harness.errors import VerifierError
 from harness.failpoints import kill_point
+from harness.gateway import TrialUsage
 from harness.grading import trial_reward
 from harness.records import (
     AgentRef,
@@ -31,6 +33,7 @@ from harness.tasks import Task
 from harness.transcript import write_transcript
 from harness.trial.agent_phase import AgentPhase
 from harness.trial.grade import CollectAndGrade
+from harness.trial.judging import Judging
 from harness.trial.settings import TrialPlan, TrialSettings
 from harness.trial.staging import Staging
 from harness.trial.state import trial_error
@@ -45,7 +48,7 @@ from sandbox.errors import (
 )
 
 
-class _TrialRun(Staging, AgentPhase, CollectAndGrade):
+class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
     """One running trial: its steps in order, then the cleanup and the record."""
 
     # -- the whole trial ------------------------------------------------------------------
@@ -89,6 +92,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade):
             if self.status is TrialStatus.COMPLETED:
                 self.status = TrialStatus.ENVIRONMENT_ERROR
         self.write_transcript()
+        self.judge()
         self.clock.timings["total"] = time.perf_counter() - start
         if isinstance(run_error, KeyboardInterrupt | SystemExit):
             raise run_error
@@ -244,26 +248,12 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade):
                 {"type": "transcript_failed", "detail": f"{type(exc).__name__}: {exc}"}
             )
 
-    def _usage(self) -> Usage:
-        usage = self.model_usage
-        if usage is None:
-            return Usage()
-        return Usage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            total_tokens=usage.total_tokens,
-            cost_usd=usage.cost_usd,
-            calls=usage.calls,
-            cached_tokens=usage.cached_tokens,
-            refused_calls=usage.refused,
-        )
-
     def _record(self, started_at: datetime) -> TrialRecord:
         task = self.task
         info = dict(self.sandbox_info)
         backend = str(info.pop("backend", "unknown"))
         image = info.pop("image", None)
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = self.judge_fields()
         if task.steps:
             extra["steps"] = [step.as_record() for step in self.steps]
         return TrialRecord(
@@ -279,7 +269,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade):
             rewards=self.rewards,
             errors=self.errors,
             timings=self.clock.timings,
-            usage=self._usage(),
+            usage=usage_of(self.model_usage),
             versions=dict(self.settings.versions),
             started_at=started_at,
             finished_at=datetime.now(UTC),
@@ -289,6 +279,21 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade):
             verifier_posture=self.verifier_posture,
             **extra,
         )
+
+
+def usage_of(usage: TrialUsage | None) -> Usage:
+    """A record's usage from the gateway's totals of a trial."""
+    if usage is None:
+        return Usage()
+    return Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        cost_usd=usage.cost_usd,
+        calls=usage.calls,
+        cached_tokens=usage.cached_tokens,
+        refused_calls=usage.refused,
+    )
 
 
 def _flatten(exc: BaseException) -> list[BaseException]:

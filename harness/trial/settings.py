@@ -8,11 +8,16 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.agents.kinds import Agent
-from harness.gateway import Gateway
+from harness.gateway import TrialGateway
 from harness.tasks import Task
 from sandbox.backend import Sandbox, SandboxSpec
+
+if TYPE_CHECKING:
+    from harness.episodes.run import EnvSetup
+    from harness.judges import JudgePanel
 
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
 
@@ -52,11 +57,17 @@ class TrialSettings:
     max_output_bytes: int = 4 << 20
     cancel: threading.Event = field(default_factory=threading.Event)
     on_phase: Callable[[str, str], None] | None = None
-    #: The run's model gateway, when a model was selected (per-trial tokens and sockets).
-    gateway: Gateway | None = None
+    #: The run's model gateway, when a model was selected (per-trial tokens and sockets):
+    #: the gateway itself, or on a Ray worker a relay to the driver's.
+    gateway: TrialGateway | None = None
     #: Bounds agent phases across the run's trials: ``agent_slot(trial_id)`` is held
     #: around the execute phase (``agent_concurrency``); None means no bound.
     agent_slot: Callable[[str], AbstractContextManager[object]] | None = None
+    #: The run's judges (``harness.judges``), run on each graded trial's evidence.
+    judges: JudgePanel | None = None
+    #: The run's episode env (None: the default ``single``, plain trials): the executor
+    #: runs each attempt as an episode of it (docs/episodes.md).
+    episodes: EnvSetup | None = None
     _active: set[Sandbox] = field(default_factory=set, repr=False)
     _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

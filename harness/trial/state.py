@@ -60,6 +60,8 @@ class TrialState:
         self.view: Task = plan.task
         self.step_evidence = self.evidence
         self.steps: list[StepOutcome] = []
+        #: What each judge decided (the record's ``judges``; :mod:`~harness.trial.judging`).
+        self.judge_details: dict[str, dict[str, Any]] = {}
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -82,7 +84,7 @@ class TrialState:
             self.status = TrialStatus.CANCELLED if self.settings.cancel.is_set() else status
         error = trial_error(exc, phase, self.step_name)
         self.errors.append(error)
-        if self.steps:
+        if self.view.step is not None:
             self.steps[-1].errors.append(error.model_dump(mode="json"))
 
     def _record_events(self, events: list[EvidenceEvent]) -> None:

@@ -173,11 +173,15 @@ class DockerRuntime:
             network="--network=none" not in (runtime.get("runtimeArgs") or []),
         )
 
+    def release(self) -> None:
+        """Remove the staged supervisor copy and tools (this instance's own files)."""
+        shutil.rmtree(self._staged, ignore_errors=True)
+        shutil.rmtree(self._tools_parent, ignore_errors=True)
+
     def close(self) -> list[str]:
         """Remove whatever this run leaked (by label), then the staged supervisor copy."""
         report = remove_leaks(self.client, run=self.run_label)
-        shutil.rmtree(self._staged, ignore_errors=True)
-        shutil.rmtree(self._tools_parent, ignore_errors=True)
+        self.release()
         return report.containers + report.volumes + report.networks
 
 

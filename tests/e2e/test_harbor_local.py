@@ -65,6 +65,10 @@ def test_multi_step_and_artifacts_on_the_local_sandbox(e2e: Any, tmp_path: Path)
         ("out", "ok"),
     ]
 
+    # Only the last step's workspace is kept: a multi-step trial is not regraded.
+    regraded = e2e.run("regrade", e2e.only_run_dir(out), "--display", "none")
+    assert regraded.code == 2 and "a multi-step trial" in regraded.stderr, regraded
+
     out = tmp_path / "nop"
     e2e.run("run", task, "--agent", "nop", "-o", out, "--display", "none")
     (record,) = e2e.read_run(e2e.only_run_dir(out)).records

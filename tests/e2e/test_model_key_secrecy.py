@@ -255,8 +255,9 @@ def test_real_key_never_reaches_the_sandbox(
                 assert not _process_memory_has(pid, needle), f"real key in memory of pid {pid}"
             scanned += len(pids)
             if backend == "docker" and client is not None:
+                # sparse: listing must not inspect (a container removed meanwhile fails it).
                 for container in client.containers.list(
-                    all=True, filters={"label": f"org.harness.run={label}"}
+                    all=True, sparse=True, filters={"label": f"org.harness.run={label}"}
                 ):
                     try:
                         inspected = json.dumps(client.api.inspect_container(container.id))

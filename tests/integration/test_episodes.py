@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 from docker_support import requires_docker  # noqa: F401 (fixture)
 from episode_support import EXAMPLES, HELLO, HUNT, episode_config, hostile_task, only, run_dir
+from fault_support import Cli
 
 import harness
 from harness.config import AgentConfig
+from harness.config.judges import JudgeSpec
 from harness.episodes import Agents, Env, Episode, Trace, episode_of
 from harness.episodes.best_of_n import BestOfNEnv, BestOfNParams
 from harness.plugins import ENVS
@@ -259,3 +261,62 @@ def test_each_env_runs_in_docker_with_scripted_agents(
         speakers = [json.loads(line)["speaker"] for line in lines.splitlines()]
         assert speakers == ["user", "assistant"]
     assert sum(u.calls or 0 for u in episode.usage_by_agent.values()) >= len(traces)
+
+
+@pytest.mark.root
+def test_task_judges_score_each_graded_agent_trial_not_the_judge_agent(tmp_path: Path) -> None:
+    """The run's judges run per agent trial the verifier graded: their scores and decisions
+    are on its trace (a failed gate makes its reward 0 before best-of-n picks the best);
+    the judge env's judge agent, scored by its verdict, is not judged."""
+    gate = JudgeSpec.model_validate(
+        {"type": "structured-output", "name": "fields", "file": "answer.json",
+         "expected": {"ok": True}, "threshold": 0.5}
+    )  # fmt: skip
+    answer = 'case "$HARNESS_TRIAL_ID" in *-1) printf "{{\\"ok\\": true}}" > answer.json;; esac; '
+    config = episode_config(
+        tmp_path, EXAMPLES / "hello-file", answer + HELLO, {"id": "best-of-n", "n": 2},
+        judges=[gate],
+    )  # fmt: skip
+    record = only(harness.run(config))
+    episode = episode_of(record)
+    assert episode is not None, record
+    by_name = {t.name: t for t in episode.traces}
+    assert by_name["agent-1"].rewards["fields"] == 1.0 and by_name["agent-1"].reward == 1.0
+    assert by_name["agent-2"].rewards["fields"] == 0.0 and by_name["agent-2"].reward == 0.0
+    assert all("fields" in (t.model_extra or {})["judges"] for t in episode.traces)
+    assert record.reward == 1.0 and by_name["agent-1"].metrics["best"] == 1.0
+
+    verdict = "bash -c 'echo {{\\\"score\\\": 1}} > \"$HARNESS_VERDICT_FILE\"'"
+    judged = episode_config(
+        tmp_path / "judge", EXAMPLES / "hello-file", answer.replace("*-1", "*") + HELLO,
+        {"id": "judge", "mode": "isolated", "roles": {"judge": {"name": "command",
+                                                                 "cmd": verdict}}},
+        judges=[gate],
+    )  # fmt: skip
+    record = only(harness.run(judged))
+    episode = episode_of(record)
+    assert episode is not None and episode.ok, record
+    roles = {t.role: t for t in episode.traces}
+    assert roles["solver"].rewards["fields"] == 1.0 and "judges" in roles["solver"].model_extra
+    assert roles["judge"].rewards == {"judge": 1.0}
+    assert "judges" not in (roles["judge"].model_extra or {})
+
+def test_episodes_are_refused_on_ray_before_anything_runs(tmp_path: Path) -> None:
+    """An episode's env and agents run in the harness process: --executor ray is refused
+    (exit 2, naming the env and the fix) before the executor is opened: the unreachable
+    cluster is never tried, and no run dir is written."""
+    cli = Cli(tmp_path, {})
+    out = tmp_path / "runs"
+    try:
+        result = cli.run(
+            "run", EXAMPLES / "hello-file", "--agent", "oracle", "--env", "best-of-n",
+            "--executor", "ray", "--ray-address", "127.0.0.1:1", "-o", out,
+            "--display", "plain",
+        )  # fmt: skip
+    finally:
+        cli.close()
+    assert result.code == 2, result.output
+    assert "--env best-of-n: episodes are refused with --executor ray" in result.output
+    assert "run with --executor local" in result.output
+    assert "Ray cluster" not in result.output and "Traceback" not in result.output
+    assert not out.exists()

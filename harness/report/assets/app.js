@@ -1150,6 +1150,7 @@
       h("h1", null, visible(String(c.title))),
       picker,
       h("p", null, sides.map((name, k) => [k ? " \u00b7 " : "", h("strong", null, String.fromCharCode(65 + k) + ": "), visible(String(name))])),
+      Array.isArray(c.notes) && c.notes.length ? section("compare-notes", "Notes", h("ul", null, c.notes.map((n) => h("li", null, visible(String(n)))))) : null,
       section(
         "compare-headline",
         "Headline",

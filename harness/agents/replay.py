@@ -1,0 +1,109 @@
+"""The ``replay`` agent: puts back what an earlier run's agent left, so it can be graded again.
+
+``harness regrade`` runs it instead of an agent: no agent logic and no model runs. Before
+the agent phase, the trial's saved workspace (``<source>/trials/<id>/workspace``) is staged
+read-only in the sandbox (and its ``session.jsonl`` in the session dir, for judges); the
+agent phase — confined as the agent user, as any agent phase — then makes the workspace
+exactly that copy: files not in it are deleted, the others written. The verifier and the
+judges then run as in any trial. Evidence keeps regular files only, up to its size caps,
+without modes: a file the original copy dropped (``too_large``) is missing here too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.agents.kinds import AgentCommand, SandboxAgent
+from harness.errors import AgentConfigError, AgentRunError
+from harness.tasks import Task
+from harness.transcript import SESSION_FILENAME
+from sandbox.backend import Sandbox
+
+__all__ = ["RESTORE_SCRIPT", "ReplayAgent"]
+
+#: Makes the workspace (argv[2]) exactly the staged copy (argv[1]); Python >= 3.9, stdlib.
+RESTORE_SCRIPT = """
+import os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+keep = set()
+for root, dirs, files in os.walk(src):
+    rel = os.path.relpath(root, src)
+    keep.add(os.path.normpath(rel))
+    for name in files:
+        keep.add(os.path.normpath(os.path.join(rel, name)))
+for root, dirs, files in os.walk(dst, topdown=False):
+    rel = os.path.relpath(root, dst)
+    for name in files + dirs:
+        path = os.path.join(root, name)
+        if os.path.normpath(os.path.join(rel, name)) in keep and not os.path.islink(path):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+for root, dirs, files in os.walk(src):
+    rel = os.path.relpath(root, src)
+    os.makedirs(os.path.join(dst, rel), exist_ok=True)
+    for name in files:
+        target = os.path.join(dst, rel, name)
+        with open(os.path.join(root, name), "rb") as f:
+            data = f.read()
+        try:
+            with open(target, "rb") as f:
+                if f.read() == data:
+                    continue
+        except OSError:
+            pass
+        with open(target, "wb") as f:
+            f.write(data)
+"""
+
+
+class ReplayAgent(SandboxAgent):
+    """Restores an earlier run's saved workspaces instead of running an agent (regrade).
+
+    Args:
+        source: The run dir whose evidence is replayed.
+        session: Stage each trial's saved ``session.jsonl`` too (for judges).
+    """
+
+    name = "replay"
+
+    def __init__(self, *, source: str, session: bool = False) -> None:
+        self.source = Path(source)
+        self.session_file = SESSION_FILENAME if session else None
+
+    def _evidence(self, trial_id: str) -> Path:
+        evidence = (self.source / "trials" / trial_id).resolve()
+        if evidence.parent != (self.source / "trials").resolve():
+            raise AgentRunError(f"trial id {trial_id!r} does not name an evidence dir")
+        return evidence
+
+    def check(self, task: Task) -> None:  # noqa: D102
+        if not (self.source / "trials").is_dir():
+            raise AgentConfigError(f"replay: {self.source} holds no trials/ evidence to replay")
+
+    def prepare(self, task: Task, sandbox: Sandbox) -> None:  # noqa: D102
+        evidence = self._evidence(sandbox.spec.trial_id)
+        workspace = evidence / "workspace"
+        if not workspace.is_dir():
+            raise AgentRunError(
+                f"no saved workspace for trial {sandbox.spec.trial_id} in {self.source}"
+            )
+        sandbox.put_dir(workspace, sandbox.paths.solution, agent_readable=True)
+        if self.session_file is not None:
+            session = evidence / SESSION_FILENAME
+            if session.is_file() and not session.is_symlink():
+                sandbox.put_file(
+                    f"{sandbox.paths.session}/{self.session_file}",
+                    session.read_bytes(),
+                    agent_readable=True,
+                )
+
+    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:  # noqa: D102
+        paths = sandbox.paths
+        return AgentCommand(["python3", "-c", RESTORE_SCRIPT, paths.solution, paths.workspace])
+
+    def describe(self) -> dict[str, Any]:  # noqa: D102
+        return {"name": self.name, "source": str(self.source)}

@@ -1,0 +1,168 @@
+"""``harness regrade RUN_DIR``: the verifiers and judges again, on saved evidence.
+
+No agent runs again. A new run dir is made with the source's config, but the agent is
+``replay`` (:mod:`harness.agents.replay`), which puts each trial's saved workspace (and
+session) back into a fresh sandbox; then the task's tests run as in any trial — in the
+sandbox backend of the source (or ``--sandbox``), as the grader, because tests that judge
+agent-written files are untrusted too — and then its judges, plus any ``--judge`` (a judge of
+the same name replaces the task's or the source run's). Only trials with a saved workspace
+are regraded (``tasks.trial_ids``), and no multi-step trial (only the workspace after its
+last step is kept, and each step was graded on the state it left); ``regrade.json`` lists
+the trials left out and why (``not_regraded``).
+
+The new run dir names its source: its ``config.toml`` has ``agent.kwargs.source``, every
+record's ``agent.source``, and ``regrade.json`` lists, per trial, the source's reward and
+status beside the new ones, and the tasks whose content changed since the source ran
+(regrading after fixing a test is what this is for).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness.config import AgentConfig, RunConfig, load_saved_config, resolve_config
+from harness.config.judges import JudgeSpec
+from harness.errors import UsageError
+from harness.records import TrialRecord
+from harness.records.atomic import write_bytes_atomic
+from harness.runner import RunEvents, RunOutcome
+from harness.transcript import SESSION_FILENAME
+
+__all__ = ["REGRADE_FILENAME", "RegradeOutcome", "not_regradable", "regrade", "regrade_config"]
+
+REGRADE_FILENAME = "regrade.json"
+"""What a regrade run dir says about its source and the changes."""
+
+
+@dataclass
+class RegradeOutcome:
+    """A regrade: the run's outcome and, per trial, before and after.
+
+    Attributes:
+        run: The regrade run's outcome.
+        source: The source run dir.
+        changes: Per regraded trial: ``{trial_id, task, before, after}``.
+    """
+
+    run: RunOutcome
+    source: Path
+    changes: list[dict[str, Any]]
+
+
+def _merge_judges(old: Sequence[JudgeSpec], new: Sequence[JudgeSpec]) -> list[JudgeSpec]:
+    names = {spec.key for spec in new}
+    return [spec for spec in old if spec.key not in names] + list(new)
+
+
+def regrade_config(
+    source: Path,
+    records: Sequence[TrialRecord],
+    *,
+    judges: Sequence[JudgeSpec] = (),
+    options: Mapping[str, Any] | None = None,
+    sets: Sequence[str] = (),
+) -> RunConfig:
+    """The regrade run's config: the source's, with the replay agent and the trials to regrade.
+
+    Args:
+        source: The source run dir.
+        records: Its records.
+        judges: Judges added (by name, replacing namesakes).
+        options: Run options over the source's config (``sandbox``, ``concurrency``,
+            ``output_dir``, ``run_name``...).
+        sets: ``--set`` items, last.
+
+    Raises:
+        ConfigError: Not a run dir, or a bad option.
+        UsageError: No trial of the source can be regraded.
+    """
+    source = Path(source).absolute()
+    given = dict(options or {})
+    run_name = given.pop("run_name", None)
+    saved = load_saved_config(source)
+    config = resolve_config(base=saved.model_dump(mode="json"), options=given, sets=sets)
+    evidence = source / "trials"
+    trial_ids = sorted(r.id for r in records if not_regradable(source, r) is None)
+    if not trial_ids:
+        reasons = sorted({str(not_regradable(source, r)) for r in records})
+        raise UsageError(
+            f"{source}: no trial can be regraded ({'; '.join(reasons) or 'no trials'})"
+        )
+    session = any((evidence / r.id / SESSION_FILENAME).is_file() for r in records)
+    return config.model_copy(
+        update={
+            "agent": AgentConfig(name="replay", kwargs={"source": str(source), "session": session}),
+            "model": None,
+            "tasks": config.tasks.model_copy(update={"trial_ids": trial_ids}),
+            "judges": _merge_judges(config.judges, judges),
+            "run_name": run_name or f"regrade--{source.name[:80]}--{secrets.token_hex(4)}",
+        }
+    )
+
+
+def not_regradable(source: Path, record: TrialRecord) -> str | None:
+    """Why the source's trial cannot be regraded (None: it can).
+
+    A multi-step trial cannot: only the workspace after its last step is kept, and each
+    step's tests judged the state that step left, which is gone.
+    """
+    if (record.model_extra or {}).get("steps"):
+        return "a multi-step trial (only its last step's workspace is kept)"
+    if not (source / "trials" / record.id / "workspace").is_dir():
+        return "no saved workspace"
+    return None
+
+
+def _side(record: TrialRecord | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {"status": str(record.status), "reward": record.reward, "rewards": record.rewards}
+
+
+def regrade(
+    run_dir: Path,
+    config: RunConfig,
+    *,
+    events: RunEvents | None = None,
+) -> RegradeOutcome:
+    """Run the regrade ``config`` (from :func:`regrade_config`) and write ``regrade.json``.
+
+    Raises:
+        UsageError: As :func:`harness.run`.
+    """
+    source = Path(run_dir).absolute()
+    before = {r.id: r for r in harness.load_run(source).records}
+    outcome = harness.run(config, events=events)
+    regraded = {record.id for record in outcome.records}
+    left_out = [
+        {"trial_id": r.id, "task": r.task.key, "reason": not_regradable(source, r)}
+        for r in before.values()
+        if r.id not in regraded
+    ]
+    changes = [
+        {
+            "trial_id": record.id,
+            "task": record.task.key,
+            "task_changed": (
+                record.id in before and before[record.id].task.hash != record.task.hash
+            ),
+            "before": _side(before.get(record.id)),
+            "after": _side(record),
+        }
+        for record in outcome.records
+    ]
+    data = {
+        "source": str(source),
+        "source_name": source.name,
+        "trials": changes,
+        "not_regraded": left_out,
+    }
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    write_bytes_atomic(outcome.run_dir / REGRADE_FILENAME, text.encode())
+    return RegradeOutcome(outcome, source, changes)

@@ -1,0 +1,277 @@
+"""One run dir as a row of a trials summary: its counts, metrics, failures and identity.
+
+Words, as the summaries use them (docs/experiments.md):
+
+- a trial is **graded** when its latest record has a finite reward;
+- a trial **errored** when its status is not ``completed`` (agent, verifier or environment
+  error, timeout, cancelled); an errored trial can still be graded (an agent that crashed
+  after writing its answer);
+- a trial **failed** when it did not succeed: it errored, it has no reward, or its reward is
+  below the run's threshold (default 1.0). This is what deepagents calls a failed test:
+  ``harness trials`` exits 1 when any run has one, and ``--retry-failed`` reruns exactly
+  these. So ``failed`` counts every errored trial plus the graded ones below the threshold.
+
+Everything here is read from the run dir alone (its ``config.toml`` and ``trials.jsonl``),
+so a run produced on another machine aggregates the same way; only the task category is
+looked up in the task's ``task.toml`` (``uncategorized`` when it is not there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.api import RunResults, load_run
+from harness.config import CONFIG_FILENAME
+from harness.errors import UsageError
+from harness.metrics import trial_duration
+from harness.records import TRIALS_FILENAME, TrialRecord
+from harness.report.rundata import SUMMARY_FILENAME, task_category
+
+__all__ = [
+    "UNCATEGORIZED",
+    "Failure",
+    "RunRow",
+    "expand_run_dirs",
+    "find_run_dirs",
+    "is_run_dir",
+    "is_failure",
+    "run_row",
+    "taskset_digest",
+]
+
+UNCATEGORIZED = "uncategorized"
+"""The category of a task whose ``task.toml`` has none (or is not readable here)."""
+
+
+def is_failure(record: TrialRecord, threshold: float) -> bool:
+    """Whether a trial failed: it errored, or has no finite reward, or one below ``threshold``."""
+    reward = record.reward
+    if str(record.status) != "completed" or reward is None or not math.isfinite(reward):
+        return True
+    return reward < threshold
+
+
+class Failure(BaseModel):
+    """A failed trial, as ``--retry-failed`` reads it.
+
+    Attributes:
+        trial_id: Its id (the task and rollout; the same in every run of the same tasks).
+        task: The task key.
+        rollout: The rollout index.
+        status: How it ended.
+        reward: Its reward, if graded.
+        reason: Its first error's message, or why the reward is a failure.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    trial_id: str
+    task: str
+    rollout: int
+    status: str
+    reward: float | None
+    reason: str
+
+
+class RunRow(BaseModel):
+    """One run of a trials summary (``runs[i]`` of ``trials_summary.json``).
+
+    Attributes:
+        index: 1-based position in the summary.
+        run_dir: The run dir (absolute).
+        name: Its name.
+        created_at: When its first trial started (UTC, ISO 8601).
+        model: The model of its config.
+        agent: Its agent.
+        harness_version: The harness version its trials recorded.
+        taskset_digest: sha256 of its tasks' keys and content hashes.
+        threshold: Its success threshold.
+        interrupted: Whether its summary says it was interrupted.
+        trials: Trials recorded (latest record per id).
+        graded: Trials with a reward.
+        failed: Trials that did not succeed: errored, ungraded or below the threshold.
+        errored: Trials whose status is not ``completed``.
+        mean_reward: Mean reward over graded trials.
+        success_rate: Successes over graded trials.
+        pass_at_1: pass@1 averaged over tasks.
+        median_trial_duration_s: Median trial duration, in seconds.
+        tokens: Total tokens, over the trials that measured them (None: none did).
+        cost_usd: Total cost (None: not priced or not measured).
+        category_scores: Category → share of its trials that did not fail.
+        failures: The failed trials.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    run_dir: str
+    name: str
+    created_at: str | None
+    model: str | None
+    agent: str
+    harness_version: str | None
+    taskset_digest: str
+    threshold: float
+    interrupted: bool = False
+    trials: int
+    graded: int
+    failed: int
+    errored: int
+    mean_reward: float | None
+    success_rate: float | None
+    pass_at_1: float | None
+    median_trial_duration_s: float | None
+    tokens: int | None
+    cost_usd: float | None
+    category_scores: dict[str, float] = Field(default_factory=dict)
+    failures: list[Failure] = Field(default_factory=list)
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` holds a run (a ``config.toml`` and a ``trials.jsonl``)."""
+    return (path / CONFIG_FILENAME).is_file() and (path / TRIALS_FILENAME).is_file()
+
+
+def find_run_dirs(dirs: Iterable[Path]) -> list[Path]:
+    """Every run dir at or below ``dirs`` (links not followed), sorted, without repeats.
+
+    A run dir's own subdirs (evidence) are not searched.
+
+    Raises:
+        UsageError: A given path is not a directory.
+    """
+    found: set[Path] = set()
+    for top in dirs:
+        top = Path(top)
+        if not top.is_dir():
+            raise UsageError(f"{top} is not a directory (give run dirs or dirs that hold them)")
+        for root, subdirs, _files in os.walk(top):
+            here = Path(root)
+            if is_run_dir(here):
+                found.add(here.absolute())
+                subdirs.clear()
+            else:
+                subdirs.sort()
+    return sorted(found)
+
+
+def expand_run_dirs(paths: Iterable[Path]) -> list[Path]:
+    """Each path that is a run dir, or else the run dirs below it (as given when none is)."""
+    expanded: list[Path] = []
+    for path in map(Path, paths):
+        below = [] if is_run_dir(path) or not path.is_dir() else find_run_dirs([path])
+        expanded += below or [path]
+    return expanded
+
+
+def taskset_digest(records: Sequence[TrialRecord]) -> str:
+    """sha256 of the sorted ``key <tab> content hash`` of the tasks the records ran."""
+    lines = sorted({f"{r.task.key}\t{r.task.hash}" for r in records})
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _category_scores(records: Sequence[TrialRecord], threshold: float) -> dict[str, float]:
+    by_category: dict[str, list[bool]] = {}
+    for record in records:
+        category = task_category(record) or UNCATEGORIZED
+        by_category.setdefault(category, []).append(not is_failure(record, threshold))
+    return {name: sum(ok) / len(ok) for name, ok in sorted(by_category.items())}
+
+
+def _reason(record: TrialRecord, threshold: float) -> str:
+    if record.errors:
+        return record.errors[0].message
+    if record.reward is None:
+        return f"not graded ({record.status})"
+    return f"reward {record.reward:g} below the threshold {threshold:g}"
+
+
+def _failures(records: Sequence[TrialRecord], threshold: float) -> list[Failure]:
+    return [
+        Failure(
+            trial_id=record.id,
+            task=record.task.key,
+            rollout=record.rollout,
+            status=str(record.status),
+            reward=record.reward,
+            reason=_reason(record, threshold),
+        )
+        for record in records
+        if is_failure(record, threshold)
+    ]
+
+
+@dataclass(frozen=True)
+class _Usage:
+    tokens: int | None
+    cost_usd: float | None
+
+
+def _usage(results: RunResults) -> _Usage:
+    usage = results.summary.usage
+    tokens = usage.get("total_tokens")
+    cost = usage.get("cost_usd")
+    return _Usage(
+        tokens=None if tokens is None or tokens.total is None else int(tokens.total),
+        cost_usd=None if cost is None or cost.total is None else float(cost.total),
+    )
+
+
+def _interrupted(run_dir: Path) -> bool:
+    """Whether the run's ``summary.json`` says it was interrupted."""
+    try:
+        data: Any = json.loads((run_dir / SUMMARY_FILENAME).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(data, dict) and data.get("interrupted"))
+
+
+def run_row(run_dir: Path, index: int) -> RunRow:
+    """The row of one run dir.
+
+    Raises:
+        ConfigError: Not a run dir.
+        CorruptRecordError: Its records are damaged.
+    """
+    results = load_run(run_dir)
+    records, summary, config = results.records, results.summary, results.config
+    threshold = config.threshold
+    started = min((r.started_at for r in records), default=None)
+    versions = {v for r in records if (v := r.versions.get("harness")) is not None}
+    usage = _usage(results)
+    return RunRow(
+        index=index,
+        run_dir=str(Path(run_dir).absolute()),
+        name=Path(run_dir).name,
+        created_at=None if started is None else started.isoformat().replace("+00:00", "Z"),
+        model=config.model,
+        agent=config.agent.name,
+        harness_version=min(versions) if versions else None,
+        taskset_digest=taskset_digest(records),
+        threshold=threshold,
+        interrupted=_interrupted(Path(run_dir)),
+        trials=len(records),
+        graded=summary.graded,
+        failed=sum(1 for r in records if is_failure(r, threshold)),
+        errored=sum(1 for r in records if str(r.status) != "completed"),
+        mean_reward=summary.mean_reward,
+        success_rate=summary.success_rate,
+        pass_at_1=summary.pass_at_k.get("1"),
+        median_trial_duration_s=(
+            statistics.median(trial_duration(r) for r in records) if records else None
+        ),
+        tokens=usage.tokens,
+        cost_usd=usage.cost_usd,
+        category_scores=_category_scores(records, threshold),
+        failures=_failures(records, threshold),
+    )

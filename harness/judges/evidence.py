@@ -1,0 +1,141 @@
+"""A trial's evidence as a judge reads it: workspace files, the transcript, the final answer.
+
+Everything here was produced by the agent (the workspace copy, its session) and is read as
+data only: files are opened without following a link, must be regular files, and are read
+up to :data:`MAX_INPUT_BYTES`. Nothing is executed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from harness.transcript import (
+    MODEL_CALLS_FILENAME,
+    SESSION_FILENAME,
+    TRANSCRIPT_FILENAME,
+    derive_transcript,
+    read_jsonl,
+)
+
+__all__ = ["MAX_INPUT_BYTES", "WORKSPACE_DIRNAME", "FileRead", "TrialEvidence", "relative_path"]
+
+MAX_INPUT_BYTES = 1 << 20
+"""The most a judge reads of one file (1 MiB)."""
+WORKSPACE_DIRNAME = "workspace"
+"""The copy of the agent's workspace inside an evidence dir."""
+
+
+def relative_path(value: str) -> str | None:
+    """Why ``value`` is not a safe workspace-relative path, or None when it is one."""
+    path = PurePosixPath(value)
+    if not value or path.is_absolute():
+        return "must be a path relative to the workspace"
+    if any(part in ("..", "") for part in path.parts) or "\0" in value:
+        return "must stay inside the workspace (no '..')"
+    return None
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """One workspace file as read: its bytes, or why there are none.
+
+    Attributes:
+        data: The content (None when missing or refused).
+        problem: ``missing``, ``not a regular file`` or ``larger than 1 MiB``.
+    """
+
+    data: bytes | None
+    problem: str | None = None
+
+
+class TrialEvidence:
+    """One trial's evidence dir (``trials/<id>/``), read as data.
+
+    Args:
+        directory: The evidence dir.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def workspace_file(self, relative: str) -> FileRead:
+        """A file of the agent's workspace as the trial left it.
+
+        Args:
+            relative: A workspace-relative path (checked by :func:`relative_path`).
+        """
+        path = self.directory / WORKSPACE_DIRNAME / relative
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return FileRead(None, "missing")
+        except OSError:
+            return FileRead(None, "not a regular file")
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return FileRead(None, "not a regular file")
+            if info.st_size > MAX_INPUT_BYTES:
+                return FileRead(None, "larger than 1 MiB")
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                return FileRead(handle.read(MAX_INPUT_BYTES))
+        finally:
+            os.close(fd)
+
+    @cached_property
+    def transcript(self) -> list[dict[str, Any]] | None:
+        """The transcript events, or None when the trial has none (no session, no calls).
+
+        ``transcript.jsonl`` when it was written, else derived from ``session.jsonl`` and
+        ``model_calls.jsonl``; malformed lines are ``parse_error`` events.
+        """
+        written = read_jsonl(self.directory / TRANSCRIPT_FILENAME)
+        if written.exists:
+            return written.lines + written.errors
+        session = read_jsonl(self.directory / SESSION_FILENAME)
+        calls = read_jsonl(self.directory / MODEL_CALLS_FILENAME)
+        if not session.exists and not calls.exists:
+            return None
+        return derive_transcript(session.lines, calls.lines) + session.errors + calls.errors
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The ``tool_call`` events, each with ``error`` (its result's) when it failed.
+
+        Raises:
+            LookupError: The trial has no transcript.
+        """
+        events = self.transcript
+        if events is None:
+            raise LookupError("no transcript")
+        failed = {
+            event.get("tool_call_id")
+            for event in events
+            if event.get("type") == "tool_result" and event.get("error") is not None
+        }
+        return [
+            {**event, "failed": event.get("id") in failed}
+            for event in events
+            if event.get("type") == "tool_call"
+        ]
+
+    def final_answer(self) -> str | None:
+        """The text of the agent's last assistant message ('' when it has none).
+
+        Returns:
+            None when the trial has no transcript at all.
+        """
+        events = self.transcript
+        if events is None:
+            return None
+        answers = [
+            event.get("content")
+            for event in events
+            if event.get("type") == "message" and event.get("role") == "assistant"
+        ]
+        last = answers[-1] if answers else ""
+        return last if isinstance(last, str) else str(last)
