@@ -22,6 +22,7 @@ Every error the harness raises derives from :class:`HarnessError`::
     │   ├── ModelCallError          the gateway answered an agent's model call with an error
     │   ├── VerifierError           the verifier produced no usable reward
     │   │   └── JudgeError          a judge could not score the trial (e.g. malformed output)
+    │   ├── EnvError                an episode's env (setup, run, finalize) failed
     │   └── TrialCancelled          the run was interrupted before the trial could go on
     ├── NothingToRetry              exit 3: ``harness trials --retry-failed`` found no failure
     ├── RunStopped                  the run stopped in order on a fault of the machine; resume it
@@ -233,6 +234,13 @@ class VerifierError(TrialFailure):
     """The verifier produced no usable reward; the message says which file and why."""
 
 
+class EnvError(TrialFailure):
+    """An episode's env (its ``setup``, ``run`` or ``finalize``) failed: the episode failed.
+
+    An agent's failure inside an episode is never this: it is recorded on its trace.
+    """
+
+
 class JudgeError(VerifierError):
     """A judge could not score the trial (malformed model answer, missing evidence, failed call).
 
@@ -309,6 +317,7 @@ __all__ = [
     "CorruptRecordError",
     "DiskFull",
     "EngineOutage",
+    "EnvError",
     "ExportError",
     "HarnessError",
     "JudgeError",

@@ -12,14 +12,17 @@ A distribution adds a sandbox backend or an agent by declaring an entry point in
     [project.entry-points."harness.executors"]
     mycluster = "my_package.executor:MyExecutor"  # a harness.executors.TrialExecutor
 
+    [project.entry-points."harness.envs"]
+    myenv = "my_package.envs:MyEnv"             # a harness.episodes.Env (docs/episodes.md)
+
 ``harness sandbox list``, ``harness agents list`` and ``harness executors list`` show what is
-installed. The group ``harness.envs`` is reserved for episode envs: the registry already
-lists what is declared there, and the run will use them once that seam exists.
-:meth:`Registry.register` adds an entry in-process (tests, notebooks).
+installed; ``--env`` takes an env's name or ``python:module:Class``. :meth:`Registry.register`
+adds an entry in-process (tests, notebooks).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -189,10 +192,6 @@ def subclass_of(base: type) -> Callable[[Any], str | None]:
     return check
 
 
-def _anything(obj: Any) -> str | None:
-    return None
-
-
 SANDBOXES: Registry[type[SandboxBackend]] = Registry(
     SANDBOXES_GROUP, "sandbox backend", subclass_of(SandboxBackend)
 )
@@ -206,8 +205,35 @@ EXECUTORS: Registry[type[TrialExecutor]] = Registry(
 )
 """Trial executors: ``TrialExecutor`` subclasses (built-ins: ``local``, ``ray``)."""
 
-ENVS: Registry[Any] = Registry(ENVS_GROUP, "episode env", _anything)
-"""Reserved: episode environments (no built-in yet; every trial is a single episode)."""
+
+def _env_class(obj: Any) -> str | None:
+    from harness.episodes.env import Env  # the episodes package imports the trial's
+
+    return subclass_of(Env)(obj)
+
+
+ENVS: Registry[Any] = Registry(ENVS_GROUP, "episode env", _env_class)
+"""Episode envs: ``harness.episodes.Env`` subclasses (``single``, ``best-of-n``,
+``user-sim``, ``judge``)."""
+
+
+def env_class(name: str) -> Any:
+    """The env class named by ``[env].id``: installed, or ``python:module:Class``.
+
+    Raises:
+        PluginError: Not installed, not importable, or not an ``Env`` subclass.
+    """
+    if not name.startswith(PYTHON_PREFIX):
+        return ENVS.get(name)
+    module_name, _, attr = name[len(PYTHON_PREFIX) :].partition(":")
+    try:
+        loaded = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise PluginError(f"env {name}: cannot import it ({exc})") from None
+    problem = _env_class(loaded)
+    if problem is not None:
+        raise PluginError(f"env {name} {problem}")
+    return loaded
 
 
 def build_agent(config: AgentConfig) -> Agent:
@@ -268,6 +294,7 @@ __all__ = [
     "PluginInfo",
     "Registry",
     "build_agent",
+    "env_class",
     "open_backend",
     "open_executor",
     "subclass_of",

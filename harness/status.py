@@ -39,7 +39,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -68,6 +68,7 @@ class RunningTrial:
             ``backoff`` between attempts, ``waiting`` for an agent slot).
         started_at: When the attempt started.
         phase_started_at: When the phase started.
+        agents: An episode's agents so far: name → phase (``done`` once finished).
     """
 
     id: str
@@ -76,6 +77,7 @@ class RunningTrial:
     phase: str
     started_at: datetime
     phase_started_at: datetime
+    agents: dict[str, str] = field(default_factory=dict)
 
 
 class RunState:
@@ -154,6 +156,17 @@ class RunState:
                 running.phase_started_at = datetime.now(UTC)
                 self.version += 1
 
+    def agent_phase(self, trial_id: str, agent: str, phase: str) -> None:
+        """An agent of a running episode enters ``phase`` (the episode's phase follows)."""
+        with self._lock:
+            running = self._running.get(trial_id)
+            if running is None:
+                return
+            running.agents[agent] = phase
+            self.version += 1
+        if phase != "done":
+            self.phase(trial_id, f"{agent}:{phase}")
+
     def retrying(self, trial_id: str) -> None:
         """A trial's attempt failed and it waits before its next attempt."""
         with self._lock:
@@ -212,7 +225,10 @@ class RunState:
     def running(self) -> list[RunningTrial]:
         """The running trials, oldest first (copies)."""
         with self._lock:
-            items = [RunningTrial(**vars(r)) for r in self._running.values()]
+            items = [
+                RunningTrial(**{**vars(r), "agents": dict(r.agents)})
+                for r in self._running.values()
+            ]
         return sorted(items, key=lambda r: r.started_at)
 
     def snapshot(self) -> dict[str, Any]:
@@ -255,6 +271,7 @@ class RunState:
                         "phase": r.phase,
                         "started_at": _iso(r.started_at),
                         "phase_started_at": _iso(r.phase_started_at),
+                        **({"agents": dict(r.agents)} if r.agents else {}),
                     }
                     for r in running
                 ],

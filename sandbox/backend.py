@@ -467,6 +467,26 @@ class Sandbox(ABC):
         ]
         return manifest, events
 
+    def new_agent_user(self) -> tuple[int, int] | None:
+        """Give the agent phases from now on a user of their own (a second agent here).
+
+        For a second agent in one sandbox (an episode's shared judge after its solver),
+        called once every process of the earlier agent is dead. The agent's dirs
+        (workspace, home, session, artifacts) pass to the new user, so it reads all the
+        earlier agent left there; what it then makes private (mode 0700) no process of the
+        earlier agent's user can read or write.
+
+        Returns:
+            The new (uid, gid), or None where agents have no user of their own (the local
+            sandbox not started as root, no boundary at all).
+
+        Raises:
+            SandboxError: This backend cannot give a second agent a user of its own.
+        """
+        raise SandboxError(
+            f"the {self.backend} sandbox cannot give a second agent a user of its own"
+        )
+
     def abort(self) -> None:  # noqa: B027 - optional for backends without processes
         """Kill the running phase now, from another thread (the run was interrupted).
 

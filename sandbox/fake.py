@@ -106,6 +106,10 @@ class FakeSandbox(Sandbox):
         for name in [n for n in self.files if n.startswith(prefix)]:
             del self.files[name]
 
+    def new_agent_user(self) -> tuple[int, int] | None:  # noqa: D102
+        self._call("new_agent_user")
+        return None  # a dict has no users
+
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
         self._call(f"run_phase:{request.role}")
         return self.handler(request, self)

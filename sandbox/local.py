@@ -335,6 +335,8 @@ class LocalSandbox(Sandbox):
         self._budget = storage_budget
         self._root: Path | None = None
         self._identity: Identity | None = None
+        #: Agent uids of earlier agents in this sandbox (their slots held until stop).
+        self._former_uids: list[int] = []
         self._storage: TrialStorage | None = None
         self._promised_mb = 0
         self._session: SupervisorSession | None = None
@@ -441,6 +443,20 @@ class LocalSandbox(Sandbox):
             raise
         except Exception as exc:
             raise EnvironmentStartError(f"cannot create the local trial root: {exc}") from exc
+
+    def new_agent_user(self) -> tuple[int, int] | None:  # noqa: D102 - on the base class
+        identity = self._identity
+        if identity is None:
+            return None
+        # The phase's end killed the earlier agent's processes; this makes sure of it.
+        self._sweep_uids((identity.uid,))
+        slot = self._identities.acquire()  # a slot of its own: host-wide unique uids
+        self._former_uids.append(identity.uid)
+        self._identity = Identity(slot.uid, slot.gid, identity.grader_uid, identity.grader_gid)
+        for name, _mode in _AGENT_DIRS:
+            if "/" not in name:
+                chown_tree(self.fs / name, slot.uid, slot.gid)
+        return slot.uid, slot.gid
 
     def _make_storage(self) -> None:
         assert self._identity is not None
@@ -730,7 +746,9 @@ class LocalSandbox(Sandbox):
         """
         if self._identity is None:
             return
-        uids = (self._identity.uid, self._identity.grader_uid)
+        self._sweep_uids((*self._former_uids, self._identity.uid, self._identity.grader_uid))
+
+    def _sweep_uids(self, uids: tuple[int, ...]) -> None:
         try:
             kill_all(
                 lambda: [p for uid in uids for p in uid_processes(uid)],
@@ -752,7 +770,8 @@ class LocalSandbox(Sandbox):
             except Exception as exc:
                 errors.append(exc)
         if self._identity is not None:
-            self._identities.release(self._identity.uid)
+            for uid in (*self._former_uids, self._identity.uid):
+                self._identities.release(uid)
         if len(errors) == 1:
             raise errors[0]
         if errors:

@@ -90,6 +90,7 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         sandbox__runtime=values.get("runtime"),
         sandbox__base_aliases=values.get("base_alias"),
         sandbox__pull=values.get("pull"),
+        env__id=values.get("env"),
         executor__name=values.get("executor"),
         executor__ray_address=values.get("ray_address"),
         retry__max_retries=values.get("max_retries"),
@@ -148,6 +149,14 @@ def run(
             "-a",
             help="An installed agent (oracle, nop, command, builtin; `harness agents list`) "
             "or python:MODULE:CLASS.",
+        ),
+    ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            help="The episode env (single, best-of-n, user-sim, judge; `harness.envs` plug-ins) "
+            "or python:MODULE:CLASS; its parameters with --set env.KEY=VALUE.",
         ),
     ] = None,
     agent_cmd: Annotated[

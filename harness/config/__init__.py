@@ -25,6 +25,7 @@ from harness.config.legacy import LEGACY_KEYS
 from harness.config.model import (
     AgentConfig,
     BudgetConfig,
+    EnvConfig,
     ExecutorConfig,
     RetryConfig,
     RunConfig,
@@ -40,6 +41,7 @@ __all__ = [
     "RESUME_FREE_KEYS",
     "AgentConfig",
     "BudgetConfig",
+    "EnvConfig",
     "ConfigError",
     "ExecutorConfig",
     "RetryConfig",

@@ -85,6 +85,35 @@ class SandboxConfig(BaseModel):
         return value
 
 
+class EnvConfig(BaseModel):
+    """The episode env (``[env]``, ``--env``; docs/episodes.md).
+
+    Attributes:
+        id: An installed env (``single``, ``best-of-n``, ``user-sim``, ``judge``, a
+            plug-in of ``harness.envs``) or ``python:module:Class``.
+        max_concurrent_agents: Agents of one episode running at once (None: no bound).
+        timeout_sec: Deadline of the env's ``setup`` + ``run`` (None: none).
+        finalize_timeout_sec: Deadline of its ``finalize``.
+        roles: Role name → the agent playing it; a role left out plays the run's
+            ``[agent]`` (its main role) or the env's default.
+
+    Any other key is a parameter of the env (``n``, ``threshold``, ``mode``...).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: str = "single"
+    max_concurrent_agents: int | None = Field(default=1, ge=1, le=256)
+    timeout_sec: float | None = Field(default=None, gt=0)
+    finalize_timeout_sec: float = Field(default=600.0, gt=0)
+    roles: dict[str, AgentConfig] = Field(default_factory=dict)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The env's own parameters (the keys this section does not define)."""
+        return dict(self.model_extra or {})
+
+
 class ExecutorConfig(BaseModel):
     """Where trials are dispatched (``[executor]``; ``--executor``, ``--ray-address``).
 
@@ -242,6 +271,7 @@ class RunConfig(BaseModel):
         tasks: The task selection (``[tasks]``).
         retry: Whole-trial retries (``[retry]``).
         budget: Per-trial model budgets enforced by the gateway (``[budget]``).
+        env: The episode env (``[env]``): who takes part in each trial and how.
         model: The model the agent uses (``provider/name``).
         models: Extra model catalog files (``--models``), later ones win.
         rollouts: Trials per task.
@@ -267,6 +297,7 @@ class RunConfig(BaseModel):
     tasks: TasksConfig
     retry: RetryConfig = Field(default_factory=RetryConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
     model: str | None = None
     models: list[str] = Field(default_factory=list)
     rollouts: int = Field(default=1, ge=1)
@@ -306,6 +337,7 @@ class RunConfig(BaseModel):
 __all__ = [
     "AgentConfig",
     "BudgetConfig",
+    "EnvConfig",
     "ExecutorConfig",
     "RetryConfig",
     "RunConfig",

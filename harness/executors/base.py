@@ -43,9 +43,13 @@ class TrialExecutor(ABC):
 
     Attributes:
         name: The name it is registered under (set by the registry).
+        runs_episodes: Whether :meth:`run_attempt` runs an attempt as an episode of the
+            run's env (``settings.episodes``, docs/episodes.md). A run whose env is not
+            ``single`` is refused up front on an executor that does not.
     """
 
     name: str = "executor"
+    runs_episodes: bool = False
 
     def __init__(self, options: ExecutorOptions) -> None:
         self.options = options
@@ -67,6 +71,9 @@ class TrialExecutor(ABC):
     @abstractmethod
     def run_attempt(self, plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
         """Run one attempt of a trial to its record (errors are in the record).
+
+        With ``settings.episodes`` set (only on an executor that ``runs_episodes``), the
+        attempt is an episode of that env and the record the episode's.
 
         Its evidence is under ``settings.run_dir / "trials" / plan.id`` when it returns.
         Raising means an internal error: the trial gets no record in this invocation.

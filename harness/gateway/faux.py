@@ -59,8 +59,15 @@ class FauxScript:
     tasks: Mapping[str, tuple[FauxResponse, ...]] = field(default_factory=dict)
 
     def queue_for(self, task_name: str) -> deque[FauxResponse]:
-        """A fresh queue for one trial of ``task_name``."""
-        return deque(self.tasks.get(task_name, self.responses))
+        """A fresh queue for one trial of ``task_name``.
+
+        An episode's agent asks for ``<task>@<role>`` (e.g. ``fix-bug@judge``): its own
+        script if there is one, else the task's, else the default responses.
+        """
+        if task_name in self.tasks:
+            return deque(self.tasks[task_name])
+        base = task_name.rpartition("@")[0]
+        return deque(self.tasks.get(base, self.responses) if base else self.responses)
 
 
 def _parse_response(where: str, item: Any) -> FauxResponse:

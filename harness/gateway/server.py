@@ -102,6 +102,15 @@ class _Trial:
         self.server: asyncio.AbstractServer | None = None
         self.connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.revoked = False
+        #: The agent its socket was handed over to (:meth:`Gateway.hand_over`), if any.
+        self.successor: _Trial | None = None
+
+    def current(self) -> _Trial:
+        """The access now answering on this socket (the last agent it was handed to)."""
+        trial = self
+        while trial.successor is not None:
+            trial = trial.successor
+        return trial
 
 
 class Gateway:
@@ -190,8 +199,56 @@ class Gateway:
             raise
         return access
 
+    def hand_over(
+        self, trial_id: str, agent_id: str, task_name: str, record_path: Path
+    ) -> TrialAccess:
+        """Give the socket of ``trial_id`` to the next agent of the same sandbox.
+
+        The old agent's token dies and its connections are cut (its usage stays readable
+        under ``trial_id``); the new agent gets its own token, budget and call record under
+        ``agent_id``, on the same socket (an episode's shared-sandbox judge). ``revoke``
+        of ``agent_id`` closes the socket.
+
+        Raises:
+            KeyError: ``trial_id`` has no open access.
+        """
+        with self._lock:
+            old = self._trials.get(trial_id)
+        if old is None or old.server is None:
+            raise KeyError(f"no open gateway access for trial {trial_id}")
+        access = TrialAccess(
+            trial_id=agent_id,
+            socket_path=old.access.socket_path,
+            model=self.model,
+            token=self._tokens.issue(agent_id),
+        )
+        recorder = CallRecorder(record_path, agent_id, self.model)
+        new = _Trial(access, task_name, recorder, self.budget)
+        self._tokens.revoke(old.access.token)
+        with self._lock:
+            old.revoked = True
+            new.server, old.server = old.server, None
+            self._trials[agent_id] = new
+        self._run(self._cut(old))
+        old.successor = new
+        self.provider.close_trial(trial_id)
+        self.provider.open_trial(agent_id, task_name)
+        return access
+
+    async def _cut(self, trial: _Trial) -> None:
+        tasks = list(trial.connections)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        trial.recorder.close()
+
     async def _listen(self, trial: _Trial) -> None:
         def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            # A connection belongs to the agent the socket serves when it opens (a socket
+            # handed over to the sandbox's next agent cuts the old agent's connections).
+            owner = trial.current()
+
             def handle(
                 conn: h11.Connection,
                 writer: asyncio.StreamWriter,
@@ -199,14 +256,14 @@ class Gateway:
                 body: bytes,
                 too_big: bool,
             ) -> Coroutine[Any, Any, None]:
-                return self._handle(trial, conn, writer, request, body, too_big)
+                return self._handle(owner, conn, writer, request, body, too_big)
 
             def malformed(reason: str) -> None:
-                trial.recorder.refusal("?", "?", 400, reason, None)
+                owner.recorder.refusal("?", "?", 400, reason, None)
 
             task = asyncio.ensure_future(http.serve(reader, writer, handle, malformed))
-            trial.connections[task] = writer
-            task.add_done_callback(lambda done: trial.connections.pop(done, None))
+            owner.connections[task] = writer
+            task.add_done_callback(lambda done: owner.connections.pop(done, None))
 
         path = str(trial.access.socket_path)
         trial.server = await asyncio.start_unix_server(handler, path=path)
@@ -233,19 +290,15 @@ class Gateway:
         else:
             trial.recorder.close()
         self.provider.close_trial(trial_id)
-        shutil.rmtree(trial.access.socket_path.parent, ignore_errors=True)
+        if trial.successor is None:  # a handed-over socket is its last agent's to remove
+            shutil.rmtree(trial.access.socket_path.parent, ignore_errors=True)
         return trial.recorder.usage
 
     async def _close_server(self, trial: _Trial) -> None:
         if trial.server is not None:
             trial.server.close()
         # Cut open connections too (keep-alive, or a stream still running): the token is dead.
-        tasks = list(trial.connections)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        trial.recorder.close()
+        await self._cut(trial)
 
     def usage(self, trial_id: str) -> TrialUsage | None:
         """Usage totals of a trial so far."""

@@ -321,6 +321,8 @@ class Invocation:
 
     def _trial_settings(self) -> TrialSettings:
         prepared, state = self.prepared, self.state
+        if prepared.env is not None:
+            prepared.env.on_agent = state.agent_phase  # each agent's phase in status.json
 
         def on_phase(trial_id: str, phase: str) -> None:
             kill_point(f"phase:{phase}")
@@ -345,6 +347,7 @@ class Invocation:
             evidence_mode=self.config.evidence,
             rollouts=self.config.rollouts,
             judges=prepared.judges,
+            episodes=prepared.env,
         )
 
     # -- drive -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.episodes.records import failure_errors
 from harness.errors import EXIT_DISK_FULL, EXIT_ENGINE_OUTAGE
 from harness.records import TrialRecord
 
@@ -210,7 +211,9 @@ class DiskGuard:
         (the agent's doing) is neither. An image build or pull that reports one found the
         engine's own storage full: that halts the run too (every later build would fail).
         """
-        texts = [error.message for error in record.errors if mentions_disk_error(error.message)]
+        texts = [
+            error.message for error in failure_errors(record) if mentions_disk_error(error.message)
+        ]
         if not texts:
             return False
         engine_side = next(

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from harness.backends.base import SandboxBackend
+from harness.episodes.records import failure_errors
 from harness.records import TrialRecord
 from harness.runner.events import RunEvents
 from harness.runner.faults import Halting, engine_halt
@@ -201,7 +202,7 @@ class EngineWatch:
         if self.check_now():
             return "the engine is unreachable"
         if signature_reruns < SIGNATURE_RERUNS and any(
-            self._recognise(error.message) for error in record.errors
+            self._recognise(error.message) for error in failure_errors(record)
         ):
             return "the engine failed it"
         return None

@@ -22,6 +22,14 @@ import harness
 from harness.agents.kinds import Agent
 from harness.backends.base import SandboxBackend
 from harness.config import RunConfig
+from harness.episodes.prepare import (
+    check_tasks,
+    is_single,
+    model_agent,
+    prepare_env,
+    refuse_executor,
+)
+from harness.episodes.run import EnvSetup
 from harness.errors import CorruptRecordError, ResumeError, UsageError
 from harness.executors.base import TrialExecutor
 from harness.judges import JudgePanel, build_panel
@@ -67,6 +75,8 @@ class PreparedRun:
     judges: JudgePanel | None = None
     #: Problems of the invalid tasks ``tasks.skip_invalid`` left out of the run.
     skipped: list[TaskError] = field(default_factory=list)
+    #: The run's episode env (None for the default ``single``: plain trials).
+    env: EnvSetup | None = None
     lock: FileLock | None = field(default=None, repr=False)
     closed: bool = field(default=False, repr=False)
 
@@ -182,10 +192,17 @@ def prepare_run(
     paths = [Path(p) for p in config.tasks.paths]
     tasks, skipped = load_runnable_tasks(paths, skip_invalid=config.tasks.skip_invalid)
     agent = build_agent(config.agent)
+    env: EnvSetup | None = None
+    role_agents = [agent]
+    if not is_single(config):
+        refuse_executor(config)
+        env, role_agents = prepare_env(config)
     credentials = credentials if credentials is not None else CredentialStore()
     environ = os.environ if environ is None else environ
     tasks = resolve_tasks_env(tasks, environ, credentials)
-    choice = resolve_model(config, agent, credentials, environ)
+    choice = resolve_model(config, model_agent(role_agents), credentials, environ)
+    if env is not None and choice is not None:
+        env.model = choice.spec
     # The model is part of what the run is: pin one chosen through the environment, so
     # config.toml (and a --resume) names it explicitly.
     if choice is not None and config.model != choice.spec.id:
@@ -200,7 +217,10 @@ def prepare_run(
         exclude=selection.exclude,
         categories=selection.categories,
     )
-    _check_agent(agent, chosen)
+    if env is None:
+        _check_agent(agent, chosen)
+    else:
+        check_tasks(env, role_agents, chosen)
     judges = build_panel(config, chosen, credentials, environ)
     plans = plan_trials(chosen, rollouts=config.rollouts, only=selection.trial_ids)
     taskset = taskset_name(paths)
@@ -238,6 +258,7 @@ def prepare_run(
         credentials=credentials,
         judges=judges,
         skipped=list(skipped),
+        env=env,
         lock=lock,
     )
 

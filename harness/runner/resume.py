@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.episodes.records import episode_of
 from harness.errors import ResumeError
 from harness.records import StoreSnapshot, TrialRecord, TrialStatus, TrialStore
 from harness.trial import TrialPlan
@@ -144,11 +145,17 @@ def plan_resume(
         record = latest.get(plan.id)
         if record is None:
             result.missing.append(plan.id)
-        elif str(record.status) in statuses:
+        elif str(record.status) in statuses or not _complete(record):
             result.rerun[plan.id] = record
         else:
             result.kept[plan.id] = record
     return result
+
+
+def _complete(record: TrialRecord) -> bool:
+    """An episode is kept only when its env called it complete (a trial: always)."""
+    episode = episode_of(record)
+    return episode is None or episode.complete
 
 
 def read_for_resume(

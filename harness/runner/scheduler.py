@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness.config import RetryConfig
+from harness.episodes.records import failure_errors, with_history
 from harness.errors import HarnessError, TrialCancelled
 from harness.records import AttemptSummary, TrialRecord, TrialStore
 from harness.runner.faults import DiskGuard, Halting
@@ -189,7 +190,7 @@ class TrialRunner:
 
     def _retries(self, record: TrialRecord, retries: int) -> bool:
         """Whether a failed attempt is retried (retries left, its errors retryable)."""
-        names = [error.type for error in record.errors]
+        names = [error.type for error in failure_errors(record)]
         return (
             retries < self.retry.max_retries
             and not self._stopping()
@@ -228,6 +229,7 @@ class TrialRunner:
             record = self._run_attempt(plan, self.settings, attempt)
             if history:
                 record = record.model_copy(update={"previous_attempts": list(history)})
+                record = with_history(record)
             self._persist(plan, record)
             first = record.errors[0].message if record.errors else ""
             halted = self.disk.check_record(record)

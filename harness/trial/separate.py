@@ -20,7 +20,7 @@ from harness.tasks.model import Artifact
 from harness.trial.artifacts import Caps, prune_excluded
 from harness.trial.env import grader_env
 from harness.trial.settings import TrialPlan, TrialSettings
-from sandbox.backend import PhaseRequest, PhaseResult, Resources, Sandbox, SandboxSpec
+from sandbox.backend import PhaseRequest, PhaseResult, Resources, Role, Sandbox, SandboxSpec
 from sandbox.errors import EnvironmentStartError, SandboxError
 from sandbox.evidence import EvidenceEvent
 
@@ -94,7 +94,7 @@ class SeparateVerifier:
                 sandbox.start()
             except SandboxError as exc:
                 raise type(exc)(f"separate verifier: {exc}") from None
-            self._transfer(sandbox)
+            self.transfer(sandbox)
             if not sandbox.builds_images:
                 sandbox.put_dir(
                     self.view.verifier_context, sandbox.paths.tests, agent_readable=False
@@ -134,8 +134,12 @@ class SeparateVerifier:
         )
         return dest
 
-    def _transfer(self, target: Sandbox) -> None:
-        """Copy the declared artifacts (and the convention dir) from the agent's sandbox."""
+    def transfer(self, target: Sandbox, owner: Role = "verifier") -> None:
+        """Copy the declared artifacts (and the convention dir) from the agent's sandbox.
+
+        ``owner`` (``verifier`` or ``agent``) owns the copies in ``target``: an episode's
+        isolated judge, an agent, gets them this way too.
+        """
         moves: list[tuple[str, str, list[str]]] = []
         if self.agent.paths.artifacts and target.paths.artifacts:
             moves.append((self.agent.paths.artifacts, target.paths.artifacts, []))
@@ -145,17 +149,17 @@ class SeparateVerifier:
             for index, (source, dest, exclude) in enumerate(moves):
                 parent, _, name = dest.rstrip("/").rpartition("/")
                 staged = Path(tmp) / str(index)
-                note: dict[str, Any] = {"type": "verifier_input", "source": source, "dest": dest}
+                note: dict[str, Any] = {"type": f"{owner}_input", "source": source, "dest": dest}
                 try:
                     copied = self._copy_out(self.agent, source, staged / (name or "root"))
                     prune_excluded(copied, exclude)
                     if not copied.exists():
                         note["status"] = "missing"
                     elif copied.is_dir():
-                        target.upload(copied, dest, owner="verifier")
+                        target.upload(copied, dest, owner=owner)
                         note["status"] = "ok"
                     else:  # a file: upload its dir into the target's parent dir
-                        target.upload(staged, parent or "/", owner="verifier")
+                        target.upload(staged, parent or "/", owner=owner)
                         note["status"] = "ok"
                 except SandboxError as exc:
                     note.update(status="failed", detail=str(exc))

@@ -18,6 +18,7 @@ from sandbox.evidence_diff import OBJECTS_DIR, ObjectStore, seed_index
 from sandbox.seeding import Fixture
 
 if TYPE_CHECKING:
+    from harness.episodes.run import EnvSetup
     from harness.judges import JudgePanel
 
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
@@ -33,6 +34,9 @@ class TrialPlan:
     id: str
     task: Task
     rollout: int
+    #: Where its evidence goes, relative to the run dir (default ``trials/<id>``); an
+    #: episode's agents keep theirs inside the episode's dir.
+    evidence: str | None = None
 
 
 @dataclass
@@ -69,6 +73,9 @@ class TrialSettings:
     _seeds: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     #: The run's judges (``harness.judges``), run on each graded trial's evidence.
     judges: JudgePanel | None = None
+    #: The run's episode env (None: the default ``single``, plain trials): the executor
+    #: runs each attempt as an episode of it (docs/episodes.md).
+    episodes: EnvSetup | None = None
     _active: set[Sandbox] = field(default_factory=set, repr=False)
     _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

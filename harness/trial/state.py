@@ -52,7 +52,7 @@ class TrialState:
         self.verifier_posture: dict[str, Any] | None = None
         self.sandbox: Sandbox | None = None
         self.sandbox_info: dict[str, Any] = {"backend": "unknown"}
-        self.evidence = settings.run_dir / "trials" / plan.id
+        self.evidence = settings.run_dir / (plan.evidence or f"trials/{plan.id}")
         self.phase = "prepare"
         self.access: TrialAccess | None = None
         self.model_usage: TrialUsage | None = None

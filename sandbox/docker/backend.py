@@ -109,6 +109,8 @@ class DockerSandbox(Sandbox):
         self._channel: ExecChannel | None = None
         self._agent_id: tuple[int, int] = (DEFAULT_UID, DEFAULT_GID)
         self._verifier_id: tuple[int, int] = (0, 0)
+        #: Users of earlier agents in this container (a shared judge's solver).
+        self._former_agents: list[tuple[int, int]] = []
         self._solution_readable = False
         self._stopped = False
         #: The image's workload once started (argv, uid); see ``_start_workload``.
@@ -554,6 +556,19 @@ class DockerSandbox(Sandbox):
                 f"{error.get('message')}"
             )
         self.workload = {"argv": argv, "uid": who["uid"] if who else 0}
+
+    def new_agent_user(self) -> tuple[int, int]:  # noqa: D102 - on the base class
+        # The phase's end killed every process of the earlier agent's uid (kill_uid).
+        taken = {self._agent_id[0], self._verifier_id[0], *(u for u, _g in self._former_agents)}
+        if self.workload is not None:
+            taken.add(int(self.workload["uid"]))
+        uid = next(u for u in range(DEFAULT_UID - 1, 0, -1) if u not in taken)
+        new = {"uid": uid, "gid": uid}
+        for path in (self._workdir, f"{_TRIAL}/home", f"{_TRIAL}/session", "/logs/artifacts"):
+            self._call({"op": "chown_tree", "path": path, "owner": new})
+        self._former_agents.append(self._agent_id)
+        self._agent_id = (uid, uid)
+        return self._agent_id
 
     def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:  # noqa: D102
         directory, name = posixpath.split(dest)
