@@ -435,9 +435,13 @@ class Launch:
                 found -= processes.descendants(service, entries) | {service}
         return found
 
-    def survivors(self) -> List[Dict[str, Any]]:
-        """The launch's processes other than its program and the harness's own helpers."""
-        entries = processes.live_entries()
+    def survivors(self, entries: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+        """The launch's processes other than its program and the harness's own helpers.
+
+        ``entries`` is a fresh :func:`processes.live_entries` scan (taken here if None).
+        """
+        if entries is None:
+            entries = processes.live_entries()
         found = self.processes(entries)
         if self.namespaced:
             init = [e["pid"] for e in entries if e["ppid"] == self.pid]
@@ -447,18 +451,29 @@ class Launch:
             found.discard(self.pid)
         return processes.describe(found, entries)
 
-    def kill(self) -> int:
-        """SIGKILL every process of the launch; return how many signals were sent."""
+    def kill(self, entries: Optional[List[Dict[str, Any]]] = None) -> int:
+        """SIGKILL every process of the launch; return how many signals were sent.
+
+        ``entries`` is a scan taken after the program ended (e.g. for :meth:`survivors`);
+        the kill loop rescans until nothing of the launch is left anyway.
+        """
         killed = 0
         if self.namespaced:
             # Killing the namespace's init makes the kernel kill everything inside it.
-            for entry in processes.live_entries():
+            if entries is None:
+                entries = processes.live_entries()
+            for entry in entries:
                 if entry["ppid"] == self.pid:
                     try:
                         os.kill(entry["pid"], signal.SIGKILL)
                         killed += 1
                     except ProcessLookupError:
                         pass
+            if not self._child_reaped:
+                # The init's exit waits until the namespace is empty, and C exits right
+                # after its init: once C is reaped, one scan confirms nothing is left.
+                self.reaper.wait(self.pid, 5.0)
+                self._child_reaped = True
 
         def find() -> Set[int]:
             return self.processes(processes.live_entries())

@@ -48,7 +48,7 @@ from sandbox.environment import FIXED_PATH
 from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxError
 from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
-from sandbox.processes import kill_all, uid_processes
+from sandbox.processes import kill_all, live_entries, uid_processes
 from sandbox.seeding import chown_tree, seed_workspace
 from sandbox.storage import StorageBudget, TrialStorage, reserve, storage_supported
 from sandbox.storage_pool import PreparedStorage, StoragePool
@@ -749,12 +749,12 @@ class LocalSandbox(Sandbox):
         self._sweep_uids((*self._former_uids, self._identity.uid, self._identity.grader_uid))
 
     def _sweep_uids(self, uids: tuple[int, ...]) -> None:
+        def find() -> list[int]:
+            entries = live_entries()  # one /proc scan for every uid
+            return [p for uid in uids for p in uid_processes(uid, entries)]
+
         try:
-            kill_all(
-                lambda: [p for uid in uids for p in uid_processes(uid)],
-                None,
-                deadline_sec=0.5,
-            )
+            kill_all(find, None, deadline_sec=0.5)
         except RuntimeError:
             raise SandboxError(f"processes of uids {uids} survived the final sweep") from None
 

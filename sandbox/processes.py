@@ -9,6 +9,7 @@ namespace) plus, as a second net, every process of the phase's uid.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -158,11 +159,33 @@ class Reaper:
     def wait(self, pid: int, timeout: float) -> Optional[int]:
         """Wait up to ``timeout`` seconds for watched child ``pid``; its status, or None."""
         stop_at = time.monotonic() + timeout
-        while True:
-            status = self.poll(pid)
-            if status is not None or time.monotonic() >= stop_at:
-                return status
-            time.sleep(0.005)
+        pidfd = _pidfd(pid)
+        try:
+            while True:
+                status = self.poll(pid)
+                left = stop_at - time.monotonic()
+                if status is not None or left <= 0:
+                    return status
+                # A pidfd turns readable once the child has exited: block on it rather
+                # than sleep and poll. Readable with no status yet: poll on a timer.
+                if pidfd >= 0 and select.select([pidfd], [], [], left)[0]:
+                    os.close(pidfd)
+                    pidfd = -1
+                    continue
+                time.sleep(0.005)
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of ``pid``, or -1 (no pidfd_open here, or the pid is gone)."""
+    if not hasattr(os, "pidfd_open"):
+        return -1
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return -1
 
 
 def kill_all(find: Any, reaper: Optional[Reaper], *, deadline_sec: float = 10.0) -> int:

@@ -138,11 +138,12 @@ def run_phase(
         result["agent_exec_calls"] = exec_server.stop()
     if forwarder is not None:
         result["gateway_connections"] = forwarder.stop()
-    survivors = phase.survivors()
+    entries = processes.live_entries()  # one scan for the record and the kill's first pass
+    survivors = phase.survivors(entries)
     result["survivors"] = survivors[:MAX_SURVIVORS_LISTED]
     result["survivor_count"] = len(survivors)
     try:
-        result["killed"] = phase.kill()
+        result["killed"] = phase.kill(entries)
     except RuntimeError as exc:
         result["error"] = result["error"] or {"type": "KillError", "message": str(exc)}
     result.update(phase.outcome())
