@@ -12,7 +12,9 @@ import stat
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from harness.records.workspace import kept_file
 from harness.transcript import (
@@ -39,6 +41,17 @@ def relative_path(value: str) -> str | None:
     if any(part in ("..", "") for part in path.parts) or "\0" in value:
         return "must stay inside the workspace (no '..')"
     return None
+
+
+def _checked_relative(value: str) -> str:
+    problem = relative_path(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+WorkspaceFile = Annotated[str, AfterValidator(_checked_relative)]
+"""A judge option naming a workspace file: a safe workspace-relative path."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from harness.judges.base import Judge, JudgeInput, JudgeOptions, ModelRequest, Verdict
-from harness.judges.evidence import relative_path
+from harness.judges.evidence import WorkspaceFile
 from harness.judges.structured import parse_json_object
 from harness.records.atomic import write_bytes_atomic
 
@@ -59,7 +59,7 @@ class LlmOptions(JudgeOptions):
     model: str = Field(min_length=3)
     rubric: str = Field(min_length=1)
     input: Literal["final_answer", "transcript", "file"] = "final_answer"
-    file: str | None = None
+    file: WorkspaceFile | None = None
     max_calls: int = Field(default=1, ge=1, le=20)
     max_tokens: int | None = Field(default=None, ge=1)
     max_cost_usd: float | None = Field(default=None, gt=0)
@@ -71,14 +71,6 @@ class LlmOptions(JudgeOptions):
         provider, sep, name = value.partition("/")
         if not sep or not provider or not name:
             raise ValueError("must be written provider/name (an explicit model, no default)")
-        return value
-
-    @field_validator("file")
-    @classmethod
-    def _relative(cls, value: str | None) -> str | None:
-        problem = None if value is None else relative_path(value)
-        if problem is not None:
-            raise ValueError(problem)
         return value
 
 

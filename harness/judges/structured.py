@@ -13,10 +13,10 @@ import json
 import re
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from harness.judges.base import Judge, JudgeInput, JudgeOptions, Verdict
-from harness.judges.evidence import relative_path
+from harness.judges.evidence import WorkspaceFile
 
 __all__ = ["StructuredOutputJudge", "parse_json_object", "same_json"]
 
@@ -61,16 +61,8 @@ class StructuredOptions(JudgeOptions):
     """
 
     expected: dict[str, Any] = Field(min_length=1)
-    file: str | None = None
+    file: WorkspaceFile | None = None
     strict: bool = False
-
-    @field_validator("file")
-    @classmethod
-    def _relative(cls, value: str | None) -> str | None:
-        problem = None if value is None else relative_path(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return value
 
 
 class StructuredOutputJudge(Judge):
