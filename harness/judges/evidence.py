@@ -25,7 +25,14 @@ from harness.transcript import (
     read_jsonl,
 )
 
-__all__ = ["MAX_INPUT_BYTES", "WORKSPACE_DIRNAME", "FileRead", "TrialEvidence", "relative_path"]
+__all__ = [
+    "MAX_INPUT_BYTES",
+    "WORKSPACE_DIRNAME",
+    "FileRead",
+    "TrialEvidence",
+    "WorkspaceFile",
+    "relative_path",
+]
 
 MAX_INPUT_BYTES = 1 << 20
 """The most a judge reads of one file (1 MiB)."""
