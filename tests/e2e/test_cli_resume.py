@@ -458,7 +458,14 @@ def test_a_second_ctrl_c_aborts_and_still_cleans_up(tmp_path: Path, env: dict[st
     )  # fmt: skip
     wait_for(lambda: len(procs_with(f"sleep 50.{tag}")) >= 2, "two agents running", started)
     os.killpg(started.proc.pid, signal.SIGINT)
-    time.sleep(0.1)
+    # Two signals that reach a busy process close together run Python's handler once: send
+    # the second after the first was handled, while the trials still clean up.
+    wait_for(
+        lambda: "interrupted:" in started.err.read_text(),
+        "the first interrupt handled",
+        started,
+        timeout=30,
+    )
     os.killpg(started.proc.pid, signal.SIGINT)
     code, _stdout, stderr = started.wait(timeout=60)
     assert code == 130, stderr
