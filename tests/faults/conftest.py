@@ -25,7 +25,7 @@ from private_engine import PrivateEngine, started_engine
 def private_engine() -> Iterator[PrivateEngine]:
     """A private Docker engine for the session (stop it, restart it: it is the test's)."""
     if os.geteuid() != 0:
-        pytest.skip("a private Docker engine needs root")
+        unavailable("a private Docker engine needs root")
     if shutil.which("dockerd") is None:
         unavailable("dockerd is not installed")
     root = Path(tempfile.mkdtemp(prefix="hf-", dir="/tmp"))
