@@ -32,6 +32,22 @@ TEST_UID_BASE = 61000
 SYSTEM_PYTHON = shutil.which("python3", path=FIXED_PATH) or sys.executable
 
 
+def _attack_tmp() -> str:
+    """Where trial roots and bait go: a temp dir whose mount honours setuid bits and exec.
+
+    A ``nosuid``/``noexec`` /tmp would make the setuid and file-capability attacks fail for
+    the mount's sake, not the sandbox's, so their controls could never succeed there.
+    """
+    blocked = os.ST_NOSUID | os.ST_NOEXEC
+    for base in ("/tmp", "/var/tmp"):
+        if os.path.isdir(base) and not os.statvfs(base).f_flag & blocked:
+            return base
+    return "/tmp"  # the attack tests' controls then fail (or skip) and say why
+
+
+ATTACK_TMP = _attack_tmp()
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("root") is not None and not IS_ROOT:
         pytest.skip("needs root: the local sandbox drops privileges only when started as root")
@@ -102,7 +118,7 @@ def legacy_run() -> Callable[[Path], Path]:
 @pytest.fixture
 def outside_dir() -> Iterator[Path]:
     """A world-readable dir outside any trial root (tmp_path is 0700, useless as bait)."""
-    path = Path(tempfile.mkdtemp(prefix="harness-test-outside-", dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix="harness-test-outside-", dir=ATTACK_TMP))
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
@@ -119,7 +135,7 @@ def identity_pool() -> Iterator[IdentityPool]:
 @pytest.fixture
 def roots_dir() -> Iterator[Path]:
     """Where local trial roots are created: traversable (not listable) by sandbox uids."""
-    path = Path(tempfile.mkdtemp(prefix="harness-test-roots-", dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix="harness-test-roots-", dir=ATTACK_TMP))
     path.chmod(0o711)
     yield path
     shutil.rmtree(path, ignore_errors=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -34,11 +34,20 @@ def docker_required() -> bool:
     return os.environ.get(REQUIRE_ENV, "").strip() == "1"
 
 
-def unavailable(reason: str) -> None:
-    """Fail (``HARNESS_REQUIRE_DOCKER=1``) or skip the current test, naming the reason."""
+def prerequisite_missing(reason: str) -> NoReturn:
+    """Fail (``HARNESS_REQUIRE_DOCKER=1``) or skip the current test, naming what is missing.
+
+    For any prerequisite of a test that CI must have (a tool, a kernel feature, root), so a
+    missing one can never turn CI green by skipping.
+    """
     if docker_required():
-        pytest.fail(f"Docker engine required ({REQUIRE_ENV}=1) but unavailable: {reason}")
-    pytest.skip(f"Docker engine unavailable: {reason}")
+        pytest.fail(f"required under {REQUIRE_ENV}=1 (CI) but missing: {reason}")
+    pytest.skip(reason)
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Fail (``HARNESS_REQUIRE_DOCKER=1``) or skip the current test, naming the reason."""
+    prerequisite_missing(f"Docker engine unavailable: {reason}")
 
 
 def docker_client() -> Any:
@@ -76,6 +85,7 @@ __all__ = [
     "REQUIRE_ENV",
     "docker_client",
     "docker_required",
+    "prerequisite_missing",
     "require_image",
     "requires_docker",
     "unavailable",

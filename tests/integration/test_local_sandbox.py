@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
+from docker_support import prerequisite_missing
 
 from harness.agents.command import CommandAgent
 from harness.records import TrialStatus
@@ -144,7 +145,7 @@ def test_setuid_root_binary_does_not_raise_privilege(
     _root_owned_copy("/usr/bin/id", outside_dir / "suid-id", ws(sb) / "suid-id", mode=0o4755)
     control = as_user(uid, gid, [str(outside_dir / "suid-id"), "-u"])
     if control.stdout.strip() != "0":
-        pytest.skip(f"setuid bits are inert on this host's /tmp: {control!r}")
+        prerequisite_missing(f"setuid bits are inert in {outside_dir.parent}: {control!r}")
     result = agent(sb, "./suid-id -u > suid.out 2>&1")
     assert result.exit_code == 0
     assert (ws(sb) / "suid.out").read_text().strip() == str(uid)
@@ -155,9 +156,7 @@ def test_file_capability_binary_does_not_grant_caps(
 ) -> None:
     setcap = shutil.which("setcap", path=FIXED_PATH)
     if setcap is None:
-        if os.environ.get("CI"):
-            pytest.fail("setcap (libcap2-bin) is not installed; scripts/test installs it")
-        pytest.skip("setcap (libcap2-bin) is not installed")
+        prerequisite_missing("setcap (libcap2-bin) is not installed; scripts/test installs it")
     sb = make_local_sandbox()
     assert sb.identity is not None
     uid, gid = sb.identity
@@ -171,7 +170,7 @@ def test_file_capability_binary_does_not_grant_caps(
     # Control on the host: the capability does read the secret.
     control = as_user(uid, gid, [str(outside_dir / "capcat"), str(outside_dir / "root-only.txt")])
     if canary not in control.stdout:
-        pytest.skip(f"file capabilities do not work here: {control!r}")
+        prerequisite_missing(f"file capabilities do not work in {outside_dir.parent}: {control!r}")
     result = agent(sb, "./capcat root-only.txt > leak.txt 2>&1; echo $? > rc")
     assert result.exit_code == 0
     assert canary not in (ws(sb) / "leak.txt").read_text()
