@@ -21,6 +21,7 @@ from harness.errors import UsageError
 from harness.executors.ray.jobs import NODE_DIR_PREFIX
 from harness.gateway.sockets import remove_stale_socket_dirs
 from harness.tasks import load_tasks
+from sandbox.docker import hostguard
 from sandbox.docker.engine import LeakReport, connect, engine_facts, remove_leaks
 from sandbox.docker.images import (
     DEFAULT_IMAGE,
@@ -188,6 +189,15 @@ def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
     return report
 
 
+def _host_rules(client: docker.DockerClient) -> str:
+    """Whether the INPUT rules shielding the host from compose networks can be installed."""
+    reason = hostguard.problem(client)
+    if reason is None:
+        return "can be installed (an INPUT DROP rule per compose bridge)"
+    # Not a problem: only compose tasks are affected, and they are refused saying so.
+    return f"cannot be installed: {reason}. Compose tasks will be refused; {hostguard.remedy()}"
+
+
 @dataclass
 class DoctorReport:
     """``harness doctor``: facts as (check, result) rows, and problems with their fixes."""
@@ -197,7 +207,7 @@ class DoctorReport:
 
 
 def doctor() -> DoctorReport:
-    """Check root, the engine, its API version, runtimes, cgroups and the base image."""
+    """Check root, the engine, its API version, runtimes, cgroups, host rules, base image."""
     report = DoctorReport()
     root = os.geteuid() == 0
     report.checks.append(("running as root", "yes" if root else "no"))
@@ -222,6 +232,7 @@ def doctor() -> DoctorReport:
         report.checks.append(("gVisor", "not registered (optional: `bash docker/start-engine.sh`)"))
     if not facts["memory_limit"] or not facts["pids_limit"]:
         report.problems.append("the engine cannot enforce memory/pids limits: enable those cgroups")
+    report.checks.append(("compose host rules", _host_rules(client)))
     try:
         client.images.get(DEFAULT_IMAGE)
         report.checks.append(("base image", DEFAULT_IMAGE))

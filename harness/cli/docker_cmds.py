@@ -92,7 +92,7 @@ def sandbox_cleanup(
 
 
 def doctor() -> None:
-    """Check the engine, API version, runtimes, base image and cgroups; exit 1 with fixes."""
+    """Check the engine, runtimes, cgroups, compose host rules, base image; exit 1 with fixes."""
     report = engine.doctor()
     table = _table("check", "result", header=False)
     for check, result in report.checks:

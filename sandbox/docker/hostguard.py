@@ -209,12 +209,18 @@ def sweep(run: str | None = None) -> tuple[list[str], list[str]]:
     return removed, errors
 
 
+def remedy() -> str:
+    """The two ways to run compose tasks where the rules cannot be installed."""
+    return (
+        "run the harness as root on the engine's host with iptables, or set "
+        'sandbox.compose_host_access = "allow" to run compose tasks unprotected (insecure: '
+        "only for trusted agents on a host with nothing to reach)"
+    )
+
+
 def refusal(reason: str) -> str:
     """Why a compose task is refused, and the two ways on."""
     return (
         "the task's compose sidecars put the agent on a Docker network, from which it could "
-        f"connect to every service this host listens on, and {reason}; run the harness as "
-        "root on the engine's host with iptables, or set sandbox.compose_host_access = "
-        '"allow" to run it unprotected (insecure: only for trusted agents on a host with '
-        "nothing to reach)"
+        f"connect to every service this host listens on, and {reason}; {remedy()}"
     )

@@ -250,6 +250,25 @@ def test_doctor_and_sandbox_cleanup(tmp_path: Path) -> None:
 
 
 @pytest.mark.root
+def test_doctor_says_whether_compose_host_rules_can_be_installed() -> None:
+    """Root on the engine's host with iptables: yes. Without iptables: no, and what to do."""
+
+    def table(doctor: subprocess.CompletedProcess[str]) -> str:
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        return " ".join(doctor.stdout.replace("│", " ").split())  # the table, unwrapped
+
+    doctor = _cli("doctor", timeout=60)
+    assert "compose host rules can be installed" in table(doctor), doctor.stdout
+    # The same host with iptables off PATH: the rules cannot be installed, and doctor says
+    # why and the ways on (only compose tasks are affected: still exit 0).
+    no_sbin = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if "sbin" not in d)
+    doctor = _cli("doctor", env={"PATH": no_sbin}, timeout=60)
+    text = table(doctor)
+    assert "compose host rules cannot be installed: iptables is not installed" in text, text
+    assert 'sandbox.compose_host_access = "allow"' in text and "as root" in text
+
+
+@pytest.mark.root
 def test_cleanup_of_one_run_unmounts_what_a_killed_harness_left(tmp_path: Path) -> None:
     """kill -9 of a run mid-trial leaves trial filesystems mounted: cleanup --run removes them.
 
