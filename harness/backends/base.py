@@ -105,6 +105,10 @@ class SandboxBackend(ABC):
         """
         return None
 
+    def engine_address(self) -> str | None:
+        """Where the engine :meth:`health` asks is (a socket, a URL), for messages; or None."""
+        return None
+
     def outage_error(self, message: str) -> bool:
         """Whether a trial error's message is the engine's own failure, not the trial's.
 

@@ -21,7 +21,14 @@ from harness.tasks import Task
 from sandbox.backend import Capacity, SandboxSpec
 from sandbox.docker import hostguard
 from sandbox.docker.backend import DockerSandbox
-from sandbox.docker.engine import connect, engine_failure, ping, pinger, remove_leaks
+from sandbox.docker.engine import (
+    connect,
+    engine_address,
+    engine_failure,
+    ping,
+    pinger,
+    remove_leaks,
+)
 from sandbox.docker.images import ImageResolver, parse_aliases
 from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
@@ -96,6 +103,10 @@ class DockerBackend(SandboxBackend):
     def health(self) -> str | None:
         """None while the Docker engine answers a ping (5 s at most), else why not."""
         return ping(self._pinger)
+
+    def engine_address(self) -> str:
+        """``DOCKER_HOST``, else the default unix socket."""
+        return engine_address()
 
     def outage_error(self, message: str) -> bool:
         """The engine's own failures: its socket gone or refusing, its database closed."""

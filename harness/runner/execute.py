@@ -281,6 +281,7 @@ class Invocation:
         self.watch = watch_engine(
             prepared.backend,
             wait_sec=config.retry.engine_wait_sec,
+            run_dir=self.run_dir,
             events=self.events,
             state=self.state,
             log=self.log,

@@ -125,11 +125,20 @@ def disk_halt(error: OSError, path: Path | str | None = None) -> Halt:
     return Halt(reason, _DISK_FIXES[code], EXIT_DISK_FULL)
 
 
-def engine_halt(engine: str, since: str, minutes: float, why: str) -> Halt:
-    """The halt for an engine that stayed unreachable past the run's wait."""
+def engine_halt(engine: str, address: str | None, since: str, waited: str, error: str) -> Halt:
+    """The halt for an engine that stayed unreachable past the run's wait.
+
+    Args:
+        engine: The backend's name (``docker``).
+        address: Where its engine is (``unix:///var/run/docker.sock``), if known.
+        since: When it stopped answering (``HH:MM:SS``).
+        waited: How long the run waited (``30 min``).
+        error: The engine's last error, short and on one line.
+    """
+    at = f" at {address}" if address else ""
     return Halt(
-        f"the {engine} engine has been unreachable since {since} ({why}); the run waited "
-        f"{minutes:g} min for it",
+        f"the {engine} engine{at} has been unreachable since {since}; the run waited "
+        f"{waited} for it (error: {error})",
         f"start the {engine} engine",
         EXIT_ENGINE_OUTAGE,
     )

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from harness.backends.base import SandboxBackend
 from harness.episodes.records import failure_errors
@@ -208,10 +209,26 @@ class EngineWatch:
         return None
 
 
+DETAIL_CHARS = 120
+"""The most of the engine's own error a message quotes (on one line)."""
+
+
+def detail(why: str) -> str:
+    """The engine's error as a short aside: one line, at most :data:`DETAIL_CHARS`."""
+    line = " ".join(why.split())
+    return line if len(line) <= DETAIL_CHARS else line[: DETAIL_CHARS - 1] + "…"
+
+
+def wait_words(seconds: float) -> str:
+    """A wait as people say it: ``45 s``, ``30 min``."""
+    return f"{seconds:g} s" if seconds < 120 else f"{seconds / 60:g} min"
+
+
 def watch_engine(
     backend: SandboxBackend,
     *,
     wait_sec: float,
+    run_dir: Path,
     events: RunEvents,
     state: RunState,
     log: Callable[[str], None],
@@ -219,35 +236,47 @@ def watch_engine(
 ) -> EngineWatch:
     """An engine watch wired to a run: one message, a pause in the status, then a halt.
 
-    Each outage is said once to the observer and shown in ``status.json`` (``paused``);
-    the run is halted when the wait is over.
+    Each outage is said once to the observer (what happened, how long the run waits, how
+    to go on; the engine's own error only as a short aside) and shown in ``status.json``
+    (``paused``); the run is halted when the wait is over.
 
     Args:
-        backend: The run's sandbox backend (its ``health`` and ``outage_error``).
+        backend: The run's sandbox backend (its ``health``, ``outage_error`` and
+            ``engine_address``).
         wait_sec: ``retry.engine_wait_sec``.
+        run_dir: The run dir (the ``--resume`` the message names).
         events: The run's observer (it hears the one message of an outage).
         state: The run's live state (``paused`` while the engine is away).
         log: The invocation's log.
         halting: The run's halt, set when the wait is over.
     """
-    engine = f"{backend.name} engine"
-    minutes = wait_sec / 60
+    name = f"{backend.name} engine"
+    address = backend.engine_address()
+    at = f" at {address}" if address else ""
+    wait = wait_words(wait_sec)
 
     def down(why: str, since: datetime) -> None:
         stamp = since.astimezone().strftime("%H:%M:%S")
-        text = f"{engine} unreachable since {stamp} ({why}); waiting up to {minutes:g} min; "
-        log(text + "no trial starts meanwhile")
-        events.message(text + "Ctrl-C to stop")
-        state.pause(f"{engine} unreachable: {why}", since, since + timedelta(seconds=wait_sec))
+        what = f"{name} unreachable{at} since {stamp}; no trial starts until it answers again"
+        log(f"{what} (error: {' '.join(why.split())})")
+        events.message(
+            f"{what}. Start it: the run waits up to {wait}, then stops (continue with: "
+            f"harness run --resume {run_dir}); Ctrl-C stops it now. (error: {detail(why)})"
+        )
+        state.pause(
+            f"{name} unreachable{at} (error: {detail(why)})",
+            since,
+            since + timedelta(seconds=wait_sec),
+        )
 
     def up(lasted: float) -> None:
-        log(f"{engine} answers again after {lasted:.1f}s; trials go on")
+        log(f"{name} answers again after {lasted:.1f}s; trials go on")
         state.unpause()
 
     def give_up(why: str, since: datetime) -> None:
         stamp = since.astimezone().strftime("%H:%M:%S")
-        log(f"{engine} still unreachable after {minutes:g} min: stopping the run")
-        halting.set(engine_halt(backend.name, stamp, minutes, why))
+        log(f"{name} still unreachable after {wait}: stopping the run")
+        halting.set(engine_halt(backend.name, address, stamp, wait, detail(why)))
 
     return EngineWatch(
         backend.health,
@@ -261,8 +290,11 @@ def watch_engine(
 
 __all__ = [
     "BACKOFF_MAX_SEC",
+    "DETAIL_CHARS",
     "HEARTBEAT_SEC",
     "SIGNATURE_RERUNS",
     "EngineWatch",
+    "detail",
+    "wait_words",
     "watch_engine",
 ]

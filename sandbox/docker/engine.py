@@ -36,13 +36,18 @@ def engine_failure(message: str) -> bool:
     return bool(_ENGINE_FAILURE.search(message))
 
 
+def engine_address() -> str:
+    """Where the SDK finds the engine: ``DOCKER_HOST``, else the default unix socket."""
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
 def connect(timeout: int = 60) -> docker.DockerClient:
     """A Docker SDK client whose engine answers, with the API version negotiated.
 
     Raises:
         EngineUnavailable: naming the socket and how to start the engine.
     """
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    where = engine_address()
     try:
         client = docker.from_env(timeout=timeout, max_pool_size=32)
         client.ping()

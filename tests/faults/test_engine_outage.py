@@ -27,7 +27,11 @@ import docker
 
 pytestmark = pytest.mark.docker
 
-UNREACHABLE = "docker engine unreachable since"
+
+
+def unreachable(engine: PrivateEngine) -> str:
+    """The start of the one outage message: what happened, and where."""
+    return f"docker engine unreachable at {engine.host} since"
 
 
 def test_docker_restart_mid_run_pauses_and_the_run_finishes_by_itself(
@@ -40,14 +44,18 @@ def test_docker_restart_mid_run_pauses_and_the_run_finishes_by_itself(
                                       "--set", "retry.max_retries=0"))  # fmt: skip
     wait_until(lambda: agents_running(run_dir), "two agents running")
     engine.stop()
-    wait_until(lambda: UNREACHABLE in proc.output(), "the outage message")
-    assert status(run_dir)["paused"]["reason"].startswith("docker engine unreachable")
+    wait_until(lambda: unreachable(engine) in proc.output(), "the outage message")
+    assert status(run_dir)["paused"]["reason"].startswith(
+        f"docker engine unreachable at {engine.host} (error: "
+    )
     engine.start()
     result = proc.wait(240)
 
     assert result.code == 0, result
-    assert result.output.count(UNREACHABLE) == 1, result
-    assert "waiting up to 30 min; Ctrl-C to stop" in result.output
+    assert result.output.count(unreachable(engine)) == 1, result
+    said = " ".join(result.output.split())  # the live display may wrap it
+    assert "Start it: the run waits up to 30 min, then stops (continue with: harness run " \
+        f"--resume {run_dir}); Ctrl-C stops it now. (error: " in said, result  # fmt: skip
     assert_no_traceback(result)
     assert_each_once(run_dir, 6)
     assert engine.leftovers() == NOTHING_LEFT
@@ -65,7 +73,10 @@ def test_engine_away_past_the_deadline_stops_in_order_and_resume_completes(
     stopped = proc.wait(120)
 
     assert stopped.code == 75, stopped
-    assert stopped.output.count(UNREACHABLE) == 1, stopped
+    assert stopped.output.count(unreachable(engine)) == 1, stopped
+    said = " ".join(stopped.output.split())
+    assert f"stopped: the docker engine at {engine.host} has been unreachable since" in said
+    assert "the run waited 5 s for it (error: " in said, stopped
     assert f"then continue with: harness run --resume {run_dir}" in stopped.output, stopped
     assert_no_traceback(stopped)
     assert status(run_dir)["state"] == "stopped"
