@@ -1,4 +1,4 @@
-"""Shared fixtures: the ``root`` marker, canaries, task dirs, and local sandboxes.
+"""Shared fixtures: the ``root`` marker, canaries, task dirs, local sandboxes, small filesystems.
 
 Tests marked ``@pytest.mark.root`` skip only when not running as root (CI runs as root).
 Local sandboxes get their own uid range (so a uid sweep can never touch anything else) and
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -122,6 +123,24 @@ def outside_dir() -> Iterator[Path]:
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def small_fs() -> Iterator[Callable[[str], Path]]:
+    """``small_fs("300k")``: a tmpfs of that size (remount it read-only, or bigger, at will)."""
+    mounted: list[Path] = []
+
+    def make(size: str) -> Path:
+        point = Path(tempfile.mkdtemp(prefix="hf-fs-", dir="/tmp"))
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs",
+                        str(point)], check=True)  # fmt: skip
+        mounted.append(point)
+        return point
+
+    yield make
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+        shutil.rmtree(point, ignore_errors=True)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,24 +63,6 @@ def engine_cli(tmp_path: Path, engine: PrivateEngine) -> Iterator[Cli]:
     runner = Cli(tmp_path, {"DOCKER_HOST": engine.host})
     yield runner
     runner.close()
-
-
-@pytest.fixture
-def small_fs() -> Iterator[Callable[[str], Path]]:
-    """``small_fs("300k")``: a tmpfs of that size (remount it read-only, or bigger, at will)."""
-    mounted: list[Path] = []
-
-    def make(size: str) -> Path:
-        point = Path(tempfile.mkdtemp(prefix="hf-fs-", dir="/tmp"))
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs",
-                        str(point)], check=True)  # fmt: skip
-        mounted.append(point)
-        return point
-
-    yield make
-    for point in mounted:
-        subprocess.run(["umount", "-l", str(point)], capture_output=True)
-        shutil.rmtree(point, ignore_errors=True)
 
 
 @pytest.fixture

@@ -4,23 +4,28 @@ and what a Ray worker makes of a job."""
 from __future__ import annotations
 
 import io
+import os
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from harness.config import RunConfig, TasksConfig, config_diff, resolve_config
+from harness.config import RetryConfig, RunConfig, TasksConfig, config_diff, resolve_config
 from harness.config.judges import JudgeSpec
-from harness.errors import PluginError, UsageError
+from harness.errors import EXIT_DISK_FULL, PluginError, UsageError
 from harness.executors import LocalExecutor, TrialExecutor
 from harness.executors.base import ExecutorOptions
 from harness.executors.ray import RayExecutor
-from harness.executors.ray.jobs import BridgeAddress, TrialJob, pack_dir, unpack_dir
+from harness.executors.ray.driver import receive
+from harness.executors.ray.jobs import BridgeAddress, TrialJob, TrialResult, pack_dir, unpack_dir
 from harness.executors.ray.worker import materialize_task
 from harness.plugins import EXECUTORS, open_executor
-from harness.records import TrialRecord
-from harness.runner.scheduler import TrialRunner
-from harness.tasks import load_task
+from harness.records import TrialRecord, TrialStore
+from harness.runner.faults import DiskGuard, Halting
+from harness.runner.scheduler import NotRun, TrialRunner
+from harness.status import RunState
+from harness.tasks import Task, load_task
 from harness.tasks.env_templates import env_tables, resolve_task_env
 from harness.trial import TrialPlan, TrialSettings
 
@@ -60,31 +65,34 @@ class _Counting(TrialExecutor):
 
     def run_attempt(self, plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
         self.attempts.append((plan.id, attempt))
-        return TrialRecord.model_validate(
-            {
-                "id": plan.id,
-                "task": {"name": "t", "key": "t", "hash": "h", "path": "/t"},
-                "agent": {"name": "a"},
-                "sandbox": {"backend": "fake"},
-                "attempt": attempt,
-                "status": "environment_error" if attempt == 1 else "completed",
-                "ok": attempt > 1,
-                "errors": [{"type": "NodeDied", "message": "lost", "phase": "execute"}]
-                if attempt == 1
-                else [],
-                "started_at": "2026-01-01T00:00:00Z",
-                "finished_at": "2026-01-01T00:00:01Z",
-            }
-        )
+        if attempt > 1:
+            return _record(plan.id, attempt)
+        lost = {"type": "NodeDied", "message": "lost", "phase": "execute"}
+        return _record(plan.id, attempt, status="environment_error", ok=False, errors=[lost])
+
+
+def _record(trial_id: str, attempt: int, **fields: object) -> TrialRecord:
+    """A made-up record of a completed, passing attempt (``fields`` override)."""
+    return TrialRecord.model_validate(
+        {
+            "id": trial_id,
+            "task": {"name": "t", "key": "t", "hash": "h", "path": "/t"},
+            "agent": {"name": "a"},
+            "sandbox": {"backend": "fake"},
+            "attempt": attempt,
+            "status": "completed",
+            "ok": True,
+            "reward": 1.0,
+            "started_at": "2026-01-01T00:00:00Z",
+            "finished_at": "2026-01-01T00:00:01Z",
+            **fields,
+        }
+    )
 
 
 def test_the_runner_sends_every_attempt_through_the_executor_and_retries_its_losses(
     tmp_path: Path, make_task
 ) -> None:
-    from harness.config import RetryConfig
-    from harness.records import TrialStore
-    from harness.status import RunState
-
     executor = _Counting()
     settings = TrialSettings(run_dir=tmp_path, agent=None, make_sandbox=None)  # type: ignore[arg-type]
     state = RunState(name="r", run_dir=tmp_path, planned=1, kept=[], threshold=1.0)
@@ -162,3 +170,60 @@ def test_judges_are_refused_on_ray_before_a_cluster_is_reached(tmp_path: Path) -
     )
     with pytest.raises(UsageError, match=r"^judges: judges are refused with --executor ray"):
         RayExecutor(ExecutorOptions(run_name="r", config=config))
+
+
+@pytest.mark.root
+def test_a_full_run_dir_while_the_driver_unpacks_evidence_halts_the_run(
+    tmp_path: Path, make_task: Callable[..., Task], small_fs: Callable[[str], Path]
+) -> None:
+    """A worker's evidence that the driver's full disk cannot take: the run halts (exit 74).
+
+    The attempt ran on its node; its evidence (1 MB) comes home to a 256 KB run dir. The
+    unpack meets ENOSPC: the attempt's record says so (never an internal error, no retry
+    spent) and the run halts with the disk's message and the --resume command.
+    """
+    run_dir = small_fs("256k")
+    source = tmp_path / "evidence"
+    (source / "verifier").mkdir(parents=True)
+    (source / "verifier" / "reward.txt").write_text("1\n")
+    (source / "workspace.bin").write_bytes(os.urandom(1 << 20))
+    plan = TrialPlan("t.r0", make_task("t"), 0)
+    result = TrialResult(
+        record=_record(plan.id, 1).model_dump_json(), evidence=pack_dir(source), node="10.9.8.7"
+    )
+    received: list[TrialRecord] = []
+
+    def on_the_driver(plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
+        received.append(receive(result, plan, settings.run_dir / "trials" / plan.id))
+        return received[-1]
+
+    halting = Halting()
+    runner = TrialRunner(
+        settings=TrialSettings(run_dir=run_dir, agent=None, make_sandbox=None),  # type: ignore[arg-type]
+        store=TrialStore(run_dir),
+        retry=RetryConfig(max_retries=2, backoff_sec=0),
+        state=RunState(name="r", run_dir=run_dir, planned=1),
+        run_attempt=on_the_driver,
+        disk=DiskGuard(run_dir, halting),
+    )
+    try:
+        final: TrialRecord | None = runner.run(plan)
+    except NotRun:  # the record did not fit either: --resume runs the trial
+        final = None
+
+    [record] = received  # one attempt: a full disk is no retry's business
+    assert final is None or final == record
+    assert record.status == "environment_error" and not record.ok and record.reward == 1.0
+    [error] = record.errors
+    assert error.phase == "collect" and "[Errno 28]" in error.message, error
+    assert f"from node 10.9.8.7 into {run_dir / 'trials' / plan.id}" in error.message
+    assert record.sandbox.node == "10.9.8.7"
+    # Had the record fitted, it would have halted the run by itself.
+    alone = Halting()
+    assert DiskGuard(run_dir, alone).check_record(record) and alone.halt is not None
+    assert alone.halt.reason == f"no space left on device (ENOSPC) at {run_dir}"
+    halt = halting.halt
+    assert halt is not None and halt.exit_code == EXIT_DISK_FULL == 74
+    said = halt.message(0, 1, run_dir)
+    assert said.startswith(f"stopped: no space left on device (ENOSPC) at {run_dir}"), said
+    assert said.endswith(f"free space there, then continue with: harness run --resume {run_dir}")

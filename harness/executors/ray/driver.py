@@ -16,10 +16,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
@@ -232,7 +234,7 @@ class RayExecutor(TrialExecutor):
             if access is not None and gateway is not None:
                 usage = gateway.revoke(plan.id)
         if isinstance(outcome, TrialResult):
-            record = self._received(outcome, plan, evidence)
+            record = receive(outcome, plan, evidence)
             self._log(f"trial {plan.id} attempt {attempt} ran on node {outcome.node}")
         else:
             record = self._lost(plan, settings, attempt, started_at, outcome, slot)
@@ -275,19 +277,6 @@ class RayExecutor(TrialExecutor):
             )
         assert isinstance(result, TrialResult)
         return result
-
-    def _received(self, result: TrialResult, plan: TrialPlan, evidence: Any) -> TrialRecord:
-        record = TrialRecord.model_validate_json(result.record)
-        unpack_dir(result.evidence, evidence)
-        events = list(record.events)
-        try:
-            write_transcript(evidence)  # now with the model calls recorded here
-        except Exception as exc:  # evidence is kept as is; the failure is recorded
-            events.append({"type": "transcript_failed", "detail": f"{type(exc).__name__}: {exc}"})
-        sandbox = record.sandbox.model_copy(update={"node": result.node})
-        return record.model_copy(
-            update={"task": _task_ref(plan.task), "sandbox": sandbox, "events": events}
-        )
 
     def _lost(
         self,
@@ -398,8 +387,40 @@ def _cancelled(message: str) -> tuple[TrialStatus, TrialError]:
     return TrialStatus.CANCELLED, TrialError(type="Cancelled", message=message, phase="prepare")
 
 
+def receive(result: TrialResult, plan: TrialPlan, evidence: Path) -> TrialRecord:
+    """The record a worker sent back, its evidence unpacked into ``evidence`` (the driver's).
+
+    Evidence that cannot be unpacked fails the attempt as a local trial's evidence copy
+    does: its record keeps the worker's outcome and gains a ``collect`` error naming
+    ``evidence`` (an ``environment_error``), so a full or read-only run dir halts the run
+    (:class:`~harness.runner.faults.DiskGuard`) instead of losing the attempt.
+    """
+    record = TrialRecord.model_validate_json(result.record)
+    update: dict[str, Any] = {
+        "task": _task_ref(plan.task),
+        "sandbox": record.sandbox.model_copy(update={"node": result.node}),
+    }
+    try:
+        unpack_dir(result.evidence, evidence)
+    except (OSError, tarfile.TarError) as exc:
+        error = TrialError(
+            type=type(exc).__name__,
+            message=f"cannot unpack the evidence from node {result.node} into {evidence}: {exc}",
+            phase="collect",
+        )
+        completed = record.status == TrialStatus.COMPLETED
+        update["status"] = TrialStatus.ENVIRONMENT_ERROR if completed else record.status
+        return record.model_copy(update={**update, "ok": False, "errors": [*record.errors, error]})
+    events = list(record.events)
+    try:
+        write_transcript(evidence)  # now with the model calls recorded here
+    except Exception as exc:  # evidence is kept as is; the failure is recorded
+        events.append({"type": "transcript_failed", "detail": f"{type(exc).__name__}: {exc}"})
+    return record.model_copy(update={**update, "events": events})
+
+
 def _task_ref(task: Task) -> TaskRef:
     return TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path))
 
 
-__all__ = ["RayExecutor"]
+__all__ = ["RayExecutor", "receive"]
