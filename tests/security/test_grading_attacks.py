@@ -14,12 +14,15 @@ import json
 import os
 import secrets
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from sandbox.storage import IMAGE_NAME, MOUNT_NAME, RESERVE_MB
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
@@ -459,6 +462,10 @@ def test_a_disk_fill_stops_at_storage_mb_and_never_reaches_the_host_disk(
     From outside, while the agent holds its files: the trial's storage image on the host
     has at most its limit plus the reserve allocated. The trial ends ``agent_error`` with a
     ``storage_full`` event; the verifier still grades.
+
+    No step races the clock: the agent holds its files until the test has flushed the
+    trial's filesystem to its image (a loaded host can keep the writes in memory for half
+    a minute) and measured it, then lets go.
     """
     attack = r"""
 dd if=/dev/zero of="$HARNESS_WORKSPACE/big" bs=1M count=2048 2>/dev/null
@@ -466,24 +473,32 @@ dd if=/dev/zero of=/tmp/big bs=1M count=512 2>/dev/null
 dd if=/dev/zero of=/dev/shm/big bs=1M count=512 2>/dev/null
 du -sm "$HARNESS_WORKSPACE/big" /tmp/big /dev/shm/big > "$HARNESS_WORKSPACE/du.txt" 2>&1
 touch "$HARNESS_WORKSPACE/filled"
-sleep 8
+for _ in $(seq 1200); do [ -e "$HARNESS_WORKSPACE/measured" ] && break; sleep 0.25; done
 """
     name = sec.unique("diskfill")
-    task = sec.write_task(tmp_path / "tasks", name, attack=attack, agent_timeout=90)
+    task = sec.write_task(tmp_path / "tasks", name, attack=attack, agent_timeout=600)
     _edit_toml(task, "memory_mb = 512", "memory_mb = 512\nstorage_mb = 256")
     proc = any_cli.start([task])
-    largest = 0
-    deadline = time.monotonic() + 90
+    largest, measured = 0, False
+    deadline = time.monotonic() + 900
     while proc.poll() is None and time.monotonic() < deadline:
-        for image in any_cli.tmpdir.glob("harness-run-*/harness-trial-*/storage.img"):
+        for root in any_cli.tmpdir.glob("harness-run-*/harness-trial-*"):
+            workspace = root / MOUNT_NAME / "workspace"
+            held = not measured and (workspace / "filled").exists()
+            if held:  # the agent holds everything it could write: flush, then measure
+                subprocess.run(["sync", "-f", str(workspace)], check=False, timeout=300)
             try:
-                largest = max(largest, image.stat().st_blocks * 512)
+                largest = max(largest, (root / IMAGE_NAME).stat().st_blocks * 512)
             except FileNotFoundError:
                 continue
+            if held:
+                (workspace / "measured").touch()
+                measured = True
         time.sleep(0.2)
-    run = any_cli.finish(proc, timeout=60)
+    run = any_cli.finish(proc, timeout=300)
+    assert measured, "the agent never filled its disk (or the run ended first)"
     assert largest > 100 << 20, "no storage image was seen filling up (test did not bite)"
-    assert largest <= (256 + 256 + 16) << 20, f"{largest >> 20} MB reached the host disk"
+    assert largest <= (256 + RESERVE_MB + 16) << 20, f"{largest >> 20} MB reached the host disk"
     record = run.by_task(name)
     assert record["status"] == "agent_error", record
     assert any(e["type"] == "StorageLimitReached" for e in record["errors"]), record["errors"]
