@@ -10,7 +10,9 @@ Measures, in one run and against the same image (``harness/base:bookworm``):
     time: ``timings["total"]`` per trial, and overhead = ``total - agent``;
 (c) the ratio median(trial total) / median(floor), target <= 1.5x (PASS/MISS);
 (d) throughput: 4*k trials (k = ceil(trials/4) unless ``--k``) at concurrency 1 and at
-    concurrency 4, trials/s of each and the speedup (target >= 2x);
+    concurrency 4, trials/s of each and the speedup (target >= 2x); then as many bare
+    containers at each concurrency: the engine's own ceiling on this machine, and the share
+    of it the harness reaches;
 (e) ``--trials`` trials of a 1 s agent (``sleep 1``), one at a time: the trial's overhead
     (``total - agent``) against the floor, target <= 0.25x (the warm pool starts the next
     trial's container while the agent runs).
@@ -43,6 +45,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,6 +136,26 @@ def run_floor(client: docker.DockerClient, n: int, warmup: int) -> dict[str, lis
         ):
             steps[name].append(value)
     return steps
+
+
+def run_bare_throughput(client: docker.DockerClient, n: int, concurrency: int) -> float:
+    """Bare containers per second, ``concurrency`` at a time (create + start + wait + remove).
+
+    The engine's own ceiling for any container-per-trial design on this machine.
+    """
+
+    def one(_: int) -> None:
+        container = client.containers.create(IMAGE, ["true"], network_mode="none")
+        try:
+            container.start()
+            container.wait()
+        finally:
+            container.remove(force=True)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(n)))
+    return n / (time.perf_counter() - start)
 
 
 # --- (b, d) the harness ----------------------------------------------------------------------
@@ -599,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
                 "trial_total_ms": stats_ms([x.timings["total"] for x in r["records"]]),
                 "phases_ms": phase_stats(r["records"]),
             }
+        # (d') the engine's own scaling: the same number of bare containers at each concurrency
+        bare = {conc: run_bare_throughput(client, n_tp, conc) for conc in tp}
         # (e) a 1 s agent: the warm pool has the next container ready by the time it ends
         slow = run_harness(args.trials, 1, tmpdir / "agent-1s", agent_sec=SLOW_AGENT_SEC)
         slow_phases = phase_stats(slow["records"])
@@ -647,6 +672,8 @@ def main(argv: list[str] | None = None) -> int:
                 "concurrency_1": tp[1],
                 f"concurrency_{THROUGHPUT_CONCURRENCY}": tp[THROUGHPUT_CONCURRENCY],
                 "speedup": speedup,
+                "bare_containers_per_sec": {str(c): v for c, v in bare.items()},
+                "bare_speedup": bare[THROUGHPUT_CONCURRENCY] / bare[1],
             },
         }
 
@@ -684,6 +711,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"      speedup c{THROUGHPUT_CONCURRENCY}/c1: {speedup:.2f}x  "
             f"[target >= {TARGET_SPEEDUP:g}x: {verdict}]"
+        )
+        b1, b4 = bare[1], bare[THROUGHPUT_CONCURRENCY]
+        print(
+            f"      engine ceiling, bare containers: {b1:5.2f}/s at c1, {b4:5.2f}/s at "
+            f"c{THROUGHPUT_CONCURRENCY} ({b4 / b1:.2f}x); the harness reaches "
+            f"{c1['trials_per_sec'] / b1:.0%} and {c4['trials_per_sec'] / b4:.0%} of them"
         )
         slow_ratio = result["slow_agent"]["ratio_overhead_to_floor"]
         print(f"(e) {args.trials} trials of a {SLOW_AGENT_SEC:g} s agent (`sleep`), one at a time:")

@@ -89,8 +89,8 @@ class SandboxSpec:
     mcp_servers: tuple[str, ...] = ()
     #: The image holds its own tests dir (a separate verifier's): nothing is mounted over it.
     image_tests: bool = False
-    #: Trials of the same task still to start in this run after this one (a backend may
-    #: make their sandboxes ahead).
+    #: Trials still to start in this run after this one, of any task (a backend may make
+    #: sandboxes ahead for those that need one like this trial's).
     upcoming: int = 0
 
 

@@ -270,6 +270,8 @@ def _child(req: Dict[str, Any], fds: Dict[str, int]) -> NoReturn:
             except BaseException as exc:  # noqa: B036 - report anything, then die
                 _report(status_w, _error_message(exc))
             os._exit(127)
+        # The supervisor kills the namespace through this pid (a pidfd it checks is ours).
+        _report(status_w, {"init": init})
         for fd in (status_w, exit_w, gw_fd):
             if fd >= 0:
                 os.close(fd)
@@ -280,6 +282,43 @@ def _child(req: Dict[str, Any], fds: Dict[str, int]) -> NoReturn:
             _report(status_w, _error_message(exc))
         finally:
             os._exit(127)
+
+
+def _is_readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def _namespace_entries(init_pid: int) -> List[Dict[str, Any]]:
+    """pid, ppid, state, uid and cmdline of each process in ``init_pid``'s pid namespace.
+
+    Read from the namespace's own ``/proc`` (the view mounts it), reached through the init's
+    root: a handful of entries instead of a scan of every process on the host. Pids are the
+    namespace's own (the init is 1, the phase's program 2), as the phase itself saw them.
+    """
+    base = "/proc/%d/root/proc" % init_pid
+    entries = []
+    for name in os.listdir(base):
+        if not name.isdigit():
+            continue
+        try:
+            with open("%s/%s/stat" % (base, name), "rb") as fh:
+                raw = fh.read(4096)
+            uid = os.stat("%s/%s" % (base, name)).st_uid
+            with open("%s/%s/cmdline" % (base, name), "rb") as fh:
+                line = fh.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            continue  # gone meanwhile
+        rest = raw[raw.rfind(b")") + 2 :].split()
+        entries.append(
+            {
+                "pid": int(name),
+                "ppid": int(rest[1]),
+                "state": rest[0].decode(),
+                "uid": uid,
+                "cmdline": line,
+            }
+        )
+    return entries
 
 
 def _ns_pid(pid: int) -> Optional[int]:
@@ -326,6 +365,8 @@ class Launch:
         self.err_r = -1
         self.exit_r = -1
         self.pidfd = -1
+        self.init_pid = -1
+        self.init_pidfd = -1
         self.gateway: Any = None
         self._child_reaped = False
 
@@ -377,13 +418,40 @@ class Launch:
         for line in raw.decode("utf-8", "replace").splitlines():
             msg = json.loads(line)
             self.posture = msg.get("posture", self.posture)
+            self.init_pid = int(msg.get("init", self.init_pid))
             if msg.get("error"):
                 self.error = msg["error"]
-        if not self.namespaced and hasattr(os, "pidfd_open"):
+        if self.namespaced:
+            self._open_init()
+        elif hasattr(os, "pidfd_open"):
             try:
                 self.pidfd = os.pidfd_open(self.pid)
             except OSError:
                 self.pidfd = -1
+
+    def _open_init(self) -> None:
+        """Hold a pidfd of the namespace's init, once sure it is the init (else: scans)."""
+        if self.init_pid <= 0 or not hasattr(signal, "pidfd_send_signal"):
+            return
+        try:
+            fd = os.pidfd_open(self.init_pid)
+        except OSError:
+            return  # already gone: the scans handle the rest
+        # The pid was C's child when the fd was opened if it still is now: C forks once,
+        # and its child's pid cannot be reused before C has reaped it, after which C exits.
+        try:
+            with open("/proc/%d/stat" % self.init_pid, "rb") as fh:
+                raw = fh.read(4096)
+            ours = int(raw[raw.rfind(b")") + 2 :].split()[1]) == self.pid
+        except (OSError, ValueError, IndexError):
+            ours = False
+        if ours:
+            self.init_pidfd = fd
+        else:
+            os.close(fd)
+
+    def _init_alive(self) -> bool:
+        return self.init_pidfd >= 0 and not _is_readable(self.init_pidfd)
 
     @property
     def exit_fd(self) -> int:
@@ -440,6 +508,14 @@ class Launch:
 
         ``entries`` is a fresh :func:`processes.live_entries` scan (taken here if None).
         """
+        if entries is None and self._init_alive():
+            try:
+                inside = _namespace_entries(self.init_pid)
+            except OSError:
+                inside = None
+            # Only if the init outlived the listing was the pid (and its /proc) still ours.
+            if inside is not None and self._init_alive():
+                return [e for e in inside if e["pid"] > 2 and e["state"] != "Z"]
         if entries is None:
             entries = processes.live_entries()
         found = self.processes(entries)
@@ -458,6 +534,8 @@ class Launch:
         the kill loop rescans until nothing of the launch is left anyway.
         """
         killed = 0
+        if self.namespaced and self._init_alive() and self._kill_namespace():
+            return 1
         if self.namespaced:
             # Killing the namespace's init makes the kernel kill everything inside it.
             if entries is None:
@@ -490,9 +568,30 @@ class Launch:
             self.wait_status = self.reaper.wait(self.pid, 5.0)
         return killed
 
+    def _kill_namespace(self, timeout: float = 5.0) -> bool:
+        """SIGKILL the namespace's init through its pidfd; whether everything in it is dead.
+
+        The init's exit completes only once the kernel has killed and reaped every other
+        process of its pid namespace, so its pidfd turning readable proves the namespace
+        empty: no scan of the host's processes is needed.
+        """
+        try:
+            signal.pidfd_send_signal(self.init_pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if not select.select([self.init_pidfd], [], [], timeout)[0]:
+            return False
+        if not self._child_reaped:
+            self.reaper.wait(self.pid, timeout)  # C exits as soon as it reaped the init
+            self._child_reaped = True
+        if self.wait_status is None:
+            # Killed with its namespace before it exited: the kernel sent SIGKILL.
+            self.wait_status = signal.SIGKILL
+        return True
+
     def close(self) -> None:
         """Close the launch's remaining fds (not the output pipes: see :func:`drain`)."""
-        for name in ("stdin_w", "exit_r", "pidfd"):
+        for name in ("stdin_w", "exit_r", "pidfd", "init_pidfd"):
             fd = getattr(self, name)
             if fd >= 0:
                 try:

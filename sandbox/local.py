@@ -279,6 +279,22 @@ class SupervisorPool:
         return []
 
 
+def layout_trial_fs(fs: Path) -> None:
+    """Make a trial's dirs on its filesystem: the agent's, the shared tmp dirs, the grader's.
+
+    All are root's until the trial hands the agent's to its user.
+    """
+    os.chmod(fs, 0o755)
+    for name, mode in _AGENT_DIRS:
+        (fs / name).mkdir(mode=mode)
+        os.chmod(fs / name, mode)
+    for name, _target in _SHARED_TMP:
+        (fs / name).mkdir()
+        os.chmod(fs / name, 0o1777)
+    for name in ("verifier", "grader", "exec"):
+        (fs / name).mkdir(mode=0o700)
+
+
 def remove_tree(path: Path) -> None:
     """Remove a tree without following symlinks, even if the agent chmod'ed parts 000."""
 
@@ -433,7 +449,8 @@ class LocalSandbox(Sandbox):
                     self._make_storage()
             else:
                 self.fs.mkdir(mode=0o700)
-            self._layout()
+            if self._prepared is None or not self._prepared.laid_out:
+                layout_trial_fs(self.fs)
             seed_workspace(self.fs / "workspace", self.spec.fixtures)
             if self._identity is not None:
                 for name, _mode in _AGENT_DIRS:
@@ -466,19 +483,6 @@ class LocalSandbox(Sandbox):
         size, self._promised_mb = reserve(self._budget, self.spec.resources.storage_mb)
         self._storage = TrialStorage(self.root, size, grader_gid=self._identity.grader_gid)
         self._storage.create()
-
-    def _layout(self) -> None:
-        """The trial's dirs: agent's (workspace, home, session), shared tmp dirs, grader's."""
-        fs = self.fs
-        os.chmod(fs, 0o755)
-        for name, mode in _AGENT_DIRS:
-            (fs / name).mkdir(mode=mode)
-            os.chmod(fs / name, mode)
-        for name, _target in _SHARED_TMP:
-            (fs / name).mkdir()
-            os.chmod(fs / name, 0o1777)
-        for name in ("verifier", "grader", "exec"):
-            (fs / name).mkdir(mode=0o700)
 
     def _safe_parent(self, target: Path, *, agent_readable: bool) -> None:
         """Make every dir from the trial fs to ``target``'s parent a real, root-owned dir.

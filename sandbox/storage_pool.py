@@ -15,6 +15,7 @@ import ctypes
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +35,15 @@ _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_NOATIME = 2, 4, 32, 1024
 
 @dataclass
 class PreparedStorage:
-    """A trial root holding a mounted, empty trial filesystem, and what it was promised."""
+    """A trial root holding a mounted trial filesystem, and what it was promised.
+
+    ``laid_out``: the pool's layout hook already made the trial's dirs on it.
+    """
 
     root: Path
     storage: TrialStorage
     promised_mb: int
+    laid_out: bool = False
 
 
 def _set_resgid(storage: TrialStorage, gid: int | None) -> None:
@@ -56,6 +61,26 @@ def _set_resgid(storage: TrialStorage, gid: int | None) -> None:
     storage.grader_gid = gid
 
 
+def _choose(
+    waiting: list[Future[PreparedStorage]], grader_gid: int | None
+) -> Future[PreparedStorage] | None:
+    """The spare to hand out, if any.
+
+    A made one for ``grader_gid``, else the oldest made one, else (none made yet) the oldest
+    still being made, waited for.
+    """
+    made = [f for f in waiting if f.done() and f.exception() is None]
+    for future in made:
+        if future.result().storage.grader_gid == grader_gid:
+            return future
+    if made:
+        return made[0]
+    for future in waiting:
+        if future.exception() is None:  # blocks until made
+            return future
+    return None
+
+
 class StoragePool:
     """One run's trial filesystems: made ahead, handed out once, removed in the background.
 
@@ -63,12 +88,22 @@ class StoragePool:
         directory: Where trial roots are created.
         budget: The run's disk budget (spares hold their promise too).
         spares: Filesystems kept ready (follow ``-j``).
+        layout: Makes a trial's dirs on a new filesystem (the same for every trial of the
+            backend), so that spares come laid out.
     """
 
-    def __init__(self, directory: Path, budget: StorageBudget | None, *, spares: int = 1) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        budget: StorageBudget | None,
+        *,
+        spares: int = 1,
+        layout: Callable[[Path], None] | None = None,
+    ) -> None:
         self.directory = directory
         self.budget = budget
         self.spares = spares
+        self.layout = layout
         self._lock = threading.Lock()
         self._ready: dict[int | None, list[Future[PreparedStorage]]] = {}
         self._maker = ThreadPoolExecutor(1, thread_name_prefix="storage-make")
@@ -86,6 +121,8 @@ class StoragePool:
             storage = TrialStorage(root, size, grader_gid=grader_gid)
             try:
                 storage.create()
+                if self.layout is not None:
+                    self.layout(storage.mount_point)
             except BaseException:
                 storage.destroy()
                 remove_tree(root)
@@ -94,9 +131,9 @@ class StoragePool:
             if self.budget is not None and promised:
                 self.budget.release(promised)
             raise
-        return PreparedStorage(root, storage, promised)
+        return PreparedStorage(root, storage, promised, laid_out=self.layout is not None)
 
-    def _make_spare(self, declared_mb: int | None) -> PreparedStorage:
+    def _make_spare(self, declared_mb: int | None, grader_gid: int | None) -> PreparedStorage:
         if self.budget is not None:
             # A spare never waits for room a running trial might need: it only takes
             # what is free now.
@@ -104,7 +141,7 @@ class StoragePool:
             floor = None if declared_mb else MIN_DEFAULT_STORAGE_MB + RESERVE_MB
             if not self.budget.has_room(want, at_least_mb=floor):
                 raise SandboxError("no room for a spare trial filesystem")
-        return self._make(declared_mb, None)
+        return self._make(declared_mb, grader_gid)
 
     def take(
         self, declared_mb: int | None, grader_gid: int | None = None, *, spare: bool = False
@@ -113,23 +150,24 @@ class StoragePool:
 
         Args:
             declared_mb: The task's ``storage_mb``.
-            grader_gid: The group the reserved blocks are for.
+            grader_gid: The group the reserved blocks are for. Replacements are made for
+                the same group (a slot's grader is usually the next trial's too), which
+                spares the trial a remount (~10 ms: it syncs the filesystem).
             spare: For something made ahead (a warm container): fail rather than wait
                 for disk room.
         """
         with self._lock:
             queue = self._ready.setdefault(declared_mb, [])
             waiting, queue[:] = list(queue), []
-        prepared = None
-        for future in waiting:  # the oldest spare that was made; later ones stay spares
-            if prepared is None and future.exception() is None:
-                prepared = future.result()
-            elif future.exception() is None:
+        chosen = _choose(waiting, grader_gid)
+        for future in waiting:
+            if future is not chosen:
                 self._return_spare(declared_mb, future)
+        prepared = chosen.result() if chosen is not None else None
         try:
             if prepared is None:
                 if spare:
-                    prepared = self._make_spare(declared_mb)
+                    prepared = self._make_spare(declared_mb, grader_gid)
                 else:
                     self._free_room_for(declared_mb)
                     prepared = self._make(declared_mb, grader_gid)
@@ -140,21 +178,29 @@ class StoragePool:
                 self.give_back(prepared)
             raise
         finally:
-            self._refill(declared_mb)  # only now: the trial's own filesystem comes first
+            # Only now: the trial's own filesystem comes first.
+            self._refill(declared_mb, grader_gid)
         return prepared
 
     def _return_spare(self, declared_mb: int | None, future: Future[PreparedStorage]) -> None:
+        """Queue a spare again (made or still being made); one that failed holds nothing."""
+        if future.done() and future.exception() is not None:
+            return
         with self._lock:
             if not self._closed:
                 self._ready.setdefault(declared_mb, []).append(future)
                 return
-        self.give_back(future.result())
+        try:
+            prepared = future.result()
+        except Exception:
+            return
+        self.give_back(prepared)
 
-    def _refill(self, declared_mb: int | None) -> None:
+    def _refill(self, declared_mb: int | None, grader_gid: int | None) -> None:
         with self._lock:
             queue = self._ready.setdefault(declared_mb, [])
             while not self._closed and len(queue) < self.spares:
-                queue.append(self._maker.submit(self._make_spare, declared_mb))
+                queue.append(self._maker.submit(self._make_spare, declared_mb, grader_gid))
 
     def _free_room_for(self, declared_mb: int | None) -> None:
         """Remove spares of other sizes when they hold the room a trial needs now."""

@@ -138,7 +138,9 @@ def run_phase(
         result["agent_exec_calls"] = exec_server.stop()
     if forwarder is not None:
         result["gateway_connections"] = forwarder.stop()
-    entries = processes.live_entries()  # one scan for the record and the kill's first pass
+    # One scan of the host's processes for the record and the kill's first pass; none for
+    # a phase in its own pid namespace (its own /proc and its init's pidfd say it all).
+    entries = None if phase.namespaced else processes.live_entries()
     survivors = phase.survivors(entries)
     result["survivors"] = survivors[:MAX_SURVIVORS_LISTED]
     result["survivor_count"] = len(survivors)

@@ -30,6 +30,7 @@ from sandbox.local import (
     SupervisorPool,
     is_root,
     is_root_user,
+    layout_trial_fs,
 )
 from sandbox.storage import StorageBudget
 from sandbox.storage_pool import StoragePool
@@ -51,7 +52,7 @@ class LocalBackend(SandboxBackend):
         self._supervisors = SupervisorPool(spares=min(options.concurrency, 4))
         self._storage = StorageBudget(self.tmp_dir)
         self._storage_pool = StoragePool(
-            self.tmp_dir, self._storage, spares=min(options.concurrency, 4)
+            self.tmp_dir, self._storage, spares=min(options.concurrency, 4), layout=layout_trial_fs
         )
         self._closed = False
         if not is_root():

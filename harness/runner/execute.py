@@ -51,7 +51,7 @@ from harness.runner.rundir import (
 )
 from harness.runner.scheduler import AgentGate, NotRun, TrialRunner
 from harness.status import STATUS_FILENAME, RunState, StatusWriter
-from harness.trial import TrialPlan, TrialSettings
+from harness.trial import TrialCountdown, TrialPlan, TrialSettings
 
 ABORT_GRACE_SEC = 10.0
 """After a second interrupt, how long the harness still waits for running trials."""
@@ -347,6 +347,7 @@ class Invocation:
             agent_slot=AgentGate(self.config.agent_concurrency, self.cancel, on_wait),
             evidence_mode=self.config.evidence,
             rollouts=self.config.rollouts,
+            trials_left=TrialCountdown(len(self.jobs)),
             judges=prepared.judges,
             episodes=prepared.env,
         )

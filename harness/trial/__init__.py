@@ -16,6 +16,7 @@ from harness.trial.lifecycle import run_trial, usage_of
 from harness.trial.settings import (
     STORAGE_FULL_SLACK,
     SandboxFactory,
+    TrialCountdown,
     TrialPlan,
     TrialSettings,
 )
@@ -23,6 +24,7 @@ from harness.trial.settings import (
 __all__ = [
     "STORAGE_FULL_SLACK",
     "SandboxFactory",
+    "TrialCountdown",
     "TrialPlan",
     "TrialSettings",
     "run_trial",

@@ -39,6 +39,25 @@ class TrialPlan:
     evidence: str | None = None
 
 
+class TrialCountdown:
+    """The run's trials not started yet, counted down as each one starts (thread-safe).
+
+    Args:
+        total: Trials the run will start (a retried attempt starts again and counts too:
+            the count only ever errs low).
+    """
+
+    def __init__(self, total: int) -> None:
+        self._left = total
+        self._lock = threading.Lock()
+
+    def start_one(self) -> int:
+        """Count one trial as started; how many are left to start after it."""
+        with self._lock:
+            self._left = max(0, self._left - 1)
+            return self._left
+
+
 @dataclass
 class TrialSettings:
     """What every trial of a run shares."""
@@ -70,6 +89,9 @@ class TrialSettings:
     evidence_mode: str = "diff"
     #: Trials per task in the run (a sandbox may be made ahead for the next rollout).
     rollouts: int = 1
+    #: Counts the run's trials as they start (None: only the task's own rollouts are known
+    #: to come): a backend may make sandboxes ahead while trials of any task are to come.
+    trials_left: TrialCountdown | None = None
     _seeds: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     #: The run's judges (``harness.judges``), run on each graded trial's evidence.
     judges: JudgePanel | None = None

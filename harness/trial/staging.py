@@ -54,7 +54,7 @@ class Staging(TrialState):
             protected_paths=(self.task.path, *self.settings.protected_paths),
             expose=self.settings.expose,
             labels={"org.harness.trial": self.plan.id, "org.harness.task": self.task.key},
-            upcoming=max(0, self.settings.rollouts - 1 - self.plan.rollout),
+            upcoming=self._upcoming(),
             os=env_cfg.os,
             gpus=env_cfg.gpus,
             gpu_types=tuple(env_cfg.gpu_types) if env_cfg.gpu_types is not None else None,
@@ -63,6 +63,12 @@ class Staging(TrialState):
             workload_env=dict(env_cfg.env),
             mcp_servers=tuple(server.name for server in env_cfg.mcp_servers),
         )
+
+    def _upcoming(self) -> int:
+        """Trials still to start after this one: the run's, or else this task's rollouts."""
+        if self.settings.trials_left is not None:
+            return self.settings.trials_left.start_one()
+        return max(0, self.settings.rollouts - 1 - self.plan.rollout)
 
     def reset(self) -> None:
         """Start the sandbox, wait for the healthcheck, copy the skills in."""

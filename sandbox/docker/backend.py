@@ -47,7 +47,7 @@ from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
 from sandbox.docker.gpus import device_requests, no_gpu_error
 from sandbox.docker.images import ImageRequest
-from sandbox.docker.labels import MANAGED, RUN, TRIAL, run_prefix
+from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.errors import (
     EnvironmentStartError,
@@ -88,6 +88,11 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+def _shared_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """A trial's labels without those of its own (its id, its task)."""
+    return {k: v for k, v in labels.items() if k not in (TRIAL, TASK)}
+
+
 class DockerSandbox(Sandbox):
     """A trial in its own container."""
 
@@ -126,6 +131,7 @@ class DockerSandbox(Sandbox):
         #: gVisor keeps FIFOs, sockets and devices in the sandbox (not on the host's disk).
         self._sentry_files = runtime.runtime == "runsc"
         self._aborted = False
+        self._warm = False  # took over a container made ahead (warm.py)
 
     @property
     def paths(self) -> SandboxPaths:  # noqa: D102
@@ -275,7 +281,7 @@ class DockerSandbox(Sandbox):
             spec.image_tests,
             spec.agent_user,
             spec.verifier_user,
-            tuple(sorted((k, v) for k, v in spec.labels.items() if k != TRIAL)),
+            tuple(sorted(_shared_labels(spec.labels).items())),
         )
 
     def _take_warm(self, volume_name: str, config: dict[str, Any]) -> DockerSandbox | None:
@@ -283,8 +289,9 @@ class DockerSandbox(Sandbox):
         pool = self.runtime.warm
         if key is None or pool is None:
             return None
-        # Labelled like the trial (its task's labels; the trial's own id cannot be known).
-        labels = {k: v for k, v in self.spec.labels.items() if k != TRIAL}
+        # Labelled like the trial but for its id and task, which cannot be known: a warm
+        # container serves the next trial of its shape, whatever its task.
+        labels = _shared_labels(self.spec.labels)
         spec = dataclasses.replace(self.spec, trial_id="warm", fixtures={}, labels=labels)
         image, workdir = self.image, self._workdir
 
@@ -322,6 +329,7 @@ class DockerSandbox(Sandbox):
         ):
             setattr(self, attr, getattr(warm, attr))
         warm._stopped = True  # everything is this sandbox's now
+        self._warm = True
         assert self.runtime.warm is not None
         # Named for its trial, off the critical path (only people read the name).
         container, name = self._container, self._name(self.spec.trial_id)
@@ -922,6 +930,7 @@ class DockerSandbox(Sandbox):
             "image": self.image,
             "runtime": self.runtime.runtime or "runc",
             "container": self._container.short_id if self._container is not None else None,
+            "warm": self._warm,
             "network": self._network,
             **({"compose": self._compose.describe()} if self._compose is not None else {}),
             "uid": self._agent_id[0],

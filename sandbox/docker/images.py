@@ -137,13 +137,15 @@ class ImageResolver:
             self.puller.ensure(image)
             return image
         if request.dockerfile is None:
-            try:
-                self.client.images.get(self.default_image)
-            except docker.errors.ImageNotFound:
-                raise PermanentStartError(
-                    f"the base image {self.default_image} is missing; build it offline with "
-                    "`bash images/bootstrap-base.sh`"
-                ) from None
+            if self._done.get(self.default_image) is None:  # checked once per run
+                try:
+                    self.client.images.get(self.default_image)
+                except docker.errors.ImageNotFound:
+                    raise PermanentStartError(
+                        f"the base image {self.default_image} is missing; build it offline "
+                        "with `bash images/bootstrap-base.sh`"
+                    ) from None
+                self._done[self.default_image] = self.default_image
             return self.default_image
         tag = self.tag_for(request)
         with self._lock:

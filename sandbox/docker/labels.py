@@ -14,6 +14,8 @@ import re
 #: Every container, volume and network the backend creates carries this label.
 MANAGED = "org.harness.managed"
 TRIAL = "org.harness.trial"
+#: The task of a trial's container (not on a warm one: it is made before its task is known).
+TASK = "org.harness.task"
 RUN = "org.harness.run"
 KIND = "org.harness.kind"
 #: Content hash of a task image's build context (images are reused, never deleted per trial).

@@ -1,13 +1,14 @@
 """Warm containers: the next trial's container created and started while trials run.
 
-A :class:`WarmPool` keeps, per container shape (image, workdir, limits, network...), up to
-``spares`` containers created with exactly a trial's flags, mounts and per-trial volume
-and filesystem, started, their supervisor idle on its attach stream, waiting for its first
-request. A trial of that shape takes one (it is renamed for the trial) and a replacement
-is started in the background. A warm container serves one trial and is never reused;
-one that no trial took is removed by :meth:`WarmPool.drain` at the end of the run. All
-carry the run's label, so a run killed with ``kill -9`` leaves nothing the next
-invocation (``--resume``) or ``harness sandbox cleanup --run`` does not remove.
+A :class:`WarmPool` keeps, per container shape (image, workdir, limits, network...: what
+trials of different tasks may share), up to ``spares`` containers created with exactly a
+trial's flags, mounts and per-trial volume and filesystem, started, their supervisor idle
+on its attach stream, waiting for its first request. A trial of that shape takes one (it
+is renamed for the trial) and a replacement is started in the background. A warm
+container serves one trial and is never reused; one that no trial took is removed by
+:meth:`WarmPool.drain` at the end of the run. All carry the run's label, so a run killed
+with ``kill -9`` leaves nothing the next invocation (``--resume``) or ``harness sandbox
+cleanup --run`` does not remove.
 
 Removals (container, volume, trial filesystem) run here too, in the background after the
 trial's record is written; :meth:`WarmPool.drain` waits for them and reports failures.
@@ -40,6 +41,7 @@ class WarmPool(Generic[T]):
         self._maker = ThreadPoolExecutor(max(1, spares), thread_name_prefix="warm-make")
         self._remover = ThreadPoolExecutor(2, thread_name_prefix="warm-remove")
         self._removals: list[Future[None]] = []
+        self._last_key: Hashable | None = None
         self._closed = False
 
     def take(
@@ -52,19 +54,27 @@ class WarmPool(Generic[T]):
     ) -> T | None:
         """A warm container of shape ``key`` (None: none ready: make your own).
 
-        Either way, up to ``min(spares, upcoming)`` containers of this shape are started
-        ahead for the next trials (``upcoming``: trials of its task still to start), and
-        those of other shapes are removed (at most ``spares`` warm containers in all). One
-        that died while waiting (``alive`` says no: e.g. the engine restarted) is removed.
+        Either way, when this shape repeats (a warm one was ready for it, or the trial
+        before was of this shape too), up to ``min(spares, upcoming)`` containers of this
+        shape are started ahead for the next trials (``upcoming``: trials of the run still
+        to start), and those of other shapes are removed (at most ``spares`` warm
+        containers in all). A run whose trials change shape every time (tasks with images
+        of their own, interleaved) then makes none, instead of one it throws away per
+        trial. One that died while waiting (``alive`` says no: e.g. the engine restarted)
+        is removed.
         """
         with self._lock:
             if self._closed or self.spares < 1:
                 return None
             queue = self._ready.setdefault(key, [])
             taken = queue.pop(0) if queue else None
-            evicted = self._evict_for(key) if upcoming > 0 else []
-            while len(queue) < min(self.spares, upcoming):
-                queue.append(self._maker.submit(make))
+            repeats = taken is not None or key == self._last_key
+            self._last_key = key
+            evicted = []
+            if upcoming > 0 and repeats:
+                evicted = self._evict_for(key)
+                while len(queue) < min(self.spares, upcoming):
+                    queue.append(self._maker.submit(make))
         for future in evicted:
             self.later(functools.partial(self._discard, future))
         if taken is None:

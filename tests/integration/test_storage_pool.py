@@ -50,3 +50,38 @@ def test_a_trial_short_of_room_gets_it_from_spares_of_another_size(tmp_path: Pat
     pool.give_back(other)
     assert pool.close() == []
     assert budget._promised == 0
+
+
+def _mount_options(point: Path) -> str:
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == str(point):
+            return line
+    raise AssertionError(f"{point} is not mounted")
+
+
+def test_spares_come_laid_out_for_the_last_grader_group(tmp_path: Path) -> None:
+    """The layout hook runs as a filesystem is made; spares are made for the taker's group."""
+    _need_root()
+    laid_out: list[Path] = []
+
+    def layout(fs: Path) -> None:
+        (fs / "workspace").mkdir()
+        laid_out.append(fs)
+
+    pool = StoragePool(tmp_path / "run", StorageBudget(tmp_path), spares=1, layout=layout)
+    first = pool.take(300, 61990)  # no spare yet: made now, for its group
+    assert first.laid_out and (first.storage.mount_point / "workspace").is_dir()
+    assert "resgid=61990" in _mount_options(first.storage.mount_point)
+    pool._ready[300][0].result()  # the replacement, made for the same group
+    second = pool.take(300, 61990)
+    assert second.storage.grader_gid == 61990 and second.laid_out
+    assert "resgid=61990" in _mount_options(second.storage.mount_point)
+    pool._ready[300][0].result()
+    third = pool.take(300, 61991)  # another slot's grader: the spare is remounted for it
+    assert "resgid=61991" in _mount_options(third.storage.mount_point)
+    assert laid_out[:3] == [p.storage.mount_point for p in (first, second, third)]
+    for prepared in (first, second, third):
+        pool.give_back(prepared)
+    assert pool.close() == []
+    assert mounts_under(tmp_path) == []

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +27,7 @@ def test_each_trial_gets_its_own_container_and_the_run_leaves_none(tmp_path: Pat
             # container or volume would show an earlier trial's file.
             "agent": {
                 "name": "command",
-                "cmd": "bash -c 'x=$(ls -A {workspace}); printf %s \"$x\" > {workspace}/seen.txt; "
+                "cmd": 'bash -c \'x=$(ls -A {workspace}); printf %s "$x" > {workspace}/seen.txt; '
                 "echo mine > {workspace}/mine.txt; sleep 0.5'",
             },
             "sandbox": {"backend": "docker"},
@@ -46,3 +49,63 @@ def test_each_trial_gets_its_own_container_and_the_run_leaves_none(tmp_path: Pat
     left = client.containers.list(all=True, filters={"label": f"{RUN}={name}"})
     volumes = client.volumes.list(filters={"label": f"{RUN}={name}"})
     assert left == [] and volumes == [], (left, volumes)  # the warm ones were drained
+
+
+def _tasks(root: Path, memory_mb: dict[str, int]) -> Path:
+    """Copies of the trivial task under ``root``, named by ``memory_mb``'s keys."""
+    for name, memory in memory_mb.items():
+        task = root / name
+        shutil.copytree(TASK, task)
+        toml = (task / "task.toml").read_text().replace('"bench/trivial"', f'"warm/{name}"')
+        (task / "task.toml").write_text(toml + f"\n[environment]\nmemory_mb = {memory}\n")
+    return root
+
+
+def _containers_created(run: str, since: float) -> int:
+    """Containers the engine created for the run ``run`` since ``since`` (its event log)."""
+    api = connect().api
+    events = api.events(
+        since=int(since),
+        until=int(time.time()) + 1,
+        filters={"type": "container", "event": "create", "label": f"{RUN}={run}"},
+        decode=True,
+    )
+    return sum(1 for _ in events)
+
+
+def _run(tasks: Path, out: Path) -> tuple[list[Any], str]:
+    config = RunConfig.model_validate(
+        {
+            "tasks": {"paths": [str(tasks)]},
+            "agent": {"name": "command", "cmd": "sleep 0.3"},
+            "sandbox": {"backend": "docker"},
+            "rollouts": 3,
+            "concurrency": 1,
+            "output_dir": str(out),
+        }
+    )
+    outcome = execute_run(prepare_run(config))
+    assert all(r.ok and r.reward == 1.0 for r in outcome.records), outcome.records
+    return outcome.records, outcome.run_dir.name
+
+
+def test_tasks_of_one_shape_share_the_warm_containers(tmp_path: Path) -> None:
+    """Two tasks, rollouts interleaved (a b a b ...): the same shape, so warm ones serve both."""
+    tasks = _tasks(tmp_path / "tasks", {"a": 512, "b": 512})
+    since = time.time()
+    records, run = _run(tasks, tmp_path / "runs")
+    warm = [r for r in records if r.sandbox.model_dump().get("warm")]
+    assert {r.task.name for r in warm} == {"warm/a", "warm/b"}, [r.sandbox for r in records]
+    containers = [r.sandbox.model_dump().get("container") for r in records]
+    assert len(set(containers)) == len(containers)  # each served one trial
+    # One made ahead for after the last trial at most: drained, never a trial's.
+    assert _containers_created(run, since) <= len(records) + 1
+
+
+def test_shapes_that_alternate_make_no_container_only_to_throw_it_away(tmp_path: Path) -> None:
+    """Two tasks of different shapes, interleaved: nothing is made ahead, so nothing wasted."""
+    tasks = _tasks(tmp_path / "tasks", {"a": 512, "b": 640})
+    since = time.time()
+    records, run = _run(tasks, tmp_path / "runs")
+    assert not any(r.sandbox.model_dump().get("warm") for r in records)
+    assert _containers_created(run, since) == len(records)

@@ -1,0 +1,66 @@
+"""When the warm pool makes containers ahead: only for a shape that repeats (no engine)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+
+from sandbox.docker.warm import WarmPool
+
+
+class Maker:
+    """Stands in for starting a container: counts what was made, by shape."""
+
+    def __init__(self) -> None:
+        self.made: list[str] = []
+        self.disposed: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+
+    def make_for(self, shape: str) -> Callable[[], tuple[str, int]]:
+        def make() -> tuple[str, int]:
+            with self._lock:
+                self.made.append(shape)
+                return shape, next(self._ids)
+
+        return make
+
+    def dispose(self, warm: tuple[str, int]) -> None:
+        with self._lock:
+            self.disposed.append(warm)
+
+
+def _run(shapes: str, spares: int = 1) -> tuple[Maker, list[tuple[str, int] | None]]:
+    maker = Maker()
+    pool: WarmPool[tuple[str, int]] = WarmPool(spares, maker.dispose)
+    taken = []
+    for i, shape in enumerate(shapes):
+        got = pool.take(shape, maker.make_for(shape), lambda _w: True, upcoming=len(shapes) - i - 1)
+        assert got is None or got[0] == shape  # a warm container only ever serves its shape
+        taken.append(got)
+        pool._maker.submit(lambda: None).result()  # let the spare be made before the next
+    assert pool.drain() == []
+    return maker, taken
+
+
+def test_interleaved_shapes_make_nothing_ahead() -> None:
+    """Tasks with images of their own, interleaved: nothing is made just to be thrown away."""
+    maker, taken = _run("ABCABCABC")
+    assert maker.made == [] and taken == [None] * 9
+
+
+def test_one_shape_is_served_warm_from_the_second_trial_on() -> None:
+    maker, taken = _run("AAAAA")
+    assert taken[:2] == [None, None]
+    assert all(t is not None for t in taken[2:])
+    ids = [t[1] for t in taken if t is not None]
+    assert len(set(ids)) == len(ids)  # each warm container serves one trial
+    assert maker.made == ["A"] * 3  # none made for after the last trial
+    assert maker.disposed == []
+
+
+def test_tasks_sharing_a_shape_share_warm_containers_and_a_change_wastes_at_most_one() -> None:
+    maker, taken = _run("AAAABBBB")
+    assert sum(t is not None for t in taken) == 4  # A's last two, B's last two
+    assert [d[0] for d in maker.disposed] == ["A"]  # the one A made before B came
