@@ -553,6 +553,12 @@ class Launch:
                 self.reaper.wait(self.pid, 5.0)
                 self._child_reaped = True
 
+        if not self.namespaced and self.wait_status is None:
+            # The program first: killed after its children, it could see them die and
+            # exit by itself (bash's 137) before its own SIGKILL, and the phase would
+            # look like it ended on its own rather than being killed at its deadline.
+            killed += self._kill_program()
+
         def find() -> Set[int]:
             return self.processes(processes.live_entries())
 
@@ -567,6 +573,20 @@ class Launch:
         elif self.wait_status is None:
             self.wait_status = self.reaper.wait(self.pid, 5.0)
         return killed
+
+    def _kill_program(self) -> int:
+        """SIGKILL the program itself (no namespace); 1 if a signal was sent.
+
+        Through its pidfd when there is one, else only while the reaper holds its pid
+        unreaped: another thread's reap could free the pid for reuse.
+        """
+        try:
+            if self.pidfd >= 0:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                return 1
+            return 1 if self.reaper.kill_unreaped(self.pid, signal.SIGKILL) else 0
+        except ProcessLookupError:
+            return 0
 
     def _kill_namespace(self, timeout: float = 5.0) -> bool:
         """SIGKILL the namespace's init through its pidfd; whether everything in it is dead.

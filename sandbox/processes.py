@@ -156,6 +156,18 @@ class Reaper:
             self._watched.discard(pid)
             return status
 
+    def kill_unreaped(self, pid: int, sig: int) -> bool:
+        """Signal watched child ``pid`` unless it was reaped already; whether it was sent.
+
+        Holding the reaper's lock, so no other thread can reap it (and free its pid for
+        reuse) between the check and the signal.
+        """
+        with self._lock:
+            if pid in self._statuses or pid not in self._watched:
+                return False
+            os.kill(pid, sig)
+            return True
+
     def wait(self, pid: int, timeout: float) -> Optional[int]:
         """Wait up to ``timeout`` seconds for watched child ``pid``; its status, or None."""
         stop_at = time.monotonic() + timeout
