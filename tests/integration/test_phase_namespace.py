@@ -14,7 +14,7 @@ from collections.abc import Callable
 import psutil
 import pytest
 
-from sandbox.backend import PhaseRequest
+from sandbox.backend import PhaseRequest, PhaseResult
 from sandbox.environment import FIXED_PATH
 from sandbox.local import LocalSandbox
 
@@ -31,17 +31,20 @@ def _alive_with(token: str) -> list[psutil.Process]:
     return found
 
 
+def _agent(sb: LocalSandbox, script: str, timeout: float) -> PhaseResult:
+    request = PhaseRequest(
+        role="agent", argv=["bash", "-c", script], env={"PATH": FIXED_PATH}, timeout_sec=timeout
+    )
+    return sb.run_phase(request)
+
+
 def test_survivors_are_listed_with_the_pids_the_phase_saw(
     make_local_sandbox: Callable[..., LocalSandbox],
 ) -> None:
     sb = make_local_sandbox()
     token = f"1{secrets.randbelow(10**6)}.5"
     script = f"sleep {token} &\necho $! > pids\n( sleep {token}1 & echo $! >> pids ) \nexit 0\n"
-    result = sb.run_phase(
-        PhaseRequest(
-            role="agent", argv=["bash", "-c", script], env={"PATH": FIXED_PATH}, timeout_sec=20
-        )
-    )
+    result = _agent(sb, script, 20)
     assert result.exit_code == 0, result
     seen_inside = {int(line) for line in (sb.fs / "workspace" / "pids").read_text().split()}
     listed = {p["pid"]: p for p in result.survivors}
@@ -58,11 +61,7 @@ def test_a_phase_that_timed_out_is_killed_with_its_namespace(
     sb = make_local_sandbox()
     token = f"1{secrets.randbelow(10**6)}.75"
     script = f"( trap '' TERM HUP INT; sleep {token} ) & sleep {token}\n"
-    result = sb.run_phase(
-        PhaseRequest(
-            role="agent", argv=["bash", "-c", script], env={"PATH": FIXED_PATH}, timeout_sec=1
-        )
-    )
+    result = _agent(sb, script, 1)
     assert result.timed_out and result.exit_code is None
     assert any(token in p["cmdline"] for p in result.survivors), result.survivors
     assert _alive_with(token) == []
