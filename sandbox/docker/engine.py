@@ -104,6 +104,32 @@ class LeakReport:
     errors: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Listed:
+    """A container as the engine lists it, never inspected.
+
+    One the engine is removing ("Removal In Progress", which can last until the engine
+    restarts) is listed but cannot be inspected: the SDK's ``containers.list`` would raise.
+    """
+
+    id: str
+    name: str
+    labels: dict[str, str]
+    state: str
+
+
+def _containers(client: docker.DockerClient, filters: dict[str, Any]) -> list[_Listed]:
+    return [
+        _Listed(
+            id=str(entry["Id"]),
+            name=str((entry.get("Names") or [""])[0]).lstrip("/"),
+            labels=dict(entry.get("Labels") or {}),
+            state=str(entry.get("State") or ""),
+        )
+        for entry in client.api.containers(all=True, filters=filters)
+    ]
+
+
 def _unlabelled(items: list[Any], labels: Any, named: Callable[[str], bool]) -> list[Any]:
     """The objects without the harness label whose names say they are the harness's."""
     return [
@@ -128,10 +154,8 @@ def _leaked(
         return name.startswith(prefix) if run else bool(RUN_OBJECT_NAME.match(name))
 
     near: dict[str, Any] = {"name": prefix}
-    containers = client.containers.list(all=True, filters={"label": wanted})
-    containers += _unlabelled(
-        client.containers.list(all=True, filters=near), lambda c: c.labels, named
-    )
+    containers = _containers(client, {"label": wanted})
+    containers += _unlabelled(_containers(client, near), lambda c: c.labels, named)
     volumes = [
         volume
         for volume in client.volumes.list(filters={"label": wanted})
@@ -147,6 +171,21 @@ def _leaked(
     return containers, volumes, networks
 
 
+def _remove_containers(
+    client: docker.DockerClient, containers: list[_Listed], report: LeakReport
+) -> None:
+    for container in containers:
+        if container.state == "removing":
+            continue  # the engine is removing it already
+        try:
+            client.api.remove_container(container.id, force=True, v=True)
+            report.containers.append(container.name or container.id[:12])
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            report.errors.append(f"container {container.name or container.id[:12]}: {exc}")
+
+
 def remove_leaks(
     client: docker.DockerClient, *, run: str | None = None, keep_runtime: bool = True
 ) -> LeakReport:
@@ -157,14 +196,7 @@ def remove_leaks(
     """
     report = LeakReport()
     containers, volumes, networks = _leaked(client, run, keep_runtime)
-    for container in containers:
-        try:
-            container.remove(force=True, v=True)
-            report.containers.append(str(container.name or container.id))
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            report.errors.append(f"container {container.name}: {exc}")
+    _remove_containers(client, containers, report)
     for volume in volumes:
         try:
             volume.remove(force=True)

@@ -26,6 +26,7 @@ import pytest
 from sandbox.backend import PROTOCOL_VERSION, SUPERVISOR_PATH, SupervisorSession
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import SupervisorError
+from sandbox.storage import release_leftovers
 
 IS_ROOT = os.geteuid() == 0
 SYSTEM_PYTHON = shutil.which("python3", path=FIXED_PATH) or sys.executable
@@ -245,6 +246,9 @@ def test_harness_sigkill_mid_phase_kills_the_phase(tmp_path: Path) -> None:
             harness.wait()
         for p in procs_with(token):
             p.kill()
+        # What `harness sandbox cleanup` does for a killed harness: its trial filesystem
+        # is still mounted.
+        release_leftovers(roots)
         shutil.rmtree(roots, ignore_errors=True)
 
 
