@@ -8,7 +8,8 @@ outside would land there; without the variable a point costs one set lookup. The
   ``grade``, ``cleanup``...);
 - ``replace:<file name>``: an atomic write of that file (``trials.jsonl`` when compacting,
   ``summary.json``, ``status.json``, ``config.toml``) is written and synced, not yet renamed;
-- ``evidence``: a trial's evidence is partly copied out (the workspace, not the rest).
+- ``evidence``: a trial's evidence is partly out (its logs and its workspace's files, not
+  the workspace's manifest).
 
 ``tests/faults/`` uses them for the moments a signal from outside cannot hit reliably.
 """

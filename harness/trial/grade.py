@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from harness.errors import VerifierError
+from harness.failpoints import kill_point
 from harness.grading import read_rewards, trial_reward
 from harness.records.atomic import write_bytes_atomic
 from harness.trial.artifacts import collect_artifacts
@@ -52,6 +53,7 @@ class CollectAndGrade(TrialState):
             max_total_bytes=caps.total_bytes,
         )
         self._record_events(events)
+        kill_point("evidence")  # the logs and the workspace's files are out, the manifest not
         # Compact: one line per file of the workspace adds up over thousands of files.
         write_bytes_atomic(manifest, json.dumps(found, separators=(",", ":")).encode())
 

@@ -1,14 +1,16 @@
 """The harness dying or stalling at any point leaves nothing a resume cannot mend.
 
-``kill -9`` lands in each phase of a trial, in an atomic write (the compaction of
-``trials.jsonl``, ``summary.json``, ``status.json``, ``config.toml``) and in an image build;
-the harness is stopped (SIGSTOP) for longer than a trial's timeout; ``status.json`` is
-damaged. Asserted from outside: after ``--resume`` every planned trial is recorded exactly
-once, no partial file is left, the engine holds nothing of the run, no traceback.
+``kill -9`` lands in each phase of a trial, in the middle of its evidence copy, in an atomic
+write (the compaction of ``trials.jsonl``, ``summary.json``, ``status.json``,
+``config.toml``) and in an image build; the harness is stopped (SIGSTOP) for longer than a
+trial's timeout; ``status.json`` is damaged. Asserted from outside: after ``--resume``
+every planned trial is recorded exactly once, no partial file is left, the engine holds
+nothing of the run, no traceback.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -29,12 +31,15 @@ from fault_support import (
 )
 from private_engine import PrivateEngine
 
+from sandbox.evidence_diff import MANIFEST_NAME
+
 pytestmark = pytest.mark.docker
 
 KILL_POINTS = [
     "phase:prepare",
     "phase:execute",
     "phase:collect",
+    "evidence",
     "phase:grade",
     "phase:cleanup",
     "replace:config.toml",
@@ -73,6 +78,10 @@ def test_kill_9_at_any_point_then_resume_completes(
         assert engine.leftovers() == NOTHING_LEFT
         return
     resume_completes(engine_cli, engine, run_dir, 3)
+    # Every trial's evidence whole, the one killed halfway out included.
+    for trial in (run_dir / "trials").iterdir():
+        manifest = json.loads((trial / MANIFEST_NAME).read_text())
+        assert manifest, trial
 
 
 def test_kill_9_while_compacting_the_records_then_resume_completes(
