@@ -288,37 +288,16 @@ def _is_readable(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
-def _namespace_entries(init_pid: int) -> List[Dict[str, Any]]:
-    """pid, ppid, state, uid and cmdline of each process in ``init_pid``'s pid namespace.
+def _namespace_survivors(init_pid: int) -> List[Dict[str, Any]]:
+    """The live processes of ``init_pid``'s pid namespace but its init (1) and program (2).
 
     Read from the namespace's own ``/proc`` (the view mounts it), reached through the init's
     root: a handful of entries instead of a scan of every process on the host. Pids are the
-    namespace's own (the init is 1, the phase's program 2), as the phase itself saw them.
+    namespace's own, as the phase itself saw them.
     """
-    base = "/proc/%d/root/proc" % init_pid
-    entries = []
-    for name in os.listdir(base):
-        if not name.isdigit():
-            continue
-        try:
-            with open("%s/%s/stat" % (base, name), "rb") as fh:
-                raw = fh.read(4096)
-            uid = os.stat("%s/%s" % (base, name)).st_uid
-            with open("%s/%s/cmdline" % (base, name), "rb") as fh:
-                line = fh.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except OSError:
-            continue  # gone meanwhile
-        rest = raw[raw.rfind(b")") + 2 :].split()
-        entries.append(
-            {
-                "pid": int(name),
-                "ppid": int(rest[1]),
-                "state": rest[0].decode(),
-                "uid": uid,
-                "cmdline": line,
-            }
-        )
-    return entries
+    proc = "/proc/%d/root/proc" % init_pid
+    entries = processes.live_entries(proc)
+    return processes.describe([e["pid"] for e in entries if e["pid"] > 2], entries, proc)
 
 
 def _ns_pid(pid: int) -> Optional[int]:
@@ -439,13 +418,8 @@ class Launch:
             return  # already gone: the scans handle the rest
         # The pid was C's child when the fd was opened if it still is now: C forks once,
         # and its child's pid cannot be reused before C has reaped it, after which C exits.
-        try:
-            with open("/proc/%d/stat" % self.init_pid, "rb") as fh:
-                raw = fh.read(4096)
-            ours = int(raw[raw.rfind(b")") + 2 :].split()[1]) == self.pid
-        except (OSError, ValueError, IndexError):
-            ours = False
-        if ours:
+        entry = processes.stat_entry(str(self.init_pid))
+        if entry is not None and entry["ppid"] == self.pid:
             self.init_pidfd = fd
         else:
             os.close(fd)
@@ -510,12 +484,12 @@ class Launch:
         """
         if entries is None and self._init_alive():
             try:
-                inside = _namespace_entries(self.init_pid)
+                inside: Optional[List[Dict[str, Any]]] = _namespace_survivors(self.init_pid)
             except OSError:
                 inside = None
             # Only if the init outlived the listing was the pid (and its /proc) still ours.
             if inside is not None and self._init_alive():
-                return [e for e in inside if e["pid"] > 2 and e["state"] != "Z"]
+                return inside
         if entries is None:
             entries = processes.live_entries()
         found = self.processes(entries)

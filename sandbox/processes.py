@@ -16,37 +16,42 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Set
 
 
-def proc_entries() -> List[Dict[str, Any]]:
-    """pid, ppid, state and uid of every process, with two syscalls per process.
+def stat_entry(name: str, proc: str = "/proc") -> Optional[Dict[str, Any]]:
+    """pid, ppid, state and uid of process ``name`` (None when gone), two syscalls.
 
-    The uid is the owner of ``/proc/<pid>``, i.e. the effective uid (root for a
+    ``proc`` is the procfs to read: another pid namespace's own shows that namespace's pids.
+    The uid is the owner of ``<proc>/<pid>``, i.e. the effective uid (root for a
     non-dumpable process): an agent process that makes itself non-dumpable hides from the
     uid sweep, but never from the descendant walk.
     """
-    entries = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    try:
+        fd = os.open("%s/%s/stat" % (proc, name), os.O_RDONLY | os.O_CLOEXEC)
         try:
-            fd = os.open("/proc/%s/stat" % name, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                raw = os.read(fd, 4096)
-            finally:
-                os.close(fd)
-            uid = os.stat("/proc/%s" % name).st_uid
-        except OSError:
-            continue
-        # comm may contain spaces and parentheses: split after the last ')'.
-        rest = raw[raw.rfind(b")") + 2 :].split()
-        entries.append(
-            {"pid": int(name), "ppid": int(rest[1]), "state": rest[0].decode(), "uid": uid}
-        )
+            raw = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        uid = os.stat("%s/%s" % (proc, name)).st_uid
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: split after the last ')'.
+    rest = raw[raw.rfind(b")") + 2 :].split()
+    return {"pid": int(name), "ppid": int(rest[1]), "state": rest[0].decode(), "uid": uid}
+
+
+def proc_entries(proc: str = "/proc") -> List[Dict[str, Any]]:
+    """:func:`stat_entry` of every process of the procfs ``proc``."""
+    entries = []
+    for name in os.listdir(proc):
+        if name.isdigit():
+            entry = stat_entry(name, proc)
+            if entry is not None:
+                entries.append(entry)
     return entries
 
 
-def live_entries() -> List[Dict[str, Any]]:
+def live_entries(proc: str = "/proc") -> List[Dict[str, Any]]:
     """:func:`proc_entries` without zombies."""
-    return [e for e in proc_entries() if e["state"] != "Z"]
+    return [e for e in proc_entries(proc) if e["state"] != "Z"]
 
 
 def pid_ns(pid: str) -> Optional[str]:
@@ -57,10 +62,10 @@ def pid_ns(pid: str) -> Optional[str]:
         return None
 
 
-def cmdline(pid: int) -> str:
+def cmdline(pid: int, proc: str = "/proc") -> str:
     """The command line of ``pid`` (empty when gone or unreadable)."""
     try:
-        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+        with open("%s/%d/cmdline" % (proc, pid), "rb") as fh:
             raw = fh.read(4096)
     except OSError:
         return ""
@@ -100,10 +105,12 @@ def descendants(
     return found - set(exclude)
 
 
-def describe(pids: Iterable[int], entries: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Record-ready facts (pid, ppid, state, uid, cmdline) of ``pids``."""
+def describe(
+    pids: Iterable[int], entries: List[Dict[str, Any]], proc: str = "/proc"
+) -> List[Dict[str, Any]]:
+    """Record-ready facts (pid, ppid, state, uid, cmdline) of ``pids``, read in ``proc``."""
     by_pid = {e["pid"]: e for e in entries}
-    return [dict(by_pid[p], cmdline=cmdline(p)) for p in sorted(pids) if p in by_pid]
+    return [dict(by_pid[p], cmdline=cmdline(p, proc)) for p in sorted(pids) if p in by_pid]
 
 
 class Reaper:

@@ -177,13 +177,14 @@ def _remove_containers(
     for container in containers:
         if container.state == "removing":
             continue  # the engine is removing it already
+        name = container.name or container.id[:12]
         try:
             client.api.remove_container(container.id, force=True, v=True)
-            report.containers.append(container.name or container.id[:12])
+            report.containers.append(name)
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError as exc:
-            report.errors.append(f"container {container.name or container.id[:12]}: {exc}")
+            report.errors.append(f"container {name}: {exc}")
 
 
 def remove_leaks(
