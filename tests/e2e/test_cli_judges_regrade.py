@@ -41,6 +41,14 @@ def examples(tmp_path: Path) -> Path:
     return root
 
 
+def run_builtin(cli: Any, examples: Path, out: Path, *extra: Any, **kwargs: Any) -> Any:
+    """``harness run`` of the example tasks with the builtin agent on the faux demo model."""
+    return cli(
+        "run", examples / "tasks", "--agent", "builtin", "--model", "faux/demo", "-o", out,
+        *extra, **kwargs,
+    )  # fmt: skip
+
+
 def records(run_dir: Path) -> dict[str, dict[str, Any]]:
     lines = (run_dir / "trials.jsonl").read_text().splitlines()
     return {r["task"]["key"]: r for r in map(json.loads, lines)}
@@ -53,14 +61,9 @@ def only_run(parent: Path) -> Path:
 
 def test_task_and_run_judges_score_into_rewards(cli, examples: Path, tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    result = cli(
-        "run",
-        examples / "tasks",
-        "--agent",
-        "builtin",
-        "--model",
-        "faux/demo",
-        "-o",
+    result = run_builtin(
+        cli,
+        examples,
         out,
         "--display",
         "none",
@@ -97,19 +100,14 @@ def test_task_and_run_judges_score_into_rewards(cli, examples: Path, tmp_path: P
 
 def test_malformed_judge_output_is_a_verifier_error(cli, examples: Path, tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    result = cli(
-        "run",
-        examples / "tasks",
+    result = run_builtin(
+        cli,
+        examples,
+        out,
         "--task-name",
         HELLO,
-        "--agent",
-        "builtin",
-        "--model",
-        "faux/demo",
         "--models",
         examples / "judge-models.toml",
-        "-o",
-        out,
         "--display",
         "none",
         "--judge",
@@ -129,17 +127,12 @@ def test_malformed_judge_output_is_a_verifier_error(cli, examples: Path, tmp_pat
 
 def test_a_gate_and_a_bad_judge_table(cli, examples: Path, tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    gated = cli(
-        "run",
-        examples / "tasks",
+    gated = run_builtin(
+        cli,
+        examples,
+        out,
         "--task-name",
         HELLO,
-        "--agent",
-        "builtin",
-        "--model",
-        "faux/demo",
-        "-o",
-        out,
         "--display",
         "none",
         "--judge",
@@ -156,14 +149,9 @@ def test_a_gate_and_a_bad_judge_table(cli, examples: Path, tmp_path: Path) -> No
     toml.write_text(
         toml.read_text() + '\n[[verifier.judges]]\ntype = "tool-call"\nname = "reward"\n'
     )
-    bad = cli(
-        "run",
-        examples / "tasks",
-        "--agent",
-        "builtin",
-        "--model",
-        "faux/demo",
-        "-o",
+    bad = run_builtin(
+        cli,
+        examples,
         tmp_path / "none",
     )
     assert bad.code == 2 and "verifier's main reward" in bad.stderr and "task.toml" in bad.stderr
@@ -181,14 +169,9 @@ def test_regrade_grades_saved_evidence_again_into_a_new_run(
     toml.write_text(
         original.replace('EXPECTED_TEXT = "Hello, world!"', 'EXPECTED_TEXT = "Hello, World!"')
     )
-    first = cli(
-        "run",
-        examples / "tasks",
-        "--agent",
-        "builtin",
-        "--model",
-        "faux/demo",
-        "-o",
+    first = run_builtin(
+        cli,
+        examples,
         out,
         "--run-name",
         "source",
