@@ -160,6 +160,10 @@ class PhaseRequest:
     #: Name of the phase's output files in the logs dir (default: the role), so a
     #: healthcheck or a step's setup does not overwrite the agent's or verifier's.
     log_name: str | None = None
+    #: Verifier phases: see the agent's ``/tmp``, ``/var/tmp`` and ``/dev/shm`` instead of
+    #: fresh, verifier-owned ones of their own. Healthchecks only: they write no reward,
+    #: and may wait on a service of the image that keeps its files there.
+    shared_tmp: bool = False
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxEr
 from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
 from sandbox.processes import kill_all, live_entries, uid_processes
+from sandbox.scratch import PARKED, park, unpark
 from sandbox.seeding import chown_tree, seed_workspace
 from sandbox.storage import StorageBudget, TrialStorage, reserve, storage_supported
 from sandbox.storage_pool import PreparedStorage, StoragePool
@@ -605,7 +606,14 @@ class LocalSandbox(Sandbox):
 
     def _agent_view(self) -> dict[str, Any]:
         """Everything of the trial's but the grader's dirs (and the solution, unless given)."""
-        hidden = {"tests", "verifier", "grader", "exec", *(name for name, _t in _SHARED_TMP)}
+        hidden = {
+            "tests",
+            "verifier",
+            "grader",
+            "exec",
+            PARKED,
+            *(name for name, _t in _SHARED_TMP),
+        }
         if not self._solution_readable:
             hidden.add("solution")
         writable = {name for name, _mode in _AGENT_DIRS if "/" not in name}
@@ -654,10 +662,14 @@ class LocalSandbox(Sandbox):
             ),
         )
         identity = self._identity
+        private_tmp = identity is not None and request.role == "verifier" and not request.shared_tmp
         if identity is not None and request.role == "agent":
             self._confine_agent(payload)
         elif identity is not None:
             self._prepare_grader()
+            if private_tmp:
+                # Before the views: the agent's commands run for it see the same, fresh dirs.
+                park(self.fs, (identity.grader_uid, identity.grader_gid))
             grader = {"uid": identity.grader_uid, "gid": identity.grader_gid}
             payload["user"] = {"uid": identity.grader_uid, "gid": identity.grader_gid}
             payload["namespaces"] = {
@@ -676,7 +688,11 @@ class LocalSandbox(Sandbox):
                 "template": self._confine_agent(template),
                 "max_output_bytes": request.max_output_bytes,
             }
-        return PhaseResult.from_json(self._supervisor().request(dict(payload)))
+        try:
+            return PhaseResult.from_json(self._supervisor().request(dict(payload)))
+        finally:
+            if private_tmp:
+                unpark(self.fs)
 
     def _prepare_grader(self) -> None:
         """Fresh, grader-owned home and tmp dirs for a verifier phase (none of the agent's)."""
