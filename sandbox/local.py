@@ -474,6 +474,9 @@ class LocalSandbox(Sandbox):
         for name, _mode in _AGENT_DIRS:
             if "/" not in name:
                 chown_tree(self.fs / name, slot.uid, slot.gid)
+        # Whatever mode the earlier agent gave its home, no other uid may enter it now:
+        # the new user's private dirs (a judge's verdict) live there.
+        os.chmod(self.fs / "home", 0o700)
         return slot.uid, slot.gid
 
     def _make_storage(self) -> None:

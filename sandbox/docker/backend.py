@@ -575,8 +575,12 @@ class DockerSandbox(Sandbox):
             taken.add(int(self.workload["uid"]))
         uid = next(u for u in range(DEFAULT_UID - 1, 0, -1) if u not in taken)
         new = {"uid": uid, "gid": uid}
-        for path in (self._workdir, f"{_TRIAL}/home", f"{_TRIAL}/session", "/logs/artifacts"):
-            self._call({"op": "chown_tree", "path": path, "owner": new})
+        home = f"{_TRIAL}/home"
+        for path in (self._workdir, home, f"{_TRIAL}/session", "/logs/artifacts"):
+            # Whatever mode the earlier agent gave its home, no other uid may enter it now:
+            # the new user's private dirs (a judge's verdict) live there.
+            mode = {"mode": 0o700} if path == home else {}
+            self._call({"op": "chown_tree", "path": path, "owner": new, **mode})
         self._former_agents.append(self._agent_id)
         self._agent_id = (uid, uid)
         return self._agent_id
