@@ -22,6 +22,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 #: Where each backend's verifier dir is (the agent plants links to both).
 VERIFIER_DIRS = ("/logs/verifier", "/trial/verifier")
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
@@ -349,3 +351,46 @@ def test_a_shared_judges_verdict_is_its_own(
     verdict = json.loads(verdicts[0].read_text())
     assert verdict == {"score": 0.1, "reason": "judged"}, verdict
     assert not list(run.run_dir.rglob("rc-ran")), "the solver's rc file ran in the judge"
+
+
+# ============================================================== a separate verifier
+
+
+@pytest.mark.docker
+def test_a_separate_verifier_gets_scratch_dirs_of_its_own(
+    cli: Any, sec: Any, tmp_path: Path
+) -> None:
+    """A separate verifier (a container built from ``tests/``) gets the same fresh dirs.
+
+    The agent plants its links and files as before; its container is not the verifier's,
+    and the verifier's own scratch dirs are still empty, its own and 0755 (the image's
+    1777 ``/tmp`` is not what it writes in). From outside: the reward the naive test.sh
+    wrote, 0, and the report of what it saw.
+    """
+    name = sec.unique("separate-tmp")
+    task = tmp_path / "tasks" / name
+    _write(
+        task / "task.toml",
+        f'artifacts = ["/app/answer.txt"]\n\n[task]\nname = "{name}"\n\n'
+        "[agent]\ntimeout_sec = 30\n\n"
+        '[verifier]\ntimeout_sec = 30\nenvironment_mode = "separate"\n\n'
+        "[environment]\ncpus = 1\nmemory_mb = 512\n",
+    )
+    _write(task / "instruction.md", "#!/bin/bash\n" + PLANT + "\necho 42 > /app/answer.txt\n")
+    _write(task / "environment" / "Dockerfile", f"FROM {sec.BASE_IMAGE}\nWORKDIR /app\n")
+    _write(
+        task / "tests" / "Dockerfile",
+        f"FROM {sec.BASE_IMAGE}\nWORKDIR /app\nCOPY test.sh /tests/test.sh\n"
+        "RUN chmod 755 /tests/test.sh\n",
+    )
+    _write(task / "tests" / "test.sh", "#!/bin/bash\n" + NAIVE_TEST, 0o755)
+    run = cli.run([task], timeout=300)
+    assert run.code == 0, run
+    record = run.by_task(name)
+    assert record["status"] == "completed", record
+    assert record["reward"] == 0.0, record
+    stdout = (run.evidence(record) / "verifier" / "test-stdout.txt").read_text()
+    report = json.loads(stdout.split("SCRATCH ", 1)[1].splitlines()[0])
+    for d in SCRATCH:
+        assert report[d]["entries"] == [], report
+        assert report[d]["mode"] == "0o755" and report[d]["mine"], report
