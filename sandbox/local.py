@@ -670,9 +670,6 @@ class LocalSandbox(Sandbox):
             self._confine_agent(payload)
         elif identity is not None:
             self._prepare_grader()
-            if private_tmp:
-                # Before the views: the agent's commands run for it see the same, fresh dirs.
-                park(self.fs, (identity.grader_uid, identity.grader_gid))
             grader = {"uid": identity.grader_uid, "gid": identity.grader_gid}
             payload["user"] = {"uid": identity.grader_uid, "gid": identity.grader_gid}
             payload["namespaces"] = {
@@ -692,10 +689,15 @@ class LocalSandbox(Sandbox):
                 "max_output_bytes": request.max_output_bytes,
             }
         try:
+            if private_tmp:
+                assert identity is not None
+                # The views bind fs/tmp (and the others) by path: the verifier and the
+                # commands it runs as the agent see the same fresh dirs.
+                park(self.fs, (identity.grader_uid, identity.grader_gid))
             return PhaseResult.from_json(self._supervisor().request(dict(payload)))
         finally:
             if private_tmp:
-                unpark(self.fs)
+                unpark(self.fs)  # also after a park that failed half-way
 
     def _prepare_grader(self) -> None:
         """Fresh, grader-owned home and tmp dirs for a verifier phase (none of the agent's)."""

@@ -661,8 +661,6 @@ class DockerSandbox(Sandbox):
             self._confine_agent(payload)
         else:
             self._prepare_grader()
-            if private_tmp:
-                self._private_tmp()
             if self._verifier_id != (0, 0):
                 uid, gid = self._verifier_id
                 payload["user"] = {"uid": uid, "gid": gid}
@@ -678,10 +676,14 @@ class DockerSandbox(Sandbox):
                 "max_output_bytes": request.max_output_bytes,
             }
         try:
-            result = PhaseResult.from_json(self._call(dict(payload)))
-        except SupervisorError as exc:
             if private_tmp:
+                self._private_tmp()
+            result = PhaseResult.from_json(self._call(dict(payload)))
+        except BaseException as exc:
+            if private_tmp:  # the agent's files back whatever failed (its error is reported)
                 self._shared_tmp(quiet=True)
+            if not isinstance(exc, SupervisorError):
+                raise
             died = self._died(request.role)
             if died is None:
                 raise
