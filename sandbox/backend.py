@@ -385,7 +385,12 @@ class Sandbox(ABC):
 
     @abstractmethod
     def run_phase(self, request: PhaseRequest) -> PhaseResult:
-        """Run one phase under the supervisor; every process of it is dead on return."""
+        """Run one phase under the supervisor; every process of it is dead on return.
+
+        A verifier phase (unless ``shared_tmp``) sees ``/tmp``, ``/var/tmp`` and
+        ``/dev/shm`` empty and its own, and the agent's files there again afterwards
+        (:mod:`sandbox.scratch`).
+        """
 
     @abstractmethod
     def reset_verifier_dir(self) -> None:
