@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.backend import PhaseRequest, Sandbox, SandboxSpec
+from sandbox.backend import PhaseRequest, Role, Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
 from sandbox.local import IdentityPool, LocalSandbox
 
@@ -106,10 +106,10 @@ def make(request: pytest.FixtureRequest) -> Iterator[tuple[str, Make]]:
         runtime.close()
 
 
-def _phase(sandbox: Sandbox, role: str, script: str, **more: Any) -> str:
+def _phase(sandbox: Sandbox, role: Role, script: str, **more: Any) -> str:
     env = {"PATH": FIXED_PATH, "VD": sandbox.paths.verifier}
     result = sandbox.run_phase(
-        PhaseRequest(role=role, argv=["bash", "-c", script], env=env, timeout_sec=30, **more)  # type: ignore[arg-type]
+        PhaseRequest(role=role, argv=["bash", "-c", script], env=env, timeout_sec=30, **more)
     )
     assert result.error is None and result.exit_code == 0, result
     name = more.get("log_name") or role
