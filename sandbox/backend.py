@@ -160,6 +160,10 @@ class PhaseRequest:
     #: Name of the phase's output files in the logs dir (default: the role), so a
     #: healthcheck or a step's setup does not overwrite the agent's or verifier's.
     log_name: str | None = None
+    #: Verifier phases: see the agent's ``/tmp``, ``/var/tmp`` and ``/dev/shm`` instead of
+    #: fresh, verifier-owned ones of their own. Healthchecks only: they write no reward,
+    #: and may wait on a service of the image that keeps its files there.
+    shared_tmp: bool = False
 
 
 @dataclass(frozen=True)
@@ -381,7 +385,12 @@ class Sandbox(ABC):
 
     @abstractmethod
     def run_phase(self, request: PhaseRequest) -> PhaseResult:
-        """Run one phase under the supervisor; every process of it is dead on return."""
+        """Run one phase under the supervisor; every process of it is dead on return.
+
+        A verifier phase (unless ``shared_tmp``) sees ``/tmp``, ``/var/tmp`` and
+        ``/dev/shm`` empty and its own, and the agent's files there again afterwards
+        (:mod:`sandbox.scratch`).
+        """
 
     @abstractmethod
     def reset_verifier_dir(self) -> None:

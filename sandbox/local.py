@@ -49,6 +49,7 @@ from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxEr
 from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
 from sandbox.processes import kill_all, live_entries, uid_processes
+from sandbox.scratch import PARKED, park, unpark
 from sandbox.seeding import chown_tree, seed_workspace
 from sandbox.storage import StorageBudget, TrialStorage, reserve, storage_supported
 from sandbox.storage_pool import PreparedStorage, StoragePool
@@ -473,6 +474,9 @@ class LocalSandbox(Sandbox):
         for name, _mode in _AGENT_DIRS:
             if "/" not in name:
                 chown_tree(self.fs / name, slot.uid, slot.gid)
+        # Whatever mode the earlier agent gave its home, no other uid may enter it now:
+        # the new user's private dirs (a judge's verdict) live there.
+        os.chmod(self.fs / "home", 0o700)
         return slot.uid, slot.gid
 
     def _make_storage(self) -> None:
@@ -605,7 +609,14 @@ class LocalSandbox(Sandbox):
 
     def _agent_view(self) -> dict[str, Any]:
         """Everything of the trial's but the grader's dirs (and the solution, unless given)."""
-        hidden = {"tests", "verifier", "grader", "exec", *(name for name, _t in _SHARED_TMP)}
+        hidden = {
+            "tests",
+            "verifier",
+            "grader",
+            "exec",
+            PARKED,
+            *(name for name, _t in _SHARED_TMP),
+        }
         if not self._solution_readable:
             hidden.add("solution")
         writable = {name for name, _mode in _AGENT_DIRS if "/" not in name}
@@ -654,6 +665,7 @@ class LocalSandbox(Sandbox):
             ),
         )
         identity = self._identity
+        private_tmp = identity is not None and request.role == "verifier" and not request.shared_tmp
         if identity is not None and request.role == "agent":
             self._confine_agent(payload)
         elif identity is not None:
@@ -676,7 +688,16 @@ class LocalSandbox(Sandbox):
                 "template": self._confine_agent(template),
                 "max_output_bytes": request.max_output_bytes,
             }
-        return PhaseResult.from_json(self._supervisor().request(dict(payload)))
+        try:
+            if private_tmp:
+                assert identity is not None
+                # The views bind fs/tmp (and the others) by path: the verifier and the
+                # commands it runs as the agent see the same fresh dirs.
+                park(self.fs, (identity.grader_uid, identity.grader_gid))
+            return PhaseResult.from_json(self._supervisor().request(dict(payload)))
+        finally:
+            if private_tmp:
+                unpark(self.fs)  # also after a park that failed half-way
 
     def _prepare_grader(self) -> None:
         """Fresh, grader-owned home and tmp dirs for a verifier phase (none of the agent's)."""

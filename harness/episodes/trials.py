@@ -18,6 +18,7 @@ from typing import Any
 from harness.errors import AgentRunError, EnvError
 from harness.gateway import Gateway
 from harness.records import TrialStatus
+from harness.trial.env import judge_env
 from harness.trial.lifecycle import _TrialRun
 from harness.trial.separate import SeparateVerifier
 from harness.trial.settings import TrialPlan, TrialSettings
@@ -28,6 +29,8 @@ from sandbox.errors import SandboxDied, SandboxError
 #: The judge's verdict, under its own fresh dir in the home of the sandbox's agent user.
 VERDICT_DIR = "judge"
 VERDICT_FILE = "verdict.json"
+#: The judge's own HOME, inside that fresh dir (never the solver's home).
+JUDGE_HOME = "home"
 
 
 class EpisodeTrial(_TrialRun):
@@ -262,14 +265,24 @@ class JudgeTrial(EpisodeTrial):
                 self._record_events(transfer.events)
                 self.events.extend(transfer.notes)
         verdict_dir = f"{sandbox.paths.home}/{VERDICT_DIR}"
+        # Removed without following anything the solver planted, then made afresh by the
+        # root supervisor for the judge's own user (the solver's uid has no process left).
         sandbox.reset_dir(verdict_dir)
-        with tempfile.TemporaryDirectory(prefix="harness-judge-") as empty:
-            sandbox.upload(Path(empty), verdict_dir, owner="agent")
+        with tempfile.TemporaryDirectory(prefix="harness-judge-") as fresh:
+            (Path(fresh) / JUDGE_HOME / "tmp").mkdir(parents=True)
+            (Path(fresh) / JUDGE_HOME / "tmp" / ".keep").write_bytes(b"")
+            sandbox.upload(Path(fresh), verdict_dir, owner="agent")
 
     def _agent_env(self, extra: dict[str, str]) -> dict[str, str]:
         assert self.sandbox is not None
-        verdict = f"{self.sandbox.paths.home}/{VERDICT_DIR}/{VERDICT_FILE}"
-        return super()._agent_env({"HARNESS_VERDICT_FILE": verdict, **extra})
+        judge_dir = f"{self.sandbox.paths.home}/{VERDICT_DIR}"
+        return super()._agent_env(
+            {
+                **judge_env(f"{judge_dir}/{JUDGE_HOME}"),
+                "HARNESS_VERDICT_FILE": f"{judge_dir}/{VERDICT_FILE}",
+                **extra,
+            }
+        )
 
     def _read_verdict(self) -> None:
         sandbox = self.sandbox

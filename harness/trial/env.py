@@ -15,6 +15,10 @@ from sandbox.verifier_tools import verifier_env
 #: Where the agent finds its task's MCP servers (JSON) and its skills.
 MCP_SERVERS_VAR = "HARNESS_MCP_SERVERS"
 SKILLS_VAR = "HARNESS_SKILLS_DIR"
+#: What keeps a Python started by a grader (a verifier, a judge) from importing files an
+#: agent left behind: no user site dir (``usercustomize``, ``.pth``), and no start dir or
+#: script dir on ``sys.path`` (a ``pytest.py`` in the workspace is never ``-m pytest``).
+UNSTEERED_PYTHON = {"PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1"}
 
 
 def mcp_servers_json(task: Task) -> str | None:
@@ -79,7 +83,8 @@ def grader_env(sandbox: Sandbox, task: Task, trial_id: str) -> dict[str, str]:
     """The verifier's environment: fresh HOME and TMPDIR, fixed PATH, nothing of the agent's.
 
     The agent's home, its session and its command's variables are nowhere in it;
-    ``PYTHONNOUSERSITE`` keeps a user site dir out of any Python the tests start.
+    :data:`UNSTEERED_PYTHON` keeps a user site dir and the start dir (the workspace) out of
+    any Python the tests start.
     """
     paths = sandbox.paths
     return phase_env(
@@ -87,6 +92,19 @@ def grader_env(sandbox: Sandbox, task: Task, trial_id: str) -> dict[str, str]:
         task,
         trial_id,
         home=paths.grader_home,
-        extra={"HARNESS_VERIFIER_DIR": paths.verifier, "PYTHONNOUSERSITE": "1", **verifier_env()},
+        extra={"HARNESS_VERIFIER_DIR": paths.verifier, **UNSTEERED_PYTHON, **verifier_env()},
         task_env=task.verifier_env,
     )
+
+
+def judge_env(home: str) -> dict[str, str]:
+    """What a judge agent's environment replaces: HOME (and TMPDIR, XDG_*) and Python's path.
+
+    A shared judge works in the solver's sandbox: its HOME is a fresh dir, never the
+    solver's (whose ``.bashrc``, ``.local`` site dir and config files would steer what the
+    judge runs), and :data:`UNSTEERED_PYTHON` keeps the workspace's and any user site
+    dir's modules out of its Python.
+    """
+    fresh = isolated_env(Path(home), {}, home=Path(home))
+    del fresh["PATH"]  # the phase's own, fixed PATH stays
+    return {**fresh, **UNSTEERED_PYTHON}

@@ -87,6 +87,7 @@ def wait_healthy(
                 timeout_sec=check.timeout_sec,
                 max_output_bytes=max_output_bytes,
                 log_name=name,
+                shared_tmp=True,
             )
         )
         ok = result.error is None and not result.timed_out and result.exit_code == 0

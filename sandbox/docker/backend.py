@@ -58,6 +58,7 @@ from sandbox.errors import (
 )
 from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
+from sandbox.scratch import PRIVATE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
 from sandbox.storage import TrialStorage
 from sandbox.storage_pool import PreparedStorage
@@ -78,6 +79,8 @@ _STORAGE_BINDS = (
     ("var-tmp", "/var/tmp"),
     ("shm", "/dev/shm"),
 )
+#: The scratch dirs a verifier phase gets fresh (:mod:`sandbox.scratch`).
+_SCRATCH_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
 # Docker adds noexec to tmpfs mounts unless told otherwise; agents and tests legitimately
 # run what they build or install in scratch dirs.
 _SCRATCH = "rw,nosuid,nodev,exec"
@@ -572,8 +575,12 @@ class DockerSandbox(Sandbox):
             taken.add(int(self.workload["uid"]))
         uid = next(u for u in range(DEFAULT_UID - 1, 0, -1) if u not in taken)
         new = {"uid": uid, "gid": uid}
-        for path in (self._workdir, f"{_TRIAL}/home", f"{_TRIAL}/session", "/logs/artifacts"):
-            self._call({"op": "chown_tree", "path": path, "owner": new})
+        home = f"{_TRIAL}/home"
+        for path in (self._workdir, home, f"{_TRIAL}/session", "/logs/artifacts"):
+            # Whatever mode the earlier agent gave its home, no other uid may enter it now:
+            # the new user's private dirs (a judge's verdict) live there.
+            mode = {"mode": 0o700} if path == home else {}
+            self._call({"op": "chown_tree", "path": path, "owner": new, **mode})
         self._former_agents.append(self._agent_id)
         self._agent_id = (uid, uid)
         return self._agent_id
@@ -649,6 +656,7 @@ class DockerSandbox(Sandbox):
             nofile=self.spec.resources.nofile,
             gateway_socket=self._gateway_socket(),
         )
+        private_tmp = request.role == "verifier" and not request.shared_tmp
         if request.role == "agent":
             self._confine_agent(payload)
         else:
@@ -668,15 +676,67 @@ class DockerSandbox(Sandbox):
                 "max_output_bytes": request.max_output_bytes,
             }
         try:
+            if private_tmp:
+                self._private_tmp()
             result = PhaseResult.from_json(self._call(dict(payload)))
-        except SupervisorError as exc:
+        except BaseException as exc:
+            if private_tmp:  # the agent's files back whatever failed (its error is reported)
+                self._shared_tmp(quiet=True)
+            if not isinstance(exc, SupervisorError):
+                raise
             died = self._died(request.role)
             if died is None:
                 raise
             raise died from exc
+        if private_tmp:
+            self._shared_tmp()
         if request.role == "verifier":
             self._close_grader()
         return result
+
+    def _private_tmp(self) -> None:
+        """Fresh, empty, verifier-owned ``/tmp``, ``/var/tmp``, ``/dev/shm`` (:mod:`scratch`).
+
+        On the host the agent's entries are parked; inside, the supervisor then empties
+        each dir of what is not on the host's disk (gVisor keeps FIFOs and sockets in the
+        sandbox) and, without host storage, of everything: the agent's files there do not
+        survive a verifier phase.
+        """
+        if self._storage is not None:
+            park(self._storage.mount_point, self._verifier_id)
+        owner = {"uid": self._verifier_id[0], "gid": self._verifier_id[1]}
+        self._batch(
+            [
+                {
+                    "op": "reset_dir",
+                    "path": target,
+                    "owner": owner,
+                    "mode": PRIVATE_MODE,
+                    "keep_dir": True,
+                }
+                for target in _SCRATCH_TARGETS
+            ]
+        )
+
+    def _shared_tmp(self, *, quiet: bool = False) -> None:
+        """The scratch dirs back to the agent: the verifier's files gone, the agent's back.
+
+        ``quiet``: the phase already failed (the container may be gone); its error is the
+        one reported, and the host side is restored all the same.
+        """
+        try:
+            self._batch(
+                [
+                    {"op": "reset_dir", "path": target, "mode": SHARED_MODE, "keep_dir": True}
+                    for target in _SCRATCH_TARGETS
+                ]
+            )
+        except SandboxError:
+            if not quiet:
+                raise
+        finally:
+            if self._storage is not None:
+                unpark(self._storage.mount_point)
 
     def _close_grader(self) -> None:
         """The grader's dirs live for its phase only: root-only again before any agent.

@@ -35,9 +35,11 @@ JUDGE = (
 )
 #: Run as the solver's uid (the attack) and as the judge's (the control).
 ATTACK = "cat {dir}/private.txt; echo forged > {dir}/{target} && echo WROTE; ls {dir}; true"
+#: Only as the solver's uid, which left its HOME mode 0777: swap the judge's dir for its own.
+SWAP = "mv {dir} {dir}.gone && mkdir {dir} && echo SWAPPED; true"
 
-#: Runs the attack in the judge's sandbox as a uid, writing to a file of the judge's dir.
-Attack = Callable[[int, str], str]
+#: Runs the attack (or another script) in the judge's sandbox as a uid, on the judge's dir.
+Attack = Callable[..., str]
 #: Set while the run is going (a run that ended early ends the wait).
 _RUNNING = threading.Event()
 
@@ -63,10 +65,10 @@ def _local_attack(tok: str) -> tuple[Attack, Callable[[str], str], Callable[[], 
     judge_uid = int((fs / "tmp" / f"judge-{tok}").read_text())
     pid = next(p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"].real == judge_uid)
 
-    def run_as(uid: int, target: str) -> str:
+    def run_as(uid: int, target: str, attack: str = ATTACK) -> str:
         argv = ["nsenter", "-t", str(pid), "-m", "--", "setpriv", f"--reuid={uid}"]
         argv += [f"--regid={uid}", "--clear-groups", "--", "sh", "-c"]
-        script = ATTACK.format(dir=verdict_dir, target=target)
+        script = attack.format(dir=verdict_dir, target=target)
         done = subprocess.run([*argv, script], capture_output=True, text=True, timeout=30)
         return done.stdout + done.stderr
 
@@ -99,8 +101,8 @@ def _docker_attack(tok: str) -> tuple[Attack, Callable[[str], str], Callable[[],
 
     verdict_dir = read(f"ready-{tok}").strip()
 
-    def run_as(uid: int, target: str) -> str:
-        script = ATTACK.format(dir=verdict_dir, target=target)
+    def run_as(uid: int, target: str, attack: str = ATTACK) -> str:
+        script = attack.format(dir=verdict_dir, target=target)
         return str(box.exec_run(["sh", "-c", script], user=f"{uid}:{uid}").output.decode())
 
     def release() -> None:
@@ -119,7 +121,7 @@ def test_a_solver_uid_cannot_reach_the_shared_judges_dir(tmp_path: Path, backend
     config = episode_config(
         tmp_path,
         EXAMPLES / "hello-file",
-        f"{HELLO}; id -u > /tmp/solver-{tok}",
+        f'{HELLO}; id -u > /tmp/solver-{tok}; chmod 0777 "$HOME"',
         {
             "id": "judge",
             "mode": "shared",
@@ -142,6 +144,7 @@ def test_a_solver_uid_cannot_reach_the_shared_judges_dir(tmp_path: Path, backend
         run_as, read, release = (_local_attack if backend == "local" else _docker_attack)(tok)
         solver_uid, judge_uid = int(read(f"solver-{tok}")), int(read(f"judge-{tok}"))
         attacked = run_as(solver_uid, "verdict.json")
+        swapped = run_as(solver_uid, "", SWAP)
         control = run_as(judge_uid, "probe.txt")
     finally:
         if "release" in locals():
@@ -153,6 +156,7 @@ def test_a_solver_uid_cannot_reach_the_shared_judges_dir(tmp_path: Path, backend
     # The attack: denied both ways.
     assert secret not in attacked and "WROTE" not in attacked, attacked
     assert "ermission denied" in attacked, attacked
+    assert "SWAPPED" not in swapped and "ermission denied" in swapped, swapped
     # From outside: the recorded verdict is the one the judge wrote, not the solver's.
     record = only(outcome["run"])
     episode = episode_of(record)

@@ -119,7 +119,8 @@ def test_verifier_running_agent_code_cannot_reach_the_harness_or_the_host(
     )
     attack = f"cat > {_ws('calc.py')} <<'PY'\n{snoop}\nPY\n"
     test_sh = (
-        'cd "$HARNESS_WORKSPACE"; python3 -B -c "import calc" 2>&1 | tail -c 4000\n'
+        # PYTHONSAFEPATH keeps the start dir off sys.path: the naive verifier adds it itself.
+        'cd "$HARNESS_WORKSPACE"; PYTHONPATH=. python3 -B -c "import calc" 2>&1 | tail -c 4000\n'
         'echo 0 > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
     )
     name = sec.unique("root-verifier")
@@ -224,7 +225,7 @@ def test_exit_zero_from_agent_code_does_not_pass_the_rewritten_example(
     (naive / "tests" / "test.sh").write_text(
         "#!/bin/bash\n"
         'cd "$HARNESS_WORKSPACE"\n'
-        'if python3 -c "import calc; assert calc.median([4, 1, 3, 2]) == 2.5"; then\n'
+        'if PYTHONPATH=. python3 -c "import calc; assert calc.median([4, 1, 3, 2]) == 2.5"; then\n'
         '  echo 1 > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
         "else\n"
         '  echo 0 > "$HARNESS_VERIFIER_DIR/reward.txt"\n'

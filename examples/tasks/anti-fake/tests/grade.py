@@ -146,7 +146,7 @@ def main():
     if read_regular(os.path.join(workspace, "manifest.sh")) is None:
         print("tool: manifest.sh is missing or not a regular file")
     else:
-        # In the trial's shared /tmp, readable by the agent's user that runs the tool.
+        # In the verifier's own /tmp, which the agent's user that runs the tool can read.
         hidden = tempfile.mkdtemp(prefix="hidden-", dir="/tmp")
         try:
             make_hidden_tree(hidden)
