@@ -147,19 +147,33 @@ class Artifact(Section):
     def _from_string(cls, data: Any) -> Any:
         return {"source": data} if isinstance(data, str) else data
 
+    @field_validator("source")
+    @classmethod
+    def _clean_source(cls, value: str) -> str:
+        if "\0" in value or any(part in (".", "..") for part in value.split("/")):
+            raise ValueError(
+                f"source {value!r} must be a plain absolute path (no '.' or '..' components)"
+            )
+        return "/" + posixpath.normpath(value).lstrip("/")
+
     @field_validator("destination")
     @classmethod
     def _relative(cls, value: str | None) -> str | None:
         if value is not None:
-            parts = value.split("/")
-            if value.startswith("/") or ".." in parts:
+            parts = [part for part in value.split("/") if part not in ("", ".")]
+            if value.startswith("/") or ".." in parts or "\0" in value:
                 raise ValueError("destination must be a relative path without '..'")
+            if not parts:
+                raise ValueError(
+                    f"destination {value!r} is the artifacts dir itself; name a path inside it"
+                )
+            return "/".join(parts)
         return value
 
     @property
     def target(self) -> str:
         """The path under ``artifacts/`` this artifact is copied to."""
-        return self.destination or self.source.rstrip("/").rsplit("/", 1)[-1] or "root"
+        return self.destination or self.source.rsplit("/", 1)[-1] or "root"
 
 
 MIN_STORAGE_MB = RESERVE_MB

@@ -56,6 +56,17 @@ def prune_excluded(top: Path, patterns: list[str]) -> None:
                 path.unlink()
 
 
+def _inside(dest: Path, rel: str) -> Path | None:
+    """``dest/rel`` when it is strictly inside ``dest``, else None.
+
+    Never ``dest`` itself or a parent of it: replacing that would delete the trial's evidence.
+    """
+    parts = [part for part in rel.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts or rel.startswith("/"):
+        return None
+    return dest.joinpath(*parts)
+
+
 def copy_artifact(
     sandbox: Sandbox, artifact: Artifact, dest: Path, caps: Caps
 ) -> tuple[dict[str, Any], list[EvidenceEvent]]:
@@ -77,9 +88,12 @@ def copy_artifact(
         if not staged.exists():
             entry.update(type=None, status="missing")
             return entry, found
+        target = _inside(dest, artifact.target)
+        if target is None:  # the model refuses these; never rmtree outside dest
+            entry.update(type=None, status="failed", detail="destination leaves artifacts/")
+            return entry, found
         entry["type"] = "directory" if staged.is_dir() else "file"
         prune_excluded(staged, artifact.exclude)
-        target = dest / artifact.target
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         elif target.exists():
