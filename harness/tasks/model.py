@@ -154,7 +154,7 @@ class Artifact(Section):
             raise ValueError(
                 f"source {value!r} must be a plain absolute path (no '.' or '..' components)"
             )
-        return "/" + posixpath.normpath(value).lstrip("/")
+        return value
 
     @field_validator("destination")
     @classmethod
@@ -173,7 +173,7 @@ class Artifact(Section):
     @property
     def target(self) -> str:
         """The path under ``artifacts/`` this artifact is copied to."""
-        return self.destination or self.source.rsplit("/", 1)[-1] or "root"
+        return self.destination or self.source.rstrip("/").rsplit("/", 1)[-1] or "root"
 
 
 MIN_STORAGE_MB = RESERVE_MB
