@@ -74,6 +74,11 @@ def copy_artifact(
     with tempfile.TemporaryDirectory(prefix="harness-artifact-") as tmp:
         staged = Path(tmp) / "out"
         entry: dict[str, Any] = {"source": artifact.source, "destination": artifact.target}
+        target = _inside(dest, artifact.target)
+        if target is None or ".." in artifact.source.split("/"):
+            # The task model refuses these at load; never replace anything outside dest.
+            entry.update(type=None, status="failed", detail="escapes artifacts/ (refused)")
+            return entry, []
         try:
             events = sandbox.copy_out(
                 artifact.source,
@@ -87,10 +92,6 @@ def copy_artifact(
         found = [e for e in events if e.kind != "missing"]
         if not staged.exists():
             entry.update(type=None, status="missing")
-            return entry, found
-        target = _inside(dest, artifact.target)
-        if target is None:  # the model refuses these; never rmtree outside dest
-            entry.update(type=None, status="failed", detail="destination leaves artifacts/")
             return entry, found
         entry["type"] = "directory" if staged.is_dir() else "file"
         prune_excluded(staged, artifact.exclude)
