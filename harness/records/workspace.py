@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.records.store import TRIALS_FILENAME
 from sandbox.beneath import (
     SHA256_RE,
     ReadResult,
     is_dir_beneath,
+    lstat_beneath,
     open_beneath,
     read_beneath,
     safe_relative,
@@ -43,6 +45,9 @@ from sandbox.beneath import (
 from sandbox.evidence_diff import MANIFEST_NAME, OBJECTS_DIR
 
 WORKSPACE_DIRNAME = "workspace"
+
+#: How deep an evidence dir lies under its run dir (``trials/<id>/agents/<name>``).
+_MAX_NESTING = 4
 
 #: The largest manifest read (a manifest lists every file of a capped workspace).
 MAX_MANIFEST_BYTES = 256 << 20
@@ -123,10 +128,16 @@ class Kept:
 
 
 def _run_root(evidence_dir: Path) -> Path | None:
-    """The run dir: the nearest ancestor with a real ``objects/`` (attempt dirs nest deeper)."""
-    for parent in evidence_dir.absolute().parents:
+    """The run dir: the nearest ancestor with a real ``objects/`` (attempt dirs nest deeper).
+
+    Looked for no higher than the run dir itself (at most :data:`_MAX_NESTING` levels up,
+    and never past a dir holding ``trials.jsonl``): a store outside the run is never used.
+    """
+    for parent in evidence_dir.absolute().parents[:_MAX_NESTING]:
         if is_dir_beneath(parent, OBJECTS_DIR):
             return parent
+        if lstat_beneath(parent, TRIALS_FILENAME) is not None:
+            return None
     return None
 
 
