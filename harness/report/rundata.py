@@ -30,7 +30,7 @@ from harness.records import (
 )
 from harness.status import STATUS_FILENAME, read_status
 from harness.tasks import TASK_TOML
-from sandbox.beneath import read_beneath, safe_relative
+from sandbox.beneath import is_file_beneath, read_beneath, safe_relative
 
 __all__ = [
     "SUMMARY_FILENAME",
@@ -186,7 +186,13 @@ def load_run(run_dir: Path) -> RunData:
 
 
 def read_status_safely(run_dir: Path) -> dict[str, Any] | None:
-    """``status.json`` of a run, or None when it is missing or unreadable (half-written)."""
+    """``status.json`` of a run, or None when it is missing or unreadable (half-written).
+
+    A ``status.json`` that is a symlink is not read (a forged run dir's link is never
+    followed).
+    """
+    if not is_file_beneath(run_dir, STATUS_FILENAME):
+        return None
     try:
         return read_status(run_dir)
     except (OSError, ValueError):

@@ -136,8 +136,9 @@ def forge(run_dir: Path, canary: Path) -> tuple[str, str]:
     (evidence / "verifier" / "leak.txt").symlink_to(canary)
     (evidence / "verifier" / "linkdir").symlink_to(canary.parent / "dir")
     # 5. the run's own files
-    (run_dir / "summary.json").unlink()
-    (run_dir / "summary.json").symlink_to(canary.parent / "c.jsonl")
+    for name in ("summary.json", "status.json"):
+        (run_dir / name).unlink(missing_ok=True)
+        (run_dir / name).symlink_to(canary.parent / "c.jsonl")
     return forged, clean
 
 
