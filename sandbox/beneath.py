@@ -4,8 +4,9 @@ A run dir handed to ``harness report``/``view``/``regrade``/``export``, and a ta
 handed to ``harness run``, are untrusted input: a symlink anywhere in them may point at a
 host file only root can read. Every path here is relative to a *root* that the caller
 names (the run dir, the task dir: opened as given), and is resolved from the root's
-directory fd one component at a time with ``O_NOFOLLOW`` (``openat``): a symlink at any
-depth is refused (``ELOOP``/``ENOTDIR``), never followed, and ``..`` is refused before
+directory fd with ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`` where the kernel has
+it, else one component at a time with ``O_NOFOLLOW`` (``openat``): a symlink at any depth
+is refused (``ELOOP``/``ENOTDIR``/``EXDEV``), never followed, and ``..`` is refused before
 anything is opened. Files are opened ``O_NONBLOCK`` (a planted FIFO never blocks) and must
 be regular files before a byte is read; reads are bounded.
 
@@ -15,12 +16,14 @@ Stdlib only, Python >= 3.9 (the in-sandbox code may import it; ``sandbox/`` neve
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import platform
 import re
 import stat
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -80,9 +83,69 @@ def relative_parts(rel: PathLike) -> tuple[str, ...]:
     return parts
 
 
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+#: ``openat2`` (Linux >= 5.6) is the same syscall number on x86_64 and aarch64.
+_OPENAT2_NR = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
+#: RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH.
+_RESOLVE = 0x02 | 0x04 | 0x08
+#: None until tried; False where the kernel (or a seccomp filter) does not have it.
+_openat2_usable: bool | None = None if _OPENAT2_NR is not None else False
+_libc: Any = None
+
+
+def _openat2(dirfd: int, path: str, flags: int) -> int | None:
+    """``openat2(dirfd, path, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)``; None: unavailable.
+
+    One syscall resolves the whole path and refuses a symlink (``ELOOP``) or an escape
+    (``EXDEV``) at any component. Where the kernel or a seccomp filter lacks it, the caller
+    walks component by component instead.
+    """
+    global _openat2_usable, _libc
+    number = _OPENAT2_NR
+    if _openat2_usable is False or number is None:
+        return None
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.syscall.restype = ctypes.c_long
+        except OSError:
+            _openat2_usable = False
+            return None
+    how = _OpenHow(flags, 0, _RESOLVE)
+    fd = int(
+        _libc.syscall(
+            ctypes.c_long(number),
+            ctypes.c_int(dirfd),
+            ctypes.c_char_p(os.fsencode(path)),
+            ctypes.byref(how),
+            ctypes.c_size_t(ctypes.sizeof(how)),
+        )
+    )
+    if fd >= 0:
+        _openat2_usable = True
+        return fd
+    err = ctypes.get_errno()
+    if not _openat2_usable and err in (errno.ENOSYS, errno.EPERM, errno.E2BIG):
+        _openat2_usable = False
+        return None
+    raise OSError(err, os.strerror(err), path)
+
+
 def _open_dir(root: PathLike, parts: tuple[str, ...]) -> int:
     """The dir fd of ``root/parts...``: the root as given, every part below ``O_NOFOLLOW``."""
     fd = os.open(os.fspath(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    if parts:
+        try:
+            found = _openat2(fd, "/".join(parts), _DIR_FLAGS)
+        except BaseException:
+            os.close(fd)
+            raise
+        if found is not None:
+            os.close(fd)
+            return found
     try:
         for part in parts:
             nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
@@ -112,9 +175,17 @@ def open_beneath(root: PathLike, rel: PathLike, flags: int = _READ_FLAGS) -> int
     parts = relative_parts(rel)
     if not parts:
         return _open_dir(root, ())
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+    top = os.open(os.fspath(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        found = _openat2(top, "/".join(parts), flags)
+    finally:
+        os.close(top)
+    if found is not None:
+        return found
     parent = _open_dir(root, parts[:-1])
     try:
-        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        return os.open(parts[-1], flags, dir_fd=parent)
     finally:
         os.close(parent)
 

@@ -11,6 +11,7 @@ from harness.episodes.judge import JudgeEnv, JudgeParams
 from harness.errors import TaskError
 from harness.tasks import load_task
 from harness.tasks.limits import MAX_TASK_TEXT_BYTES
+from sandbox import beneath
 from sandbox.beneath import (
     copy_file_beneath,
     is_dir_beneath,
@@ -20,6 +21,18 @@ from sandbox.beneath import (
     safe_relative,
     walk_beneath,
 )
+
+
+@pytest.fixture(params=["openat2", "per-component"], autouse=True)
+def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with openat2 and with the per-component fallback."""
+    if request.param == "openat2":
+        beneath.open_beneath("/", "etc")  # decides whether the kernel has it
+        if beneath._openat2_usable is not True:
+            pytest.fail("this kernel has openat2 (Linux >= 5.6): it must be used")
+    else:
+        monkeypatch.setattr(beneath, "_openat2_usable", False)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -46,6 +59,8 @@ def test_reads_stay_beneath_the_root(tree: tuple[Path, Path]) -> None:
         with pytest.raises(OSError):
             open_beneath(root, rel)
     assert read_beneath(root, "a/b/f.txt", 3) == (b"ins", 7)  # bounded, size reported
+    proc = Path("/proc/self")
+    assert read_beneath(proc, "root/etc/hostname", 100) is None  # a magic link on the way
 
 
 def test_stat_and_dirs_do_not_follow(tree: tuple[Path, Path]) -> None:
