@@ -156,8 +156,12 @@ def _object(root: Path | None, sha: str) -> Kept | None:
 
 
 def _seed_file(seed: Path | None, rel: str, sha: str) -> Kept | None:
-    """The task's own copy of an unchanged file, if it still has that content."""
-    if seed is None:
+    """The task's own copy of an unchanged file, if it still has that content.
+
+    The seed dir itself must not be a symlink (a forged record's ``task.path`` may name a
+    dir whose ``workspace`` links anywhere).
+    """
+    if seed is None or not is_dir_beneath(seed.parent, seed.name):
         return None
     try:
         fd = open_beneath(seed, rel)
