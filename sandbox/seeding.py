@@ -7,7 +7,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-from sandbox.beneath import lstat_beneath, read_beneath, walk_beneath
+from sandbox.beneath import copy_file_beneath, lstat_beneath, read_beneath, walk_beneath
 from sandbox.errors import SeedingError
 
 
@@ -130,3 +130,34 @@ def collect_fixture_dir(source: Path, *, max_bytes: int = 256 << 20) -> dict[str
             raise SeedingError(f"Workspace fixture changed while read: {full}")
         files[entry.rel] = (read.data, 0o755 if mode & 0o111 else 0o644)
     return files
+
+
+def copy_tree_nofollow(source: Path, target: Path) -> None:
+    """Copy the tree ``source`` to the new dir ``target`` without following any link.
+
+    ``source`` itself is opened beneath its parent (it must be a real dir), every entry
+    below by dir fd with ``O_NOFOLLOW`` (:mod:`sandbox.beneath`): dirs and regular files
+    are copied, a symlink is copied as a symlink (its target is never read), other
+    entries are left out. What a task's ``tests/`` or ``solution/`` holds is copied this
+    way into a trial.
+
+    Raises:
+        SeedingError: ``source`` is a symlink or not a directory.
+        OSError: A copy failed.
+    """
+    parent, name = source.parent, source.name
+    info = lstat_beneath(parent, name)
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        raise SeedingError(f"not a directory of its own (a symlink is never followed): {source}")
+    os.mkdir(target, 0o755)
+    for entry in walk_beneath(parent, name):
+        dest = target / entry.rel
+        mode = entry.info.st_mode
+        if stat.S_ISDIR(mode):
+            os.mkdir(dest, 0o755)
+        elif stat.S_ISLNK(mode):
+            os.symlink(os.readlink(source / entry.rel), dest)
+        elif stat.S_ISREG(mode):
+            if copy_file_beneath(parent, f"{name}/{entry.rel}", dest) is None:
+                raise SeedingError(f"changed while copied: {source / entry.rel}")
+            os.chmod(dest, stat.S_IMODE(mode) & 0o755)

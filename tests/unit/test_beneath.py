@@ -12,6 +12,7 @@ from harness.errors import TaskError
 from harness.tasks import load_task
 from harness.tasks.limits import MAX_TASK_TEXT_BYTES
 from sandbox import beneath
+from sandbox.backend import dir_files
 from sandbox.beneath import (
     copy_file_beneath,
     is_dir_beneath,
@@ -21,6 +22,8 @@ from sandbox.beneath import (
     safe_relative,
     walk_beneath,
 )
+from sandbox.errors import SandboxError, SeedingError
+from sandbox.seeding import copy_tree_nofollow
 
 
 @pytest.fixture(params=["openat2", "per-component"], autouse=True)
@@ -105,3 +108,24 @@ def test_a_rubric_over_its_cap_is_refused_naming_it(tmp_path: Path) -> None:
     env = JudgeEnv(JudgeParams())
     with pytest.raises(TaskError, match=f"rubric.md: .*{MAX_TASK_TEXT_BYTES} bytes"):
         env.check(load_task(task_dir))
+
+
+def test_a_task_tree_is_copied_without_following_links(tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    copy = root.parent / "copy"
+    copy_tree_nofollow(root / "a", copy)
+    assert (copy / "b" / "f.txt").read_text() == "inside\n"
+    assert os.readlink(copy / "inner-link") == "b"  # kept as a link
+    assert (copy / "to-outside").is_symlink() and (copy / "file-link").is_symlink()
+    assert not (copy / "fifo").exists()
+    with pytest.raises(SeedingError):
+        copy_tree_nofollow(root / "a" / "to-outside", root.parent / "copy2")
+    assert not (root.parent / "copy2").exists()
+
+
+def test_dir_files_reads_no_link(tree: tuple[Path, Path]) -> None:
+    root, _ = tree
+    items = {item["path"]: item for item in dir_files(root / "a")}
+    assert sorted(items) == ["b/f.txt"]
+    with pytest.raises(SandboxError):
+        dir_files(root / "a" / "to-outside")
