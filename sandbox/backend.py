@@ -295,21 +295,36 @@ def phase_payload(
 def dir_files(src: Path, *, readable: bool = True) -> list[dict[str, Any]]:
     """A host dir's regular files as supervisor ``put`` items (symlinks are skipped).
 
+    Read by dir fd without following a link at any component (:mod:`sandbox.beneath`):
+    ``src`` itself must be a real dir, nothing below it is reached through a symlink.
+
     Args:
         src: The host dir.
         readable: Modes readable by others (0o644/0o755) or by the owner only.
     """
     import base64
+    import stat
 
-    files = []
-    for path in sorted(src.rglob("*")):
-        if path.is_symlink() or not path.is_file():
+    from sandbox.beneath import read_beneath, walk_beneath
+
+    files: list[dict[str, Any]] = []
+    try:
+        info = os.lstat(src)
+    except FileNotFoundError:
+        return files
+    if not stat.S_ISDIR(info.st_mode):
+        raise SandboxError(f"not a directory of its own (a symlink is never followed): {src}")
+    for entry in sorted(walk_beneath(src.parent, src.name), key=lambda e: e.rel):
+        if not stat.S_ISREG(entry.info.st_mode):
             continue
-        mode = 0o755 if path.stat().st_mode & 0o100 else 0o644
+        read = read_beneath(src.parent, f"{src.name}/{entry.rel}", entry.info.st_size)
+        if read is None:
+            continue
+        mode = 0o755 if entry.info.st_mode & 0o100 else 0o644
         files.append(
             {
-                "path": path.relative_to(src).as_posix(),
-                "data": base64.b64encode(path.read_bytes()).decode(),
+                "path": entry.rel,
+                "data": base64.b64encode(read.data).decode(),
                 "mode": mode if readable else mode & 0o700,
             }
         )

@@ -50,7 +50,7 @@ from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
 from sandbox.processes import kill_all, live_entries, uid_processes
 from sandbox.scratch import PARKED, park, unpark
-from sandbox.seeding import chown_tree, seed_workspace
+from sandbox.seeding import chown_tree, copy_tree_nofollow, seed_workspace
 from sandbox.storage import StorageBudget, TrialStorage, reserve, storage_supported
 from sandbox.storage_pool import PreparedStorage, StoragePool
 from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT, stage_tools
@@ -527,7 +527,7 @@ class LocalSandbox(Sandbox):
         target = self.host_path(dest)
         self._safe_parent(target, agent_readable=agent_readable)
         remove_tree(target)
-        shutil.copytree(src, target, symlinks=True)
+        copy_tree_nofollow(src, target)  # a task's tests/, solution/: no link followed
         owner = self._reader(agent_readable)
         for dirpath, dirnames, filenames in os.walk(target):
             os.chmod(dirpath, 0o755 if agent_readable else 0o700)

@@ -7,6 +7,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from sandbox.beneath import copy_file_beneath, lstat_beneath, read_beneath, walk_beneath
 from sandbox.errors import SeedingError
 
 
@@ -97,25 +98,66 @@ def chown_tree(path: Path, uid: int, gid: int) -> None:
 def collect_fixture_dir(source: Path, *, max_bytes: int = 256 << 20) -> dict[str, Fixture]:
     """Read a task's ``workspace/`` dir as fixtures: regular files only, no symlinks.
 
+    The dir is walked by directory fd, ``O_NOFOLLOW`` at every component
+    (:mod:`sandbox.beneath`): ``source`` itself must be a real directory (its parent, the
+    task dir, is opened as given) and nothing below it is reached through a link.
+
     Raises:
-        SeedingError: for a symlink or special file in the fixture dir, or if the
-            fixtures exceed ``max_bytes`` in total.
+        SeedingError: for a symlink (``source`` itself included) or special file in the
+            fixture dir, or if the fixtures exceed ``max_bytes`` in total.
     """
+    parent, name = source.parent, source.name
+    info = lstat_beneath(parent, name)
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        kind = "a symlink" if info is not None and stat.S_ISLNK(info.st_mode) else "not a dir"
+        raise SeedingError(f"Workspace fixture dir is {kind}: {source}")
     files: dict[str, Fixture] = {}
     total = 0
-    for dirpath, dirnames, filenames in os.walk(source, followlinks=False):
-        for name in list(dirnames):
-            if os.path.islink(os.path.join(dirpath, name)):
-                raise SeedingError(f"Workspace fixture is a symlink: {os.path.join(dirpath, name)}")
-        for name in filenames:
-            full = os.path.join(dirpath, name)
-            st = os.lstat(full)
-            if not stat.S_ISREG(st.st_mode):
-                raise SeedingError(f"Workspace fixture is not a regular file: {full}")
-            total += st.st_size
-            if total > max_bytes:
-                raise SeedingError(f"Workspace fixtures exceed {max_bytes} bytes in {source}")
-            rel = os.path.relpath(full, source).replace(os.sep, "/")
-            with open(full, "rb") as fh:
-                files[rel] = (fh.read(), 0o755 if st.st_mode & 0o111 else 0o644)
+    for entry in walk_beneath(parent, name):
+        full = os.path.join(source, entry.rel)
+        mode = entry.info.st_mode
+        if stat.S_ISDIR(mode):
+            continue
+        if stat.S_ISLNK(mode):
+            raise SeedingError(f"Workspace fixture is a symlink: {full}")
+        if not stat.S_ISREG(mode):
+            raise SeedingError(f"Workspace fixture is not a regular file: {full}")
+        total += entry.info.st_size
+        if total > max_bytes:
+            raise SeedingError(f"Workspace fixtures exceed {max_bytes} bytes in {source}")
+        read = read_beneath(parent, f"{name}/{entry.rel}", entry.info.st_size + 1)
+        if read is None or len(read.data) != entry.info.st_size:
+            raise SeedingError(f"Workspace fixture changed while read: {full}")
+        files[entry.rel] = (read.data, 0o755 if mode & 0o111 else 0o644)
     return files
+
+
+def copy_tree_nofollow(source: Path, target: Path) -> None:
+    """Copy the tree ``source`` to the new dir ``target`` without following any link.
+
+    ``source`` itself is opened beneath its parent (it must be a real dir), every entry
+    below by dir fd with ``O_NOFOLLOW`` (:mod:`sandbox.beneath`): dirs and regular files
+    are copied, a symlink is copied as a symlink (its target is never read), other
+    entries are left out. What a task's ``tests/`` or ``solution/`` holds is copied this
+    way into a trial.
+
+    Raises:
+        SeedingError: ``source`` is a symlink or not a directory.
+        OSError: A copy failed.
+    """
+    parent, name = source.parent, source.name
+    info = lstat_beneath(parent, name)
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        raise SeedingError(f"not a directory of its own (a symlink is never followed): {source}")
+    os.mkdir(target, 0o755)
+    for entry in walk_beneath(parent, name):
+        dest = target / entry.rel
+        mode = entry.info.st_mode
+        if stat.S_ISDIR(mode):
+            os.mkdir(dest, 0o755)
+        elif stat.S_ISLNK(mode):
+            os.symlink(os.readlink(source / entry.rel), dest)
+        elif stat.S_ISREG(mode):
+            if copy_file_beneath(parent, f"{name}/{entry.rel}", dest) is None:
+                raise SeedingError(f"changed while copied: {source / entry.rel}")
+            os.chmod(dest, stat.S_IMODE(mode) & 0o755)

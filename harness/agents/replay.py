@@ -7,6 +7,10 @@ agent phase — confined as the agent user, as any agent phase — then makes th
 exactly that copy: files not in it are deleted, the others written. The verifier and the
 judges then run as in any trial. Evidence keeps regular files only, up to its size caps,
 without modes: a file the original copy dropped (``too_large``) is missing here too.
+
+The source run dir is untrusted input: everything staged is read beneath it by dir fd,
+without following a link (:mod:`harness.records.workspace`), and a forged manifest entry
+makes the trial's workspace incomplete (not regradable), never a path that is followed.
 """
 
 from __future__ import annotations
@@ -20,8 +24,12 @@ from harness.records.workspace import WORKSPACE_DIRNAME, final_workspace, worksp
 from harness.tasks import Task
 from harness.transcript import SESSION_FILENAME
 from sandbox.backend import Sandbox
+from sandbox.beneath import is_dir_beneath, read_beneath, safe_relative
 
-__all__ = ["RESTORE_SCRIPT", "ReplayAgent"]
+__all__ = ["MAX_SESSION_BYTES", "RESTORE_SCRIPT", "ReplayAgent"]
+
+#: The largest saved session staged for judges (a larger one is left out).
+MAX_SESSION_BYTES = 256 << 20
 
 #: Makes the workspace (argv[2]) exactly the staged copy (argv[1]); Python >= 3.9, stdlib.
 RESTORE_SCRIPT = """
@@ -76,10 +84,15 @@ class ReplayAgent(SandboxAgent):
         self.session_file = SESSION_FILENAME if session else None
 
     def _evidence(self, trial_id: str) -> Path:
-        evidence = (self.source / "trials" / trial_id).resolve()
-        if evidence.parent != (self.source / "trials").resolve():
+        """The trial's evidence dir, reached from the source without a link (else refused)."""
+        if safe_relative(trial_id) is None or "/" in trial_id:
             raise AgentRunError(f"trial id {trial_id!r} does not name an evidence dir")
-        return evidence
+        if not is_dir_beneath(self.source, f"trials/{trial_id}"):
+            raise AgentRunError(
+                f"{self.source}: trials/{trial_id} is not a directory of the run dir (missing, "
+                "or a symlink, which a run dir never holds)"
+            )
+        return self.source / "trials" / trial_id
 
     def check(self, task: Task) -> None:  # noqa: D102
         if not (self.source / "trials").is_dir():
@@ -96,11 +109,11 @@ class ReplayAgent(SandboxAgent):
                 )
             sandbox.put_dir(workspace, sandbox.paths.solution, agent_readable=True)
         if self.session_file is not None:
-            session = evidence / SESSION_FILENAME
-            if session.is_file() and not session.is_symlink():
+            session = read_beneath(evidence, SESSION_FILENAME, MAX_SESSION_BYTES)
+            if session is not None and session.size <= len(session.data):
                 sandbox.put_file(
                     f"{sandbox.paths.session}/{self.session_file}",
-                    session.read_bytes(),
+                    session.data,
                     agent_readable=True,
                 )
 

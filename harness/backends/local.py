@@ -9,6 +9,7 @@ whatever a killed run left there is removed by the next invocation (``--resume``
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from harness.backends.tmpdir import (
 )
 from harness.errors import UsageError
 from harness.tasks import Task
-from sandbox.backend import SandboxSpec
+from sandbox.backend import Capacity, SandboxSpec
 from sandbox.local import (
     NOT_A_BOUNDARY,
     ROOT_VERIFIER_REFUSED,
@@ -36,6 +37,18 @@ from sandbox.storage import StorageBudget
 from sandbox.storage_pool import StoragePool
 
 logger = logging.getLogger(__name__)
+
+
+def _mem_total_mb() -> int:
+    """``MemTotal`` of ``/proc/meminfo`` in MiB (0 when unknown: nothing is refused)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) >> 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 class LocalBackend(SandboxBackend):
@@ -58,9 +71,21 @@ class LocalBackend(SandboxBackend):
         if not is_root():
             self.warnings.append(NOT_A_BOUNDARY)
 
+    def capacity(self) -> Capacity:
+        """The host's CPUs (those this process may run on) and memory (``MemTotal``).
+
+        A task asking for more is refused before the run, as on docker: no trial of it
+        could get what it asks for.
+        """
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+        return Capacity(cpus=float(cpus), memory_mb=_mem_total_mb() or 1 << 40)
+
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
-        """An exposed path that shows a task its own files; a root verifier."""
-        problems = []
+        """The base checks (CPUs, memory); an exposed path showing a task its own files."""
+        problems = super().task_problems(tasks)
         for task in tasks:
             for exposed in self.exposed:
                 if task.path.is_relative_to(exposed) or exposed.is_relative_to(task.path):

@@ -83,6 +83,7 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         tasks__exclude=values.get("exclude"),
         tasks__categories=values.get("category"),
         tasks__skip_invalid=values.get("skip_invalid"),
+        tasks__env_allow=values.get("task_env"),
         agent__name=values.get("agent"),
         agent__cmd=values.get("agent_cmd"),
         agent__kwargs__max_turns=values.get("max_turns"),
@@ -206,6 +207,15 @@ def run(
         typer.Option(
             "--skip-invalid/--no-skip-invalid",
             help="Run the valid tasks of a set and list the invalid ones (default: refuse).",
+        ),
+    ] = None,
+    task_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--task-env",
+            metavar="VAR",
+            help="Let tasks' ${VAR} templates read the host variable VAR (repeatable; "
+            "tasks.env_allow). Others take their :-default. Provider keys stay refused.",
         ),
     ] = None,
     executor: Annotated[

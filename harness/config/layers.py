@@ -33,6 +33,7 @@ from harness.config.model import RunConfig
 from harness.config.toml import to_toml
 from harness.errors import ConfigError
 from harness.records.atomic import write_bytes_atomic
+from sandbox.beneath import is_file_beneath
 
 CONFIG_FILENAME = "config.toml"
 """Name of the resolved config inside a run dir."""
@@ -285,6 +286,10 @@ def load_saved_config(run_dir: Path) -> RunConfig:
         raise ConfigError(
             f"{run_dir} is not a run dir: it has no {CONFIG_FILENAME} (give the directory a "
             "`harness run` created, e.g. runs/<name>)"
+        )
+    if not is_file_beneath(run_dir, CONFIG_FILENAME):  # a run dir is untrusted input
+        raise ConfigError(
+            f"{path} is a symlink; a run dir's config.toml never is (it is not followed)"
         )
     # This version saves paths absolute; a run dir written before it holds them relative
     # to where that run was started, most likely where the resume is started too.

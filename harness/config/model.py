@@ -154,6 +154,9 @@ class TasksConfig(BaseModel):
             ``harness trials --retry-failed`` and ``harness regrade`` pick. Empty: all.
         skip_invalid: Run the valid tasks of a set, listing the invalid ones, instead of
             refusing the whole set.
+        env_allow: Host variables a task's ``${VAR}`` templates may read (``--task-env``);
+            any other takes its ``:-default`` or is an error. Provider keys are refused
+            even when listed.
     """
 
     model_config = _SECTION
@@ -167,6 +170,15 @@ class TasksConfig(BaseModel):
     seed: int = 0
     trial_ids: list[str] = Field(default_factory=list)
     skip_invalid: bool = False
+    env_allow: list[str] = Field(default_factory=list)
+
+    @field_validator("env_allow")
+    @classmethod
+    def _variable_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return sorted(set(value))
 
 
 class RetryConfig(BaseModel):

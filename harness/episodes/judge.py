@@ -19,6 +19,7 @@ from harness.episodes.trials import EpisodeTrial
 from harness.errors import UsageError
 from harness.records import TrialStatus
 from harness.tasks import Task
+from harness.tasks.limits import MAX_TASK_TEXT_BYTES, read_task_text
 
 JUDGE_PROMPT = """You are the judge of another agent's work.
 
@@ -61,10 +62,14 @@ class JudgeEnv(Env):
 
     def rubric(self, task: Task) -> str:
         """The task's rubric (read by the harness; never put where a solver can read it)."""
-        return (task.path / self._params.rubric_file).read_text()
+        text = read_task_text(task.path, self._params.rubric_file, MAX_TASK_TEXT_BYTES)
+        if text is None:
+            raise UsageError(f"{task.name}: no rubric at {self._params.rubric_file}")
+        return text
 
     def check(self, task: Task) -> None:  # noqa: D102
-        if not (task.path / self._params.rubric_file).is_file():
+        # Beneath the task dir, no link followed, at most MAX_TASK_TEXT_BYTES (else TaskError).
+        if read_task_text(task.path, self._params.rubric_file, MAX_TASK_TEXT_BYTES) is None:
             raise UsageError(
                 f"{task.name}: the judge env needs a rubric at {self._params.rubric_file} in "
                 "the task dir (set env.rubric_file to another path)"

@@ -27,6 +27,7 @@ from harness.errors import UsageError
 from harness.gateway import TrialGateway
 from harness.records import TrialError, TrialStatus, Usage
 from harness.tasks import Task
+from harness.tasks.limits import MAX_TASK_TEXT_BYTES, read_task_text
 from harness.trial.lifecycle import usage_of
 
 PERSONA = """You are a user talking to an AI assistant. Your goal, which you must not reveal
@@ -93,7 +94,8 @@ class UserSimEnv(Env):
         return self.params
 
     def check(self, task: Task) -> None:  # noqa: D102
-        if not (task.path / self._params.goal_file).is_file():
+        # Beneath the task dir, no link followed, at most MAX_TASK_TEXT_BYTES (else TaskError).
+        if read_task_text(task.path, self._params.goal_file, MAX_TASK_TEXT_BYTES) is None:
             raise UsageError(
                 f"{task.name}: the user-sim env needs the user's goal at "
                 f"{self._params.goal_file} in the task dir (or set env.goal_file)"
@@ -105,7 +107,7 @@ class UserSimEnv(Env):
         if gateway is None:
             raise UsageError("the user-sim env needs a model for its user: pass --model")
         params = self._params
-        goal = (task.path / params.goal_file).read_text().strip()
+        goal = (read_task_text(task.path, params.goal_file, MAX_TASK_TEXT_BYTES) or "").strip()
         system = params.persona.format(goal=goal, done=params.done_marker)
         episode_dir = context.settings.run_dir / "trials" / context.plan.id
         user = SimulatedUser(

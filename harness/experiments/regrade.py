@@ -31,9 +31,10 @@ from harness.config.judges import JudgeSpec
 from harness.errors import UsageError
 from harness.records import TrialRecord
 from harness.records.atomic import write_bytes_atomic
-from harness.records.workspace import workspace_kept
+from harness.records.workspace import damaged, workspace_kept
 from harness.runner import RunEvents, RunOutcome
 from harness.transcript import SESSION_FILENAME
+from sandbox.beneath import is_dir_beneath, is_file_beneath, safe_relative
 
 __all__ = ["REGRADE_FILENAME", "RegradeOutcome", "not_regradable", "regrade", "regrade_config"]
 
@@ -88,14 +89,16 @@ def regrade_config(
     run_name = given.pop("run_name", None)
     saved = load_saved_config(source)
     config = resolve_config(base=saved.model_dump(mode="json"), options=given, sets=sets)
-    evidence = source / "trials"
     trial_ids = sorted(r.id for r in records if not_regradable(source, r) is None)
     if not trial_ids:
         reasons = sorted({str(not_regradable(source, r)) for r in records})
         raise UsageError(
             f"{source}: no trial can be regraded ({'; '.join(reasons) or 'no trials'})"
         )
-    session = any((evidence / r.id / SESSION_FILENAME).is_file() for r in records)
+    session = any(
+        _safe_id(r.id) and is_file_beneath(source, f"trials/{r.id}/{SESSION_FILENAME}")
+        for r in records
+    )
     return config.model_copy(
         update={
             "agent": AgentConfig(name="replay", kwargs={"source": str(source), "session": session}),
@@ -115,9 +118,19 @@ def not_regradable(source: Path, record: TrialRecord) -> str | None:
     """
     if (record.model_extra or {}).get("steps"):
         return "a multi-step trial (only its last step's workspace is kept)"
-    if not workspace_kept(source / "trials" / record.id, Path(record.task.path) / "workspace"):
+    if not _safe_id(record.id) or not is_dir_beneath(source, f"trials/{record.id}"):
+        return "no evidence dir (trials/<id> missing, or a symlink)"
+    evidence = source / "trials" / record.id
+    if damaged(evidence):
+        return "a damaged workspace manifest (an entry with an invalid path or sha256)"
+    if not workspace_kept(evidence, Path(record.task.path) / "workspace"):
         return "no saved workspace (or, with --evidence none, only its manifest)"
     return None
+
+
+def _safe_id(trial_id: str) -> bool:
+    """Whether a trial id is one harmless path component (a forged record may hold any)."""
+    return safe_relative(trial_id) is not None and "/" not in trial_id
 
 
 def _side(record: TrialRecord | None) -> dict[str, Any] | None:

@@ -43,6 +43,7 @@ from harness.export.atif_schema import (
     AtifTrajectory,
 )
 from harness.records import TrialRecord
+from harness.tasks.limits import MAX_INSTRUCTION_BYTES
 from harness.transcript import (
     MODEL_CALLS_FILENAME,
     SESSION_FILENAME,
@@ -52,6 +53,7 @@ from harness.transcript import (
     read_jsonl,
     usage_from_model_calls,
 )
+from sandbox.beneath import is_file_beneath, read_beneath
 
 INSTRUCTION_FILENAME = "instruction.md"
 """The task instruction inside a task dir."""
@@ -234,14 +236,23 @@ def _tool_definitions(tools: Any) -> list[dict[str, Any]] | None:
     return definitions or None
 
 
+def _evidence_jsonl(evidence_dir: Path, name: str) -> JsonlRead:
+    """An evidence JSONL file; a link (or one reached through a link) reads as absent."""
+    if not is_file_beneath(evidence_dir, name):
+        return JsonlRead()
+    return read_jsonl(evidence_dir / name)
+
+
 def _read_instruction(record: TrialRecord) -> str | None:
-    """The task instruction, from ``<task.path>/instruction.md``, if it can be read."""
-    try:
-        return (Path(record.task.path) / INSTRUCTION_FILENAME).read_text(
-            encoding="utf-8", errors="replace"
-        )
-    except OSError:
+    """The task instruction, from ``<task.path>/instruction.md``, if it can be read.
+
+    Read beneath the task dir without following a link (a forged record may name any dir),
+    at most :data:`~harness.tasks.limits.MAX_INSTRUCTION_BYTES`.
+    """
+    read = read_beneath(record.task.path, INSTRUCTION_FILENAME, MAX_INSTRUCTION_BYTES)
+    if read is None:
         return None
+    return read.data.decode("utf-8", errors="replace")
 
 
 def _malformed_note(name: str, read: JsonlRead) -> str | None:
@@ -280,8 +291,8 @@ def trajectory_for_trial(
         The trajectory as JSON data (validated against :class:`AtifTrajectory`).
     """
     evidence_dir = Path(evidence_dir)
-    session = read_jsonl(evidence_dir / SESSION_FILENAME)
-    calls = read_jsonl(evidence_dir / MODEL_CALLS_FILENAME)
+    session = _evidence_jsonl(evidence_dir, SESSION_FILENAME)
+    calls = _evidence_jsonl(evidence_dir, MODEL_CALLS_FILENAME)
     notes: list[str] = []
 
     builder = _Builder(model_name=record.agent.model)

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from harness.errors import CorruptRecordError, ExportError, UnknownFormatError
 from harness.export.atif import trajectory_for_trial
 from harness.records import TrialRecord, TrialStore, latest_by_id, write_json_atomic
+from sandbox.beneath import is_dir_beneath
 
 SUPPORTED_FORMATS: tuple[str, ...] = ("atif",)
 """Export formats :func:`export_run` knows."""
@@ -41,6 +42,11 @@ def _evidence_dir(run_dir: Path, record: TrialRecord) -> Path:
         raise ExportError(
             f"trial {record.id}: evidence dir {relative!r} is outside the run dir"
         ) from None
+    if (evidence.exists() or evidence.is_symlink()) and not is_dir_beneath(run_dir, relative):
+        raise ExportError(
+            f"trial {record.id}: evidence dir {relative!r} is reached through a symlink (a run "
+            "dir never holds one; its evidence is not read)"
+        )
     return evidence
 
 

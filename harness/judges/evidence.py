@@ -1,8 +1,9 @@
 """A trial's evidence as a judge reads it: workspace files, the transcript, the final answer.
 
 Everything here was produced by the agent (the workspace copy, its session) and is read as
-data only: files are opened without following a link, must be regular files, and are read
-up to :data:`MAX_INPUT_BYTES`. Nothing is executed.
+data only: files are opened beneath the evidence dir (or the run's store, or the task's
+``workspace/``) without following a link at any component (:mod:`sandbox.beneath`), must be
+regular files, and are read up to :data:`MAX_INPUT_BYTES`. Nothing is executed.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
-from harness.records.workspace import kept_file
+from harness.records.workspace import Kept, kept_file
 from harness.transcript import (
     MODEL_CALLS_FILENAME,
     SESSION_FILENAME,
     TRANSCRIPT_FILENAME,
+    JsonlRead,
     derive_transcript,
     read_jsonl,
 )
+from sandbox.beneath import is_file_beneath, lstat_beneath, read_beneath
 
 __all__ = [
     "MAX_INPUT_BYTES",
@@ -74,6 +77,11 @@ class FileRead:
     problem: str | None = None
 
 
+def _absent(kept: Kept) -> bool:
+    """Whether nothing at all is at the kept path (a link on the way is not "missing")."""
+    return not os.path.lexists(kept.path)
+
+
 class TrialEvidence:
     """One trial's evidence dir (``trials/<id>/``), read as data.
 
@@ -92,25 +100,28 @@ class TrialEvidence:
         Args:
             relative: A workspace-relative path (checked by :func:`relative_path`).
         """
-        path = kept_file(self.directory, relative, self.seed)
-        if path is None:
+        if relative_path(relative) is not None:
             return FileRead(None, "missing")
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
+        kept = kept_file(self.directory, relative, self.seed)
+        if kept is None:
             return FileRead(None, "missing")
-        except OSError:
+        info = lstat_beneath(kept.root, kept.rel)
+        if info is None:
+            return FileRead(None, "missing" if _absent(kept) else "not a regular file")
+        if not stat.S_ISREG(info.st_mode):
             return FileRead(None, "not a regular file")
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return FileRead(None, "not a regular file")
-            if info.st_size > MAX_INPUT_BYTES:
-                return FileRead(None, "larger than 1 MiB")
-            with os.fdopen(fd, "rb", closefd=False) as handle:
-                return FileRead(handle.read(MAX_INPUT_BYTES))
-        finally:
-            os.close(fd)
+        read = read_beneath(kept.root, kept.rel, MAX_INPUT_BYTES)
+        if read is None:
+            return FileRead(None, "not a regular file")
+        if read.size > MAX_INPUT_BYTES:
+            return FileRead(None, "larger than 1 MiB")
+        return FileRead(read.data)
+
+    def _jsonl(self, name: str) -> JsonlRead:
+        """One of the evidence dir's JSONL files; one reached through a link reads as absent."""
+        if not is_file_beneath(self.directory, name):
+            return JsonlRead()
+        return read_jsonl(self.directory / name)
 
     @cached_property
     def transcript(self) -> list[dict[str, Any]] | None:
@@ -119,11 +130,11 @@ class TrialEvidence:
         ``transcript.jsonl`` when it was written, else derived from ``session.jsonl`` and
         ``model_calls.jsonl``; malformed lines are ``parse_error`` events.
         """
-        written = read_jsonl(self.directory / TRANSCRIPT_FILENAME)
+        written = self._jsonl(TRANSCRIPT_FILENAME)
         if written.exists:
             return written.lines + written.errors
-        session = read_jsonl(self.directory / SESSION_FILENAME)
-        calls = read_jsonl(self.directory / MODEL_CALLS_FILENAME)
+        session = self._jsonl(SESSION_FILENAME)
+        calls = self._jsonl(MODEL_CALLS_FILENAME)
         if not session.exists and not calls.exists:
             return None
         return derive_transcript(session.lines, calls.lines) + session.errors + calls.errors

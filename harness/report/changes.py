@@ -17,11 +17,12 @@ import os
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.records import TrialRecord
-from harness.records.workspace import WORKSPACE_DIRNAME, final_workspace, not_kept
+from harness.records.workspace import WORKSPACE_DIRNAME, damaged, final_workspace, not_kept
 from harness.report.clip import Limits, clip_text, read_text_capped
+from sandbox.beneath import is_dir_beneath, open_beneath, read_beneath, walk_beneath
 
 __all__ = ["WORKSPACE_DIRNAME", "FileChange", "agent_changes", "diff_trees"]
 
@@ -35,8 +36,10 @@ class FileChange:
 
     Attributes:
         path: Path relative to the workspace root (posix).
-        change: ``added``, ``deleted``, ``modified`` or ``type`` (a file became a link...).
-        kind: ``text``, ``binary``, ``large``, ``symlink`` or ``other``.
+        change: ``added``, ``deleted``, ``modified``, ``type`` (a file became a link...)
+            or ``damaged`` (an invalid manifest entry: its ``preview`` says why).
+        kind: ``text``, ``binary``, ``large``, ``symlink``, ``other``, ``not_kept`` or
+            ``damaged``.
         before: Size in bytes before (None when absent).
         after: Size in bytes after (None when absent).
         diff: Unified diff text (maybe clipped), for text files.
@@ -52,66 +55,72 @@ class FileChange:
     preview: Any = None
 
 
-_Entry = tuple[str, int, Path]  # kind ("file", "symlink", "other"), size, full path
+class _Entry(NamedTuple):
+    kind: str  # "file", "symlink", "other"
+    size: int
+    root: Path  # the tree walked: the entry is opened beneath it, never through a link
+    rel: str
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.rel
 
 
 def _walk(root: Path) -> dict[str, _Entry]:
-    """Every non-directory entry under ``root``, without following links."""
+    """Every non-directory entry under ``root``, by dir fd, without following links."""
     entries: dict[str, _Entry] = {}
-    if not root.is_dir() or root.is_symlink():
+    try:
+        found = list(walk_beneath(root))
+    except OSError:  # missing, or itself a link
         return entries
-    for top, dirs, files in os.walk(root, followlinks=False):
-        base = Path(top)
-        names = list(files) + [d for d in dirs if (base / d).is_symlink()]
-        for name in names:
-            full = base / name
-            try:
-                info = full.lstat()
-            except OSError:
-                continue
-            if stat.S_ISLNK(info.st_mode):
-                kind = "symlink"
-            elif stat.S_ISREG(info.st_mode):
-                kind = "file"
-            else:
-                kind = "other"
-            entries[full.relative_to(root).as_posix()] = (kind, info.st_size, full)
+    for rel, info in found:
+        if stat.S_ISDIR(info.st_mode):
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            kind = "symlink"
+        elif stat.S_ISREG(info.st_mode):
+            kind = "file"
+        else:
+            kind = "other"
+        entries[rel] = _Entry(kind, info.st_size, root, rel)
     return entries
 
 
-def _read_small(path: Path, size: int, limit: int) -> bytes | None:
+def _read_small(entry: _Entry, limit: int) -> bytes | None:
     """A regular file's bytes when it has at most ``limit`` bytes (no links followed)."""
-    if size > limit:
+    if entry.size > limit:
         return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read(limit + 1)
+    read = read_beneath(entry.root, entry.rel, limit + 1)
+    return None if read is None else read.data
 
 
-def _same_content(a: Path, b: Path) -> bool:
+def _same_content(a: _Entry, b: _Entry) -> bool:
     """Whether two regular files of equal size hold the same bytes."""
     try:
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            while True:
-                chunk_a, chunk_b = fa.read(1 << 16), fb.read(1 << 16)
-                if chunk_a != chunk_b:
-                    return False
-                if not chunk_a:
-                    return True
+        fa, fb = open_beneath(a.root, a.rel), open_beneath(b.root, b.rel)
     except OSError:
         return False
+    try:
+        while True:
+            chunk_a, chunk_b = os.read(fa, 1 << 16), os.read(fb, 1 << 16)
+            if chunk_a != chunk_b:
+                return False
+            if not chunk_a:
+                return True
+    except OSError:
+        return False
+    finally:
+        os.close(fa)
+        os.close(fb)
 
 
 def _is_text(data: bytes) -> bool:
     return b"\0" not in data[:_SNIFF_BYTES]
 
 
-def _link_text(path: Path) -> str:
+def _link_text(entry: _Entry) -> str:
     try:
-        return f"-> {os.readlink(path)}"
+        return f"-> {os.readlink(entry.path)}"
     except OSError:
         return "-> ?"
 
@@ -122,10 +131,10 @@ def _text_change(
     """A regular file added, deleted or modified: a diff, a preview, or just sizes."""
     before = old[1] if old else None
     after = new[1] if new else None
-    old_bytes = _read_small(old[2], old[1], limits.diff_bytes) if old else b""
-    new_bytes = _read_small(new[2], new[1], limits.diff_bytes) if new else b""
+    old_bytes = _read_small(old, limits.diff_bytes) if old else b""
+    new_bytes = _read_small(new, limits.diff_bytes) if new else b""
     if old_bytes is None or new_bytes is None:
-        preview = read_text_capped(new[2], limits.string) if new else None
+        preview = read_text_capped(new.root, new.rel, limits.string) if new else None
         return FileChange(rel, change, "large", before, after, preview=preview)
     if not (_is_text(old_bytes) and _is_text(new_bytes)):
         return FileChange(rel, change, "binary", before, after)
@@ -151,14 +160,14 @@ def diff_trees(initial: Path | None, final: Path, limits: Limits) -> list[FileCh
     for rel in sorted(old.keys() | new.keys()):
         a, b = old.get(rel), new.get(rel)
         if a and b and a[0] == b[0] == "file":
-            if a[1] == b[1] and _same_content(a[2], b[2]):
+            if a[1] == b[1] and _same_content(a, b):
                 continue
             changes.append(_text_change(rel, "modified", a, b, limits))
         elif a and b:
-            if a[0] == b[0] == "symlink" and _link_text(a[2]) == _link_text(b[2]):
+            if a[0] == b[0] == "symlink" and _link_text(a) == _link_text(b):
                 continue
             kind = b[0] if b[0] != "file" else a[0]
-            changes.append(FileChange(rel, "type", kind, a[1], b[1], preview=_link_text(b[2])))
+            changes.append(FileChange(rel, "type", kind, a[1], b[1], preview=_link_text(b)))
         elif b:
             changes.append(_entry_change(rel, "added", None, b, limits))
         elif a:
@@ -173,7 +182,7 @@ def _entry_change(
     assert entry is not None
     if entry[0] == "file":
         return _text_change(rel, change, old, new, limits)
-    preview = _link_text(entry[2]) if entry[0] == "symlink" else None
+    preview = _link_text(entry) if entry[0] == "symlink" else None
     return FileChange(
         rel, change, entry[0], old[1] if old else None, new[1] if new else None, preview=preview
     )
@@ -195,23 +204,32 @@ def agent_changes(record: TrialRecord, evidence_dir: Path | None, limits: Limits
     """
     initial = Path(record.task.path) / WORKSPACE_DIRNAME
     task_found = Path(record.task.path).is_dir()
+    # The task's workspace/ must be a real dir of the task dir (a link there is not followed).
+    seed = initial if is_dir_beneath(record.task.path, WORKSPACE_DIRNAME) else None
     files: list[FileChange] = []
     final_found = False
     if evidence_dir is not None:
-        seed = initial if initial.is_dir() else None
         with final_workspace(evidence_dir, seed) as final:
             final_found = final is not None
             if final is not None:
-                files = diff_trees(initial if initial.is_dir() else None, final, limits)
-        files = _with_not_kept(files, evidence_dir, seed)
+                files = diff_trees(seed, final, limits)
+        files = _with_not_kept(files, evidence_dir, seed) + _damaged(evidence_dir)
     return {
         "base": str(initial),
-        "base_found": initial.is_dir(),
+        "base_found": seed is not None,
         "task_found": task_found,
         "final_found": final_found,
         "files": [asdict(change) for change in files[: limits.files]],
         "omitted": max(len(files) - limits.files, 0),
     }
+
+
+def _damaged(evidence_dir: Path) -> list[FileChange]:
+    """The manifest's invalid entries (a forged ``sha256`` or path): listed, never followed."""
+    return [
+        FileChange(entry["path"], "damaged", "damaged", None, None, preview=entry["problem"])
+        for entry in damaged(evidence_dir)
+    ]
 
 
 def _with_not_kept(

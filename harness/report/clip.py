@@ -9,11 +9,11 @@ link to the whole file.
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sandbox.beneath import read_beneath
 
 __all__ = ["Limits", "clip_deep", "clip_text", "read_text_capped"]
 
@@ -69,29 +69,21 @@ def clip_deep(value: Any, limit: int, *, depth: int = 0) -> Any:
     return value
 
 
-def read_text_capped(path: Path, limit: int) -> Any:
+def read_text_capped(root: Path, rel: str, limit: int) -> Any:
     """A regular file's text (UTF-8, bad bytes replaced), at most ``limit`` bytes of it.
 
-    The file is opened without following a symlink and must be a regular file: evidence is
-    untrusted, and a planted FIFO or link must not hang or redirect the report.
+    The file ``root/rel`` is opened beneath ``root`` without following a symlink at any
+    component (:func:`sandbox.beneath.read_beneath`) and must be a regular file: evidence
+    is untrusted, and a planted FIFO or link must not hang or redirect the report.
 
     Returns:
         The text, or a clip object with the file's full size in bytes; None when the path
-        is not a readable regular file.
+        is not a readable regular file reached without a link.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    read = read_beneath(root, rel, limit)
+    if read is None:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit)
-    finally:
-        os.close(fd)
-    text = data.decode("utf-8", errors="replace")
-    if info.st_size <= len(data):
+    text = read.data.decode("utf-8", errors="replace")
+    if read.size <= len(read.data):
         return text
-    return {"$clip": text, "total": info.st_size, "unit": "bytes"}
+    return {"$clip": text, "total": read.size, "unit": "bytes"}

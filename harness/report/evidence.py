@@ -4,7 +4,8 @@ The evidence of an attempt is its directory under the run dir (``trials/<id>`` f
 final attempt, ``attempts/<id>/<n>`` for earlier ones): the transcript (``transcript.jsonl``,
 or derived from ``session.jsonl`` and ``model_calls.jsonl`` when it was not written), the
 model calls, the verifier's output, the agent's logs and the workspace it left. All of it
-is agent-controlled: it is read without following links, bounded by
+is agent-controlled, and the run dir itself may be forged: every file is opened beneath the
+run dir by directory fd without following a link at any component, bounded by
 :class:`~harness.report.clip.Limits`, and never interpreted.
 """
 
@@ -25,9 +26,11 @@ from harness.transcript import (
     MODEL_CALLS_FILENAME,
     SESSION_FILENAME,
     TRANSCRIPT_FILENAME,
+    JsonlRead,
     derive_transcript,
     read_jsonl,
 )
+from sandbox.beneath import is_dir_beneath, is_file_beneath, walk_beneath
 
 __all__ = ["VERIFIER_DIRNAME", "attempt_evidence", "trial_detail"]
 
@@ -37,15 +40,21 @@ VERIFIER_DIRNAME = "verifier"
 _STRUCTURED = {TRANSCRIPT_FILENAME, SESSION_FILENAME, MODEL_CALLS_FILENAME}
 
 
+def _jsonl(directory: Path, name: str) -> JsonlRead:
+    """One of the attempt's JSONL files (a link, or one reached through a link: absent)."""
+    if not is_file_beneath(directory, name):
+        return JsonlRead()
+    return read_jsonl(directory / name)
+
+
 def _transcript(directory: Path, limits: Limits) -> dict[str, Any]:
     """The attempt's transcript events (read, or derived when the file is missing)."""
-    path = directory / TRANSCRIPT_FILENAME
-    read = read_jsonl(path)
+    read = _jsonl(directory, TRANSCRIPT_FILENAME)
     source = TRANSCRIPT_FILENAME
     events = read.lines + read.errors
     if not read.exists:
-        session = read_jsonl(directory / SESSION_FILENAME)
-        calls = read_jsonl(directory / MODEL_CALLS_FILENAME)
+        session = _jsonl(directory, SESSION_FILENAME)
+        calls = _jsonl(directory, MODEL_CALLS_FILENAME)
         events = derive_transcript(session.lines, calls.lines) + session.errors + calls.errors
         source = "derived" if session.exists or calls.exists else ""
     return {
@@ -65,7 +74,7 @@ def _json_text(value: Any, limit: int) -> Any:
 
 def _model_calls(directory: Path, limits: Limits) -> dict[str, Any]:
     """The gateway's record of each model call, request and response as clipped JSON text."""
-    read = read_jsonl(directory / MODEL_CALLS_FILENAME)
+    read = _jsonl(directory, MODEL_CALLS_FILENAME)
     calls = []
     for line in read.lines[: limits.model_calls]:
         call = {k: v for k, v in line.items() if k not in ("request", "response")}
@@ -80,23 +89,17 @@ def _model_calls(directory: Path, limits: Limits) -> dict[str, Any]:
     }
 
 
-def _files_under(root: Path, limits: Limits) -> tuple[list[dict[str, Any]], int]:
-    """Regular files under ``root`` (links not followed), each with its capped text."""
-    found: list[Path] = []
-    if root.is_dir() and not root.is_symlink():
-        for top, _dirs, files in os.walk(root, followlinks=False):
-            found.extend(Path(top) / name for name in files)
-    found.sort()
+def _files_under(directory: Path, sub: str, limits: Limits) -> tuple[list[dict[str, Any]], int]:
+    """Files under ``directory/sub`` (by dir fd, links not followed), with capped text."""
+    try:
+        entries = list(walk_beneath(directory, sub))
+        found = sorted(e.rel for e in entries if not stat.S_ISDIR(e.info.st_mode))
+    except OSError:  # missing, or itself a link
+        found = []
     shown = []
-    for path in found[: limits.files]:
-        text = read_text_capped(path, limits.text)
-        shown.append(
-            {
-                "name": path.relative_to(root).as_posix(),
-                "text": text,
-                "regular": text is not None,
-            }
-        )
+    for rel in found[: limits.files]:
+        text = read_text_capped(directory, f"{sub}/{rel}", limits.text)
+        shown.append({"name": rel, "text": text, "regular": text is not None})
     return shown, max(len(found) - limits.files, 0)
 
 
@@ -115,7 +118,7 @@ def _top_level_files(directory: Path, limits: Limits) -> list[dict[str, Any]]:
         except OSError:
             continue
         if stat.S_ISREG(mode):
-            shown.append({"name": name, "text": read_text_capped(directory / name, limits.text)})
+            shown.append({"name": name, "text": read_text_capped(directory, name, limits.text)})
     return shown[: limits.files]
 
 
@@ -136,9 +139,9 @@ def attempt_evidence(
     """
     directory = evidence_path(run_dir, relative, record.id)
     shown = relative or f"trials/{record.id}"
-    if directory is None or not directory.is_dir():
+    if directory is None or not is_dir_beneath(run_dir, directory.relative_to(run_dir)):
         return {"dir": shown, "exists": False, "safe": directory is not None}
-    verifier, verifier_omitted = _files_under(directory / VERIFIER_DIRNAME, limits)
+    verifier, verifier_omitted = _files_under(directory, VERIFIER_DIRNAME, limits)
     return {
         "dir": shown,
         "exists": True,
@@ -149,7 +152,7 @@ def attempt_evidence(
         "verifier_omitted": verifier_omitted,
         "logs": _top_level_files(directory, limits),
         "changes": agent_changes(record, directory, limits),
-        "has_workspace": (directory / WORKSPACE_DIRNAME).is_dir()
+        "has_workspace": is_dir_beneath(directory, WORKSPACE_DIRNAME)
         or read_manifest(directory) is not None,
     }
 

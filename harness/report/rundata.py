@@ -30,6 +30,7 @@ from harness.records import (
 )
 from harness.status import STATUS_FILENAME, read_status
 from harness.tasks import TASK_TOML
+from sandbox.beneath import is_file_beneath, read_beneath, safe_relative
 
 __all__ = [
     "SUMMARY_FILENAME",
@@ -81,21 +82,32 @@ class RunData:
         return bool(self.status and self.status.get("state") == "running")
 
 
-def _read_json_object(path: Path) -> dict[str, Any] | None:
+#: The most read of a run dir's own small files (config, summary): a forged one is refused.
+_SMALL_FILE_BYTES = 64 << 20
+
+
+def _read_small(run_dir: Path, name: str) -> bytes | None:
+    """A run dir's own file: a regular file, not a link, within the cap (else None)."""
+    read = read_beneath(run_dir, name, _SMALL_FILE_BYTES)
+    return None if read is None or read.size > len(read.data) else read.data
+
+
+def _read_json_object(run_dir: Path, name: str) -> dict[str, Any] | None:
     """A JSON object file, or None when it is missing or not an object."""
+    data = _read_small(run_dir, name)
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        value = json.loads(data.decode("utf-8")) if data is not None else None
+    except ValueError:
         return None
     return value if isinstance(value, dict) else None
 
 
 def _read_config(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``config.toml``'s ``[run]`` and ``[versions]`` tables, unvalidated (newer keys kept)."""
+    raw = _read_small(run_dir, CONFIG_FILENAME)
     try:
-        with open(run_dir / CONFIG_FILENAME, "rb") as fh:
-            data = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError):
+        data = tomllib.loads(raw.decode("utf-8")) if raw is not None else {}
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         return {}, {}
     run = data.get("run", data)
     versions = data.get("versions", {})
@@ -149,7 +161,7 @@ def load_run(run_dir: Path) -> RunData:
     records = list(latest_by_id(report.records).values())
     config, versions = _read_config(run_dir)
     status = read_status_safely(run_dir)
-    summary = _read_json_object(run_dir / SUMMARY_FILENAME)
+    summary = _read_json_object(run_dir, SUMMARY_FILENAME)
     source = "summary.json"
     running = bool(status and status.get("state") == "running")
     if summary is None or running:
@@ -174,7 +186,13 @@ def load_run(run_dir: Path) -> RunData:
 
 
 def read_status_safely(run_dir: Path) -> dict[str, Any] | None:
-    """``status.json`` of a run, or None when it is missing or unreadable (half-written)."""
+    """``status.json`` of a run, or None when it is missing or unreadable (half-written).
+
+    A ``status.json`` that is a symlink is not read (a forged run dir's link is never
+    followed).
+    """
+    if not is_file_beneath(run_dir, STATUS_FILENAME):
+        return None
     try:
         return read_status(run_dir)
     except (OSError, ValueError):
@@ -220,12 +238,6 @@ def task_category(record: TrialRecord) -> str | None:
     return _category_of_task_dir(record.task.path)
 
 
-@lru_cache(maxsize=64)
-def _resolved(run_dir: str) -> Path:
-    """The run dir's real path (resolved once per run, not once per trial)."""
-    return Path(run_dir).resolve()
-
-
 def _safe_component(name: str) -> bool:
     return bool(name) and name not in (".", "..") and not any(ch in name for ch in "/\\\0")
 
@@ -239,15 +251,14 @@ def evidence_path(run_dir: Path, relative: str | None, trial_id: str) -> Path | 
         trial_id: The trial's id (``trials/<id>`` is the default location).
 
     Returns:
-        The directory, or None when it would lie outside the run dir (a forged record).
+        The directory, or None when it would lie outside the run dir (a forged record:
+        absolute, or with ``..``). Whether it is reached without a symlink is for the
+        reader to check (:func:`sandbox.beneath.is_dir_beneath`).
     """
     if relative is None:
         if not _safe_component(trial_id):
             return None
         relative = f"trials/{trial_id}"
-    candidate = Path(run_dir) / relative
-    try:
-        candidate.resolve().relative_to(_resolved(str(run_dir)))
-    except (ValueError, OSError):
+    if safe_relative(relative.rstrip("/")) is None:  # absolute, "..", "." or empty parts
         return None
-    return candidate
+    return Path(run_dir) / relative.rstrip("/")

@@ -19,8 +19,6 @@ Content-Security-Policy and ``nosniff``.
 from __future__ import annotations
 
 import json
-import os
-import stat
 import threading
 from collections.abc import Sequence
 from http import HTTPStatus
@@ -34,6 +32,7 @@ from harness.report.clip import Limits
 from harness.report.evidence import trial_detail
 from harness.report.page import content_security_policy, render_page
 from harness.report.rundata import RunData, load_run, read_status_safely, run_fingerprint
+from sandbox.beneath import read_beneath
 
 __all__ = ["ViewServer", "make_server"]
 
@@ -181,33 +180,22 @@ class _Handler(BaseHTTPRequestHandler):
     def _raw(self, query: dict[str, str]) -> None:
         run = self._run(query)
         relative = query.get("path", "")
-        target = _evidence_file(run.run_dir, relative) if run else None
-        if target is None:
+        target = _evidence_file(relative)
+        read = read_beneath(run.run_dir, target, RAW_LIMIT) if run and target else None
+        if read is None:  # missing, not a regular file, or reached through a link
             self._error(HTTPStatus.NOT_FOUND, "no such evidence file")
             return
-        try:
-            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            self._error(HTTPStatus.NOT_FOUND, "no such evidence file")
-            return
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                self._error(HTTPStatus.NOT_FOUND, "not a regular file")
-                return
-            data = fh.read(RAW_LIMIT)
-        self._send(HTTPStatus.OK, data, "text/plain; charset=utf-8")
+        self._send(HTTPStatus.OK, read.data, "text/plain; charset=utf-8")
 
 
-def _evidence_file(run_dir: Path, relative: str) -> Path | None:
-    """``relative`` inside the run's evidence folders, or None (no ``..``, no links)."""
+def _evidence_file(relative: str) -> str | None:
+    """``relative`` as a path inside the run's evidence folders, or None (no ``..``).
+
+    It is opened beneath the run dir by dir fd, never through a link at any component.
+    """
     pieces = [p for p in relative.split("/") if p]
     if not pieces or pieces[0] not in RAW_ROOTS:
         return None
     if any(p in (".", "..") or "\0" in p for p in pieces):
         return None
-    target = Path(run_dir).joinpath(*pieces)
-    try:
-        target.resolve(strict=True).relative_to(Path(run_dir).resolve())
-    except (OSError, ValueError):
-        return None
-    return target
+    return "/".join(pieces)

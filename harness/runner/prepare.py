@@ -199,7 +199,7 @@ def prepare_run(
         env, role_agents = prepare_env(config)
     credentials = credentials if credentials is not None else CredentialStore()
     environ = os.environ if environ is None else environ
-    tasks = resolve_tasks_env(tasks, environ, credentials)
+    tasks = resolve_tasks_env(tasks, environ, credentials, allowed=config.tasks.env_allow)
     choice = resolve_model(config, model_agent(role_agents), credentials, environ)
     if env is not None and choice is not None:
         env.model = choice.spec

@@ -2,16 +2,21 @@
 
 Harbor resolves ``[environment].env``, ``[verifier].env`` and ``[solution].env`` values
 from the host's environment when a trial starts. A value may mix text and templates
-(``"http://${HOST:-localhost}:8080"``); ``$$`` is a literal ``$``. A variable that is unset
-and has no default is an error, and so is a variable holding a provider credential the
-harness took from the environment: a task must never pull a real key into a sandbox.
+(``"http://${HOST:-localhost}:8080"``); ``$$`` is a literal ``$``.
+
+A task is untrusted input, and the host's environment holds secrets (``AWS_SECRET_ACCESS_KEY``,
+``GITHUB_TOKEN``...): a template reads only a variable the user allowed for the run
+(``--task-env VAR``, ``tasks.env_allow``); any other takes its ``:-default``, and without
+one is an error naming the option that allows it. A variable that is allowed but unset and
+has no default is an error, and a provider credential the harness took from the
+environment is refused even when allowed: a task must never pull a real key into a sandbox.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
 from harness.errors import UsageError
@@ -42,6 +47,7 @@ def _substitute(
     environ: Mapping[str, str],
     refused: Mapping[str, str],
     where: str,
+    allowed: Collection[str] | None,
 ) -> str:
     def replace(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
@@ -55,6 +61,15 @@ def _substitute(
                 "every sandbox; a task may not read it (agents reach models through the "
                 "harness's gateway)"
             )
+        if allowed is not None and name not in allowed:
+            default = match.group("default")
+            if default is None:
+                raise EnvTemplateError(
+                    f"{where}: ${{{name}}} reads the host's environment, which a task may do "
+                    f"only for variables the run allows: pass --task-env {name} to harness "
+                    f"run (or add it to tasks.env_allow), or write ${{{name}:-default}}"
+                )
+            return default
         found = environ.get(name)
         if found is None or (found == "" and match.group("default") is not None):
             default = match.group("default")
@@ -91,6 +106,7 @@ def resolve_env(
     *,
     refused: Mapping[str, str] | None = None,
     where: str = "env",
+    allowed: Collection[str] | None = None,
 ) -> dict[str, str]:
     """Resolve every value of ``env`` against ``environ``.
 
@@ -100,12 +116,18 @@ def resolve_env(
         refused: Credentials the harness took (name → value): neither the name may be
             read nor a value holding one used.
         where: The table's name, for messages (``environment.env``).
+        allowed: The variables that may be read from ``environ`` (the run's
+            ``tasks.env_allow``); any other takes its default. None: every variable (for
+            callers that pass a curated ``environ``).
 
     Raises:
         EnvTemplateError: naming the key and what is wrong.
     """
     taken = refused or {}
-    return {key: _substitute(value, environ, taken, f"{where}.{key}") for key, value in env.items()}
+    return {
+        key: _substitute(value, environ, taken, f"{where}.{key}", allowed)
+        for key, value in env.items()
+    }
 
 
 def map_env_tables(task: Task, change: Callable[[Mapping[str, str], str], dict[str, str]]) -> Task:
@@ -155,7 +177,11 @@ def env_tables(task: Task) -> dict[str, dict[str, str]]:
 
 
 def resolve_task_env(
-    task: Task, environ: Mapping[str, str], *, refused: Mapping[str, str] | None = None
+    task: Task,
+    environ: Mapping[str, str],
+    *,
+    refused: Mapping[str, str] | None = None,
+    allowed: Collection[str] | None = None,
 ) -> Task:
     """The task with every env table resolved (its key and hash stay those of its files).
 
@@ -166,7 +192,7 @@ def resolve_task_env(
 
     def resolve(table: Mapping[str, str], name: str) -> dict[str, str]:
         try:
-            return resolve_env(table, environ, refused=refused, where=name)
+            return resolve_env(table, environ, refused=refused, where=name, allowed=allowed)
         except EnvTemplateError as exc:
             raise EnvTemplateError(f"{where}: {exc}") from None
 

@@ -26,6 +26,8 @@ from pydantic import ValidationError
 from harness.errors import TaskError, TaskSetError
 from harness.tasks.env_templates import check_templates
 from harness.tasks.hashing import content_hash
+from harness.tasks.limits import MAX_INSTRUCTION_BYTES, read_task_bytes
+from harness.tasks.links import link_problems
 from harness.tasks.model import TaskConfig
 from harness.tasks.paths import (
     INSTRUCTION_MD,
@@ -202,7 +204,7 @@ def _inspect(path: Path, root: Path | None) -> tuple[Task | None, list[TaskError
     if not path.is_dir():
         return None, [TaskError(path, "not a directory (expected a task dir)")]
 
-    problems: list[TaskError] = []
+    problems: list[TaskError] = link_problems(path)
     config, multi_step = _read_config(path, problems)
     steps: list[Step] = []
     instruction: str | None = ""
@@ -377,14 +379,23 @@ def _describe(kind: str, message: str, value: object) -> str:
 
 
 def _read_instruction(md_path: Path, owner: Path, problems: list[TaskError]) -> str | None:
-    """Read an ``instruction.md``; append problems and return None on failure."""
-    if not md_path.is_file():
+    """Read an ``instruction.md``; append problems and return None on failure.
+
+    Read beneath its dir without following a link, in bounded chunks, at most
+    :data:`~harness.tasks.limits.MAX_INSTRUCTION_BYTES` (a larger one is refused).
+    """
+    if not md_path.is_file() and not md_path.is_symlink():
         problems.append(TaskError(owner, f"missing {INSTRUCTION_MD}"))
         return None
     try:
-        text = md_path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        problems.append(TaskError(md_path, f"cannot read: {exc.strerror or exc}"))
+        raw = read_task_bytes(md_path.parent, md_path.name, MAX_INSTRUCTION_BYTES)
+        if raw is None:
+            problems.append(TaskError(owner, f"missing {INSTRUCTION_MD}"))
+            return None
+        text = raw.decode("utf-8")
+    except TaskError as exc:
+        if not any(p.path == exc.path for p in problems):  # a link: named once
+            problems.append(exc)
         return None
     except UnicodeDecodeError as exc:
         problems.append(TaskError(md_path, f"not valid UTF-8 (byte {exc.start})"))

@@ -19,11 +19,14 @@ Harbor's older spellings map onto the same model: the legacy top-level ``version
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from harness.tasks.section import NAME_PATTERN, UNSUPPORTED_KEYS, Section, User, size_to_mb
+from sandbox.storage import RESERVE_MB
 
 __all__ = [
     "UNSUPPORTED_KEYS",
@@ -144,19 +147,56 @@ class Artifact(Section):
     def _from_string(cls, data: Any) -> Any:
         return {"source": data} if isinstance(data, str) else data
 
+    @field_validator("source")
+    @classmethod
+    def _clean_source(cls, value: str) -> str:
+        if "\0" in value or any(part in (".", "..") for part in value.split("/")):
+            raise ValueError(
+                f"source {value!r} must be a plain absolute path (no '.' or '..' components)"
+            )
+        return value
+
     @field_validator("destination")
     @classmethod
     def _relative(cls, value: str | None) -> str | None:
         if value is not None:
-            parts = value.split("/")
-            if value.startswith("/") or ".." in parts:
+            parts = [part for part in value.split("/") if part not in ("", ".")]
+            if value.startswith("/") or ".." in parts or "\0" in value:
                 raise ValueError("destination must be a relative path without '..'")
+            if not parts:
+                raise ValueError(
+                    f"destination {value!r} is the artifacts dir itself; name a path inside it"
+                )
+            return "/".join(parts)
         return value
 
     @property
     def target(self) -> str:
         """The path under ``artifacts/`` this artifact is copied to."""
         return self.destination or self.source.rstrip("/").rsplit("/", 1)[-1] or "root"
+
+
+MIN_STORAGE_MB = RESERVE_MB
+"""The smallest ``storage_mb``: the trial's ext4 filesystem is ``storage_mb`` plus a
+reserve of :data:`sandbox.storage.RESERVE_MB` held as reserved blocks, and ``mkfs.ext4 -m``
+refuses more than 50 % reserved."""
+
+#: Directories a task's ``workdir`` may not be (nor, for the last three, be under).
+SYSTEM_DIRS = frozenset(
+    {"/", "/etc", "/usr", "/bin", "/sbin", "/boot", "/var", "/run", "/opt", "/srv", "/mnt"}
+    | {"/media", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/local", "/usr/share", "/var/lib"}
+)
+_SYSTEM_TREES = ("/proc", "/sys", "/dev")
+
+
+def system_dir(path: str) -> bool:
+    """Whether ``path`` (normalised) is a system directory a ``workdir`` may not be."""
+    if not path.startswith("/"):
+        return False
+    normal = "/" + posixpath.normpath(path).lstrip("/")
+    if normal in SYSTEM_DIRS or re.fullmatch(r"/lib[^/]*", normal):
+        return True
+    return any(normal == top or normal.startswith(top + "/") for top in _SYSTEM_TREES)
 
 
 class EnvironmentSection(Section):
@@ -191,7 +231,7 @@ class EnvironmentSection(Section):
     os: Literal["linux", "windows"] = "linux"
     cpus: float = Field(default=1.0, gt=0)
     memory_mb: int = Field(default=2048, gt=0)
-    storage_mb: int | None = Field(default=None, gt=0)
+    storage_mb: int | None = Field(default=None, ge=MIN_STORAGE_MB)
     gpus: int = Field(default=0, ge=0)
     gpu_types: list[str] | None = None
     allow_internet: bool = False
@@ -227,6 +267,16 @@ class EnvironmentSection(Section):
     def _size(cls, value: str | None) -> str | None:
         if value is not None:
             size_to_mb(value)
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _not_a_system_dir(cls, value: str | None) -> str | None:
+        if value is not None and system_dir(value):
+            raise ValueError(
+                f"{value!r} is a system directory; the agent and the tests work (and the "
+                "workspace is mounted) there: use a directory of the task's own, e.g. /app"
+            )
         return value
 
     @model_validator(mode="after")

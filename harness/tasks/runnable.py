@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from harness.errors import UsageError
@@ -38,19 +38,32 @@ def load_runnable_tasks(
 
 
 def resolve_tasks_env(
-    tasks: Sequence[Task], environ: Mapping[str, str], credentials: CredentialStore
+    tasks: Sequence[Task],
+    environ: Mapping[str, str],
+    credentials: CredentialStore,
+    *,
+    allowed: Collection[str] = (),
 ) -> list[Task]:
     """Resolve every task's ``${VAR}`` templates from the host.
 
+    Args:
+        tasks: The tasks.
+        environ: The host's environment.
+        credentials: The provider keys the harness took (refused even when allowed).
+        allowed: The variables templates may read (``tasks.env_allow``, ``--task-env``);
+            any other takes its ``:-default``.
+
     Raises:
-        UsageError: a template names an unset variable or a credential the harness took.
+        UsageError: a template names a variable not allowed (without a default), an unset
+            one, or a credential the harness took.
     """
     refused = {name: credentials.get(name) or "" for name in credentials.names()}
+    names = frozenset(allowed)
     resolved = []
     problems = []
     for task in tasks:
         try:
-            resolved.append(resolve_task_env(task, environ, refused=refused))
+            resolved.append(resolve_task_env(task, environ, refused=refused, allowed=names))
         except EnvTemplateError as exc:
             problems.append(str(exc))
     if problems:

@@ -56,6 +56,17 @@ def prune_excluded(top: Path, patterns: list[str]) -> None:
                 path.unlink()
 
 
+def _inside(dest: Path, rel: str) -> Path | None:
+    """``dest/rel`` when it is strictly inside ``dest``, else None.
+
+    Never ``dest`` itself or a parent of it: replacing that would delete the trial's evidence.
+    """
+    parts = [part for part in rel.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts or rel.startswith("/"):
+        return None
+    return dest.joinpath(*parts)
+
+
 def copy_artifact(
     sandbox: Sandbox, artifact: Artifact, dest: Path, caps: Caps
 ) -> tuple[dict[str, Any], list[EvidenceEvent]]:
@@ -63,6 +74,11 @@ def copy_artifact(
     with tempfile.TemporaryDirectory(prefix="harness-artifact-") as tmp:
         staged = Path(tmp) / "out"
         entry: dict[str, Any] = {"source": artifact.source, "destination": artifact.target}
+        target = _inside(dest, artifact.target)
+        if target is None or ".." in artifact.source.split("/"):
+            # The task model refuses these at load; never replace anything outside dest.
+            entry.update(type=None, status="failed", detail="escapes artifacts/ (refused)")
+            return entry, []
         try:
             events = sandbox.copy_out(
                 artifact.source,
@@ -79,7 +95,6 @@ def copy_artifact(
             return entry, found
         entry["type"] = "directory" if staged.is_dir() else "file"
         prune_excluded(staged, artifact.exclude)
-        target = dest / artifact.target
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         elif target.exists():

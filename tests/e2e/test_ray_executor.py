@@ -210,7 +210,8 @@ def test_harbor_tasks_run_the_same_lifecycle_on_the_worker_node(
     running = start_cli(
         "run", tasks, "--agent", "oracle", "--sandbox", "docker", "-j", "2", "-o", out,
         "--run-name", "harbor", "--executor", "ray", "--ray-address", str(cluster.address),
-        "--display", "plain", env={**cluster.env(), "RAY_E2E_WHO": "driver"},
+        "--display", "plain", "--task-env", "RAY_E2E_WHO",
+        env={**cluster.env(), "RAY_E2E_WHO": "driver"},
     )  # fmt: skip
     result = running.wait(600)
     assert result.code == 0, str(result)

@@ -70,11 +70,17 @@ def test_clip_deep_bounds_every_string() -> None:
 def test_read_text_capped_refuses_links_and_fifos(tmp_path: Path) -> None:
     big = tmp_path / "big"
     big.write_bytes(b"A" * 1000)
-    assert read_text_capped(big, 100) == {"$clip": "A" * 100, "total": 1000, "unit": "bytes"}
+    assert read_text_capped(tmp_path, "big", 100) == {
+        "$clip": "A" * 100,
+        "total": 1000,
+        "unit": "bytes",
+    }
     (tmp_path / "link").symlink_to(big)
-    assert read_text_capped(tmp_path / "link", 100) is None
+    assert read_text_capped(tmp_path, "link", 100) is None
+    (tmp_path / "dirlink").symlink_to(tmp_path)
+    assert read_text_capped(tmp_path, "dirlink/big", 100) is None  # a link on the way
     os.mkfifo(tmp_path / "fifo")
-    assert read_text_capped(tmp_path / "fifo", 100) is None  # and it does not hang
+    assert read_text_capped(tmp_path, "fifo", 100) is None  # and it does not hang
 
 
 # -------------------------------------------------------------------------------- changes

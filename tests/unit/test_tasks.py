@@ -476,17 +476,23 @@ def test_hash_changes_with_config_only(tmp_path: Path) -> None:
     assert content_hash(task_dir, config) == content_hash(task_dir, config)
 
 
+def _hash(task_dir: Path) -> str:
+    """The content hash as the loader computes it (a task with an escaping link is refused
+    at load, so the hasher is asked directly)."""
+    return content_hash(task_dir, TaskConfig.model_validate({}))
+
+
 def test_hash_symlink_target_matters_not_content(tmp_path: Path) -> None:
     outside = tmp_path / "outside.txt"
     outside.write_text("one")
     task_dir = make_task(tmp_path, "t")
     os.symlink(outside, task_dir / "link")
-    before = load_task(task_dir).hash
+    before = _hash(task_dir)
     outside.write_text("two: the target's content is never read")
-    assert load_task(task_dir).hash == before
+    assert _hash(task_dir) == before
     (task_dir / "link").unlink()
     os.symlink(tmp_path / "elsewhere.txt", task_dir / "link")  # dangling is fine
-    assert load_task(task_dir).hash != before
+    assert _hash(task_dir) != before
 
 
 def test_hash_does_not_follow_symlinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -509,13 +515,16 @@ def test_hash_does_not_follow_symlinks(tmp_path: Path, monkeypatch: pytest.Monke
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", spy_open)
-    task = load_task(task_dir)
+    digest = _hash(task_dir)
     monkeypatch.undo()
 
     assert opened, "the spy saw no file reads"
     assert not any("big" in p or "secret" in p or "dir-link" in p for p in opened)
     (big_dir / "secret").write_text("changed")
-    assert load_task(task_dir).hash == task.hash
+    assert _hash(task_dir) == digest
+    # Such a task is refused at load: its links leave the task dir.
+    with pytest.raises(TaskError, match="leaves the task dir"):
+        load_task(task_dir)
 
 
 def test_fifo_is_never_opened(tmp_path: Path) -> None:
