@@ -504,6 +504,8 @@ class Gateway:
         with trial.allowance.live() as live:
 
             def over_budget() -> str | None:
+                if copy.usage.final_seen:
+                    return None  # generation is over: cutting saves nothing, the next call waits
                 running = copy.usage.final(complete=False)
                 if running is not None:
                     cost = self.model.prices.cost(

@@ -269,6 +269,11 @@ class StreamUsage:
             self._kept[kind if isinstance(kind, str) else ""] = event
             self._final_seen = self._final_seen or _is_final(self.api, kind)
 
+    @property
+    def final_seen(self) -> bool:
+        """Whether the event reporting the stream's final usage has come (generation is over)."""
+        return self._final_seen
+
     def usage(self) -> CallUsage | None:
         """Usage reported by the events fed so far (a last unterminated event included)."""
         events = list(self._kept.values())
