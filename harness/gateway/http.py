@@ -197,8 +197,19 @@ async def serve(
         writer.close()
 
 
-def refuse_connection(writer: asyncio.StreamWriter, status: int, reason: str) -> None:
-    """Answer a connection ``status`` before reading anything of it, and close it."""
+async def refuse_connection(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    status: int,
+    reason: str,
+    drain_bytes: int,
+) -> None:
+    """Answer a connection ``status`` before reading its request, and close it.
+
+    What the client sends meanwhile is read and dropped (up to ``drain_bytes``), so that
+    it can send its request whole and then read the answer; ``drain_bytes`` 0 closes at
+    once.
+    """
     body = error_body(None, "gateway_refused", reason)
     head = (
         f"HTTP/1.1 {status} {_REASONS.get(status, 'Refused')}\r\n"
@@ -207,8 +218,15 @@ def refuse_connection(writer: asyncio.StreamWriter, status: int, reason: str) ->
         "connection: close\r\n"
         "x-harness-gateway: 1\r\n\r\n"
     )
-    writer.write(head.encode() + body)
-    writer.close()  # flushes what was written first
+    try:
+        writer.write(head.encode() + body)
+        if drain_bytes:
+            await writer.drain()
+            await _discard(reader, drain_bytes)
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        writer.close()  # flushes what was written first
 
 
 async def send(

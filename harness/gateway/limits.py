@@ -62,6 +62,9 @@ class Meter:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.connections = 0
+        #: Connections refused over the cap whose request is still read and dropped (at
+        #: most ``max_connections`` of them; more are closed at once).
+        self.draining = 0
         self.held = 0
         #: The most held at once (for the record's summary and the tests).
         self.peak = 0

@@ -270,7 +270,7 @@ class Gateway:
             refused = self._over_connections(owner)
             if refused is not None:
                 owner.recorder.refusal("?", "?", 503, refused, None)
-                http.refuse_connection(writer, 503, refused)
+                self._refuse(owner, reader, writer, refused)
                 return
             meter.connections += 1
             meter.take(CONNECTION_BYTES)
@@ -300,6 +300,26 @@ class Gateway:
         path = str(trial.access.socket_path)
         trial.server = await asyncio.start_unix_server(handler, path=path)
         os.chmod(path, 0o600)
+
+    @staticmethod
+    def _refuse(
+        trial: _Trial, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str
+    ) -> None:
+        """Answer a connection over the cap 503; read what it sends meanwhile if few do."""
+        meter = trial.meter
+        draining = meter.draining < meter.limits.max_connections
+        drain = meter.limits.max_request_bytes if draining else 0
+        task = asyncio.ensure_future(http.refuse_connection(reader, writer, 503, reason, drain))
+        if draining:
+            meter.draining += 1
+        trial.connections[task] = writer
+
+        def done(task: asyncio.Task[None]) -> None:
+            trial.connections.pop(task, None)
+            if draining:
+                meter.draining -= 1
+
+        task.add_done_callback(done)
 
     @staticmethod
     def _over_connections(trial: _Trial) -> str | None:
