@@ -68,8 +68,11 @@ def raw_body(data: bytes) -> dict[str, Any]:
         return {"bytes": len(data), "base64": base64.b64encode(data).decode("ascii")}
 
 
-def capped_json(data: bytes) -> Any:
-    """A body for the record: parsed JSON when small enough, else a truncated head."""
+def capped_json(data: bytes, *, parse: bool = True) -> Any:
+    """A body for the record: parsed JSON when small enough, else a truncated head.
+
+    ``parse`` False records it as text (or base64) without parsing it.
+    """
     if len(data) > MAX_RECORDED_BYTES:
         head = data[:_HEAD_BYTES]
         try:
@@ -77,6 +80,8 @@ def capped_json(data: bytes) -> Any:
         except UnicodeDecodeError:  # not UTF-8, or a character cut at the end: lossless
             shown = {"head_base64": base64.b64encode(head).decode("ascii")}
         return {"truncated": True, "bytes": len(data), **shown}
+    if not parse:
+        return raw_body(data)
     parsed = json_or_none(data)
     if parsed is None and data.strip() != b"null":
         return raw_body(data)

@@ -438,7 +438,11 @@ class Gateway:
             )
             trial.allowance.check()
         except Refused as refused:
-            recorded = capped_json(raw_body) if raw_body else None
+            recorded = None
+            if raw_body:
+                # A body refused for the memory its parsing takes is recorded unparsed.
+                memory = refused.status in (413, 503)
+                recorded = capped_json(raw_body, parse=not memory)
             trial.recorder.refusal(
                 method,
                 target.split("?", 1)[0],
