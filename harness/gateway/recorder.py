@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from harness.gateway.policy import TrialUsage
 from harness.gateway.providers import ENDPOINTS
-from harness.gateway.usage import CallUsage, StreamUsage, strict_json
+from harness.gateway.usage import CallUsage, StreamUsage, sse_data, strict_json
 from harness.models.catalog import ModelSpec
 
 MAX_RECORDED_BYTES = 1 << 20
@@ -101,9 +101,7 @@ def recorded_events(raw: bytes) -> list[Any]:
     """
     events: list[Any] = []
     for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
-        data = b"\n".join(
-            line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:")
-        )
+        data = sse_data(block)
         if not data or data.strip() == b"[DONE]":
             continue
         parsed = json_or_none(data)

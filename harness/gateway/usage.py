@@ -141,7 +141,8 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _data_of(block: bytes) -> bytes:
+def sse_data(block: bytes) -> bytes:
+    """The ``data:`` lines of one event, joined (SSE)."""
     return b"\n".join(line[5:].lstrip() for line in block.split(b"\n") if line.startswith(b"data:"))
 
 
@@ -149,7 +150,7 @@ def sse_payloads(raw: bytes) -> list[Any]:
     """The JSON ``data:`` payloads of an event stream (``[DONE]`` and junk skipped)."""
     payloads: list[Any] = []
     for block in raw.replace(b"\r\n", b"\n").split(b"\n\n"):
-        data = _data_of(block)
+        data = sse_data(block)
         if not data or data.strip() == b"[DONE]":
             continue
         try:
@@ -256,7 +257,7 @@ class StreamUsage:
             self._oversized = False
             self.output_chars += len(block)
             return
-        data = _data_of(block)
+        data = sse_data(block)
         if not data or data.strip() == b"[DONE]":
             return
         try:
