@@ -118,7 +118,9 @@ def test_a_trial_flooding_its_gateway_keeps_the_harness_bounded_and_the_other_se
     # A task set may name faux models: the one call of the second trial is answered by it.
     (tasks / "models.toml").write_text('[models."faux/flood"]\nscript = "flood.json"\n')
     (tasks / "flood.json").write_text(json.dumps({"responses": [{"text": "done"}]}))
-    proc = any_cli.start([tasks], jobs=2, extra=["--model", "faux/flood"])
+    # The cap comes from the run config ([gateway], here through --set).
+    extra = ["--model", "faux/flood", "--set", "gateway.max_connections=16"]
+    proc = any_cli.start([tasks], jobs=2, extra=extra)
     peak = 0
     stop = threading.Event()
 
@@ -147,7 +149,10 @@ def test_a_trial_flooding_its_gateway_keeps_the_harness_bounded_and_the_other_se
     assert all(line["outcome"] == "refused" for line in lines), lines
     reasons = " ".join(line["reason"] for line in lines)
     assert "gateway.max_request_mb" in reasons
-    assert "gateway.max_connections" in reasons or "gateway.max_memory_mb" in reasons
+    assert "the cap (gateway.max_connections) is 16" in reasons
+    expected = ("gateway.max_connections", "gateway.max_memory_mb", "gateway.max_request_mb",
+                "request body is not a JSON object")  # fmt: skip
+    assert all(any(e in line["reason"] for e in expected) for line in lines), lines
     assert flooded["status"] == "completed", flooded
 
     served = run.by_task(call_name)
