@@ -6,8 +6,9 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from harness.agents.kinds import Agent
-from harness.config import BudgetConfig, RunConfig
-from harness.gateway import Budget, Gateway, load_faux_script, make_provider
+from harness.config import BudgetConfig, GatewayConfig, RunConfig
+from harness.gateway import Budget, Gateway, Limits, load_faux_script, make_provider
+from harness.gateway.limits import MIB
 from harness.models.catalog import ModelCatalog
 from harness.models.selection import ModelChoice, requested_model, select_model
 from sandbox.credentials import CredentialStore
@@ -56,14 +57,28 @@ def resolve_model(
     return choice
 
 
+def gateway_limits(config: GatewayConfig) -> Limits:
+    """The gateway's per-trial caps from the ``[gateway]`` section."""
+    return Limits(
+        max_connections=config.max_connections,
+        max_request_bytes=int(config.max_request_mb * MIB),
+        max_memory_bytes=int(config.max_memory_mb * MIB),
+        max_recorded_refusals=config.max_recorded_refusals,
+    )
+
+
 def start_gateway(
-    choice: ModelChoice, credentials: CredentialStore, budget: BudgetConfig
+    choice: ModelChoice,
+    credentials: CredentialStore,
+    budget: BudgetConfig,
+    limits: GatewayConfig | None = None,
 ) -> Gateway:
     """Start the run's gateway; the real key stays in this process's memory."""
     gateway = Gateway(
         choice.spec,
         make_provider(choice.spec, credentials),
         budget=Budget(budget.max_calls, budget.max_tokens, budget.max_cost_usd),
+        limits=gateway_limits(limits or GatewayConfig()),
         redact=credentials.redact,
     )
     gateway.start()

@@ -1,8 +1,8 @@
 """The run configuration: sections, layers, the saved ``config.toml``, 0.1's flat keys.
 
-``[agent]``, ``[sandbox]``, ``[executor]``, ``[tasks]``, ``[retry]`` and ``[budget]`` are
-sections of :class:`RunConfig`; the run-level keys (``model``, ``rollouts``, ``concurrency``...) sit
-beside them. See ``docs/configuration.md``.
+``[agent]``, ``[sandbox]``, ``[executor]``, ``[tasks]``, ``[retry]``, ``[budget]`` and
+``[gateway]`` are sections of :class:`RunConfig`; the run-level keys (``model``,
+``rollouts``, ``concurrency``...) sit beside them. See ``docs/configuration.md``.
 """
 
 from harness.config.layers import (
@@ -27,6 +27,7 @@ from harness.config.model import (
     BudgetConfig,
     EnvConfig,
     ExecutorConfig,
+    GatewayConfig,
     RetryConfig,
     RunConfig,
     SandboxConfig,
@@ -44,6 +45,7 @@ __all__ = [
     "EnvConfig",
     "ConfigError",
     "ExecutorConfig",
+    "GatewayConfig",
     "RetryConfig",
     "RunConfig",
     "SandboxConfig",

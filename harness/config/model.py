@@ -273,6 +273,39 @@ class BudgetConfig(BaseModel):
     max_cost_usd: float | None = Field(default=None, gt=0)
 
 
+class GatewayConfig(BaseModel):
+    """What one trial may make the model gateway hold (``[gateway]``, ``--set gateway.x=N``).
+
+    The gateway runs in the harness process: these caps are per trial, so one trial's
+    flood never starves another's calls (docs/model-access.md §6).
+
+    Attributes:
+        max_connections: Connections a trial may have open at once (one more: HTTP 503).
+        max_request_mb: Size of one request body (over: HTTP 413, checked from
+            ``Content-Length`` before the body is read). Large contexts are a few MB.
+        max_memory_mb: Everything a trial's connections hold at once: bodies, their
+            parsed form, upstream answers (over: HTTP 503, or 502 for an upstream answer).
+        max_recorded_refusals: Refusals recorded one line each; later ones are counted in
+            one summary line.
+    """
+
+    model_config = _SECTION
+
+    max_connections: int = Field(default=32, ge=1, le=4096)
+    max_request_mb: float = Field(default=16.0, gt=0, le=1024)
+    max_memory_mb: float = Field(default=128.0, gt=0, le=16384)
+    max_recorded_refusals: int = Field(default=1000, ge=0)
+
+    @model_validator(mode="after")
+    def _room_for_a_request(self) -> GatewayConfig:
+        if self.max_memory_mb < self.max_request_mb:
+            raise ValueError(
+                f"max_memory_mb ({self.max_memory_mb:g}) must be at least max_request_mb "
+                f"({self.max_request_mb:g}): a request's body is held in that memory"
+            )
+        return self
+
+
 class RunConfig(BaseModel):
     """Everything that decides what a run does. Never holds a secret.
 
@@ -283,6 +316,7 @@ class RunConfig(BaseModel):
         tasks: The task selection (``[tasks]``).
         retry: Whole-trial retries (``[retry]``).
         budget: Per-trial model budgets enforced by the gateway (``[budget]``).
+        gateway: Per-trial caps of the model gateway (``[gateway]``).
         env: The episode env (``[env]``): who takes part in each trial and how.
         model: The model the agent uses (``provider/name``).
         models: Extra model catalog files (``--models``), later ones win.
@@ -309,6 +343,7 @@ class RunConfig(BaseModel):
     tasks: TasksConfig
     retry: RetryConfig = Field(default_factory=RetryConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
     model: str | None = None
     models: list[str] = Field(default_factory=list)
@@ -351,6 +386,7 @@ __all__ = [
     "BudgetConfig",
     "EnvConfig",
     "ExecutorConfig",
+    "GatewayConfig",
     "RetryConfig",
     "RunConfig",
     "SandboxConfig",

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from harness.gateway.faux import NO_MORE_RESPONSES, FauxProvider, load_faux_script
+from harness.gateway.limits import Limits
 from harness.gateway.policy import Budget, TrialUsage
 from harness.gateway.providers import HTTPProvider, Provider, ProviderCall, ProviderReply
 from harness.gateway.server import Gateway, TrialAccess, TrialGateway
@@ -29,6 +30,7 @@ __all__ = [
     "FauxProvider",
     "Gateway",
     "HTTPProvider",
+    "Limits",
     "Provider",
     "ProviderCall",
     "ProviderReply",

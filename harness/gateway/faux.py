@@ -8,7 +8,6 @@ estimated as ceil(chars/4); faux models have no cost.
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections import deque
@@ -19,6 +18,7 @@ from typing import Any
 
 from harness.errors import ProviderError, UsageError
 from harness.gateway.providers import Provider, ProviderCall, ProviderReply
+from harness.gateway.usage import estimate_tokens, request_chars
 
 NO_MORE_RESPONSES = "No more faux responses queued"
 
@@ -134,28 +134,6 @@ def load_faux_script(path: Path) -> FauxScript:
     return FauxScript(path, _parse_list(path, "responses", data.get("responses", [])), tasks)
 
 
-def estimate_tokens(chars: int) -> int:
-    """ceil(chars / 4), the faux usage estimate."""
-    return math.ceil(chars / 4)
-
-
-def _text_chars(value: Any) -> int:
-    """Characters of every string inside ``value`` (message texts, tool results, ...)."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, dict):
-        return sum(_text_chars(v) for k, v in value.items() if k not in ("type", "role", "id"))
-    if isinstance(value, list):
-        return sum(_text_chars(v) for v in value)
-    return 0
-
-
-def _request_chars(body: Mapping[str, Any]) -> int:
-    return sum(
-        _text_chars(body.get(key)) for key in ("messages", "input", "system", "instructions")
-    )
-
-
 class FauxProvider(Provider):
     """Answers each trial from its own copy of the script's queue."""
 
@@ -198,7 +176,7 @@ class FauxProvider(Provider):
         out_chars = len(response.text) + sum(
             len(c.name) + len(json.dumps(c.arguments)) for c in response.tool_calls
         )
-        usage = (estimate_tokens(_request_chars(call.body)), estimate_tokens(out_chars))
+        usage = (estimate_tokens(request_chars(call.body)), estimate_tokens(out_chars))
         rendered = _Rendered(call, response, seq, usage, self.model)
         if call.stream:
             return ProviderReply(200, "text/event-stream", chunks=rendered.stream())

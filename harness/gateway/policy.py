@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import secrets
 import threading
 from collections.abc import Collection, Iterator, Mapping
@@ -16,11 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.gateway.usage import CallUsage
+from harness.gateway.usage import CallUsage, strict_json
 from harness.models.catalog import ModelSpec
 
 TOKEN_PREFIX = "hgw-"
-MAX_REQUEST_BYTES = 16 << 20
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 MODELS_PATHS = ("/v1/models", "/v1/models/")
 """Answered locally with the trial's one model."""
@@ -119,25 +117,24 @@ def check_call(
     path: str,
     api: str | None,
     raw_body: bytes,
-    too_big: bool,
     *,
     model: ModelSpec,
     apis: Collection[str],
 ) -> dict[str, Any]:
-    """The JSON body of an allowed model call.
+    """The JSON body of an allowed model call (its size was checked as it was read).
 
     Args:
         method: The request's method.
         path: Its path.
         api: The API of the path (``ENDPOINTS``; None: not a model endpoint).
         raw_body: The request body.
-        too_big: Whether the body was over :data:`MAX_REQUEST_BYTES`.
         model: The trial's model.
         apis: The APIs its provider serves.
 
     Raises:
         Refused: Not a model endpoint (404), not POST (405), an API the model does not
-            speak (404), too big (413), not a JSON object (400).
+            speak (404), not a JSON object in UTF-8 (400: not JSON, NaN, a number too
+            long, nested too deep).
     """
     if api is None:
         raise Refused(404, f"{method} {path} is not a model endpoint")
@@ -145,12 +142,10 @@ def check_call(
         raise Refused(405, f"{method} {path} refused: model endpoints take POST")
     if api not in apis:
         raise Refused(404, f"{path} is not served for {model.id} (it speaks {model.api})")
-    if too_big:
-        raise Refused(413, f"request body over {MAX_REQUEST_BYTES} bytes")
     try:
-        payload = json.loads(raw_body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        payload = None
+        payload = strict_json(raw_body)
+    except ValueError as exc:
+        raise Refused(400, f"request body is not a JSON object: {exc}") from None
     if not isinstance(payload, dict):
         raise Refused(400, "request body is not a JSON object")
     return payload
@@ -213,16 +208,40 @@ class TrialUsage:
 
 
 class Allowance:
-    """One trial's budget: its usage so far and the calls in flight.
+    """One trial's budget: its usage so far, the calls in flight and the streams running.
 
     Calls in flight count against ``max_calls`` already, so concurrent calls cannot
-    overshoot it.
+    overshoot it; the tokens and cost of streams still running count too (:meth:`live`).
     """
 
     def __init__(self, budget: Budget, usage: TrialUsage) -> None:
         self.budget = budget
         self.usage = usage
         self.in_flight = 0
+        self.live_tokens = 0
+        self.live_cost = 0.0
+
+    def spent(self, *, calls_too: bool = True) -> str | None:
+        """What of the budget is spent, counting running streams (None: nothing is).
+
+        Args:
+            calls_too: Count the calls budget (a stream already running is one call).
+        """
+        budget, usage = self.budget, self.usage
+        calls = usage.calls + self.in_flight
+        tokens = usage.reported_tokens
+        if self.live_tokens:
+            tokens = (tokens or 0) + self.live_tokens
+        cost = usage.cost_usd
+        if self.live_cost:
+            cost = (cost or 0.0) + self.live_cost
+        if calls_too and budget.max_calls is not None and calls >= budget.max_calls:
+            return f"{calls} of {budget.max_calls} calls used"
+        if budget.max_tokens is not None and tokens is not None and tokens >= budget.max_tokens:
+            return f"{tokens} of {budget.max_tokens} tokens used"
+        if budget.max_cost_usd is not None and cost is not None and cost >= budget.max_cost_usd:
+            return f"${cost:.4f} of ${budget.max_cost_usd:g} spent"
+        return None
 
     def check(self) -> None:
         """Refuse a call once a budget is spent.
@@ -230,19 +249,18 @@ class Allowance:
         Raises:
             Refused: 429, outcome ``budget``.
         """
-        budget, usage = self.budget, self.usage
-        spent = None
-        calls = usage.calls + self.in_flight
-        tokens = usage.reported_tokens
-        cost = usage.cost_usd
-        if budget.max_calls is not None and calls >= budget.max_calls:
-            spent = f"{calls} of {budget.max_calls} calls used"
-        elif budget.max_tokens is not None and tokens is not None and tokens >= budget.max_tokens:
-            spent = f"{tokens} of {budget.max_tokens} tokens used"
-        elif budget.max_cost_usd is not None and cost is not None and cost >= budget.max_cost_usd:
-            spent = f"${cost:.4f} of ${budget.max_cost_usd:g} spent"
+        spent = self.spent()
         if spent is not None:
             raise Refused(429, f"Per-trial model budget spent: {spent}.", outcome="budget")
+
+    @contextlib.contextmanager
+    def live(self) -> Iterator[LiveStream]:
+        """Count a running stream's tokens and cost against the budget until it ends."""
+        stream = LiveStream(self)
+        try:
+            yield stream
+        finally:
+            stream.update(0, 0.0)
 
     @contextlib.contextmanager
     def reserved(self) -> Iterator[None]:
@@ -258,12 +276,27 @@ class Allowance:
             self.in_flight -= 1
 
 
+class LiveStream:
+    """One running stream's share of :class:`Allowance` (its tokens and cost so far)."""
+
+    def __init__(self, allowance: Allowance) -> None:
+        self.allowance = allowance
+        self.tokens = 0
+        self.cost = 0.0
+
+    def update(self, tokens: int, cost: float) -> None:
+        """The stream has used ``tokens`` and ``cost`` so far (replaces the last update)."""
+        self.allowance.live_tokens += tokens - self.tokens
+        self.allowance.live_cost += cost - self.cost
+        self.tokens, self.cost = tokens, cost
+
+
 __all__ = [
-    "MAX_REQUEST_BYTES",
     "MODELS_PATHS",
     "TOKEN_PREFIX",
     "Allowance",
     "Budget",
+    "LiveStream",
     "Refused",
     "Tokens",
     "TrialUsage",

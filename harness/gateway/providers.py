@@ -7,6 +7,7 @@ script. Tests drive ``HTTPProvider`` against real HTTP servers on loopback.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ class ProviderCall:
     body: dict[str, Any]
     stream: bool
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: A whole answer longer than this is not taken in (the trial's memory headroom).
+    max_response_bytes: int | None = None
 
 
 @dataclass
@@ -125,8 +128,9 @@ class HTTPProvider(Provider):
         if call.api == "anthropic-messages":
             headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
         headers.update(self._auth)
+        headers["content-type"] = "application/json"
         request = self._client.build_request(
-            "POST", self.url(call.path), json=call.body, headers=headers
+            "POST", self.url(call.path), content=json_bytes(call.body), headers=headers
         )
         try:
             response = await self._client.send(request, stream=True)
@@ -141,11 +145,16 @@ class HTTPProvider(Provider):
                 aclose=response.aclose,
             )
         try:
-            body = await response.aread()
+            body = await _read_capped(response, call.max_response_bytes)
         except httpx.HTTPError as exc:
             raise ProviderError(f"{self.spec.provider} endpoint broke off: {exc}") from None
         finally:
             await response.aclose()
+        if body is None:
+            raise ProviderError(
+                f"{self.spec.provider} answer over the trial's gateway memory cap "
+                f"({call.max_response_bytes} bytes left, gateway.max_memory_mb): not taken in"
+            )
         return ProviderReply(response.status_code, content_type, body=body)
 
     async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
@@ -157,3 +166,29 @@ class HTTPProvider(Provider):
 
     async def aclose(self) -> None:  # noqa: D102
         await self._client.aclose()
+
+
+def json_bytes(body: Any) -> bytes:
+    """A request body as JSON in UTF-8, whatever strings it holds.
+
+    A lone surrogate (from a ``"\ud800"`` escape the agent sent) cannot be UTF-8: such a
+    body goes with every non-ASCII character escaped, so the upstream gets what the agent
+    wrote.
+    """
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+async def _read_capped(response: httpx.Response, limit: int | None) -> bytes | None:
+    """The whole body of ``response``, or None once it passes ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)

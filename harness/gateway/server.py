@@ -6,6 +6,9 @@ unix socket, the stream relay), :mod:`.policy` (tokens, endpoints, budgets) and
 process on its own asyncio loop (one thread). Each trial gets a revocable token and its own
 unix socket in a root-only dir; the trial's supervisor relays loopback TCP connections from
 inside the sandbox to that socket. The real key never leaves this process.
+
+A trial can make this process hold only so much (:mod:`.limits`): connections, request
+bytes and memory are capped per trial, and a budget counts a stream's tokens as they come.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import h11
 
 from harness.errors import ProviderError
 from harness.gateway import http
+from harness.gateway.limits import CONNECTION_BYTES, STREAM_BYTES, Hold, Limits, Meter, parse_cost
 from harness.gateway.policy import (
     MODELS_PATHS,
     Allowance,
@@ -45,7 +49,7 @@ from harness.gateway.recorder import (
     json_or_none,
 )
 from harness.gateway.sockets import make_socket_root, make_trial_socket
-from harness.gateway.usage import usage_from_body
+from harness.gateway.usage import request_chars, usage_from_body
 from harness.models.catalog import ModelSpec
 
 T = TypeVar("T")
@@ -93,12 +97,18 @@ class _Trial:
     """One trial's access: its recorder and allowance, its socket server and connections."""
 
     def __init__(
-        self, access: TrialAccess, task_name: str, recorder: CallRecorder, budget: Budget
+        self,
+        access: TrialAccess,
+        task_name: str,
+        recorder: CallRecorder,
+        budget: Budget,
+        limits: Limits,
     ) -> None:
         self.access = access
         self.task_name = task_name
         self.recorder = recorder
         self.allowance = Allowance(budget, recorder.usage)
+        self.meter = Meter(limits)
         self.server: asyncio.AbstractServer | None = None
         self.connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.revoked = False
@@ -120,6 +130,7 @@ class Gateway:
         model: The run's model.
         provider: Where calls go.
         budget: Per-trial limits.
+        limits: What one trial may make the gateway hold (connections, bytes, memory).
         redact: Scrubs secrets out of recorded text (the credential store's ``redact``).
         socket_root: Parent of the per-trial socket dirs (default: a root-only dir under
             /run when root, else a private temp dir).
@@ -131,12 +142,14 @@ class Gateway:
         provider: Provider,
         *,
         budget: Budget | None = None,
+        limits: Limits | None = None,
         redact: Callable[[str], str] = lambda text: text,
         socket_root: Path | None = None,
     ) -> None:
         self.model = model
         self.provider = provider
         self.budget = budget or Budget()
+        self.limits = limits or Limits()
         self.redact = redact
         self._socket_root_given = socket_root
         self.socket_root: Path | None = None
@@ -187,7 +200,7 @@ class Gateway:
             token=self._tokens.issue(trial_id),
         )
         trial = _Trial(
-            access, task_name, CallRecorder(record_path, trial_id, self.model), self.budget
+            access, task_name, self._recorder(record_path, trial_id), self.budget, self.limits
         )
         self.provider.open_trial(trial_id, task_name)
         with self._lock:
@@ -222,8 +235,8 @@ class Gateway:
             model=self.model,
             token=self._tokens.issue(agent_id),
         )
-        recorder = CallRecorder(record_path, agent_id, self.model)
-        new = _Trial(access, task_name, recorder, self.budget)
+        recorder = self._recorder(record_path, agent_id)
+        new = _Trial(access, task_name, recorder, self.budget, self.limits)
         self._tokens.revoke(old.access.token)
         with self._lock:
             old.revoked = True
@@ -234,6 +247,11 @@ class Gateway:
         self.provider.close_trial(trial_id)
         self.provider.open_trial(agent_id, task_name)
         return access
+
+    def _recorder(self, path: Path, trial_id: str) -> CallRecorder:
+        return CallRecorder(
+            path, trial_id, self.model, max_refusals=self.limits.max_recorded_refusals
+        )
 
     async def _cut(self, trial: _Trial) -> None:
         tasks = list(trial.connections)
@@ -248,26 +266,74 @@ class Gateway:
             # A connection belongs to the agent the socket serves when it opens (a socket
             # handed over to the sandbox's next agent cuts the old agent's connections).
             owner = trial.current()
+            meter = owner.meter
+            refused = self._over_connections(owner)
+            if refused is not None:
+                owner.recorder.refusal("?", "?", 503, refused, None)
+                self._refuse(owner, reader, writer, refused)
+                return
+            meter.connections += 1
+            meter.take(CONNECTION_BYTES)
 
             def handle(
                 conn: h11.Connection,
                 writer: asyncio.StreamWriter,
                 request: h11.Request,
                 body: bytes,
-                too_big: bool,
+                hold: Hold,
             ) -> Coroutine[Any, Any, None]:
-                return self._handle(owner, conn, writer, request, body, too_big)
+                return self._handle(owner, conn, writer, request, body, hold)
 
-            def malformed(reason: str) -> None:
-                owner.recorder.refusal("?", "?", 400, reason, None)
+            def refused_while_read(method: str, path: str, status: int, reason: str) -> None:
+                owner.recorder.refusal(method, path, status, reason, None)
 
-            task = asyncio.ensure_future(http.serve(reader, writer, handle, malformed))
+            def closed(done: asyncio.Task[None]) -> None:
+                owner.connections.pop(done, None)
+                meter.connections -= 1
+                meter.give_back(CONNECTION_BYTES)
+
+            serving = http.serve(reader, writer, handle, refused_while_read, meter)
+            task = asyncio.ensure_future(serving)
             owner.connections[task] = writer
-            task.add_done_callback(lambda done: owner.connections.pop(done, None))
+            task.add_done_callback(closed)
 
         path = str(trial.access.socket_path)
         trial.server = await asyncio.start_unix_server(handler, path=path)
         os.chmod(path, 0o600)
+
+    @staticmethod
+    def _refuse(
+        trial: _Trial, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str
+    ) -> None:
+        """Answer a connection over the cap 503; read what it sends meanwhile if few do."""
+        meter = trial.meter
+        draining = meter.draining < meter.limits.max_connections
+        drain = meter.limits.max_request_bytes if draining else 0
+        task = asyncio.ensure_future(http.refuse_connection(reader, writer, 503, reason, drain))
+        if draining:
+            meter.draining += 1
+        trial.connections[task] = writer
+
+        def done(task: asyncio.Task[None]) -> None:
+            trial.connections.pop(task, None)
+            if draining:
+                meter.draining -= 1
+
+        task.add_done_callback(done)
+
+    @staticmethod
+    def _over_connections(trial: _Trial) -> str | None:
+        """Why a new connection of ``trial`` is refused (None: it is taken)."""
+        meter = trial.meter
+        cap = meter.limits.max_connections
+        if meter.connections >= cap:
+            return (
+                f"connection refused: the trial has {meter.connections} open, the cap "
+                f"(gateway.max_connections) is {cap}"
+            )
+        if meter.headroom() < CONNECTION_BYTES:
+            return meter.memory_reason("connection")
+        return None
 
     def revoke(self, trial_id: str) -> TrialUsage | None:
         """End a trial's access: the token dies, the socket goes. Idempotent.
@@ -353,7 +419,7 @@ class Gateway:
         writer: asyncio.StreamWriter,
         request: h11.Request,
         raw_body: bytes,
-        too_big: bool,
+        hold: Hold,
     ) -> None:
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("latin-1")
@@ -366,12 +432,17 @@ class Gateway:
             if method == "GET" and path in MODELS_PATHS:
                 await self._models(trial, conn, writer, path)
                 return
+            self._hold_parse(trial, hold, raw_body)
             payload = check_call(
-                method, path, api, raw_body, too_big, model=self.model, apis=self.provider.apis
+                method, path, api, raw_body, model=self.model, apis=self.provider.apis
             )
             trial.allowance.check()
         except Refused as refused:
-            recorded = capped_json(raw_body) if raw_body else None
+            recorded = None
+            if raw_body:
+                # A body refused for the memory its parsing takes is recorded unparsed.
+                memory = refused.status in (413, 503)
+                recorded = capped_json(raw_body, parse=not memory)
             trial.recorder.refusal(
                 method,
                 target.split("?", 1)[0],
@@ -386,7 +457,27 @@ class Gateway:
             return
         assert api is not None
         with trial.allowance.reserved():  # no await since the budget check
-            await self._forward(trial, path, api, payload, headers, conn, writer)
+            await self._forward(trial, path, api, payload, headers, conn, writer, hold)
+
+    @staticmethod
+    def _hold_parse(trial: _Trial, hold: Hold, raw_body: bytes) -> None:
+        """Hold what parsing ``raw_body`` will take, for as long as the request lives.
+
+        Raises:
+            Refused: More than the trial's whole memory cap (413), or than what it has
+                left now (503).
+        """
+        cost = parse_cost(raw_body)
+        if hold.take(cost):
+            return
+        cap = trial.meter.limits.max_memory_bytes
+        if cost > cap:
+            raise Refused(
+                413,
+                f"request body would take about {cost} bytes parsed, over the trial's "
+                f"gateway memory cap ({cap} bytes, gateway.max_memory_mb)",
+            )
+        raise Refused(503, trial.meter.memory_reason("request body"))
 
     async def _models(
         self, trial: _Trial, conn: h11.Connection, writer: asyncio.StreamWriter, path: str
@@ -410,6 +501,7 @@ class Gateway:
         headers: dict[str, str],
         conn: h11.Connection,
         writer: asyncio.StreamWriter,
+        hold: Hold,
     ) -> None:
         call, line = self._prepare_call(trial, path, api, payload, headers)
         started = time.perf_counter()
@@ -419,18 +511,44 @@ class Gateway:
             await http.send(conn, writer, 502, "application/json", body)
             return
         if reply.chunks is None:
+            # Taken in already (within the headroom it was given): held while it is sent.
+            hold.charge(len(reply.body or b""))
             body, _ = self._finish_whole(trial, line, api, reply, started)
             await http.send(conn, writer, reply.status, reply.content_type, body)
             return
-        copy = StreamCopy(api)
-        try:
-            await http.relay_stream(conn, writer, reply, self._redact_bytes, copy)
-        finally:
-            # Recorded before the client sees the end: once it has, the line is there.
-            line["response"] = copy.response()
-            trial.recorder.finished(line, reply.status, started, copy.usage.usage(), copy.failure)
+        if not hold.take(STREAM_BYTES):
             if reply.aclose is not None:
                 await reply.aclose()
+            reason = trial.meter.memory_reason("stream")
+            trial.recorder.unanswered(line, reason, started)
+            body = http.error_body(api, "gateway_refused", reason)
+            await http.send(conn, writer, 503, "application/json", body)
+            return
+        copy = StreamCopy(api, request_chars(payload))
+        with trial.allowance.live() as live:
+
+            def over_budget() -> str | None:
+                if copy.usage.final_seen:
+                    return None  # generation is over: cutting saves nothing, the next call waits
+                running = copy.usage.final(complete=False)
+                if running is not None:
+                    cost = self.model.prices.cost(
+                        running.input_tokens, running.output_tokens, running.cached_tokens
+                    )
+                    live.update(running.reported, cost or 0.0)
+                return trial.allowance.spent(calls_too=False)
+
+            try:
+                await http.relay_stream(conn, writer, reply, self._redact_bytes, copy, over_budget)
+            finally:
+                # Recorded before the client sees the end: once it has, the line is there.
+                line["response"] = copy.response()
+                usage = copy.usage.final(complete=copy.failure is None)
+                trial.recorder.finished(
+                    line, reply.status, started, usage, copy.failure, copy.outcome
+                )
+                if reply.aclose is not None:
+                    await reply.aclose()
         if copy.failure is None:
             await http.end_stream(conn, writer)
         # Else the response stays unfinished and the connection is closed (``serve`` cannot
@@ -482,10 +600,11 @@ class Gateway:
         payload = {**payload, "model": self.model.upstream}
         stream = payload.get("stream") is True
         if stream and api == "openai-chat":
-            # Usage arrives in a stream only when asked for; a gateway must account for it.
+            # Usage arrives in a chat stream only when asked for; the budget and the record
+            # need it, so it is asked for even when the agent said not to.
             options = payload.get("stream_options")
             options = dict(options) if isinstance(options, dict) else {}
-            options.setdefault("include_usage", True)
+            options["include_usage"] = True
             payload["stream_options"] = options
         line["stream"] = stream
         line["request"] = capped_value(payload)
@@ -497,6 +616,7 @@ class Gateway:
             body=payload,
             stream=stream,
             headers=headers,
+            max_response_bytes=trial.meter.headroom(),
         )
         return call, line
 
@@ -520,7 +640,7 @@ class Gateway:
         started: float,
     ) -> tuple[bytes, Any]:
         """Redact and record a whole (non-streamed) reply; return its body and parsed copy."""
-        body = self.redact((reply.body or b"").decode("utf-8", "replace")).encode()
+        body = self._redact_bytes(reply.body or b"")  # any other byte relayed as it came
         parsed = capped_json(body)
         line["response"] = parsed
         usage = usage_from_body(api, json_or_none(body)) if reply.status < 400 else None

@@ -119,7 +119,9 @@ def _execute(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutc
     gateway = None
     try:
         if prepared.model is not None:
-            gateway = start_gateway(prepared.model, prepared.credentials, config.budget)
+            gateway = start_gateway(
+                prepared.model, prepared.credentials, config.budget, config.gateway
+            )
             log(f"model gateway started for {prepared.model.spec.id}")
         invocation = Invocation(prepared, run_dir, number, log, events, vers, gateway)
         invocation.start()

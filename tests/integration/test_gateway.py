@@ -489,7 +489,12 @@ def assert_doc_line(line: dict[str, Any]) -> None:
     if line["outcome"] in ("refused", "budget", "error"):
         assert line["reason"], line
     usage = line["usage"]
-    assert usage is None or set(usage) == {"input_tokens", "output_tokens", "cached_tokens"}
+    assert usage is None or set(usage) - {"estimated"} == {
+        "input_tokens",
+        "output_tokens",
+        "cached_tokens",
+    }
+    assert usage is None or usage.get("estimated", True) is True  # present only when true
     assert line["cost_usd"] is None or isinstance(line["cost_usd"], float)
 
 
@@ -735,7 +740,7 @@ def test_chat_stream_is_relayed_intact_incrementally_with_usage_injected_and_par
     no_secret_leak(trial, real_key, received.decode())
 
 
-def test_stream_options_of_the_client_are_kept_and_usage_forced_only_when_absent(
+def test_stream_usage_is_always_asked_for_other_stream_options_are_kept(
     h: Harness, oa: Upstream
 ) -> None:
     gw = h.gateway(openai_spec(oa.base_url))
@@ -745,11 +750,11 @@ def test_stream_options_of_the_client_are_kept_and_usage_forced_only_when_absent
     client.post(CHAT, json={"stream": True, "messages": [], "stream_options": opts}).read()
     client.post(CHAT, json={"stream": False, "messages": []})
     first, second = oa.requests()
-    assert first.body["stream_options"] == opts  # the client's explicit choice is kept
+    # include_usage=false would hide the stream's usage from the budget and the record.
+    assert first.body["stream_options"] == {"include_usage": True, "other": 1}
     assert "stream_options" not in second.body  # never added to a non-streamed call
     lines = trial.lines()
-    # The upstream honoured include_usage=false: no usage was reported, none is invented.
-    assert lines[0]["usage"] is None and lines[0]["cost_usd"] is None
+    assert lines[0]["usage"] == {"input_tokens": 11, "output_tokens": 2, "cached_tokens": None}
     assert lines[1]["usage"] == {"input_tokens": 10, "output_tokens": 5, "cached_tokens": None}
 
 
@@ -858,7 +863,9 @@ def test_key_echoed_across_the_pieces_of_a_huge_stream_line_is_redacted(
     no_secret_leak(trial, real_key)
 
 
-def test_usage_is_null_when_the_upstream_omits_it_never_zero(h: Harness, oa: Upstream) -> None:
+def test_usage_is_null_when_the_upstream_omits_it_never_zero_streams_estimated(
+    h: Harness, oa: Upstream
+) -> None:
     gw = h.gateway(openai_spec(oa.base_url))
     trial = h.trial(gw, "t")
     oa.script.append(lambda seen: Reply(body=chat_body("m", None)))
@@ -872,8 +879,14 @@ def test_usage_is_null_when_the_upstream_omits_it_never_zero(h: Harness, oa: Ups
     assert none["usage"] is None and none["cost_usd"] is None
     assert partial["usage"] == {"input_tokens": 7, "output_tokens": None, "cached_tokens": None}
     assert partial["cost_usd"] is None  # a cost from half the counts would be made up
-    assert stream["usage"] is None and stream["cost_usd"] is None
-    assert totals(gw.usage("t")) == expect(calls=3, input_tokens=7)
+    # A stream whose upstream reported nothing is counted by the gateway, and says so:
+    # "Hello" is 5 characters, ceil(5 / 4) = 2 tokens; the request had no text.
+    est = {"input_tokens": 0, "output_tokens": 2, "cached_tokens": None, "estimated": True}
+    assert stream["usage"] == est
+    assert stream["cost_usd"] == pytest.approx(2 * 8.0 / 1e6)
+    assert totals(gw.usage("t")) == expect(
+        calls=3, input_tokens=7, output_tokens=2, cost_usd=2 * 8.0 / 1e6
+    )
 
 
 def test_cost_is_null_when_the_model_has_no_prices(h: Harness, oa: Upstream) -> None:
