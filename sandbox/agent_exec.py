@@ -57,17 +57,24 @@ class AgentExecServer:
 
     Args:
         spec: ``{"listen": path, "owner": {"uid", "gid"} | None, "template": agent request,
-            "max_output_bytes": int}``; the template is a phase request without argv.
+            "max_output_bytes": int, "refused": reason}``; the template is a phase request
+            without argv; with ``refused``, every command is answered with that error.
         reaper: The supervisor's reaper.
         deadline: The verifier phase's deadline (monotonic); no command outlives it.
+        verifier: The verifier's own process, whose tree no command's sweep may touch.
     """
 
     def __init__(
-        self, spec: Dict[str, Any], reaper: processes.Reaper, deadline: Optional[float]
+        self,
+        spec: Dict[str, Any],
+        reaper: processes.Reaper,
+        deadline: Optional[float],
+        verifier: Optional[int] = None,
     ) -> None:
         self.spec = spec
         self.reaper = reaper
         self.deadline = deadline
+        self.verifier = verifier
         self.path = str(spec["listen"])
         self.served = 0
         self._stop_r, self._stop_w = os.pipe()
@@ -137,6 +144,10 @@ class AgentExecServer:
 
     def _answer(self, conn: socket.socket) -> None:
         req = self._read_request(conn)
+        if self.spec.get("refused"):
+            # The backend cannot keep the verifier's confidential env from the command.
+            self._reply(conn, {"error": {"type": "Refused", "message": self.spec["refused"]}})
+            return
         template = dict(self.spec["template"])
         phase = dict(template)
         phase["argv"] = list(req["argv"])
@@ -153,7 +164,7 @@ class AgentExecServer:
         if req.get("timeout_sec"):
             mine = started + float(req["timeout_sec"])
             deadline = mine if deadline is None else min(deadline, mine)
-        launch = launching.Launch(phase, self.reaper, scope_root=None)
+        launch = launching.Launch(phase, self.reaper, scope_root=None, spare=self.verifier)
         launch.start()
         captures = [
             launching.Capture(launch.out_r, None, limit),

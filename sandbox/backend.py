@@ -157,6 +157,10 @@ class PhaseRequest:
     #: Verifier phases: the environment of the commands it runs as the agent
     #: (``$HARNESS_AGENT_EXEC``); never holds a secret.
     agent_env: Mapping[str, str] = field(default_factory=dict)
+    #: Verifier phases: names in ``env`` the agent's code must never read (the task's
+    #: ``[verifier].env``). A backend that cannot keep them from the commands run through
+    #: ``$HARNESS_AGENT_EXEC`` (gVisor; a verifier of the agent's own uid) refuses those.
+    confidential_env: tuple[str, ...] = ()
     #: Name of the phase's output files in the logs dir (default: the role), so a
     #: healthcheck or a step's setup does not overwrite the agent's or verifier's.
     log_name: str | None = None

@@ -321,14 +321,22 @@ class Launch:
         scope_root: For launches without namespaces, whose descendants belong to the
             launch: the supervisor itself (a phase: orphans come back to it) or None for
             only the launch's own tree (an agent command run for the verifier).
+        spare: A process whose tree is never the launch's, even where its uid is the
+            launch's (the verifier an agent command runs for may be the agent's user).
     """
 
     def __init__(
-        self, req: Dict[str, Any], reaper: processes.Reaper, *, scope_root: Optional[int]
+        self,
+        req: Dict[str, Any],
+        reaper: processes.Reaper,
+        *,
+        scope_root: Optional[int],
+        spare: Optional[int] = None,
     ) -> None:
         self.req = req
         self.reaper = reaper
         self.scope_root = scope_root
+        self.spare = spare
         self.namespaced = bool(req.get("namespaces"))
         user = req.get("user")
         self.kill_uid: Optional[int] = (
@@ -471,7 +479,12 @@ class Launch:
         if self.scope_root is None and any(e["pid"] == self.pid for e in entries):
             found.add(self.pid)
         if self.kill_uid is not None:
-            found.update(processes.uid_processes(self.kill_uid, entries))
+            # Orphans of an agent command come back to the container's pid 1, out of the
+            # launch's tree: its uid (real uid, even when non-dumpable) finds them.
+            by_uid = set(processes.uid_processes(self.kill_uid, entries))
+            if self.spare is not None:
+                by_uid -= processes.descendants(self.spare, entries) | {self.spare}
+            found.update(by_uid)
         if PROTECTED and self.pid not in PROTECTED:
             for service in PROTECTED:
                 found -= processes.descendants(service, entries) | {service}

@@ -17,12 +17,13 @@ from typing import Any, Dict, Iterable, List, Optional, Set
 
 
 def stat_entry(name: str, proc: str = "/proc") -> Optional[Dict[str, Any]]:
-    """pid, ppid, state and uid of process ``name`` (None when gone), two syscalls.
+    """pid, ppid, state and uid of process ``name`` (None when gone), two syscalls mostly.
 
     ``proc`` is the procfs to read: another pid namespace's own shows that namespace's pids.
-    The uid is the owner of ``<proc>/<pid>``, i.e. the effective uid (root for a
-    non-dumpable process): an agent process that makes itself non-dumpable hides from the
-    uid sweep, but never from the descendant walk.
+    The uid is the owner of ``<proc>/<pid>``, i.e. the effective uid, except that a
+    root-owned entry is looked up in ``status``: a process that made itself non-dumpable
+    shows as root there, and its real uid (which an unprivileged process cannot change) is
+    what the uid sweep needs.
     """
     try:
         fd = os.open("%s/%s/stat" % (proc, name), os.O_RDONLY | os.O_CLOEXEC)
@@ -31,6 +32,8 @@ def stat_entry(name: str, proc: str = "/proc") -> Optional[Dict[str, Any]]:
         finally:
             os.close(fd)
         uid = os.stat("%s/%s" % (proc, name)).st_uid
+        if uid == 0:
+            uid = _status_uid(name, proc)
     except OSError:
         return None
     # comm may contain spaces and parentheses: split after the last ')'.
@@ -47,6 +50,15 @@ def proc_entries(proc: str = "/proc") -> List[Dict[str, Any]]:
             if entry is not None:
                 entries.append(entry)
     return entries
+
+
+def _status_uid(name: str, proc: str) -> int:
+    """The real uid of process ``name`` from its ``status`` (readable by every user)."""
+    with open("%s/%s/status" % (proc, name), "rb") as fh:
+        for line in fh:
+            if line.startswith(b"Uid:"):
+                return int(line.split()[1])
+    raise OSError("no Uid line in %s/%s/status" % (proc, name))
 
 
 def live_entries(proc: str = "/proc") -> List[Dict[str, Any]]:
@@ -75,17 +87,19 @@ def cmdline(pid: int, proc: str = "/proc") -> str:
 def uid_processes(uid: int, entries: Optional[List[Dict[str, Any]]] = None) -> List[int]:
     """Live processes of ``uid`` in our own pid namespace, except ourselves.
 
-    Only our namespace: a container elsewhere on the host may run the same uid.
+    Only our namespace: a container elsewhere on the host may run the same uid. A
+    container's pid 1 (the docker supervisor) needs no check, and could not make one: its
+    ``/proc`` holds only its own namespace (and those nested in it), and reading another
+    user's ``/proc/<pid>/ns/pid`` needs ``CAP_SYS_PTRACE``, which it does not hold.
     """
     me = os.getpid()
-    own_ns = pid_ns("self")
     if entries is None:
         entries = live_entries()
-    return [
-        e["pid"]
-        for e in entries
-        if e["uid"] == uid and e["pid"] != me and pid_ns(str(e["pid"])) == own_ns
-    ]
+    mine = [e["pid"] for e in entries if e["uid"] == uid and e["pid"] != me]
+    if me == 1:
+        return mine
+    own_ns = pid_ns("self")
+    return [pid for pid in mine if pid_ns(str(pid)) == own_ns]
 
 
 def descendants(

@@ -9,7 +9,9 @@ The command runs as the agent's user, confined like the agent phase, in the work
 default, with the agent's environment (plus ``--env``), and stdin empty unless ``--stdin``
 forwards this process's stdin. Its stdout and stderr are written to ours; the exit status
 is the command's, 124 when it timed out, 128+N when signal N killed it, and 125 when it
-could not be run at all (the reason is on stderr). ``--json`` prints the whole answer
+could not be run at all or was refused (the reason is on stderr): a verifier with a
+``[verifier].env`` gets no agent commands where the agent's code could read that
+environment (gVisor; a verifier of the agent's own uid). ``--json`` prints the whole answer
 instead: ``exit_code``, ``signal``, ``timed_out``, ``stdout``/``stderr`` (base64),
 ``truncated``, ``survivors`` ...
 

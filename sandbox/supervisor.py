@@ -113,7 +113,7 @@ def run_phase(
             result["gateway_port"] = forwarder.port
     exec_server = None
     if req.get("agent_exec") and phase.error is None:
-        exec_server = AgentExecServer(req["agent_exec"], reaper, deadline).start()
+        exec_server = AgentExecServer(req["agent_exec"], reaper, deadline, phase.pid).start()
     limit = int(req.get("max_output_bytes", 1 << 20))
     logs = req.get("logs") or {}
     captures = [

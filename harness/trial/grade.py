@@ -79,6 +79,7 @@ class CollectAndGrade(TrialState):
                 max_output_bytes=self.settings.max_output_bytes,
                 # Commands the tests run as the agent ($HARNESS_AGENT_EXEC) get its env.
                 agent_env=self._agent_env({"HARNESS_INSTRUCTION_FILE": paths.instruction}),
+                confidential_env=tuple(self.view.verifier_env),
             )
         )
         self.verifier_posture = result.posture

@@ -115,6 +115,7 @@ class SeparateVerifier:
                 env=grader_env(sandbox, self.view, self.plan.id),
                 timeout_sec=self.view.verifier_timeout_sec,
                 max_output_bytes=self.settings.max_output_bytes,
+                confidential_env=tuple(self.view.verifier_env),
             )
         )
         for source, name in (

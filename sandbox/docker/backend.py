@@ -675,6 +675,9 @@ class DockerSandbox(Sandbox):
                 "template": self._confine_agent(template),
                 "max_output_bytes": request.max_output_bytes,
             }
+            refused = self._exec_refusal(request)
+            if refused is not None:
+                payload["agent_exec"]["refused"] = refused
         try:
             if private_tmp:
                 self._private_tmp()
@@ -737,6 +740,32 @@ class DockerSandbox(Sandbox):
         finally:
             if self._storage is not None:
                 unpark(self._storage.mount_point)
+
+    def _exec_refusal(self, request: PhaseRequest) -> str | None:
+        """Why the verifier's agent commands must not run here, or None.
+
+        While an agent command runs, the verifier waits for it with ``[verifier].env`` in
+        its environment. Linux lets only the same uid read ``/proc/<pid>/environ``; gVisor
+        lets every process read it, and has no mount namespace to give the command a /proc
+        of its own.
+        """
+        names = ", ".join(sorted(request.confidential_env))
+        if not names:
+            return None
+        if self.runtime.runtime == "runsc":
+            return (
+                f"under gVisor (runsc) any process can read the verifier's environment, and "
+                f"so its [verifier].env ({names}): $HARNESS_AGENT_EXEC is refused for this "
+                "task; run it with runc, or ship the values in tests/ instead of "
+                "[verifier].env"
+            )
+        if self._verifier_id[0] == self._agent_id[0]:
+            return (
+                f"the verifier runs as the agent's user (uid {self._agent_id[0]}), whose "
+                f"code could read its [verifier].env ({names}): $HARNESS_AGENT_EXEC is "
+                "refused for this task; set [verifier].user to another user"
+            )
+        return None
 
     def _close_grader(self) -> None:
         """The grader's dirs live for its phase only: root-only again before any agent.
