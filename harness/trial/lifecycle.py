@@ -72,19 +72,26 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
             run_error = exc
             self._escaped(exc)
         run_failed = bool(self.errors)
+        run_dir = self.settings.run_dir
         kill_point("phase:cleanup")
         with self.clock.phase("cleanup"):
             outcome = run_cleanup(self.cleanup_steps())
         self.settings.track(self.sandbox, running=False)
+        machines = False  # a cleanup error that is the machine's (not the agent's tree)
         for cleanup_error, step in zip(outcome.errors, outcome.failed_steps, strict=True):
             for inner in _flatten(cleanup_error):
                 self.errors.append(trial_error(inner, f"cleanup:{step}"))
+                why = None if isinstance(inner, SandboxError) else agent_fault(inner, run_dir)
+                if why is None:
+                    machines = True
+                else:  # removing what the agent left failed on it: the result stands
+                    self._final(self.errors[-1], why, in_step=False)
         if outcome.errors:
             if run_failed or len(outcome.errors) > 1:
                 # The aggregate's message, as sandbox.errors.aggregate_errors builds it.
                 message = RUN_AND_CLEANUP_FAILED if run_failed else CLEANUP_FAILED
                 self.events.append({"type": "cleanup_failed", "message": message})
-            if self.status is TrialStatus.COMPLETED:
+            if self.status is TrialStatus.COMPLETED and machines:
                 self.status = TrialStatus.ENVIRONMENT_ERROR
         self.write_transcript()
         self.judge()
@@ -200,11 +207,11 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
         self._final(self.errors[-1], why)
         return True
 
-    def _final(self, error: TrialError, why: str) -> None:
+    def _final(self, error: TrialError, why: str, *, in_step: bool = True) -> None:
         """Mark ``error`` (just recorded) as one a retry cannot change, caused by the agent."""
         extra = error.model_extra if error.model_extra is not None else {}
         extra.update({"retryable": False, "cause": "agent", "reason": why})
-        if self.view.step is not None and self.steps and self.steps[-1].errors:
+        if in_step and self.view.step is not None and self.steps and self.steps[-1].errors:
             self.steps[-1].errors[-1].update(retryable=False, cause="agent", reason=why)
 
     def _kept_what_was_copied(self, exc: BaseException, phase: str) -> None:
