@@ -81,6 +81,12 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
         for cleanup_error, step in zip(outcome.errors, outcome.failed_steps, strict=True):
             for inner in _flatten(cleanup_error):
                 self.errors.append(trial_error(inner, f"cleanup:{step}"))
+                if isinstance(inner, SessionFileMissing):
+                    # The agent removed or swapped its own session file (tampering).
+                    self._final(self.errors[-1], "the agent's session file", in_step=False)
+                    if self.status is TrialStatus.COMPLETED:
+                        self.status = TrialStatus.AGENT_ERROR
+                    continue
                 why = None if isinstance(inner, SandboxError) else agent_fault(inner, run_dir)
                 if why is None:
                     machines = True

@@ -4,7 +4,7 @@ Attacks through the real CLI on local, docker (runc) and gVisor. The agent is a 
 right on exactly the trials whose id hashes even (so the honest mean is known before the
 run); on the others it answers wrong AND plants what used to break the host side: names that
 are not UTF-8 (a symlink, a FIFO, a regular file), names with newlines and ANSI escapes, a
-symlink loop, and (the deep variant) a directory 1,200 levels deep. Judged from outside:
+symlink loop, and (the deep variant) a directory 2,100 levels deep. Judged from outside:
 ``trials.jsonl`` holds exactly one record per planned trial on the first run, none retried;
 ``summary.json`` counts the plan; the mean is the honest one; and every hostile name that a
 record names reads back byte for byte through the documented escape (docs/run-dir.md).
@@ -56,9 +56,12 @@ DEEP
 exit 0
 """
 
+# 2,100 levels: deeper than a recursive walk goes, and a path longer than PATH_MAX once the
+# host prefixes its run dir (ENAMETOOLONG copying it out); made 700 levels at a time.
 DEEP = r"""
-mkdir deep && cd deep
-for i in $(seq 1200); do mkdir d && cd d || break; done
+chunk="$(printf 'd/%.0s' $(seq 700))"
+mkdir deep && cd deep && for i in 1 2 3; do mkdir -p "$chunk" && cd "$chunk" || break; done
+echo leaf > leaf
 cd "$HARNESS_WORKSPACE"
 """
 
@@ -139,10 +142,17 @@ def test_a_coin_flip_agent_planting_hostile_names_scores_its_honest_mean(
         assert line["reward"] == reward, (line["id"], line["status"], line["errors"])
         if _right(line["id"]):
             continue
-        # The hostile names the record names read back byte for byte.
+        # The hostile names the record names read back byte for byte. A walk that the
+        # deep tree broke keeps what it copied and says so: then the names may be missing.
         named = _named(line)
+        incomplete = [e for e in line["events"] if e["type"] == "evidence_incomplete"]
+        if deep and incomplete:
+            assert all(e["cause"] in ("agent", "unexpected") for e in incomplete), incomplete
+            continue
         assert b"l\xff" in named and b"f\xfe" in named, (backend, sorted(named))
         assert b"back\\xffslash" in named, sorted(named)
+    if deep:
+        return
     # The hostile regular files reached the host under their real names (or were refused
     # by an event): never a name mangled into another name.
     wrong = next(line for line in lines if not _right(line["id"]))
