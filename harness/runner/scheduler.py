@@ -28,6 +28,7 @@ from __future__ import annotations
 import random
 import shutil
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -308,7 +309,8 @@ class TrialRunner:
         except Exception as exc:
             if disk_error(exc) is not None or isinstance(exc, NotRun):
                 raise
-            self.log(f"trial {plan.id} attempt {attempt}: internal error, recorded: {exc!r}")
+            detail = "".join(traceback.format_exception(exc)).rstrip()
+            self.log(f"trial {plan.id} attempt {attempt}: internal error, recorded:\n{detail}")
             record = self._fallback(
                 plan, attempt, started_at, ATTEMPT_RAISED, f"{type(exc).__name__}: {exc}"
             )
