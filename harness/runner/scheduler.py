@@ -355,7 +355,8 @@ class TrialRunner:
             epoch = self.watch.epoch if self.watch is not None else 0
             self.state.trial_started(plan.id, plan.task.key, attempt)
             record = self._persist(plan, self._attempt(plan, attempt, history))
-            first = record.errors[0].message if record.errors else ""
+            # One line of eval.log, whatever the message quotes (a name with a newline).
+            first = _one_line(record.errors[0].message) if record.errors else ""
             halted = self.disk.check_record(record)
             broke = None if halted else self._outage(record, epoch, engine_reruns)
             if broke is not None:
@@ -392,6 +393,14 @@ class TrialRunner:
     def _summary(self, record: TrialRecord) -> AttemptSummary:
         kept = self._keep_evidence(record.id, record.attempt)
         return AttemptSummary.of(record, evidence_dir=kept)
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    """``text`` on one printable line: control characters and surrogates escaped."""
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+        for ch in text[:limit]
+    )
 
 
 def _wait_either(first: threading.Event, second: threading.Event, timeout: float) -> bool:
