@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from harness.records import TrialRecord, TrialStore, latest_by_id
 from harness.runner import RunEvents, RunOutcome, execute_run, prepare_run
 from harness.runner.interrupts import interruptible
 from harness.runner.resume import rerun_statuses
+from harness.runner.rundir import SUMMARY_FILENAME
 from harness.status import read_status
 from harness.trial import TrialPlan
 from sandbox.credentials import CredentialStore
@@ -201,8 +203,18 @@ def load_run(run_dir: str | Path) -> RunResults:
     path = Path(run_dir)
     config = load_saved_config(path)
     records = list(latest_by_id(TrialStore(path).load_report().records).values())
-    summary = summarize(records, threshold=config.threshold)
+    summary = summarize(records, threshold=config.threshold, planned=_planned(path))
     return RunResults(path, config, records, summary, read_status(path))
+
+
+def _planned(run_dir: Path) -> int | None:
+    """How many trials the run planned, as its ``summary.json`` says (None: unknown)."""
+    try:
+        data = json.loads((run_dir / SUMMARY_FILENAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    planned = data.get("planned") if isinstance(data, dict) else None
+    return planned if isinstance(planned, int) and not isinstance(planned, bool) else None
 
 
 __all__ = ["RunResults", "check", "load_run", "refuse_credentials", "resume", "run"]

@@ -37,6 +37,8 @@ Every error the harness raises derives from :class:`HarnessError`::
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -294,6 +296,79 @@ class NothingToRetry(HarnessError):
 
 
 # --------------------------------------------------------------------------------------------
+# Whose fault: the agent's tree, or the machine's
+# --------------------------------------------------------------------------------------------
+
+AGENT_TREE_ERRNOS: dict[int, str] = {
+    errno.ELOOP: "a symlink loop",
+    errno.ENAMETOOLONG: "a path too long",
+    errno.EMFILE: "a tree wider than the harness's open-file limit",
+    errno.ENFILE: "a tree wider than the system's open-file limit",
+    errno.EMLINK: "too many links",
+    errno.EILSEQ: "a name that is not valid",
+    errno.EACCES: "a file the harness may not open",
+    errno.EPERM: "a file the harness may not open",
+    errno.ENOTDIR: "a path whose parent is not a directory",
+    errno.EISDIR: "a directory where a file was expected",
+    errno.ENOENT: "a path that vanished or dangles",
+    errno.ENXIO: "a special file (a FIFO, a socket)",
+    errno.EOVERFLOW: "a file too large to read",
+    errno.EFBIG: "a file too large to write",
+    errno.E2BIG: "an argument list too long",
+    errno.ENOSPC: "the trial's own storage is full",
+    errno.EDQUOT: "the trial's own storage is over quota",
+}
+"""Errnos that walking, reading or copying what the agent left produces, with what they mean.
+
+ENOSPC and EDQUOT are the agent's only on the trial's own storage: on the run dir they are the
+machine's (:func:`agent_fault`).
+"""
+
+
+def _inside(path: object, top: Path) -> bool:
+    if not isinstance(path, str | bytes | os.PathLike):
+        return False
+    try:
+        return Path(os.fsdecode(path)).resolve().is_relative_to(top.resolve())
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
+def agent_fault(exc: BaseException, run_dir: Path | None = None) -> str | None:
+    """Why ``exc``, met walking or copying what the agent left, is the agent's doing.
+
+    The agent decides what its tree holds: a 1,200-deep directory (RecursionError), a
+    30,000-byte path (ENAMETOOLONG), more subdirectories than the harness may hold open
+    (EMFILE), names that are not UTF-8 (UnicodeError), its own storage filled (ENOSPC). Such
+    a failure is never the machine's: it is never an ``environment_error`` and never retried.
+
+    Args:
+        exc: The exception (its ``__cause__`` chain is searched too).
+        run_dir: The run dir: a full disk there is the machine's, not the agent's.
+
+    Returns:
+        A short reason, or None when ``exc`` is not known to be the agent's doing.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RecursionError):
+            return "a tree too deep to walk"
+        if isinstance(current, UnicodeError):
+            return "a name or text that is not valid UTF-8"
+        if isinstance(current, OSError) and current.errno in AGENT_TREE_ERRNOS:
+            if current.errno in (errno.ENOSPC, errno.EDQUOT):
+                names = (current.filename, current.filename2)
+                named = [name for name in names if name is not None]
+                if not named or run_dir is None or any(_inside(n, run_dir) for n in named):
+                    return None  # the run dir (or a place unknown): the machine's
+            return AGENT_TREE_ERRNOS[current.errno]
+        current = current.__cause__
+    return None
+
+
+# --------------------------------------------------------------------------------------------
 # Model access
 # --------------------------------------------------------------------------------------------
 
@@ -303,6 +378,7 @@ class ProviderError(HarnessError):
 
 
 __all__ = [
+    "AGENT_TREE_ERRNOS",
     "EXIT_DISK_FULL",
     "EXIT_ENGINE_OUTAGE",
     "EXIT_INTERRUPTED",
@@ -337,5 +413,6 @@ __all__ = [
     "UnknownFormatError",
     "UsageError",
     "VerifierError",
+    "agent_fault",
     "exit_code_for",
 ]

@@ -12,6 +12,12 @@ outside would land there; without the variable a point costs one set lookup. The
   the workspace's manifest).
 
 ``tests/faults/`` uses them for the moments a signal from outside cannot hit reliably.
+
+``HARNESS_FAIL_AT=POINT[,POINT...]`` makes the harness raise :class:`InjectedFailure` each
+time it reaches one of those points (the process lives on). The point:
+
+- ``record``: writing an attempt's record to ``trials.jsonl`` fails (as a record that cannot
+  be serialized would); the trial is recorded by its fallback ``internal_error`` record.
 """
 
 from __future__ import annotations
@@ -19,10 +25,19 @@ from __future__ import annotations
 import os
 import signal
 
+from sandbox.errors import HarnessError
+
 ENV = "HARNESS_KILL_AT"
 """The environment variable naming the points."""
+FAIL_ENV = "HARNESS_FAIL_AT"
+"""The environment variable naming the points that raise :class:`InjectedFailure`."""
 
 _POINTS = frozenset(point for point in os.environ.get(ENV, "").split(",") if point)
+_FAIL_POINTS = frozenset(point for point in os.environ.get(FAIL_ENV, "").split(",") if point)
+
+
+class InjectedFailure(HarnessError):
+    """Raised at a point ``HARNESS_FAIL_AT`` names (the fault suite's doing, never real)."""
 
 
 def kill_point(name: str) -> None:
@@ -31,4 +46,14 @@ def kill_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-__all__ = ["ENV", "kill_point"]
+def fail_point(name: str) -> None:
+    """Raise :class:`InjectedFailure` if ``name`` is one of the points ``HARNESS_FAIL_AT`` names.
+
+    Raises:
+        InjectedFailure: It is.
+    """
+    if name in _FAIL_POINTS:
+        raise InjectedFailure(f"{FAIL_ENV}={name}: injected failure at {name!r}")
+
+
+__all__ = ["ENV", "FAIL_ENV", "InjectedFailure", "fail_point", "kill_point"]

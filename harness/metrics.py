@@ -10,6 +10,10 @@ Stdlib only; ``summary.json`` is described in docs/run-dir.md. Conventions:
   share each resample's draw, and when few distinct per-task rows exist the draw is an
   exact multinomial over them (O(distinct) instead of O(tasks) per resample).
 * Missing telemetry is never counted as 0: usage totals say how many trials measured it.
+* Given the run's plan (``planned``), the summary also says how many planned trials lack a
+  record, and gives the mean reward and success rate over the *planned* trials, where a
+  trial without a reward (ungraded, failed, or never recorded) counts as 0: a trial that
+  vanished can never raise those figures.
 """
 
 from __future__ import annotations
@@ -355,6 +359,13 @@ class Summary(BaseModel):
         ci_level: Confidence level of :attr:`ci`.
         usage: Usage field → :class:`UsageTotal` (see :data:`USAGE_FIELDS`).
         duration_sec: Trial durations.
+        planned: Trials the run planned (None when the plan is unknown).
+        recorded: Planned trials with a record (with ``planned``).
+        unrecorded: Planned trials without any record: never run, or lost (with
+            ``planned``).
+        mean_reward_planned: Sum of the rewards over ``planned``: a trial without a
+            reward, or without a record, counts as 0 (with ``planned`` > 0).
+        success_rate_planned: Successes over ``planned`` (with ``planned`` > 0).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -375,6 +386,11 @@ class Summary(BaseModel):
     ci_level: float = 0.95
     usage: dict[str, UsageTotal] = Field(default_factory=dict)
     duration_sec: DurationSummary
+    planned: int | None = None
+    recorded: int | None = None
+    unrecorded: int | None = None
+    mean_reward_planned: float | None = None
+    success_rate_planned: float | None = None
 
 
 def _variance(values: Sequence[float], mean: float) -> float:
@@ -416,6 +432,7 @@ def summarize(
     ci_level: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
+    planned: int | None = None,
 ) -> Summary:
     """Compute the run metrics (docs/run-dir.md, ``summary.json``).
 
@@ -425,6 +442,8 @@ def summarize(
         ci_level: Confidence level of the bootstrap intervals.
         resamples: Bootstrap resamples.
         seed: Bootstrap seed.
+        planned: How many trials the run planned (``records`` are of planned trials):
+            the figures over the plan are given too.
 
     Returns:
         The summary.
@@ -484,6 +503,15 @@ def summarize(
     )
 
     durations = [trial_duration(r) for r in latest]
+    over_plan: dict[str, Any] = {}
+    if planned is not None:
+        recorded = len(latest)
+        over_plan = {"planned": planned, "recorded": recorded}
+        over_plan["unrecorded"] = max(planned - recorded, 0)
+        if planned > 0:
+            over_plan["mean_reward_planned"] = math.fsum(all_rewards) / max(planned, recorded)
+            successes = sum(1 for r in all_rewards if r >= threshold)
+            over_plan["success_rate_planned"] = successes / max(planned, recorded)
     return Summary(
         trials=len(latest),
         graded=graded,
@@ -504,4 +532,5 @@ def summarize(
             total=math.fsum(durations) if durations else None,
             mean=statistics.fmean(durations) if durations else None,
         ),
+        **over_plan,
     )

@@ -11,6 +11,7 @@ from rich.text import Text
 from harness.records import TrialRecord
 from harness.runner import RunOutcome
 from harness.tasks import Task
+from sandbox.pathnames import escape
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 """Where messages, warnings, errors and progress go."""
@@ -37,7 +38,8 @@ def progress_line(record: TrialRecord, done: int, total: int) -> str:
     reward = "-" if record.reward is None else f"{record.reward:g}"
     secs = record.timings.get("total")
     took = f" {secs:.2f}s" if secs is not None else ""
-    first_error = f" ({record.errors[0].message})" if record.errors else ""
+    # The message may quote a name the agent chose: escaped, it always prints.
+    first_error = f" ({escape(record.errors[0].message)})" if record.errors else ""
     return f"[{done}/{total}] {record.id}: {record.status} reward={reward}{took}{first_error}"
 
 
@@ -56,11 +58,15 @@ def print_summary(console: Console, outcome: RunOutcome) -> None:
     totals = Table(title="Run", title_justify="left", show_header=False)
     totals.add_column("metric")
     totals.add_column("value", justify="right")
-    totals.add_row("trials", str(summary.trials))
+    # The plan is the denominator: a trial without a record is counted, never left out.
+    totals.add_row("planned", str(outcome.planned))
+    totals.add_row("recorded", str(summary.trials))
     if outcome.planned > summary.trials:
-        totals.add_row("not run yet (see --resume)", str(outcome.planned - summary.trials))
+        totals.add_row("without a record (see --resume)", str(outcome.planned - summary.trials))
     totals.add_row("graded", str(summary.graded))
-    totals.add_row("mean reward", _num(summary.mean_reward))
+    totals.add_row("mean reward (graded)", _num(summary.mean_reward))
+    if summary.mean_reward_planned is not None:
+        totals.add_row("mean reward (planned, ungraded = 0)", _num(summary.mean_reward_planned))
     totals.add_row(f"success (reward ≥ {summary.threshold:g})", _pct(summary.success_rate))
     for k, value in summary.pass_at_k.items():
         totals.add_row(f"pass@{k}", _pct(value))

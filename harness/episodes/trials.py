@@ -194,6 +194,9 @@ class JudgeTrial(EpisodeTrial):
             with self.clock.phase("collect"):
                 self._enter("collect")
                 self.collect()
+        except Exception as exc:  # what the agent's tree caused is not retried
+            self._kept_what_was_copied(exc, "collect")
+        try:
             with self.clock.phase("grade"):
                 self._read_verdict()
         except Exception as exc:

@@ -5,6 +5,7 @@ See docs/run-dir.md for the record schema (a contract: fields are added, never r
 
 from harness.errors import CorruptRecordError
 from harness.records.atomic import write_json_atomic
+from harness.records.lines import original, parse_record, record_line
 from harness.records.model import (
     AgentRef,
     AttemptSummary,
@@ -42,5 +43,8 @@ __all__ = [
     "TrialStore",
     "Usage",
     "latest_by_id",
+    "original",
+    "parse_record",
+    "record_line",
     "write_json_atomic",
 ]

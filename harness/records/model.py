@@ -9,13 +9,34 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, field_validator
+
+
+def _text(value: Any) -> str:
+    """Any ``str``, lone surrogates included (a name that is not UTF-8, read by the harness)."""
+    if isinstance(value, str):
+        return value
+    raise ValueError("Input should be a valid string")
+
+
+Text = Annotated[str, PlainValidator(_text), WithJsonSchema({"type": "string"})]
+"""A record's string: any ``str``, lone surrogates included.
+
+pydantic's own ``str`` refuses a lone surrogate, so a name the agent chose could make a
+record impossible to build. In memory a record holds the real strings; ``trials.jsonl``
+holds them escaped (:mod:`harness.records.lines`, docs/run-dir.md "Escaped strings").
+"""
 
 
 class TrialStatus(StrEnum):
-    """How a trial ended. Only ``completed`` trials ran to the end without an error."""
+    """How a trial ended. Only ``completed`` trials ran to the end without an error.
+
+    ``internal_error`` is the harness's own failure (a bug, a record it could not write):
+    never the agent's result, never retried within the run; ``--resume`` reruns it as a
+    further attempt of the same trial.
+    """
 
     COMPLETED = "completed"
     AGENT_TIMEOUT = "agent_timeout"
@@ -23,6 +44,7 @@ class TrialStatus(StrEnum):
     ENVIRONMENT_ERROR = "environment_error"
     VERIFIER_ERROR = "verifier_error"
     CANCELLED = "cancelled"
+    INTERNAL_ERROR = "internal_error"
 
 
 class TaskRef(BaseModel):
@@ -37,10 +59,10 @@ class TaskRef(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    name: str
-    key: str
-    hash: str
-    path: str
+    name: Text
+    key: Text
+    hash: Text
+    path: Text
 
 
 class AgentRef(BaseModel):
@@ -53,8 +75,8 @@ class AgentRef(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    name: str
-    model: str | None = None
+    name: Text
+    model: Text | None = None
 
 
 class SandboxRef(BaseModel):
@@ -67,8 +89,8 @@ class SandboxRef(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    backend: str
-    image: str | None = None
+    backend: Text
+    image: Text | None = None
 
 
 class TrialError(BaseModel):
@@ -85,9 +107,9 @@ class TrialError(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    type: str
-    message: str
-    phase: str
+    type: Text
+    message: Text
+    phase: Text
 
     @property
     def retryable(self) -> bool:
@@ -141,7 +163,7 @@ class AttemptSummary(BaseModel):
     reward: float | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    evidence_dir: str | None = None
+    evidence_dir: Text | None = None
 
     @field_validator("started_at", "finished_at")
     @classmethod
@@ -196,7 +218,7 @@ class TrialRecord(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: str
+    id: Text
     task: TaskRef
     agent: AgentRef
     sandbox: SandboxRef
@@ -205,18 +227,18 @@ class TrialRecord(BaseModel):
     status: TrialStatus
     ok: bool
     reward: float | None = None
-    rewards: dict[str, float] = Field(default_factory=dict)
+    rewards: dict[Text, float] = Field(default_factory=dict)
     errors: list[TrialError] = Field(default_factory=list)
     previous_attempts: list[AttemptSummary] = Field(default_factory=list)
-    timings: dict[str, float] = Field(default_factory=dict)
+    timings: dict[Text, float] = Field(default_factory=dict)
     usage: Usage = Field(default_factory=Usage)
-    versions: dict[str, str] = Field(default_factory=dict)
+    versions: dict[Text, Text] = Field(default_factory=dict)
     started_at: datetime
     finished_at: datetime
-    evidence_dir: str | None = None
-    events: list[dict[str, Any]] = Field(default_factory=list)
-    posture: dict[str, Any] | None = None
-    verifier_posture: dict[str, Any] | None = None
+    evidence_dir: Text | None = None
+    events: list[dict[Text, Any]] = Field(default_factory=list)
+    posture: dict[Text, Any] | None = None
+    verifier_posture: dict[Text, Any] | None = None
 
     @field_validator("started_at", "finished_at")
     @classmethod
@@ -247,6 +269,7 @@ __all__ = [
     "AttemptSummary",
     "SandboxRef",
     "TaskRef",
+    "Text",
     "TrialError",
     "TrialRecord",
     "TrialStatus",

@@ -2,9 +2,11 @@
 
 :class:`TrialStore` appends records under a file lock, each as a single ``write`` on an
 ``O_APPEND`` descriptor followed by ``fsync``, so concurrent writers (threads or processes)
-never interleave lines. A crash mid-append can leave a torn last line; :meth:`TrialStore.load`
-tolerates it (and reports it), :meth:`TrialStore.repair` removes it atomically. A bad line
-anywhere else is corruption and raises :class:`~harness.errors.CorruptRecordError`.
+never interleave lines. Every string is written escaped and read back unescaped
+(:mod:`.lines`): whatever a record holds, it can be written. A crash mid-append can leave a
+torn last line; :meth:`TrialStore.load` tolerates it (and reports it),
+:meth:`TrialStore.repair` removes it atomically. A bad line anywhere else is corruption and
+raises :class:`~harness.errors.CorruptRecordError`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pydantic import ValidationError
 
 from harness.errors import CorruptRecordError
 from harness.records.atomic import fsync_dir, write_bytes_atomic
+from harness.records.lines import parse_record, record_line
 from harness.records.model import TrialRecord
 
 logger = logging.getLogger(__name__)
@@ -121,7 +124,7 @@ def _scan(path: Path, data: bytes) -> tuple[LoadReport, list[bytes]]:
             continue
         is_last = index == last_index
         try:
-            record = TrialRecord.model_validate_json(raw)
+            record = parse_record(raw)
         except (ValidationError, ValueError) as exc:
             if not is_last:
                 raise CorruptRecordError(path, index + 1, _short_reason(exc)) from exc
@@ -224,7 +227,7 @@ class TrialStore:
             CorruptRecordError: If a torn tail must be repaired but an earlier line is
                 corrupt.
         """
-        line = (record.model_dump_json() + "\n").encode("utf-8")
+        line = record_line(record) + b"\n"
         with self._locked():
             created = not self.path.exists()
             if not created and not self._ends_with_newline():
@@ -396,7 +399,7 @@ class TrialStore:
         Args:
             records: The records to keep, in order.
         """
-        data = b"".join((r.model_dump_json() + "\n").encode("utf-8") for r in records)
+        data = b"".join(record_line(r) + b"\n" for r in records)
         with self._locked():
             write_bytes_atomic(self.path, data)
         self.torn_tail = False

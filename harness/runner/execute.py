@@ -417,6 +417,7 @@ class Invocation:
             detail = "".join(traceback.format_exception(error)).rstrip()
             self.failures.append(plan.id)
             self.log(f"trial {plan.id}: internal error, no record written:\n{detail}")
+            # Counted: the summary's denominator is the plan (unrecorded), resume runs it.
             self.events.message(f"internal error in trial {plan.id}: {error!r} (see eval.log)")
             return
         record = future.result()
@@ -524,7 +525,9 @@ class Invocation:
             if not self.disk.write_failed(exc, self.run_dir / SUMMARY_FILENAME):
                 raise
             self.log(f"summary.json not written ({exc}); the next invocation writes it")
-            return summarize(records, threshold=self.config.threshold)
+            return summarize(
+                records, threshold=self.config.threshold, planned=len(self.prepared.plans)
+            )
 
     def _exit_code(self, records: list[TrialRecord], summary: Summary, halt: Halt | None) -> int:
         if halt is not None:

@@ -8,8 +8,9 @@
   run measured; rerunning them would count them twice. ``--rerun-status agent_error`` (etc.)
   reruns them on purpose;
 * rerun: ``environment_error`` (the sandbox failed, the agent was never judged),
-  ``cancelled`` (interrupted), and trials with no record at all (never started, or running
-  when the harness died).
+  ``cancelled`` (interrupted), ``internal_error`` (the harness failed, or could not write
+  the attempt's record: its fallback record stands for it), and trials with no record at
+  all (never started, or running when the harness died).
 
 A rerun trial keeps its id; its new record's ``attempt`` continues from the old one and the
 old attempt (status, errors) goes into ``previous_attempts``. A resume is refused when the
@@ -28,7 +29,11 @@ from harness.records import StoreSnapshot, TrialRecord, TrialStatus, TrialStore
 from harness.trial import TrialPlan
 
 DEFAULT_RERUN_STATUSES: frozenset[str] = frozenset(
-    {TrialStatus.ENVIRONMENT_ERROR.value, TrialStatus.CANCELLED.value}
+    {
+        TrialStatus.ENVIRONMENT_ERROR.value,
+        TrialStatus.CANCELLED.value,
+        TrialStatus.INTERNAL_ERROR.value,
+    }
 )
 """Statuses whose trials ``--resume`` reruns by default."""
 
@@ -54,7 +59,8 @@ def rerun_statuses(extra: Iterable[str] = ()) -> frozenset[str]:
         allowed = ", ".join(sorted(OPTIONAL_RERUN_STATUSES))
         raise ResumeError(
             f"--rerun-status {', '.join(bad)}: not a status that can be rerun (allowed: "
-            f"{allowed}; environment_error and cancelled are always rerun; completed trials "
+            f"{allowed}; environment_error, cancelled and internal_error are always rerun; "
+            "completed trials "
             "are results: start a new run to redo them)"
         )
     return DEFAULT_RERUN_STATUSES | frozenset(extra)

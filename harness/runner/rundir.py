@@ -124,7 +124,13 @@ class RunLog:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._fh = path.open("a", encoding="utf-8") if path is not None else None
+        # A line may quote what the agent wrote (a name that is not UTF-8): it is escaped,
+        # never a failure of the log.
+        self._fh = (
+            path.open("a", encoding="utf-8", errors="backslashreplace")
+            if path is not None
+            else None
+        )
         #: The error of the first write that failed, if any.
         self.failed: OSError | None = None
 
@@ -285,15 +291,18 @@ def write_summary(
     interrupted: bool,
     invocation: int,
 ) -> Summary:
-    """Summarize the records and write ``summary.json`` atomically."""
-    summary = summarize(records, threshold=config.threshold)
+    """Summarize the records over the plan and write ``summary.json`` atomically.
+
+    ``planned`` is the denominator: ``unrecorded`` (and the older ``pending``) counts the
+    planned trials without a record, and the ``*_planned`` figures count them as 0.
+    """
+    summary = summarize(records, threshold=config.threshold, planned=planned)
     write_json_atomic(
         run_dir / SUMMARY_FILENAME,
         {
             "run": run_dir.name,
             "interrupted": interrupted,
-            "planned": planned,
-            "pending": max(planned - len(records), 0),
+            "pending": summary.unrecorded,
             "invocation": invocation,
             **summary.model_dump(mode="json"),
         },

@@ -8,6 +8,11 @@ flight.
 A retried attempt's evidence moves to ``attempts/<trial id>/<attempt>/`` and its status and
 errors go into the next attempt's ``previous_attempts``.
 
+Every attempt is recorded, whatever it wrote: an attempt that raised, or whose record
+cannot be written, is recorded by a minimal fallback record (``internal_error``, never
+retried here; ``--resume`` reruns it as the trial's next attempt, its history kept). Only a
+full run dir leaves an attempt without a record.
+
 Faults of the machine are not the trial's (:mod:`.outage`, :mod:`.faults`): no attempt
 starts while the engine is unreachable, an attempt an outage broke is rerun once the engine
 answers without spending a retry, and a full run dir halts the run (the trial ends with what
@@ -23,24 +28,42 @@ from __future__ import annotations
 import random
 import shutil
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.config import RetryConfig
 from harness.episodes.records import failure_errors, with_history
 from harness.errors import HarnessError, TrialCancelled
-from harness.records import AttemptSummary, TrialRecord, TrialStore
-from harness.runner.faults import DiskGuard, Halting
+from harness.failpoints import fail_point
+from harness.records import (
+    AgentRef,
+    AttemptSummary,
+    SandboxRef,
+    TaskRef,
+    TrialError,
+    TrialRecord,
+    TrialStatus,
+    TrialStore,
+)
+from harness.runner.faults import DiskGuard, Halting, disk_error
 from harness.runner.outage import EngineWatch
 from harness.status import RunState
 from harness.trial import TrialPlan, TrialSettings, run_trial
+from sandbox.pathnames import escape
 
 AttemptRunner = Callable[[TrialPlan, TrialSettings, int], TrialRecord]
 """Runs one attempt of a trial to its record (the run's executor)."""
 
 ATTEMPTS_DIRNAME = "attempts"
 """Where retried attempts' evidence is kept inside a run dir."""
+RECORD_NOT_WRITTEN = "RecordNotWritten"
+"""The error type of a fallback record: the attempt's own record could not be written."""
+ATTEMPT_RAISED = "AttemptRaised"
+"""The error type of a fallback record: the attempt raised instead of returning a record."""
+_REASON_CHARS = 2000
 
 
 class AgentGate:
@@ -178,8 +201,42 @@ class TrialRunner:
         """Back off ``delay`` seconds; True when an interrupt or a halt ended the wait."""
         return _wait_either(self.settings.cancel, self.halting.event, delay)
 
-    def _persist(self, plan: TrialPlan, record: TrialRecord) -> None:
-        """Append the attempt's record; a full run dir halts the run (:class:`NotRun`)."""
+    def _persist(self, plan: TrialPlan, record: TrialRecord) -> TrialRecord:
+        """Append the attempt's record, or its fallback if it cannot be written.
+
+        Returns:
+            The record written: ``record``, or the fallback that stands for it.
+
+        Raises:
+            NotRun: The run dir is full (the run halts; ``--resume`` runs the trial).
+        """
+        try:
+            fail_point("record")
+            self._append(plan, record)
+            return record
+        except NotRun:
+            raise
+        except Exception as exc:  # a record that cannot be written is still recorded
+            fallback = self._fallback(
+                plan,
+                record.attempt,
+                record.started_at,
+                RECORD_NOT_WRITTEN,
+                f"the record of attempt {record.attempt} (status {record.status}, reward "
+                f"{record.reward}) could not be written: {type(exc).__name__}: {exc}",
+                record,
+            )
+        try:
+            self._append(plan, fallback)
+        except NotRun:
+            raise
+        except Exception:  # the history is what else it holds: keep the trial recorded
+            fallback = fallback.model_copy(update={"previous_attempts": []})
+            self._append(plan, fallback)
+        return fallback
+
+    def _append(self, plan: TrialPlan, record: TrialRecord) -> None:
+        """Append one record; a full run dir halts the run (:class:`NotRun`)."""
         try:
             self.store.append(record)
         except OSError as exc:
@@ -187,6 +244,77 @@ class TrialRunner:
                 raise
             self.state.trial_dropped(plan.id)
             raise NotRun(plan.id) from None
+
+    def _fallback(
+        self,
+        plan: TrialPlan,
+        attempt: int,
+        started_at: datetime,
+        kind: str,
+        reason: str,
+        lost: TrialRecord | None = None,
+    ) -> TrialRecord:
+        """The minimal record of an attempt that has no record of its own (always written).
+
+        Every string is escaped and bounded (docs/run-dir.md): it serializes whatever the
+        reason's text holds. Its error is not retryable: the harness failed, not the machine.
+        """
+        task = plan.task
+        error = TrialError.model_validate(
+            {
+                "type": kind,
+                "message": escape(reason)[:_REASON_CHARS],
+                "phase": "persist" if kind == RECORD_NOT_WRITTEN else "execute",
+                "retryable": False,
+            }
+        )
+        history = list(lost.previous_attempts) if lost is not None else []
+        agent = getattr(self.settings.agent, "name", None)
+        return TrialRecord(
+            id=plan.id,
+            task=TaskRef(
+                name=escape(task.name),
+                key=escape(task.key),
+                hash=task.hash,
+                path=escape(str(task.path)),
+            ),
+            agent=AgentRef(name=escape(str(agent or "unknown")), model=self.settings.model),
+            sandbox=SandboxRef(
+                backend=escape(lost.sandbox.backend) if lost is not None else "unknown"
+            ),
+            rollout=plan.rollout,
+            attempt=attempt,
+            status=TrialStatus.INTERNAL_ERROR,
+            ok=False,
+            errors=[error],
+            previous_attempts=history,
+            versions=dict(self.settings.versions),
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+            evidence_dir=lost.evidence_dir if lost is not None else None,
+        )
+
+    def _attempt(self, plan: TrialPlan, attempt: int, history: list[AttemptSummary]) -> TrialRecord:
+        """Run one attempt to a record: its own, or the fallback if it raised.
+
+        A disk error of the run dir is the machine's and is raised (the run halts).
+        """
+        started_at = datetime.now(UTC)
+        try:
+            record = self._run_attempt(plan, self.settings, attempt)
+            if history:
+                record = record.model_copy(update={"previous_attempts": list(history)})
+                record = with_history(record)
+            return record
+        except Exception as exc:
+            if disk_error(exc) is not None or isinstance(exc, NotRun):
+                raise
+            detail = "".join(traceback.format_exception(exc)).rstrip()
+            self.log(f"trial {plan.id} attempt {attempt}: internal error, recorded:\n{detail}")
+            record = self._fallback(
+                plan, attempt, started_at, ATTEMPT_RAISED, f"{type(exc).__name__}: {exc}"
+            )
+            return record.model_copy(update={"previous_attempts": list(history)})
 
     def _retries(self, record: TrialRecord, retries: int) -> bool:
         """Whether a failed attempt is retried (retries left, its errors retryable)."""
@@ -226,12 +354,9 @@ class TrialRunner:
         while True:
             epoch = self.watch.epoch if self.watch is not None else 0
             self.state.trial_started(plan.id, plan.task.key, attempt)
-            record = self._run_attempt(plan, self.settings, attempt)
-            if history:
-                record = record.model_copy(update={"previous_attempts": list(history)})
-                record = with_history(record)
-            self._persist(plan, record)
-            first = record.errors[0].message if record.errors else ""
+            record = self._persist(plan, self._attempt(plan, attempt, history))
+            # One line of eval.log, whatever the message quotes (a name with a newline).
+            first = _one_line(record.errors[0].message) if record.errors else ""
             halted = self.disk.check_record(record)
             broke = None if halted else self._outage(record, epoch, engine_reruns)
             if broke is not None:
@@ -268,6 +393,14 @@ class TrialRunner:
     def _summary(self, record: TrialRecord) -> AttemptSummary:
         kept = self._keep_evidence(record.id, record.attempt)
         return AttemptSummary.of(record, evidence_dir=kept)
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    """``text`` on one printable line: control characters and surrogates escaped."""
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+        for ch in text[:limit]
+    )
 
 
 def _wait_either(first: threading.Event, second: threading.Event, timeout: float) -> bool:

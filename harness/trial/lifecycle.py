@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
-from harness.errors import VerifierError
+from harness.errors import VerifierError, agent_fault
 from harness.failpoints import kill_point
 from harness.gateway import TrialUsage
 from harness.grading import trial_reward
@@ -70,26 +70,34 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
                 self._run_phases()
         except BaseException as exc:  # recorded, never lost; re-raised below if fatal
             run_error = exc
-            self.errors.append(trial_error(exc, self.phase, self.step_name))
-            if self.status is TrialStatus.COMPLETED:
-                interrupted = isinstance(exc, KeyboardInterrupt)
-                self.status = (
-                    TrialStatus.CANCELLED if interrupted else TrialStatus.ENVIRONMENT_ERROR
-                )
+            self._escaped(exc)
         run_failed = bool(self.errors)
+        run_dir = self.settings.run_dir
         kill_point("phase:cleanup")
         with self.clock.phase("cleanup"):
             outcome = run_cleanup(self.cleanup_steps())
         self.settings.track(self.sandbox, running=False)
+        machines = False  # a cleanup error that is the machine's (not the agent's tree)
         for cleanup_error, step in zip(outcome.errors, outcome.failed_steps, strict=True):
             for inner in _flatten(cleanup_error):
                 self.errors.append(trial_error(inner, f"cleanup:{step}"))
+                if isinstance(inner, SessionFileMissing):
+                    # The agent removed or swapped its own session file (tampering).
+                    self._final(self.errors[-1], "the agent's session file", in_step=False)
+                    if self.status is TrialStatus.COMPLETED:
+                        self.status = TrialStatus.AGENT_ERROR
+                    continue
+                why = None if isinstance(inner, SandboxError) else agent_fault(inner, run_dir)
+                if why is None:
+                    machines = True
+                else:  # removing what the agent left failed on it: the result stands
+                    self._final(self.errors[-1], why, in_step=False)
         if outcome.errors:
             if run_failed or len(outcome.errors) > 1:
                 # The aggregate's message, as sandbox.errors.aggregate_errors builds it.
                 message = RUN_AND_CLEANUP_FAILED if run_failed else CLEANUP_FAILED
                 self.events.append({"type": "cleanup_failed", "message": message})
-            if self.status is TrialStatus.COMPLETED:
+            if self.status is TrialStatus.COMPLETED and machines:
                 self.status = TrialStatus.ENVIRONMENT_ERROR
         self.write_transcript()
         self.judge()
@@ -154,12 +162,12 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
                 self._enter("collect")
                 self.collect()
         except Exception as exc:
-            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "collect")
+            self._kept_what_was_copied(exc, "collect")
         graded = self._grade()
         try:
             self.artifacts()
         except Exception as exc:
-            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "artifacts")
+            self._kept_what_was_copied(exc, "artifacts")
         if step is None:
             return True
         outcome = self.steps[-1]
@@ -180,11 +188,80 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
             return True
         except (VerifierError, SandboxDied) as exc:
             self._fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
-        except (SandboxError, OSError) as exc:
-            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "grade")
+        except (SandboxError, OSError, RecursionError, UnicodeError) as exc:
+            if not self._agents_doing(exc, "grade"):
+                self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "grade")
         except Exception as exc:
             self._fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
         return False
+
+    # -- whose fault ----------------------------------------------------------------------
+    #
+    # Only faults of the machine or the engine are retried (docs/security.md, "Failures").
+    # What the agent left (a tree too deep, too wide or too long, names that are not UTF-8,
+    # its own storage full) can make walking or copying it fail on the host: that is the
+    # agent's doing, never an environment_error, never retried.
+
+    def _agents_doing(self, exc: BaseException, phase: str) -> bool:
+        """Record ``exc`` as the agent's failure if the agent's tree caused it."""
+        if isinstance(exc, SandboxError):
+            return False
+        why = agent_fault(exc, self.settings.run_dir)
+        if why is None:
+            return False
+        self._fail(TrialStatus.AGENT_ERROR, exc, phase)
+        self._final(self.errors[-1], why)
+        return True
+
+    def _final(self, error: TrialError, why: str, *, in_step: bool = True) -> None:
+        """Mark ``error`` (just recorded) as one a retry cannot change, caused by the agent."""
+        extra = error.model_extra if error.model_extra is not None else {}
+        extra.update({"retryable": False, "cause": "agent", "reason": why})
+        if in_step and self.view.step is not None and self.steps and self.steps[-1].errors:
+            self.steps[-1].errors[-1].update(retryable=False, cause="agent", reason=why)
+
+    def _kept_what_was_copied(self, exc: BaseException, phase: str) -> None:
+        """A copy out of what the agent left failed: the machine's, or the agent's doing.
+
+        The engine failing or the run dir filling up is the machine's (an environment
+        error, retried). Anything else, an error known to come from the agent's tree or one
+        nobody expected, is not: the trial goes on to be graded on what was kept, and an
+        ``evidence_incomplete`` event says what is missing and why.
+        """
+        why = None if isinstance(exc, SandboxError) else agent_fault(exc, self.settings.run_dir)
+        if isinstance(exc, SandboxError) or (isinstance(exc, OSError) and why is None):
+            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, phase)
+            return
+        event: dict[str, Any] = {
+            "type": "evidence_incomplete",
+            "phase": phase,
+            "error": type(exc).__name__,
+            "detail": (str(exc) or repr(exc))[:1000],
+            "cause": "agent" if why is not None else "unexpected",
+            "reason": why or "an unexpected error copying what the agent left",
+        }
+        if self.step_name is not None:
+            event["step"] = self.step_name
+        self.events.append(event)
+
+    def _escaped(self, exc: BaseException) -> None:
+        """An exception no phase caught: recorded; only a fault of the machine is retried."""
+        self.errors.append(trial_error(exc, self.phase, self.step_name))
+        if self.status is not TrialStatus.COMPLETED:
+            return
+        why = agent_fault(exc, self.settings.run_dir)
+        if isinstance(exc, KeyboardInterrupt) or self.settings.cancel.is_set():
+            self.status = TrialStatus.CANCELLED
+        elif why is not None and not isinstance(exc, SandboxError):
+            self.status = TrialStatus.AGENT_ERROR
+            self._final(self.errors[-1], why)
+        elif isinstance(exc, SandboxError | OSError | SystemExit):
+            self.status = TrialStatus.ENVIRONMENT_ERROR
+        else:  # the harness's own failure: recorded, never retried away
+            self.status = TrialStatus.INTERNAL_ERROR
+            extra = self.errors[-1].model_extra
+            if extra is not None:
+                extra["retryable"] = False
 
     def _stop(self, why: str) -> bool:
         """End the steps here (the remaining ones do not run); False."""

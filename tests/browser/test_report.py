@@ -52,6 +52,10 @@ def test_overview_headline_equals_summary(
     assert metric(w, "calls") == summary["usage"]["calls"]["total"]
     assert w.text('[data-metric="mean_reward"] .value') == f"{summary['mean_reward']:.3f}"
     assert w.text('[data-metric="trials"] .value') == str(summary["trials"])
+    # The plan is the denominator: how many planned trials lack a record, the mean over it.
+    assert metric(w, "mean_reward_planned") == summary["mean_reward_planned"]
+    assert f"of {summary['planned']} planned" in w.text('[data-metric="trials"] .sub')
+    assert f"{summary['unrecorded']} without a record" in w.text('[data-metric="trials"] .sub')
     # Charts and tables are drawn: the pass@k curve, the histogram, the per-task table.
     assert w.page.locator("#passk svg circle").count() == len(summary["pass_at_k"]) * 2
     assert w.page.locator("#histogram svg rect").count() == 10

@@ -679,7 +679,8 @@ def test_planted_session_symlink_or_fifo_is_tampering(api: Any, sec: Any, tmp_pa
         ], events
         cleanup = [e for e in record.errors if e.phase == "cleanup:snapshot_session"]
         assert cleanup and cleanup[0].type == "SessionFileMissing", record.errors
-        assert record.status == "environment_error"
+        # Tampering with its own session file is the agent's doing: never retried.
+        assert record.status == "agent_error" and not cleanup[0].retryable
         evidence = api.run_dir / "trials" / record.id
         assert not (evidence / "session.jsonl").exists()
         for line in shadow_lines:

@@ -301,3 +301,18 @@ def test_grouped_and_direct_bootstrap_agree() -> None:
     )
     with pytest.raises(ValueError, match="differ in length"):
         bootstrap_cis({"a": [1.0, 2.0], "b": [1.0]})
+
+
+def test_the_plan_is_the_denominator_a_vanished_trial_never_raises_the_mean() -> None:
+    records = [
+        rec("a", "t", 1.0),
+        rec("b", "t", 1.0),
+        rec("c", "t", None, status=TrialStatus.INTERNAL_ERROR, ok=False),
+    ]
+    summary = summarize(records, planned=4)  # one planned trial has no record at all
+    assert summary.mean_reward == 1.0  # over the graded trials, as before
+    assert (summary.planned, summary.recorded, summary.unrecorded) == (4, 3, 1)
+    assert summary.mean_reward_planned == 0.5 and summary.success_rate_planned == 0.5
+    assert summary.errors_by_status == {"internal_error": 1}
+    unplanned = summarize(records)
+    assert unplanned.planned is None and unplanned.mean_reward_planned is None

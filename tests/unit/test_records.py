@@ -77,6 +77,7 @@ def test_status_serialises_as_plain_string() -> None:
         "environment_error",
         "verifier_error",
         "cancelled",
+        "internal_error",
     }
 
 

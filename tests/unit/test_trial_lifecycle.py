@@ -193,7 +193,9 @@ def test_missing_session_file_is_a_cleanup_error_and_later_steps_still_run(
     ]
     assert "Agent produced no session file" in record.errors[0].message
     assert any(e.get("type") == "evidence" and e.get("kind") == "missing" for e in record.events)
-    assert record.status is TrialStatus.ENVIRONMENT_ERROR
+    # The agent's doing (it removed or swapped its session file): never retried.
+    assert record.status is TrialStatus.AGENT_ERROR
+    assert not record.errors[0].retryable
     assert record.reward == 1.0
     snapshot = fake.calls.index("read_file:/fake/session/transcript.jsonl")
     assert snapshot < fake.calls.index("dispose") < fake.calls.index("stop")

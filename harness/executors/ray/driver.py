@@ -29,7 +29,15 @@ from harness.executors.base import ExecutorOptions, TrialExecutor
 from harness.executors.ray.bridge import Attempt, Bridge
 from harness.executors.ray.jobs import TrialJob, TrialResult, pack_dir, unpack_dir
 from harness.executors.ray.worker import abort_node, clean_node, prepare_node, run_job
-from harness.records import AgentRef, SandboxRef, TaskRef, TrialError, TrialRecord, TrialStatus
+from harness.records import (
+    AgentRef,
+    SandboxRef,
+    TaskRef,
+    TrialError,
+    TrialRecord,
+    TrialStatus,
+    parse_record,
+)
 from harness.tasks import Task
 from harness.tasks.env_templates import env_tables
 from harness.transcript import write_transcript
@@ -395,7 +403,7 @@ def receive(result: TrialResult, plan: TrialPlan, evidence: Path) -> TrialRecord
     ``evidence`` (an ``environment_error``), so a full or read-only run dir halts the run
     (:class:`~harness.runner.faults.DiskGuard`) instead of losing the attempt.
     """
-    record = TrialRecord.model_validate_json(result.record)
+    record = parse_record(result.record)
     update: dict[str, Any] = {
         "task": _task_ref(plan.task),
         "sandbox": record.sandbox.model_copy(update={"node": result.node}),

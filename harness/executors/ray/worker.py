@@ -36,6 +36,7 @@ from harness.executors.ray.jobs import (
 )
 from harness.executors.ray.relay import DriverLink, RelayedGateway, Watch
 from harness.plugins import SANDBOXES, build_agent
+from harness.records import record_line
 from harness.tasks import Task, load_task
 from harness.tasks.env_templates import map_env_tables
 from harness.trial import TrialPlan, TrialSettings, run_trial
@@ -147,7 +148,7 @@ def run_job(job: TrialJob, archive: bytes) -> TrialResult:
         if gateway is not None:
             gateway.close()
         remove_tree(scratch)
-    return TrialResult(record.model_dump_json(), evidence, node)
+    return TrialResult(record_line(record).decode("utf-8"), evidence, node)
 
 
 def prepare_node(config_json: str, run_name: str) -> list[str]:
