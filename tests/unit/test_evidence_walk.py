@@ -7,6 +7,7 @@ an fd per dir: every case here ends with events naming the cap it hit, a bounded
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -241,3 +242,35 @@ def test_names_that_are_not_utf8_are_kept_and_round_trip_through_the_manifest(
     assert os.fsencode(back["files"][0]["path"]) == raw
     assert os.fsencode(back["not_kept"][0]["path"]).startswith(b"\xfe-dir/")
     assert json.loads(json.dumps([e.as_dict() for e in events])) == [e.as_dict() for e in events]
+
+
+def test_an_object_at_the_filesystem_s_link_limit_is_copied_not_an_error(
+    root: Path, tmp_path: Path
+) -> None:
+    """Many trials making one file (every inode used by empty files) reach EMLINK on ext4."""
+    store = ObjectStore(tmp_path / "objects")
+    shared = store.put(b"")
+    spare = tmp_path / "spare"
+    spare.mkdir()
+    hit = False
+    for i in range(70_000):
+        try:
+            os.link(shared, spare / str(i))
+        except OSError as exc:
+            assert exc.errno == errno.EMLINK, exc
+            hit = True
+            break
+    assert hit, "this filesystem has no link limit: run the test on ext4"
+    (root / "ws" / "empty").write_bytes(b"")
+    manifest, events = snapshot_tree(
+        root,
+        "ws",
+        store=store,
+        seed={},
+        links=tmp_path / "links",
+        max_file_bytes=10,
+        max_total_bytes=10,
+    )
+    assert events == [] and [f["path"] for f in manifest["files"]] == ["empty"]
+    assert (tmp_path / "links" / "empty").read_bytes() == b""
+    subprocess.run(["rm", "-rf", str(spare)], check=True)
