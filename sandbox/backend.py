@@ -444,7 +444,7 @@ class Sandbox(ABC):
         """
         import tempfile
 
-        from sandbox.evidence_diff import not_kept, snapshot_tree
+        from sandbox.evidence_diff import omitted, snapshot_tree
 
         with tempfile.TemporaryDirectory(prefix="harness-snapshot-") as tmp:
             events = self.copy_out(
@@ -469,7 +469,7 @@ class Sandbox(ABC):
             for e in events
             if e.kind in SPECIAL_KINDS and e.path.startswith(prefix)
         ]
-        manifest["not_kept"] = not_kept(events, path)  # what the copy-out left behind
+        manifest["omitted"] = omitted(events, path)  # what the copy-out left behind
         return manifest, events
 
     def new_agent_user(self) -> tuple[int, int] | None:

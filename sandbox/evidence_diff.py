@@ -152,7 +152,7 @@ def snapshot_tree(
     """The manifest of ``root/rel`` and the evidence events of its walk.
 
     A walk cut short by a cap of ``limits`` still gives a manifest of what it kept; its
-    ``not_kept`` list says which cap (or error) kept what out (each also an event).
+    ``omitted`` list says which cap (or error) kept what out (each also an event).
 
     Args:
         root: A trusted dir the walk starts from (never left).
@@ -187,13 +187,13 @@ def snapshot_tree(
         "objects": OBJECTS_DIR,
         "files": sorted(sink.files, key=lambda f: f["path"]),
         "special": sorted(special, key=lambda f: f["path"]),
-        "not_kept": not_kept(events, rel),
+        "omitted": omitted(events, rel),
     }
     return manifest, events
 
 
-def not_kept(events: list[EvidenceEvent], rel: str) -> list[dict[str, Any]]:
-    """The manifest's ``not_kept``: what a cap (``limit``) or an error kept out, and why.
+def omitted(events: list[EvidenceEvent], rel: str) -> list[dict[str, Any]]:
+    """The manifest's ``omitted``: what a cap (``limit``) or an error kept out, and why.
 
     Paths are relative to the workspace (``""`` for the workspace itself); a name that is
     not UTF-8 stays a ``str`` with surrogate escapes, which ``json.dumps`` escapes and

@@ -188,7 +188,7 @@ def test_the_entries_cap_bounds_a_walk_of_unchanged_files(root: Path, tmp_path: 
     )
     # Unchanged files store nothing: the files cap (5) never applies, the entries cap does.
     assert [(e.kind, e.cap) for e in events] == [("limit", "entries")]
-    assert manifest["files"] == [] and manifest["not_kept"][0]["cap"] == "entries"
+    assert manifest["files"] == [] and manifest["omitted"][0]["cap"] == "entries"
 
 
 def test_a_dir_replaced_while_its_fd_was_closed_is_an_event(root: Path, tmp_path: Path) -> None:
@@ -240,7 +240,7 @@ def test_names_that_are_not_utf8_are_kept_and_round_trip_through_the_manifest(
     back = json.loads(text)
     assert back == manifest
     assert os.fsencode(back["files"][0]["path"]) == raw
-    assert os.fsencode(back["not_kept"][0]["path"]).startswith(b"\xfe-dir/")
+    assert os.fsencode(back["omitted"][0]["path"]).startswith(b"\xfe-dir/")
     assert json.loads(json.dumps([e.as_dict() for e in events])) == [e.as_dict() for e in events]
 
 
