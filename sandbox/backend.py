@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from sandbox.errors import SandboxError, SupervisorError
-from sandbox.evidence import SPECIAL_KINDS, EvidenceEvent
+from sandbox.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits
 from sandbox.seeding import Fixture
 
 if TYPE_CHECKING:
@@ -369,6 +369,9 @@ class Sandbox(ABC):
     backend: str = "abstract"
     #: Whether the backend builds a spec's Dockerfile into the image it runs.
     builds_images: bool = False
+    #: The caps of every evidence walk of this sandbox's trees (``copy_out``,
+    #: ``snapshot_out``) besides the byte caps each call passes; the trial settings set it.
+    evidence_limits: Limits = DEFAULT_LIMITS
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -469,7 +472,7 @@ class Sandbox(ABC):
         """
         import tempfile
 
-        from sandbox.evidence_diff import snapshot_tree
+        from sandbox.evidence_diff import omitted, snapshot_tree
 
         with tempfile.TemporaryDirectory(prefix="harness-snapshot-") as tmp:
             events = self.copy_out(
@@ -486,6 +489,7 @@ class Sandbox(ABC):
                 links=links,
                 max_file_bytes=max_file_bytes,
                 max_total_bytes=max_total_bytes,
+                limits=self.evidence_limits,
             )
         prefix = path.strip("/") + "/"
         manifest["special"] = [
@@ -493,6 +497,7 @@ class Sandbox(ABC):
             for e in events
             if e.kind in SPECIAL_KINDS and e.path.startswith(prefix)
         ]
+        manifest["omitted"] = omitted(events, path)  # what the copy-out left behind
         return manifest, events
 
     def new_agent_user(self) -> tuple[int, int] | None:

@@ -16,6 +16,7 @@ regular files only, capped; everything refused is an event, as with a full copy.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -24,15 +25,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sandbox.evidence import SPECIAL_KINDS, EvidenceEvent, walk_tree
+from sandbox.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits, walk_tree
 
 EVIDENCE_MODES = ("full", "diff", "none")
 #: The manifest, beside the trial's ``workspace/`` evidence dir.
 MANIFEST_NAME = "workspace.manifest.json"
 #: The run's content store, under the run dir.
 OBJECTS_DIR = "objects"
-#: Entries a manifest lists at most (unchanged files cost a line each, no bytes).
-MAX_MANIFEST_ENTRIES = 200_000
+#: Entries a manifest lists at most by default (unchanged files cost a line each, no
+#: bytes): the walk's ``max_entries`` cap (:class:`sandbox.evidence.Limits`).
+MAX_MANIFEST_ENTRIES = DEFAULT_LIMITS.max_entries
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -94,7 +96,7 @@ class _Snapshot:
         self.max_file_bytes = max_file_bytes
         self.files: list[dict[str, Any]] = []
 
-    def __call__(self, sub: str, fd: int, limit: int) -> tuple[int, bool]:
+    def __call__(self, sub: str, fd: int, limit: int) -> tuple[int, bool, bool]:
         info = os.fstat(fd)
         chunks, size = [], 0
         while size <= self.max_file_bytes:
@@ -114,7 +116,7 @@ class _Snapshot:
         }
         self.files.append(entry)
         if entry["unchanged"]:
-            return 0, False
+            return 0, False, False  # listed, nothing stored: counts against no content cap
         truncated = len(data) > limit
         if truncated:
             data = data[:limit]
@@ -123,8 +125,17 @@ class _Snapshot:
             stored = self.store.put(data, entry["sha256"])
             link = self.links / sub
             link.parent.mkdir(parents=True, exist_ok=True)
-            os.link(stored, link)
-        return len(data), truncated
+            try:
+                os.link(stored, link)
+            except OSError as exc:
+                if exc.errno != errno.EMLINK:
+                    raise
+                # The object has the filesystem's most links (many trials made the same
+                # file): this trial keeps its own read-only copy.
+                out = os.open(link, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+                with os.fdopen(out, "wb") as fh:
+                    fh.write(data)
+        return len(data), truncated, True
 
 
 def snapshot_tree(
@@ -136,8 +147,12 @@ def snapshot_tree(
     links: Path | None,
     max_file_bytes: int,
     max_total_bytes: int,
+    limits: Limits | None = None,
 ) -> tuple[dict[str, Any], list[EvidenceEvent]]:
     """The manifest of ``root/rel`` and the evidence events of its walk.
+
+    A walk cut short by a cap of ``limits`` still gives a manifest of what it kept; its
+    ``omitted`` list says which cap (or error) kept what out (each also an event).
 
     Args:
         root: A trusted dir the walk starts from (never left).
@@ -148,6 +163,8 @@ def snapshot_tree(
             (``none``).
         max_file_bytes: Per-file cap (a longer changed file is kept truncated).
         max_total_bytes: Cap on the changed bytes kept.
+        limits: The walk's other caps (depth, path length, entries, stored files,
+            allocated blocks); the defaults when None.
     """
     sink = _Snapshot(store, seed, links, max_file_bytes)
     events = walk_tree(
@@ -156,7 +173,7 @@ def snapshot_tree(
         sink,
         max_file_bytes=max_file_bytes,
         max_total_bytes=max_total_bytes,
-        max_files=MAX_MANIFEST_ENTRIES,
+        limits=limits,
     )
     prefix = rel.strip("/") + "/"
     special = [
@@ -170,5 +187,24 @@ def snapshot_tree(
         "objects": OBJECTS_DIR,
         "files": sorted(sink.files, key=lambda f: f["path"]),
         "special": sorted(special, key=lambda f: f["path"]),
+        "omitted": omitted(events, rel),
     }
     return manifest, events
+
+
+def omitted(events: list[EvidenceEvent], rel: str) -> list[dict[str, Any]]:
+    """The manifest's ``omitted``: what a cap (``limit``) or an error kept out, and why.
+
+    Paths are relative to the workspace (``""`` for the workspace itself); a name that is
+    not UTF-8 stays a ``str`` with surrogate escapes, which ``json.dumps`` escapes and
+    ``json.loads`` reads back unchanged.
+    """
+    prefix = rel.strip("/")
+    found = []
+    for e in events:
+        if e.kind not in ("limit", "error"):
+            continue
+        path = e.path.strip("/")
+        sub = path[len(prefix) :].lstrip("/") if path.startswith(prefix) else path
+        found.append({"path": sub, "kind": e.kind, "cap": e.cap, "detail": e.detail})
+    return found

@@ -726,7 +726,12 @@ class LocalSandbox(Sandbox):
     ) -> list[EvidenceEvent]:
         rel = os.path.relpath(self.host_path(path), self.root)
         return copy_path(
-            self.root, rel, dest, max_file_bytes=max_file_bytes, max_total_bytes=max_total_bytes
+            self.root,
+            rel,
+            dest,
+            max_file_bytes=max_file_bytes,
+            max_total_bytes=max_total_bytes,
+            limits=self.evidence_limits,
         )
 
     def snapshot_out(  # noqa: D102
@@ -748,6 +753,7 @@ class LocalSandbox(Sandbox):
             links=links,
             max_file_bytes=max_file_bytes,
             max_total_bytes=max_total_bytes,
+            limits=self.evidence_limits,
         )
 
     def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102

@@ -302,6 +302,7 @@ def op_archive(req: Dict[str, Any]) -> Dict[str, Any]:
             sink,
             max_file_bytes=int(req["max_file_bytes"]),
             max_total_bytes=int(req["max_total_bytes"]),
+            limits=ev.Limits.from_dict(req.get("limits")),
         )
         return {"files": files, "events": [e.as_dict() for e in events]}
     limit = min(int(req["max_file_bytes"]), int(req["max_total_bytes"]))

@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from harness.config.judges import JudgeSpec
 from harness.config.legacy import sectioned
+from sandbox.evidence import DEFAULT_LIMITS as _EVIDENCE_DEFAULTS
+from sandbox.evidence import Limits
 from sandbox.local import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
 
 #: Statuses a trial can end with; a retry rule may name any but these two.
@@ -306,6 +308,47 @@ class GatewayConfig(BaseModel):
         return self
 
 
+class EvidenceCapsConfig(BaseModel):
+    """Caps on what a trial's evidence walks keep (``[evidence_caps]``; docs/run-dir.md).
+
+    Every host-side reader of an agent-written tree (the workspace, logs, the session dir,
+    artifacts, ``/logs/artifacts``, a separate verifier's inputs) walks it under these caps.
+    Past one, the trial keeps what was read and records a ``limit`` evidence event naming
+    the cap; it is graded as usual, never an ``environment_error``.
+
+    Attributes:
+        file_bytes: Bytes kept of one file (a longer one is kept truncated).
+        total_bytes: Bytes kept of one tree.
+        files: Files whose content one tree keeps (unchanged seed files cost none).
+        alloc_bytes: Disk one tree's copy may take as allocated blocks: each kept file
+            rounded up to 4 KiB blocks and each dir it needs one block, so that many
+            tiny files are bounded as well as big ones.
+        entries: Entries (of any kind) one walk lists: it bounds the walk and the manifest.
+        depth: Dir levels entered below the walked dir (deeper subtrees are not kept).
+        path_bytes: Bytes of an entry's path below the walked dir (longer: not kept).
+    """
+
+    model_config = _SECTION
+
+    file_bytes: int = Field(default=16 << 20, ge=1)
+    total_bytes: int = Field(default=64 << 20, ge=1)
+    files: int = Field(default=_EVIDENCE_DEFAULTS.max_files, ge=1)
+    alloc_bytes: int = Field(default=_EVIDENCE_DEFAULTS.max_alloc_bytes, ge=4096)
+    entries: int = Field(default=_EVIDENCE_DEFAULTS.max_entries, ge=1)
+    depth: int = Field(default=_EVIDENCE_DEFAULTS.max_depth, ge=1, le=1024)
+    path_bytes: int = Field(default=_EVIDENCE_DEFAULTS.max_path_bytes, ge=16, le=3072)
+
+    def limits(self) -> Limits:
+        """The walk caps (all but the byte caps) as the evidence code takes them."""
+        return Limits(
+            max_depth=self.depth,
+            max_path_bytes=self.path_bytes,
+            max_entries=self.entries,
+            max_files=self.files,
+            max_alloc_bytes=self.alloc_bytes,
+        )
+
+
 class RunConfig(BaseModel):
     """Everything that decides what a run does. Never holds a secret.
 
@@ -331,6 +374,7 @@ class RunConfig(BaseModel):
         evidence: How a trial's final workspace is kept: ``diff`` (a manifest of every
             file, the changed ones stored once per run), ``full`` (a full copy) or
             ``none`` (the manifest only).
+        evidence_caps: Caps on what the evidence walks keep (``[evidence_caps]``).
         judges: Judges every trial of the run gets besides its task's ``[[verifier.judges]]``
             (a run judge replaces a task judge of the same name); see ``harness.judges``.
     """
@@ -355,6 +399,7 @@ class RunConfig(BaseModel):
     fail_under: float | None = None
     threshold: float = 1.0
     evidence: Literal["full", "diff", "none"] = "diff"
+    evidence_caps: EvidenceCapsConfig = Field(default_factory=EvidenceCapsConfig)
     judges: list[JudgeSpec] = Field(default_factory=list)
 
     @model_validator(mode="before")
@@ -385,6 +430,7 @@ __all__ = [
     "AgentConfig",
     "BudgetConfig",
     "EnvConfig",
+    "EvidenceCapsConfig",
     "ExecutorConfig",
     "GatewayConfig",
     "RetryConfig",

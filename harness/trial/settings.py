@@ -14,6 +14,7 @@ from harness.agents.kinds import Agent
 from harness.gateway import TrialGateway
 from harness.tasks import Task
 from sandbox.backend import Sandbox, SandboxSpec
+from sandbox.evidence import DEFAULT_LIMITS, Limits
 from sandbox.evidence_diff import OBJECTS_DIR, ObjectStore, seed_index
 from sandbox.seeding import Fixture
 
@@ -75,6 +76,9 @@ class TrialSettings:
     expose: tuple[Path, ...] = ()
     max_evidence_file_bytes: int = 16 << 20
     max_evidence_total_bytes: int = 64 << 20
+    #: The evidence walks' other caps (``[evidence_caps]``): every sandbox made through
+    #: :attr:`make_sandbox` walks agent-written trees under them.
+    evidence_limits: Limits = DEFAULT_LIMITS
     max_output_bytes: int = 4 << 20
     cancel: threading.Event = field(default_factory=threading.Event)
     on_phase: Callable[[str, str], None] | None = None
@@ -100,6 +104,16 @@ class TrialSettings:
     episodes: EnvSetup | None = None
     _active: set[Sandbox] = field(default_factory=set, repr=False)
     _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        make, limits = self.make_sandbox, self.evidence_limits
+
+        def bounded(spec: SandboxSpec) -> Sandbox:
+            sandbox = make(spec)
+            sandbox.evidence_limits = limits
+            return sandbox
+
+        self.make_sandbox = bounded
 
     @property
     def objects(self) -> ObjectStore:

@@ -856,8 +856,7 @@ class DockerSandbox(Sandbox):
                 return data, None if event is None else self._as_seen_inside(event, rel, path)
         found = self._call({"op": "read", "path": path, "max_bytes": max_bytes})
         if "event" in found:
-            ev = found["event"]
-            return None, EvidenceEvent(ev["kind"], ev["path"], ev.get("detail", ""))
+            return None, EvidenceEvent.from_dict(found["event"])
         return base64.b64decode(found["data"]), None
 
     def copy_out(  # noqa: D102
@@ -873,11 +872,12 @@ class DockerSandbox(Sandbox):
                     dest,
                     max_file_bytes=max_file_bytes,
                     max_total_bytes=max_total_bytes,
+                    limits=self.evidence_limits,
                 )
             ]
             if self._sentry_files:
                 found = self._call({"op": "scan_special", "path": path})["events"]
-                events += [EvidenceEvent(e["kind"], e["path"], e.get("detail", "")) for e in found]
+                events += [EvidenceEvent.from_dict(e) for e in found]
             return events
         found = self._call(
             {
@@ -885,14 +885,25 @@ class DockerSandbox(Sandbox):
                 "path": path,
                 "max_file_bytes": max_file_bytes,
                 "max_total_bytes": max_total_bytes,
+                "limits": self.evidence_limits.as_dict(),
             }
         )
+        kept: list[EvidenceEvent] = []
         for item in found.get("files", []):
-            target = dest / item["path"] if item["path"] else dest
+            sub = str(item["path"])
+            parts = sub.split("/")
+            if sub and (
+                sub.startswith("/")
+                or ".." in parts
+                or len(os.fsencode(sub)) > self.evidence_limits.max_path_bytes
+            ):  # the walk inside never names such a path: refuse it, never write it
+                kept.append(EvidenceEvent("error", f"{path.strip('/')}/{sub}", "bad path"))
+                continue
+            target = dest / sub if sub else dest
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(base64.b64decode(item["data"]))
         events = found.get("events", [])
-        return [EvidenceEvent(e["kind"], e["path"], e.get("detail", "")) for e in events]
+        return [EvidenceEvent.from_dict(e) for e in events] + kept
 
     def snapshot_out(  # noqa: D102
         self,
@@ -922,13 +933,14 @@ class DockerSandbox(Sandbox):
             links=links,
             max_file_bytes=max_file_bytes,
             max_total_bytes=max_total_bytes,
+            limits=self.evidence_limits,
         )
         events = [self._as_seen_inside(event, rel, path) for event in found]
         if self._sentry_files:
             specials = self._call({"op": "scan_special", "path": path})["events"]
             prefix = path.strip("/") + "/"
             for e in specials:
-                events.append(EvidenceEvent(e["kind"], e["path"], e.get("detail", "")))
+                events.append(EvidenceEvent.from_dict(e))
                 if e["path"].startswith(prefix):
                     entry = {"path": e["path"][len(prefix) :], "type": e["kind"]}
                     manifest["special"].append({**entry, "detail": e.get("detail", "")})

@@ -225,7 +225,7 @@ def test_tree_caps_file_count(root: Path, tmp_path: Path) -> None:
     dest = tmp_path / "tree"
     events = copy_tree(root, "session", dest, max_file_bytes=10, max_total_bytes=100, max_files=3)
     assert len(list(dest.iterdir())) == 3
-    assert [e.kind for e in events] == ["too_large"]
+    assert [(e.kind, e.cap) for e in events] == [("limit", "files")]
 
 
 @pytest.mark.parametrize("rel", ["../outside/canary.txt", "session/../../outside/canary.txt"])

@@ -134,6 +134,9 @@ def run_job(job: TrialJob, archive: bytes) -> TrialResult:
         versions=job.versions,
         protected_paths=(scratch, home),
         expose=tuple(Path(path) for path in config.sandbox.expose),
+        max_evidence_file_bytes=config.evidence_caps.file_bytes,
+        max_evidence_total_bytes=config.evidence_caps.total_bytes,
+        evidence_limits=config.evidence_caps.limits(),
     )
     watch = Watch(link, on_signal=lambda _signal: settings.abort_all())
     settings.on_phase = watch.phase
