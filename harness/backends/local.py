@@ -4,11 +4,17 @@ As root each trial runs as its own uid in a confined view of the host; otherwise
 drop privileges and is not a security boundary (a warning says so). The run's trial roots
 and trial filesystems live in its private temp dir (:mod:`harness.backends.tmpdir`), so
 whatever a killed run left there is removed by the next invocation (``--resume``).
+
+Every trial's ``memory_mb``, ``cpus`` and ``pids`` are enforced in a cgroup of its own
+(:mod:`sandbox.cgroups`), named for the run so that the next invocation (``--resume``, or
+``harness sandbox cleanup``) removes what a killed one left. Where no cgroup can be made the
+run is refused, or runs with a warning under ``[sandbox] local_limits = "warn"``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +27,8 @@ from harness.backends.tmpdir import (
 )
 from harness.errors import UsageError
 from harness.tasks import Task
-from sandbox.backend import SandboxSpec
+from sandbox.backend import Capacity, SandboxSpec
+from sandbox.cgroups import Support, probe, sweep
 from sandbox.local import (
     NOT_A_BOUNDARY,
     ROOT_VERIFIER_REFUSED,
@@ -57,6 +64,35 @@ class LocalBackend(SandboxBackend):
         self._closed = False
         if not is_root():
             self.warnings.append(NOT_A_BOUNDARY)
+        self._cgroups: Support | None = self._limits_support(config.local_limits)
+
+    def _limits_support(self, policy: str) -> Support | None:
+        """How trials' limits are enforced here; refused (or warned) where they cannot be.
+
+        Raises:
+            UsageError: No cgroup can be made and ``local_limits`` is ``require``.
+        """
+        support = probe()
+        if support.version is not None:
+            return support
+        message = (
+            f"the local sandbox cannot enforce the tasks' memory_mb, cpus and pids: "
+            f"{support.problem}"
+        )
+        if policy == "require":
+            raise UsageError(
+                f"{message}. Fix that, run with --sandbox docker, or set [sandbox] "
+                'local_limits = "warn" to run without these limits'
+            )
+        self.warnings.append(f"{message} (local_limits = warn: the limits are NOT enforced)")
+        return None
+
+    def capacity(self) -> Capacity | None:
+        """This host's CPUs and memory when trials are limited (a task asking more is refused)."""
+        if self._cgroups is None:
+            return None
+        cpus = len(os.sched_getaffinity(0))
+        return Capacity(cpus=float(cpus), memory_mb=_host_memory_mb())
 
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
         """An exposed path that shows a task its own files; a root verifier."""
@@ -81,11 +117,20 @@ class LocalBackend(SandboxBackend):
             tmp_dir=self.tmp_dir,
             storage_budget=self._storage,
             storage_pool=self._storage_pool,
+            cgroups=self._cgroups,
+            run_label=self.options.run_name,
         )
 
     def start(self) -> list[str]:
-        """Create the run's private temp dir, emptying what a dead invocation left in it."""
-        return fresh_private_dir(self.tmp_dir)
+        """Create the run's private temp dir, emptying what a dead invocation left in it.
+
+        The trial cgroups a dead invocation of this run left are killed and removed too.
+        """
+        left = fresh_private_dir(self.tmp_dir)
+        removed, errors = sweep(self.options.run_name, self._cgroups)
+        for error in errors:
+            logger.warning("%s", error)
+        return left + [f"cgroup {name}" for name in removed]
 
     def attach(self) -> None:
         """Create the run's temp dir if no other process of the run has."""
@@ -111,6 +156,15 @@ class LocalBackend(SandboxBackend):
             What could not be removed, and the trial roots left in the temp dir.
         """
         return self._release() + remove_private_dir(self.tmp_dir)
+
+
+def _host_memory_mb() -> int:
+    """The host's memory (MemTotal), in MiB."""
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    raise OSError("/proc/meminfo has no MemTotal")
 
 
 __all__ = ["LocalBackend"]
