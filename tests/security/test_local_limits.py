@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from conftest import REPO, Cli, read_records, write_task
 
+from sandbox import cgroups
+
 pytestmark = pytest.mark.root
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -142,9 +144,12 @@ class Sampler:
 
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[Cli]:
-    """The CLI on the local sandbox; teardown checks no cgroup of its runs is left."""
+    """The CLI on the local sandbox; teardown removes what a failed test's runs left."""
     runner = Cli(tmp_path, sandbox="local")
     yield runner
+    if runner.output.exists():
+        for run_dir in runner.output.iterdir():
+            cgroups.sweep(run_dir.name)
 
 
 def run_name() -> str:
@@ -355,3 +360,16 @@ def test_sandbox_cleanup_after_a_kill_9_removes_the_leftover_cgroup(
     assert "1 cgroup(s)" in done.stdout, done.stdout
     assert trial_cgroups(name) == [] and not any(path.exists() for path in left)
     assert not named(canary)
+
+
+@pytest.mark.docker
+def test_doctor_says_the_local_limits_work_here(local: Cli, client: Any) -> None:
+    """``harness doctor`` makes (and removes) a probe cgroup and reports the mechanism."""
+    argv = [sys.executable, "-m", "harness", "doctor"]
+    done = subprocess.run(
+        argv, env=local.env(), cwd=str(REPO), capture_output=True, text=True, timeout=300
+    )
+    row = [line for line in done.stdout.splitlines() if "local sandbox limits" in line]
+    assert row and ("cgroup v1" in row[0] or "cgroup v2" in row[0]), done.stdout
+    assert "cannot enforce memory_mb" not in done.stderr, done.stderr
+    assert trial_cgroups("probe") == [], "the doctor's probe cgroup was left behind"
