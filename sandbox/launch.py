@@ -13,7 +13,9 @@ command the verifier runs as the agent (:mod:`agent_exec`). Two shapes:
   come back to the supervisor, so the phase's processes are the supervisor's descendants,
   plus every process of the phase's uid.
 
-Either way A confines itself (:func:`confine.confine`) before ``execve``, and reports its
+In the local sandbox C first joins the trial's cgroup (``req["cgroup"]``,
+:func:`join_cgroups`), so everything the launch starts is counted against the trial's
+limits. Either way A confines itself (:func:`confine.confine`) before ``execve``, and reports its
 posture on a close-on-exec status pipe: EOF on that pipe means the phase's program runs.
 Every wait has a deadline, including draining the output pipes, whatever holds them.
 """

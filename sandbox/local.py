@@ -9,6 +9,9 @@ read-only and the trial's own dirs at ``/trial/...``, and nothing else: no other
 task set, no run dir, no ``/root`` or ``/home``, no host process. Everything the trial can
 write lives on its own size-limited filesystem (:mod:`sandbox.storage`), including its
 private ``/tmp``, ``/var/tmp`` and ``/dev/shm``.
+Its ``memory_mb`` (no swap), ``cpus`` and ``pids`` are enforced in a cgroup of its own
+(:mod:`sandbox.cgroups`), which every launch of every phase joins before it runs, and
+which is killed and removed when the sandbox stops.
 
 Started as another user it cannot drop privileges or build views and says plainly that it
 is not a security boundary.
@@ -274,7 +277,7 @@ class SupervisorPool:
         return proc
 
     def capacity(self) -> Capacity | None:
-        """None: the local sandbox enforces no CPU or memory limit."""
+        """None: the local backend reports the host's CPUs and memory itself."""
         return None
 
     def close(self) -> list[str]:

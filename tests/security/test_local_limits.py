@@ -247,7 +247,7 @@ def test_four_busy_loops_under_one_cpu_use_one_core(local: Cli, tmp_path: Path) 
     assert elapsed > 2, f"the trial's cgroup was seen for only {elapsed:.1f} s"
     ratio = used / elapsed
     # Without the limit, 4 loops take every core of the host (2 here); the bound is ~1.
-    assert 0.3 <= ratio <= 1.3, f"{used:.2f} s of CPU in {elapsed:.2f} s: {ratio:.2f} cores"
+    assert 0.1 <= ratio <= 1.3, f"{used:.2f} s of CPU in {elapsed:.2f} s: {ratio:.2f} cores"
 
 
 # --------------------------------------------------------------------------- every process
