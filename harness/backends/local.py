@@ -14,7 +14,6 @@ run is refused, or runs with a warning under ``[sandbox] local_limits = "warn"``
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from harness.backends.tmpdir import (
 )
 from harness.errors import UsageError
 from harness.tasks import Task
-from sandbox.backend import Capacity, SandboxSpec
+from sandbox.backend import SandboxSpec
 from sandbox.cgroups import Support, probe, sweep
 from sandbox.local import (
     NOT_A_BOUNDARY,
@@ -53,6 +52,8 @@ class LocalBackend(SandboxBackend):
         config = options.config
         if config.runtime:
             raise UsageError("--runtime applies to --sandbox docker only")
+        # Before anything is started: a refused run leaves nothing behind.
+        self._cgroups: Support | None = self._limits_support(config.local_limits)
         self.tmp_dir = run_tmp_dir(options.run_name)
         self.exposed = [Path(path).resolve() for path in config.expose]
         self._identities = IdentityPool(config.uid, config.gid)
@@ -64,7 +65,6 @@ class LocalBackend(SandboxBackend):
         self._closed = False
         if not is_root():
             self.warnings.append(NOT_A_BOUNDARY)
-        self._cgroups: Support | None = self._limits_support(config.local_limits)
 
     def _limits_support(self, policy: str) -> Support | None:
         """How trials' limits are enforced here; refused (or warned) where they cannot be.
@@ -86,13 +86,6 @@ class LocalBackend(SandboxBackend):
             )
         self.warnings.append(f"{message} (local_limits = warn: the limits are NOT enforced)")
         return None
-
-    def capacity(self) -> Capacity | None:
-        """This host's CPUs and memory when trials are limited (a task asking more is refused)."""
-        if self._cgroups is None:
-            return None
-        cpus = len(os.sched_getaffinity(0))
-        return Capacity(cpus=float(cpus), memory_mb=_host_memory_mb())
 
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
         """An exposed path that shows a task its own files; a root verifier."""
@@ -156,15 +149,6 @@ class LocalBackend(SandboxBackend):
             What could not be removed, and the trial roots left in the temp dir.
         """
         return self._release() + remove_private_dir(self.tmp_dir)
-
-
-def _host_memory_mb() -> int:
-    """The host's memory (MemTotal), in MiB."""
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) // 1024
-    raise OSError("/proc/meminfo has no MemTotal")
 
 
 __all__ = ["LocalBackend"]
