@@ -496,7 +496,7 @@ class LocalSandbox(Sandbox):
             self._limits_problem = "not enforced (local_limits = warn)"
             return
         if support.version is None:
-            self._limits_problem = support.problem
+            self._limits_problem = f"not enforced: {support.problem}"
             return
         res = self.spec.resources
         limits = Limits(memory_mb=res.memory_mb, cpus=res.cpus, pids=res.pids)

@@ -53,7 +53,7 @@ class LocalBackend(SandboxBackend):
         if config.runtime:
             raise UsageError("--runtime applies to --sandbox docker only")
         # Before anything is started: a refused run leaves nothing behind.
-        self._cgroups: Support | None = self._limits_support(config.local_limits)
+        self._cgroups = self._limits_support(config.local_limits)
         self.tmp_dir = run_tmp_dir(options.run_name)
         self.exposed = [Path(path).resolve() for path in config.expose]
         self._identities = IdentityPool(config.uid, config.gid)
@@ -66,7 +66,7 @@ class LocalBackend(SandboxBackend):
         if not is_root():
             self.warnings.append(NOT_A_BOUNDARY)
 
-    def _limits_support(self, policy: str) -> Support | None:
+    def _limits_support(self, policy: str) -> Support:
         """How trials' limits are enforced here; refused (or warned) where they cannot be.
 
         Raises:
@@ -85,7 +85,7 @@ class LocalBackend(SandboxBackend):
                 'local_limits = "warn" to run without these limits'
             )
         self.warnings.append(f"{message} (local_limits = warn: the limits are NOT enforced)")
-        return None
+        return support  # its problem goes into every record
 
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
         """An exposed path that shows a task its own files; a root verifier."""

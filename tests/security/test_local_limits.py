@@ -373,3 +373,35 @@ def test_doctor_says_the_local_limits_work_here(local: Cli, client: Any) -> None
     assert row and ("cgroup v1" in row[0] or "cgroup v2" in row[0]), done.stdout
     assert "cannot enforce memory_mb" not in done.stderr, done.stderr
     assert trial_cgroups("probe") == [], "the doctor's probe cgroup was left behind"
+
+
+# --------------------------------------------------------------------------- no cgroups
+
+
+def _without_cgroups(local: Cli, tasks: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``harness run`` in a mount namespace of its own where no cgroup is mounted."""
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c"]
+    argv += ['umount -R /sys/fs/cgroup && exec "$@"', "sh"]
+    argv += local.argv([tasks], extra=list(extra))
+    return subprocess.run(
+        argv, env=local.env(), cwd=str(REPO), capture_output=True, text=True, timeout=300
+    )
+
+
+def test_without_cgroups_the_run_is_refused_or_warned(local: Cli, tmp_path: Path) -> None:
+    """No cgroup can be made: refused by default; ``local_limits = "warn"`` says so and runs."""
+    task = limits_task(tmp_path / "tasks", "true\n")
+    refused = _without_cgroups(local, tmp_path / "tasks")
+    assert refused.returncode == 2, refused.stderr
+    assert "cannot enforce the tasks' memory_mb, cpus and pids" in refused.stderr
+    assert 'local_limits = "warn"' in refused.stderr
+    assert not local.output.exists() or not any(local.output.iterdir())
+    warned = _without_cgroups(local, tmp_path / "tasks", "--set", 'sandbox.local_limits="warn"')
+    assert warned.returncode == 0, warned.stderr
+    assert "the limits are NOT enforced" in warned.stderr + warned.stdout
+    [run_dir] = local.output.iterdir()
+    [record] = read_records(run_dir)
+    assert record["task"]["name"] == task.name and record["status"] == "completed"
+    limits = record["sandbox"]["limits"]
+    assert limits["mechanism"] is None and limits["memory_mb"] is None, limits
+    assert "cgroup" in limits["problem"], limits
