@@ -812,9 +812,11 @@ class LocalSandbox(Sandbox):
     def abort(self) -> None:  # noqa: D102
         if self._session is not None:
             self._session.kill()
-        if self._cgroup is not None:
-            self._cgroup.kill()
-        self._sweep()
+        try:
+            if self._cgroup is not None:
+                self._cgroup.kill()
+        finally:
+            self._sweep()
 
     def _sweep(self) -> None:
         """Belt and braces after the supervisor: kill anything left with the trial's uids.
