@@ -728,10 +728,10 @@ class LocalSandbox(Sandbox):
             }
         ooms = self._cgroup.oom_kills() if self._cgroup is not None else 0
         result = PhaseResult.from_json(self._supervisor().request(dict(payload)))
-        self._check_memory(request.role, ooms, result)
+        self._check_memory(request.role, ooms)
         return result
 
-    def _check_memory(self, role: str, before: int, result: PhaseResult) -> None:
+    def _check_memory(self, role: str, before: int) -> None:
         """A phase during which the kernel OOM-killed a trial process: SandboxDied.
 
         As on docker, where the container stops when it runs out of memory: the trial's
