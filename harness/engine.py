@@ -21,6 +21,7 @@ from harness.errors import UsageError
 from harness.executors.ray.jobs import NODE_DIR_PREFIX
 from harness.gateway.sockets import remove_stale_socket_dirs
 from harness.tasks import load_tasks
+from sandbox import cgroups
 from sandbox.docker import hostguard
 from sandbox.docker.engine import LeakReport, connect, engine_facts, remove_leaks
 from sandbox.docker.images import (
@@ -152,21 +153,30 @@ class CleanupReport:
     Attributes:
         leaks: The containers, volumes and networks removed, and the errors.
         temp_dirs: The temp dirs removed.
+        cgroups: The local sandbox's trial cgroups removed (their processes killed).
+        cgroup_errors: The trial cgroups that could not be removed, and why.
     """
 
     leaks: LeakReport
     temp_dirs: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
+    cgroup_errors: list[str] = field(default_factory=list)
 
 
 def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
     """Remove every container, volume and network carrying the harness labels.
+
+    The local sandbox's trial cgroups (of the run, or all of them) are killed and removed
+    first, whether or not the engine answers.
 
     Args:
         run: Only the objects of this run (its name); other runs are untouched.
         temp: Also remove harness temp dirs and dead gateways' socket dirs (only without
             ``run``, and only when no harness run is active).
     """
+    removed, failed = cgroups.sweep(run)
     report = CleanupReport(remove_leaks(engine(), run=run, keep_runtime=run is not None))
+    report.cgroups, report.cgroup_errors = removed, failed
     base = os.environ.get("TMPDIR", "/tmp")
     if run is not None:
         # The run's own temp dir: its trial roots and their (maybe still mounted) filesystems.
@@ -198,6 +208,20 @@ def _host_rules(client: docker.DockerClient) -> str:
     return f"cannot be installed: {reason}. Compose tasks will be refused; {hostguard.remedy()}"
 
 
+def _local_limits(report: DoctorReport) -> None:
+    """Whether the local sandbox can enforce memory_mb / cpus / pids (a cgroup made and removed)."""
+    support = cgroups.probe()
+    if support.version is not None:
+        where = ", ".join(sorted(support.parents))
+        report.checks.append(("local sandbox limits", f"{support.mechanism} ({where})"))
+        return
+    report.checks.append(("local sandbox limits", "unavailable"))
+    report.problems.append(
+        f"the local sandbox cannot enforce memory_mb, cpus and pids: {support.problem} "
+        '(local runs are refused unless [sandbox] local_limits = "warn")'
+    )
+
+
 @dataclass
 class DoctorReport:
     """``harness doctor``: facts as (check, result) rows, and problems with their fixes."""
@@ -213,6 +237,7 @@ def doctor() -> DoctorReport:
     report.checks.append(("running as root", "yes" if root else "no"))
     if not root:
         report.problems.append("the local sandbox drops privileges only as root: run as root")
+    _local_limits(report)
     try:
         client = connect(timeout=10)
     except EngineUnavailable as exc:

@@ -248,6 +248,8 @@ class PhaseWire(TypedDict, total=False):
     entry: dict[str, Any]
     agent_exec: dict[str, Any]
     kill_uid: bool
+    #: The trial cgroup's ``cgroup.procs`` files, joined before the phase runs (local).
+    cgroup: list[str]
 
 
 def phase_payload(

@@ -52,7 +52,8 @@ class SandboxDied(SupervisorError):
     """The trial's sandbox stopped by itself while a phase ran (not the harness's doing).
 
     The phase's own processes are the cause: memory or pids exhausted (gVisor stops the
-    whole sandbox then). ``role`` names the phase, so the trial is an agent or verifier
+    whole sandbox then; the local sandbox raises it when the kernel OOM-killed a process of
+    the trial's cgroup). ``role`` names the phase, so the trial is an agent or verifier
     error, not an environment error to retry.
     """
 

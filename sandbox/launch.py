@@ -13,7 +13,9 @@ command the verifier runs as the agent (:mod:`agent_exec`). Two shapes:
   come back to the supervisor, so the phase's processes are the supervisor's descendants,
   plus every process of the phase's uid.
 
-Either way A confines itself (:func:`confine.confine`) before ``execve``, and reports its
+In the local sandbox C first joins the trial's cgroup (``req["cgroup"]``,
+:func:`join_cgroups`), so everything the launch starts is counted against the trial's
+limits. Either way A confines itself (:func:`confine.confine`) before ``execve``, and reports its
 posture on a close-on-exec status pipe: EOF on that pipe means the phase's program runs.
 Every wait has a deadline, including draining the output pipes, whatever holds them.
 """
@@ -242,10 +244,30 @@ def _namespace_init(req: Dict[str, Any], status_w: int, exit_w: int, gw_fd: int)
             reported = True
 
 
+def join_cgroups(procs_files: List[str]) -> None:
+    """Move this process into the trial's cgroup (a ``cgroup.procs`` per hierarchy).
+
+    Runs in C before anything of the phase does: every process the phase starts is forked
+    from here on, so all of them are counted against the trial's limits and die with its
+    cgroup (:mod:`cgroups`). ``0`` means the writing process itself.
+    """
+    for path in procs_files:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"0")
+        except OSError as exc:
+            raise OSError(
+                exc.errno, "cannot join the trial's cgroup (%s): %s" % (path, exc)
+            ) from None
+        finally:
+            os.close(fd)
+
+
 def _child(req: Dict[str, Any], fds: Dict[str, int]) -> NoReturn:
     """C: the supervisor's forked child. Never returns."""
     status_w = fds["status_w"]
     try:
+        join_cgroups([str(p) for p in req.get("cgroup") or []])
         os.setsid()
         confine.prctl(confine.PR_SET_PDEATHSIG, signal.SIGKILL)
         os.dup2(fds["stdin"], 0)

@@ -9,6 +9,9 @@ read-only and the trial's own dirs at ``/trial/...``, and nothing else: no other
 task set, no run dir, no ``/root`` or ``/home``, no host process. Everything the trial can
 write lives on its own size-limited filesystem (:mod:`sandbox.storage`), including its
 private ``/tmp``, ``/var/tmp`` and ``/dev/shm``.
+Its ``memory_mb`` (no swap), ``cpus`` and ``pids`` are enforced in a cgroup of its own
+(:mod:`sandbox.cgroups`), which every launch of every phase joins before it runs, and
+which is killed and removed when the sandbox stops.
 
 Started as another user it cannot drop privileges or build views and says plainly that it
 is not a security boundary.
@@ -27,7 +30,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sandbox.backend import (
     SUPERVISOR_PATH,
@@ -44,8 +47,9 @@ from sandbox.backend import (
     dir_files,
     phase_payload,
 )
+from sandbox.cgroups import Limits, Support, TrialCgroup, probe
 from sandbox.environment import FIXED_PATH
-from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxError
+from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxDied, SandboxError
 from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
 from sandbox.processes import kill_all, live_entries, uid_processes
@@ -82,6 +86,17 @@ _AGENT_DIRS = (
     ("artifacts", 0o755),
 )
 _SHARED_TMP = (("tmp", "/tmp"), ("var-tmp", "/var/tmp"), ("shm", "/dev/shm"))
+#: What the cgroup support of a sandbox made without one is (probed once, on first use).
+_AUTO_SUPPORT: list[Support] = []
+_AUTO_LOCK = threading.Lock()
+
+
+def default_cgroup_support() -> Support:
+    """This host's cgroup support, probed once per process (for sandboxes made directly)."""
+    with _AUTO_LOCK:
+        if not _AUTO_SUPPORT:
+            _AUTO_SUPPORT.append(probe())
+        return _AUTO_SUPPORT[0]
 
 
 def is_root() -> bool:
@@ -263,7 +278,7 @@ class SupervisorPool:
         return proc
 
     def capacity(self) -> Capacity | None:
-        """None: the local sandbox enforces no CPU or memory limit."""
+        """None: the local backend reports the host's CPUs and memory itself."""
         return None
 
     def close(self) -> list[str]:
@@ -327,6 +342,10 @@ class LocalSandbox(Sandbox):
         storage_budget: The run's disk budget for trial filesystems.
         storage_pool: Trial filesystems made ahead and removed in the background (as root);
             without it each trial makes and removes its own.
+        cgroups: How the trial's ``memory_mb``/``cpus``/``pids`` are enforced: a probed
+            :class:`~sandbox.cgroups.Support`, ``"auto"`` (probe this host once), or None
+            (not enforced: the backend warned, ``local_limits = "warn"``).
+        run_label: The run's name, in the trial cgroup's name (the sweep finds it by it).
     """
 
     backend = "local"
@@ -341,8 +360,14 @@ class LocalSandbox(Sandbox):
         tmp_dir: Path | None = None,
         storage_budget: StorageBudget | None = None,
         storage_pool: StoragePool | None = None,
+        cgroups: Support | Literal["auto"] | None = "auto",
+        run_label: str = "direct",
     ) -> None:
         super().__init__(spec)
+        self._cgroup_support = cgroups
+        self._run_label = run_label
+        self._cgroup: TrialCgroup | None = None
+        self._limits_problem: str | None = None
         self._pool = storage_pool
         self._prepared: PreparedStorage | None = None
         self._identities = identities or _DEFAULT_POOL
@@ -454,6 +479,7 @@ class LocalSandbox(Sandbox):
                 layout_trial_fs(self.fs)
             seed_workspace(self.fs / "workspace", self.spec.fixtures)
             if self._identity is not None:
+                self._make_cgroup()
                 for name, _mode in _AGENT_DIRS:
                     if "/" not in name:
                         chown_tree(self.fs / name, self._identity.uid, self._identity.gid)
@@ -461,6 +487,26 @@ class LocalSandbox(Sandbox):
             raise
         except Exception as exc:
             raise EnvironmentStartError(f"cannot create the local trial root: {exc}") from exc
+
+    def _make_cgroup(self) -> None:
+        """The trial's cgroup with its limits, which every phase joins before it runs."""
+        support = self._cgroup_support
+        if support == "auto":
+            support = default_cgroup_support()
+        if support is None:
+            self._limits_problem = "not enforced (local_limits = warn)"
+            return
+        if support.version is None:
+            self._limits_problem = f"not enforced: {support.problem}"
+            return
+        res = self.spec.resources
+        limits = Limits(memory_mb=res.memory_mb, cpus=res.cpus, pids=res.pids)
+        self._cgroup = TrialCgroup.create(support, self._run_label, limits)
+
+    @property
+    def cgroup(self) -> TrialCgroup | None:
+        """The trial's cgroup (None where its limits are not enforced)."""
+        return self._cgroup
 
     def new_agent_user(self) -> tuple[int, int] | None:  # noqa: D102 - on the base class
         identity = self._identity
@@ -652,6 +698,8 @@ class LocalSandbox(Sandbox):
             f"{VIEW_ROOT}/grader",
         ]
         payload["rlimits"]["nproc"] = self.spec.resources.pids
+        if self._cgroup is not None:
+            payload["cgroup"] = self._cgroup.procs_files
         return payload
 
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
@@ -677,6 +725,8 @@ class LocalSandbox(Sandbox):
                 "view": self._verifier_view(),
             }
             payload["rlimits"]["nproc"] = self.spec.resources.pids
+            if self._cgroup is not None:
+                payload["cgroup"] = self._cgroup.procs_files
             template: PhaseWire = {
                 "env": dict(request.agent_env),
                 "cwd": self.paths.workspace,
@@ -688,16 +738,40 @@ class LocalSandbox(Sandbox):
                 "template": self._confine_agent(template),
                 "max_output_bytes": request.max_output_bytes,
             }
+        ooms = self._cgroup.oom_kills() if self._cgroup is not None else 0
         try:
             if private_tmp:
                 assert identity is not None
                 # The views bind fs/tmp (and the others) by path: the verifier and the
                 # commands it runs as the agent see the same fresh dirs.
                 park(self.fs, (identity.grader_uid, identity.grader_gid))
-            return PhaseResult.from_json(self._supervisor().request(dict(payload)))
+            result = PhaseResult.from_json(self._supervisor().request(dict(payload)))
         finally:
             if private_tmp:
                 unpark(self.fs)  # also after a park that failed half-way
+        self._check_memory(request.role, ooms)
+        return result
+
+    def _check_memory(self, role: str, before: int) -> None:
+        """A phase during which the kernel OOM-killed a trial process: SandboxDied.
+
+        As on docker, where the container stops when it runs out of memory: the trial's
+        own processes went past ``memory_mb``, an agent (or verifier) error that is never
+        retried, whatever the phase's program did after the kill (a script may carry on
+        and exit 0). The cgroup's ``oom_kill`` count is the evidence.
+        """
+        if self._cgroup is None:
+            return
+        after = self._cgroup.oom_kills()
+        if after <= before:
+            return
+        raise SandboxDied(
+            f"the trial ran out of memory (memory_mb = {self.spec.resources.memory_mb}) "
+            f"during the {role} phase: the kernel OOM-killed {after - before} of its "
+            f"process(es) (cgroup {self._cgroup.name}, {self._cgroup.version} oom_kill = "
+            f"{after})",
+            role,
+        )
 
     def _prepare_grader(self) -> None:
         """Fresh, grader-owned home and tmp dirs for a verifier phase (none of the agent's)."""
@@ -765,7 +839,11 @@ class LocalSandbox(Sandbox):
     def abort(self) -> None:  # noqa: D102
         if self._session is not None:
             self._session.kill()
-        self._sweep()
+        try:
+            if self._cgroup is not None:
+                self._cgroup.kill()
+        finally:
+            self._sweep()
 
     def _sweep(self) -> None:
         """Belt and braces after the supervisor: kill anything left with the trial's uids.
@@ -794,7 +872,13 @@ class LocalSandbox(Sandbox):
             return
         self._stopped = True
         errors: list[Exception] = []
-        steps = (self._close_supervisor, self._sweep, self._remove_storage, self._remove_root)
+        steps = (
+            self._close_supervisor,
+            self._remove_cgroup,
+            self._sweep,
+            self._remove_storage,
+            self._remove_root,
+        )
         for action in steps:
             try:
                 action()
@@ -812,6 +896,11 @@ class LocalSandbox(Sandbox):
         if self._session is not None:
             self._session.close()
             self._session = None
+
+    def _remove_cgroup(self) -> None:
+        """Kill every process left in the trial's cgroup (detached ones too) and remove it."""
+        if self._cgroup is not None:
+            self._cgroup.remove()
 
     def _remove_storage(self) -> None:
         if self._prepared is not None and self._pool is not None:
@@ -842,7 +931,12 @@ class LocalSandbox(Sandbox):
                 "cpus": None,
                 "memory_mb": None,
                 "pids": self.spec.resources.pids,
+                "mechanism": None,
             }
+            if self._cgroup is not None:
+                info["limits"].update(self._cgroup.describe())
+            else:
+                info["limits"]["problem"] = self._limits_problem
         else:
             info["warning"] = NOT_A_BOUNDARY
         return info

@@ -4,6 +4,11 @@ As root each trial runs as its own uid in a confined view of the host; otherwise
 drop privileges and is not a security boundary (a warning says so). The run's trial roots
 and trial filesystems live in its private temp dir (:mod:`harness.backends.tmpdir`), so
 whatever a killed run left there is removed by the next invocation (``--resume``).
+
+Every trial's ``memory_mb``, ``cpus`` and ``pids`` are enforced in a cgroup of its own
+(:mod:`sandbox.cgroups`), named for the run so that the next invocation (``--resume``, or
+``harness sandbox cleanup``) removes what a killed one left. Where no cgroup can be made the
+run is refused, or runs with a warning under ``[sandbox] local_limits = "warn"``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from harness.backends.tmpdir import (
 from harness.errors import UsageError
 from harness.tasks import Task
 from sandbox.backend import Capacity, SandboxSpec
+from sandbox.cgroups import Support, probe, sweep
 from sandbox.local import (
     NOT_A_BOUNDARY,
     ROOT_VERIFIER_REFUSED,
@@ -59,6 +65,8 @@ class LocalBackend(SandboxBackend):
         config = options.config
         if config.runtime:
             raise UsageError("--runtime applies to --sandbox docker only")
+        # Before anything is started: a refused run leaves nothing behind.
+        self._cgroups = self._limits_support(config.local_limits)
         self.tmp_dir = run_tmp_dir(options.run_name)
         self.exposed = [Path(path).resolve() for path in config.expose]
         self._identities = IdentityPool(config.uid, config.gid)
@@ -83,6 +91,27 @@ class LocalBackend(SandboxBackend):
             cpus = os.cpu_count() or 1
         return Capacity(cpus=float(cpus), memory_mb=_mem_total_mb() or 1 << 40)
 
+    def _limits_support(self, policy: str) -> Support:
+        """How trials' limits are enforced here; refused (or warned) where they cannot be.
+
+        Raises:
+            UsageError: No cgroup can be made and ``local_limits`` is ``require``.
+        """
+        support = probe()
+        if support.version is not None:
+            return support
+        message = (
+            f"the local sandbox cannot enforce the tasks' memory_mb, cpus and pids: "
+            f"{support.problem}"
+        )
+        if policy == "require":
+            raise UsageError(
+                f"{message}. Fix that, run with --sandbox docker, or set [sandbox] "
+                'local_limits = "warn" to run without these limits'
+            )
+        self.warnings.append(f"{message} (local_limits = warn: the limits are NOT enforced)")
+        return support  # its problem goes into every record
+
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
         """The base checks (CPUs, memory); an exposed path showing a task its own files."""
         problems = super().task_problems(tasks)
@@ -106,11 +135,20 @@ class LocalBackend(SandboxBackend):
             tmp_dir=self.tmp_dir,
             storage_budget=self._storage,
             storage_pool=self._storage_pool,
+            cgroups=self._cgroups,
+            run_label=self.options.run_name,
         )
 
     def start(self) -> list[str]:
-        """Create the run's private temp dir, emptying what a dead invocation left in it."""
-        return fresh_private_dir(self.tmp_dir)
+        """Create the run's private temp dir, emptying what a dead invocation left in it.
+
+        The trial cgroups a dead invocation of this run left are killed and removed too.
+        """
+        left = fresh_private_dir(self.tmp_dir)
+        removed, errors = sweep(self.options.run_name, self._cgroups)
+        for error in errors:
+            logger.warning("%s", error)
+        return left + [f"cgroup {name}" for name in removed]
 
     def attach(self) -> None:
         """Create the run's temp dir if no other process of the run has."""

@@ -78,17 +78,17 @@ def sandbox_cleanup(
         ),
     ] = None,
 ) -> None:
-    """Remove every container, volume and network carrying the harness labels."""
+    """Remove every container, volume, network and local trial cgroup the harness left."""
     report = engine.cleanup(run=run, temp=temp)
     leaks = report.leaks
     out.print(
         f"removed {len(leaks.containers)} container(s), {len(leaks.volumes)} volume(s), "
         f"{len(leaks.networks)} network(s), {len(leaks.rules)} firewall rule(s), "
-        f"{len(report.temp_dirs)} temp dir(s)"
+        f"{len(report.temp_dirs)} temp dir(s), {len(report.cgroups)} cgroup(s)"
     )
-    for error in leaks.errors:
+    for error in [*leaks.errors, *report.cgroup_errors]:
         err.print(f"[red]error:[/red] {escape(error)}")
-    raise typer.Exit(1 if leaks.errors else 0)
+    raise typer.Exit(1 if leaks.errors or report.cgroup_errors else 0)
 
 
 def doctor() -> None:

@@ -63,6 +63,11 @@ class SandboxConfig(BaseModel):
             the docker backend can keep its network off the host's own services (root, a
             local engine, iptables), and is refused elsewhere. ``allow``: run it anyway,
             its agent able to connect to every service the host listens on (insecure).
+        local_limits: ``require`` (default): the local sandbox enforces every trial's
+            ``memory_mb``, ``cpus`` and ``pids`` in a cgroup of its own, and a run where no
+            cgroup can be made (not root, no usable cgroup v2/v1 controllers) is refused.
+            ``warn``: run there anyway, the limits not enforced, saying so at the start and
+            in every record (``sandbox.limits.problem``).
         kwargs: Options of a plug-in backend.
     """
 
@@ -76,6 +81,7 @@ class SandboxConfig(BaseModel):
     gid: int = Field(default=DEFAULT_SANDBOX_GID, gt=0)
     expose: list[str] = Field(default_factory=list)
     compose_host_access: Literal["deny", "allow"] = "deny"
+    local_limits: Literal["require", "warn"] = "require"
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("expose")

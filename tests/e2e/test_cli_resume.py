@@ -132,6 +132,17 @@ def no_procs_with(token: str, timeout: float = 15) -> list[str]:
     return left
 
 
+def trial_cgroups(run: str) -> list[Path]:
+    """The local sandbox's trial cgroups of run ``run`` on this host (every hierarchy)."""
+    found = []
+    for dirpath, dirnames, _files in os.walk("/sys/fs/cgroup"):
+        for name in list(dirnames):
+            if name.startswith(f"harness-trial@{run}@"):
+                found.append(Path(dirpath) / name)
+                dirnames.remove(name)
+    return found
+
+
 def make_tasks(parent: Path, count: int, *, prefix: str = "t") -> Path:
     root = parent / "tasks"
     for i in range(count):
@@ -218,10 +229,15 @@ def test_kill_9_halfway_then_resume_runs_every_trial_exactly_once(
     # The supervisors notice that the harness is gone and kill their agents.
     assert not no_procs_with(tag), "agents outlived the killed harness"
 
+    # And their trials' cgroups (one per trial, a dir in each hierarchy on cgroup v1).
+    leaked_cgroups = {path.name for path in trial_cgroups(run_dir.name)}
+
     code, stdout, stderr = harness(env, tmp_path, "run", "--resume", run_dir, "-j", "4",
                                    "--display", "plain")  # fmt: skip
     assert code == 0, stderr
-    assert f"removed {len(leaked_roots)} leaked sandbox object(s) of the run" in stderr
+    leaked = len(leaked_roots) + len(leaked_cgroups)
+    assert f"removed {leaked} leaked sandbox object(s) of the run" in stderr
+    assert trial_cgroups(run_dir.name) == []
     assert f"{len(before)} kept" in stderr
 
     final = records(run_dir)

@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
+from sandbox import cgroups
 from sandbox.backend import PROTOCOL_VERSION, SUPERVISOR_PATH, SupervisorSession
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import SupervisorError
@@ -204,6 +205,7 @@ def test_harness_sigkill_mid_phase_kills_the_phase(tmp_path: Path) -> None:
     token = f"1{secrets.randbelow(10**6)}.375"
     roots = Path("/tmp") / f"harness-test-roots-{secrets.token_hex(6)}"
     roots.mkdir(mode=0o711)
+    label = f"doomed-{secrets.token_hex(6)}"
     script = tmp_path / "harness_main.py"
     script.write_text(
         textwrap.dedent(
@@ -218,6 +220,7 @@ def test_harness_sigkill_mid_phase_kills_the_phase(tmp_path: Path) -> None:
                 identities=IdentityPool(61020, 61020),
                 python={SYSTEM_PYTHON!r},
                 tmp_dir=Path({str(roots)!r}),
+                run_label={label!r},
             )
             sb.start()
             sb.run_phase(PhaseRequest(role="agent", argv=["sleep", os.environ["TOKEN"]]))
@@ -250,6 +253,10 @@ def test_harness_sigkill_mid_phase_kills_the_phase(tmp_path: Path) -> None:
         # is still mounted.
         release_leftovers(roots)
         shutil.rmtree(roots, ignore_errors=True)
+        # ... and the trial's cgroup is still there (its processes dead).
+        removed, errors = cgroups.sweep(label)
+        assert not errors, errors
+    assert len(removed) == (1 if cgroups.probe(create=False).version else 0), removed
 
 
 def test_secret_env_never_touches_argv_or_the_supervisor_environ(
