@@ -25,6 +25,7 @@ from harness.config.legacy import LEGACY_KEYS
 from harness.config.model import (
     AgentConfig,
     BudgetConfig,
+    DatasetsConfig,
     EnvConfig,
     ExecutorConfig,
     RetryConfig,
@@ -47,6 +48,7 @@ __all__ = [
     "RetryConfig",
     "RunConfig",
     "SandboxConfig",
+    "DatasetsConfig",
     "TasksConfig",
     "config_diff",
     "deep_merge",
