@@ -55,11 +55,11 @@ class RegistryTask(BaseModel):
     @field_validator("path")
     @classmethod
     def _relative(cls, value: str) -> str:
-        clean = value.strip().strip("/")
+        clean = value.strip().rstrip("/")
         if clean in ("", "."):
             return ""
         parts = clean.split("/")
-        if any(part in ("..", "") for part in parts):
+        if clean.startswith("/") or any(part in ("..", "") for part in parts):
             raise ValueError(f"task path {value!r} must be relative and stay in the repository")
         return clean
 

@@ -297,3 +297,23 @@ def test_a_repository_of_task_dirs_at_a_ref_and_a_moved_ref_is_told(
     old = _run(e2e, env, tmp_path / "runs4", "--from-lock", e2e.only_run_dir(tmp_path / "runs2"))
     assert old.code == 0, old
     assert _rewards(e2e, e2e.only_run_dir(tmp_path / "runs4")) == {"ds/alpha": 1.0, "ds/beta": 1.0}
+
+
+def test_a_repository_using_git_lfs_without_git_lfs_is_warned_about(
+    e2e: Any, tmp_path: Path, env: dict[str, str]
+) -> None:
+    upstream = tmp_path / "lfs-repo"
+    upstream.mkdir()
+    _git(upstream, "init", "-q")
+    _task(upstream, "big", 1)
+    (upstream / "tasks" / "big" / ".gitattributes").write_text("*.bin filter=lfs -text\n")
+    (upstream / "tasks" / "big" / "data.bin").write_text("pointer-or-content\n")
+    _git(upstream, "add", "-A")
+    _git(upstream, "commit", "-qm", "lfs")
+    result = e2e.run("datasets", "download", "--repo", str(upstream), env=env, timeout=120)
+    assert result.code == 0, result
+    lfs = subprocess.run(["git", "lfs", "version"], capture_output=True, check=False)
+    if lfs.returncode != 0:
+        assert "uses Git LFS but git-lfs is not installed" in result.stderr, result
+    else:
+        assert "git-lfs is not installed" not in result.stderr, result
