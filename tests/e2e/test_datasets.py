@@ -317,3 +317,27 @@ def test_a_repository_using_git_lfs_without_git_lfs_is_warned_about(
         assert "uses Git LFS but git-lfs is not installed" in result.stderr, result
     else:
         assert "git-lfs is not installed" not in result.stderr, result
+
+
+def test_the_library_resolves_and_checks_a_dataset_run_in_process(
+    tmp_path: Path, repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness
+    from harness.datasets import load_registry, resolve
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    registry = _registry(tmp_path / "registry.json", str(repo.path), repo.first)
+    offered = load_registry(path=str(registry))
+    assert [d.ref for d in offered.datasets] == ["demo@1.0", "demo@0.9"]
+    datasets = harness.DatasetsConfig(names=["demo@1.0"], registry_path=str(registry))
+    resolved = resolve(datasets)
+    assert [p.name for p in resolved.task_dirs] == ["alpha", "beta"]
+    config = harness.RunConfig(
+        tasks=harness.TasksConfig(datasets=datasets),
+        agent=harness.AgentConfig(name="nop"),
+        sandbox=harness.SandboxConfig(backend="local"),
+        output_dir=str(tmp_path / "runs"),
+    )
+    plans = harness.check(config)
+    assert sorted(plan.task.name for plan in plans) == ["ds/alpha", "ds/beta"]
+    assert not (tmp_path / "runs").exists()
