@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +23,8 @@ logger = logging.getLogger("harness.datasets")
 
 #: Transports a registry may name: never ``ext::`` (it runs a command) nor ``fd::``.
 _ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
+#: An abbreviated commit id (as some registries hold).
+_SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}$")
 #: A clone of a big repository over a slow link takes a while; a dead one must not hang.
 _TIMEOUT_SEC = 1800.0
 _MISSING_COMMIT = (
@@ -119,6 +123,13 @@ def resolve_ref(url: str, ref: str) -> str:
             return refs[name]
     if ref.lower() == "head" and "HEAD" in refs:
         return refs["HEAD"]
+    if _SHORT_SHA.match(ref):
+        # An abbreviated commit id: only the history can tell which commit it is.
+        with tempfile.TemporaryDirectory(prefix="harness-ref-") as scratch:
+            _init(url, Path(scratch))
+            found = _from_history(url, Path(scratch), ref)
+        if found is not None:
+            return found
     raise DatasetError(
         f"repository {url} has no ref {ref!r} (pin a full commit id, or name a branch or tag)"
     )
@@ -133,22 +144,40 @@ def fetch_commit(url: str, commit: str, into: Path) -> None:
     Raises:
         DatasetError: Unreachable, or it has no such commit.
     """
+    _init(url, into)
+    proc = _git(["fetch", "-q", "--depth", "1", "--filter=blob:none", "origin", commit], cwd=into)
+    if proc.returncode == 0:
+        got = _git(["rev-parse", "FETCH_HEAD"], cwd=into).stdout.strip()
+        if got != commit:
+            raise DatasetError(f"{url} sent {got} when asked for commit {commit}")
+        return
+    reason = _complaint(proc)
+    if not any(marker in proc.stderr.lower() for marker in _MISSING_COMMIT):
+        raise DatasetError(f"repository {url} is unreachable: {reason}")
+    # A server that refuses to send a commit no ref points at (its uploadpack settings) may
+    # still have it in a branch's history: fetch the refs' history, trees only, and look.
+    if _from_history(url, into, commit) != commit:
+        raise DatasetError(
+            f"commit {commit} is not in {url} (force-pushed away, or a wrong id): {reason}"
+        )
+
+
+def _init(url: str, into: Path) -> None:
     into.mkdir(parents=True, exist_ok=True)
     for args in (["init", "-q"], ["remote", "add", "origin", "--", check_url(url)]):
         proc = _git(args, cwd=into)
         if proc.returncode != 0:
             raise DatasetError(f"git {args[0]} in {into}: {_complaint(proc)}")
-    proc = _git(["fetch", "-q", "--depth", "1", "--filter=blob:none", "origin", commit], cwd=into)
+
+
+def _from_history(url: str, repo: Path, ref: str) -> str | None:
+    """The full id of commit ``ref`` (full or abbreviated) in the history of ``url``'s refs."""
+    refspecs = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
+    proc = _git(["fetch", "-q", "--filter=blob:none", "origin", *refspecs], cwd=repo)
     if proc.returncode != 0:
-        reason = _complaint(proc)
-        if any(marker in proc.stderr.lower() for marker in _MISSING_COMMIT):
-            raise DatasetError(
-                f"commit {commit} is not in {url} (force-pushed away, or a wrong id): {reason}"
-            )
-        raise DatasetError(f"repository {url} is unreachable: {reason}")
-    got = _git(["rev-parse", "FETCH_HEAD"], cwd=into)
-    if got.stdout.strip() != commit:
-        raise DatasetError(f"{url} sent {got.stdout.strip()} when asked for commit {commit}")
+        raise DatasetError(f"repository {url} is unreachable: {_complaint(proc)}")
+    found = _git(["rev-parse", "-q", "--verify", f"{ref}^{{commit}}"], cwd=repo)
+    return found.stdout.strip() if found.returncode == 0 else None
 
 
 def tree_paths(repo: Path, commit: str) -> list[str]:

@@ -173,7 +173,9 @@ def _pin(url: str, ref: str, cache: TaskCache) -> tuple[str, list[str]]:
                 f"{url} is unreachable; using {ref} as last resolved, {pins[ref]} (cached)"
             ]
         raise
-    warnings = [f"{url}@{ref} is not pinned to a commit; it is {commit} now (recorded in the lock)"]
+    warnings = [
+        f"{url}@{ref} is not a full commit id (not pinned); it is {commit} now (in the lock)"
+    ]
     before = pins.get(ref)
     if before is not None and before != commit:
         warnings.append(

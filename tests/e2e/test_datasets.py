@@ -206,6 +206,9 @@ def test_errors_are_one_line_and_exit_2_before_anything_runs(
     no_commit = _registry(tmp_path / "r3.json", str(repo.path), "ab" * 20)
     line = _one_error(_run(e2e, env, out, "-d", "demo@1.0", "--registry-path", no_commit))
     assert f"commit {'ab' * 20} is not in" in line
+    no_ref = _registry(tmp_path / "r5.json", str(repo.path), "no-such-branch")
+    line = _one_error(_run(e2e, env, out, "-d", "demo@1.0", "--registry-path", no_ref))
+    assert "has no ref 'no-such-branch'" in line
     # gamma exists only at the later commit.
     no_path = _registry(tmp_path / "r4.json", str(repo.path), repo.first, ("alpha", "gamma"))
     line = _one_error(_run(e2e, env, out, "-d", "demo@1.0", "--registry-path", no_path))
@@ -252,6 +255,18 @@ def _git_daemon(base: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_an_abbreviated_commit_id_is_resolved_in_the_history(
+    e2e: Any, tmp_path: Path, repo: Repo, env: dict[str, str]
+) -> None:
+    registry = _registry(tmp_path / "registry.json", str(repo.path), repo.first[:10])
+    result = _run(e2e, env, tmp_path / "runs", "-d", "demo@1.0", "--registry-path", registry)
+    assert result.code == 0, result
+    run_dir = e2e.only_run_dir(tmp_path / "runs")
+    assert {t["commit"] for t in _lock(run_dir)["tasks"]} == {repo.first}
+    assert {t["requested_ref"] for t in _lock(run_dir)["tasks"]} == {repo.first[:10]}
+    assert _rewards(e2e, run_dir) == {"ds/alpha": 1.0, "ds/beta": 1.0}
 
 
 def test_a_served_registry_and_a_git_daemon_repository(
