@@ -6,6 +6,7 @@ Layout (under :func:`cache_root`)::
     tasks/<key>/<task name>/   the task dir as fetched
     registries/<key>.json      the last copy of each registry URL read
     refs/<key>.json            ref -> commit first seen, per repository (moved refs are told)
+    versions/<key>.json        each registry NAME@VERSION's entry as first used (edits are told)
 
 ``<key>`` is a digest of ``git_url``, ``commit`` and ``path``: a commit id names immutable
 content, so an entry is never refreshed, only verified. The content hash is recorded when
@@ -196,7 +197,7 @@ class TaskCache:
     def clear(self) -> int:
         """Remove every cached task, registry copy and ref pin; the number of tasks removed."""
         count = sum(1 for _ in self.tasks_dir.iterdir()) if self.tasks_dir.is_dir() else 0
-        for part in ("tasks", "registries", "refs", "listings"):
+        for part in ("tasks", "registries", "refs", "listings", "versions"):
             shutil.rmtree(self.root / part, ignore_errors=True)
         return count
 

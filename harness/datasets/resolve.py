@@ -187,6 +187,26 @@ def _pin(url: str, ref: str, cache: TaskCache) -> tuple[str, list[str]]:
     return commit, warnings
 
 
+def _version_changed(source: str, dataset: Dataset, cache: TaskCache) -> list[str]:
+    """Tell when a registry's ``NAME@VERSION`` lists other tasks than when first used.
+
+    The first entry seen is kept (per registry and version) and never overwritten, so an
+    entry edited upstream is told every time until the cache is cleared.
+    """
+    path = cache.root / "versions" / f"{key(source, dataset.ref)}.json"
+    entry = [[t.name, t.git_url, t.git_commit_id, t.path] for t in dataset.tasks]
+    if not path.is_file():
+        write_json_atomic(path, entry)
+        return []
+    if json.loads(path.read_text()) == entry:
+        return []
+    return [
+        f"{dataset.ref} of registry {source} lists other tasks or commits than when first "
+        "used here; this run uses the registry's current entry (rerun an earlier run's tasks "
+        "with --from-lock RUN_DIR)"
+    ]
+
+
 def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
     """Pick, pin and fetch the tasks ``config`` asks for.
 
@@ -240,6 +260,8 @@ def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
             )
         )
     lock = DatasetsLock(registry=registry.source, datasets=[d.ref for d in chosen], tasks=locked)
+    for dataset in chosen:
+        warnings += _version_changed(registry.source, dataset, cache)
     resolved = materialize(lock, cache)
     resolved.warnings[:0] = warnings
     for line in warnings:

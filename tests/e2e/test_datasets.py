@@ -136,6 +136,15 @@ def test_a_pinned_dataset_runs_its_commit_then_again_from_cache_without_its_repo
     assert _rewards(e2e, rerun) == {"ds/alpha": 1.0, "ds/beta": 1.0}
     assert _lock(rerun)["tasks"] == lock["tasks"]
 
+    # An upstream edit of the pinned version's entry is told, never taken silently.
+    shutil.move(tmp_path / "gone", repo.path)
+    _registry(registry, str(repo.path), repo.second)
+    edited = _run(e2e, env, tmp_path / "runs-edited", "-d", "demo@1.0", "--registry-path", registry)
+    assert edited.code == 0, edited
+    assert "lists other tasks or commits than when first used" in edited.stderr, edited
+    shutil.move(repo.path, tmp_path / "gone")
+    _registry(registry, str(repo.path), repo.first)
+
     # The run dir reproduces its exact task set: from its lock, and on --resume.
     from_lock = _run(e2e, env, tmp_path / "runs3", "--from-lock", run_dir)
     assert from_lock.code == 0, from_lock
