@@ -67,6 +67,7 @@ _T_BENCH = {
     "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
     "T_BENCH_TASK_DOCKER_NAME_PREFIX": "tb",
 }
+_TEST_DIR_FILE = re.compile(r"\$\{?TEST_DIR\}?/([A-Za-z0-9._-]+)")
 _T_BENCH_VAR = re.compile(r"\$\{(T_BENCH_[A-Z_]+)\}")
 
 #: The verifier written for every task: run-tests.sh's exit code becomes the reward.
@@ -206,6 +207,7 @@ def migrate_task(
     if (tests / "test.sh").exists():
         notes.append("tests/test.sh of the TB1 task was replaced by the converted verifier")
     shutil.copy2(source / _RUN_TESTS, tests / _RUN_TESTS)
+    _note_missing_helpers((tests / _RUN_TESTS).read_text(errors="replace"), tests, notes)
     (tests / "test.sh").write_text(TEST_SH)
     (tests / "test.sh").chmod(0o755)
     _write_solution(source, target, notes)
@@ -379,6 +381,16 @@ def _write_compose(
     text = _translate(yaml.safe_dump(converted, sort_keys=False), notes)
     (env_dir / _COMPOSE).write_text(text)
     notes.append("docker-compose.yaml kept as environment/docker-compose.yaml (sidecars)")
+
+
+def _note_missing_helpers(script: str, tests: Path, notes: list[str]) -> None:
+    """TB1's harness put shared helpers (``setup-uv-pytest.sh``...) into the tests dir."""
+    for name in sorted(set(_TEST_DIR_FILE.findall(script))):
+        if not (tests / name).exists():
+            notes.append(
+                f"run-tests.sh uses $TEST_DIR/{name}, which is not in tests/ (Terminal-Bench "
+                "1's harness supplied it): copy it into tests/"
+            )
 
 
 def _write_solution(source: Path, target: Path, notes: list[str]) -> None:

@@ -112,6 +112,17 @@ def test_what_cannot_be_mapped_is_reported_per_task(tmp_path: Path) -> None:
     assert found == [] and len(tasks) == 3
 
 
+def test_a_helper_tb1_supplied_at_test_time_is_named(tmp_path: Path) -> None:
+    run_tests = (
+        "#!/bin/bash\nsource $TEST_DIR/setup-uv-pytest.sh\nbash ${TEST_DIR}/run-uv-pytest.sh\n"
+    )
+    task = make_tb1(tmp_path / "src", "uv", run_tests=run_tests)
+    (task / "tests" / "run-uv-pytest.sh").write_text("true\n")
+    results, _ = migrate_tasks([task], tmp_path / "out")
+    helper_notes = [n for n in results[0].notes if "which is not in tests/" in n]
+    assert len(helper_notes) == 1 and "setup-uv-pytest.sh" in helper_notes[0]
+
+
 def test_tasks_check_names_a_tb1_dir_and_the_command(tmp_path: Path) -> None:
     make_tb1(tmp_path / "src", "hello")
     for path in (tmp_path / "src", tmp_path / "src" / "hello"):
