@@ -67,7 +67,10 @@ _T_BENCH = {
     "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
     "T_BENCH_TASK_DOCKER_NAME_PREFIX": "tb",
 }
-_TEST_DIR_FILE = re.compile(r"\$\{?TEST_DIR\}?/([A-Za-z0-9._-]+)")
+#: A helper script run or sourced from the tests dir (``source $TEST_DIR/setup-uv-pytest.sh``).
+_TEST_DIR_FILE = re.compile(
+    r"(?:^|[;&|]|\s)(?:source|\.|bash|sh)\s+\"?\$\{?TEST_DIR\}?/([A-Za-z0-9._-]+\.sh)", re.M
+)
 _T_BENCH_VAR = re.compile(r"\$\{(T_BENCH_[A-Z_]+)\}")
 
 #: The verifier written for every task: run-tests.sh's exit code becomes the reward.
