@@ -22,7 +22,9 @@ _REGISTRY_PATH = typer.Option("--registry-path", help="A local registry.json.")
 _REGISTRY_URL = typer.Option(
     "--registry-url", help="A registry.json URL (default: $HARNESS_REGISTRY_URL, else Harbor's)."
 )
-_REPO = typer.Option("--repo", help="A git repository of task dirs: OWNER/NAME[@REF], URL or path.")
+_REPO = typer.Option(
+    "--repo", help="A git repository of task dirs: OWNER/NAME or OWNER/NAME@REF, a URL or a path."
+)
 
 
 @datasets_app.command("list")
@@ -57,10 +59,11 @@ def datasets_list(
 @datasets_app.command("download")
 def datasets_download(
     datasets: Annotated[
-        list[str] | None, typer.Argument(help="NAME[@VERSION] of each dataset to fetch.")
+        list[str] | None, typer.Argument(help="NAME or NAME@VERSION of each dataset to fetch.")
     ] = None,
     task: Annotated[
-        list[str] | None, typer.Option("--task", "-t", help="One task, [DATASET@VERSION/]TASK.")
+        list[str] | None,
+        typer.Option("--task", "-t", help="One task: TASK or DATASET@VERSION/TASK."),
     ] = None,
     registry_path: Annotated[Path | None, _REGISTRY_PATH] = None,
     registry_url: Annotated[str | None, _REGISTRY_URL] = None,

@@ -133,13 +133,13 @@ def run(
         typer.Option(
             "--dataset",
             "-d",
-            help="A registry dataset, NAME[@VERSION] (repeatable; docs/datasets.md).",
+            help="A registry dataset, NAME or NAME@VERSION (repeatable; docs/datasets.md).",
         ),
     ] = None,
     task: Annotated[
         list[str] | None,
         typer.Option(
-            "--task", "-t", help="One registry task, [DATASET[@VERSION]/]TASK (repeatable)."
+            "--task", "-t", help="One registry task, TASK or DATASET@VERSION/TASK (repeatable)."
         ),
     ] = None,
     registry_path: Annotated[
@@ -155,7 +155,8 @@ def run(
     repo: Annotated[
         str | None,
         typer.Option(
-            "--repo", help="A git repository of task dirs: OWNER/NAME[@REF], a URL or a path."
+            "--repo",
+            help="A git repository of task dirs: OWNER/NAME or OWNER/NAME@REF, a URL or a path.",
         ),
     ] = None,
     from_lock: Annotated[
