@@ -22,6 +22,7 @@ from harness.api import RunResults, check, load_run, resume, run
 from harness.config import (
     AgentConfig,
     BudgetConfig,
+    DatasetsConfig,
     ExecutorConfig,
     RetryConfig,
     RunConfig,
@@ -51,6 +52,7 @@ __all__ = [
     "AgentContext",
     "BudgetConfig",
     "ConfigError",
+    "DatasetsConfig",
     "HarnessAgent",
     "HarnessError",
     "PluginError",

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 import harness
+from harness.cli.datasets_cmd import datasets_app
 from harness.cli.display import print_error
 from harness.cli.docker_cmds import doctor, images_app, sandbox_app
 from harness.cli.experiment_cmd import experiment
@@ -63,6 +64,7 @@ app.command("doctor")(doctor)
 app.command("report")(report)
 app.command("view")(view)
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(datasets_app, name="datasets")
 app.add_typer(agents_app, name="agents")
 app.add_typer(executors_app, name="executors")
 app.add_typer(models_app, name="models")

@@ -33,6 +33,10 @@ def _absolute(paths: list[Path] | None) -> list[str] | None:
     return [os.path.abspath(p) for p in paths] if paths else None
 
 
+def _absolute_one(path: Path | None) -> str | None:
+    return os.path.abspath(path) if path is not None else None
+
+
 def config_options(**given: Any) -> dict[str, Any]:
     """The command-line options given, placed in the config's sections.
 
@@ -84,6 +88,12 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         tasks__categories=values.get("category"),
         tasks__skip_invalid=values.get("skip_invalid"),
         tasks__env_allow=values.get("task_env"),
+        tasks__datasets__names=values.get("dataset"),
+        tasks__datasets__tasks=values.get("task"),
+        tasks__datasets__registry_path=_absolute_one(values.get("registry_path")),
+        tasks__datasets__registry_url=values.get("registry_url"),
+        tasks__datasets__repo=values.get("repo"),
+        tasks__datasets__from_lock=_absolute_one(values.get("from_lock")),
         agent__name=values.get("agent"),
         agent__cmd=values.get("agent_cmd"),
         agent__kwargs__max_turns=values.get("max_turns"),
@@ -117,6 +127,43 @@ def run(
         Path | None,
         typer.Option(
             "--config", "-c", help="TOML config file (its sections, or a run's config.toml)."
+        ),
+    ] = None,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help="A registry dataset, NAME or NAME@VERSION (repeatable; docs/datasets.md).",
+        ),
+    ] = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--task", "-t", help="One registry task, TASK or DATASET@VERSION/TASK (repeatable)."
+        ),
+    ] = None,
+    registry_path: Annotated[
+        Path | None, typer.Option("--registry-path", help="A local registry.json.")
+    ] = None,
+    registry_url: Annotated[
+        str | None,
+        typer.Option(
+            "--registry-url",
+            help="A registry.json URL (default: $HARNESS_REGISTRY_URL, else Harbor's).",
+        ),
+    ] = None,
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            "--repo",
+            help="A git repository of task dirs: OWNER/NAME or OWNER/NAME@REF, a URL or a path.",
+        ),
+    ] = None,
+    from_lock: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-lock", help="Rerun exactly the dataset tasks of RUN_DIR's datasets.lock.json."
         ),
     ] = None,
     set_items: Annotated[

@@ -1,4 +1,4 @@
-"""``harness tasks list|check``: a task set's tasks, and every problem with them."""
+"""``harness tasks list|check|migrate``: a task set's tasks, its problems, TB1 conversion."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from harness.cli.display import err, out, print_task_list
 from harness.errors import EXIT_USAGE
 from harness.judges import judge_problems
 from harness.tasks import check_tasks
+from harness.tasks.migrate_tb1 import migrate_tasks
 
 tasks_app = typer.Typer(help="Inspect and validate task sets.", no_args_is_help=True)
 
@@ -49,3 +50,34 @@ def tasks_check(
         err.print(f"{len(problems)} problem(s); {len(tasks)} valid task(s)")
         raise typer.Exit(EXIT_USAGE)
     out.print(f"{len(tasks)} task(s) OK")
+
+
+@tasks_app.command("migrate")
+def tasks_migrate(
+    sources: Annotated[
+        list[Path], typer.Argument(help="Terminal-Bench 1 task dirs or dirs of them.")
+    ],
+    dest: Annotated[Path, typer.Option("--output", "-o", help="Where the Harbor task dirs go.")],
+    allow_internet: Annotated[
+        bool,
+        typer.Option(
+            "--allow-internet",
+            help="Write [environment] allow_internet = true (TB1 tasks ran with the network).",
+        ),
+    ] = False,
+) -> None:
+    """Convert Terminal-Bench 1 tasks into Harbor task dirs; exit 2 if any failed."""
+    results, problems = migrate_tasks(sources, dest, allow_internet=allow_internet)
+    for problem in problems:
+        err.print(f"[red]error:[/red] {escape(problem)}", highlight=False)
+    failed = 0
+    for result in results:
+        if result.error is not None:
+            failed += 1
+            err.print(f"[red]failed:[/red] {escape(result.source.name)}: {escape(result.error)}")
+            continue
+        for note in result.notes:
+            err.print(f"[yellow]note:[/yellow] {escape(result.source.name)}: {escape(note)}")
+    out.print(f"{len(results) - failed} task(s) migrated into {escape(str(dest))}; {failed} failed")
+    if failed or problems:
+        raise typer.Exit(EXIT_USAGE)

@@ -25,6 +25,7 @@ from harness.config.legacy import LEGACY_KEYS
 from harness.config.model import (
     AgentConfig,
     BudgetConfig,
+    DatasetsConfig,
     EnvConfig,
     ExecutorConfig,
     GatewayConfig,
@@ -44,6 +45,7 @@ __all__ = [
     "BudgetConfig",
     "EnvConfig",
     "ConfigError",
+    "DatasetsConfig",
     "ExecutorConfig",
     "GatewayConfig",
     "RetryConfig",

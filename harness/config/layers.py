@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.config.legacy import new_key, sectioned
-from harness.config.model import RunConfig
+from harness.config.model import NO_TASKS, RunConfig
 from harness.config.toml import to_toml
 from harness.errors import ConfigError
 from harness.records.atomic import write_bytes_atomic
@@ -48,7 +48,13 @@ RESUME_FREE_KEYS: tuple[str, ...] = (
 
 _KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 #: Config keys holding filesystem paths (rebased to absolute when the config is resolved).
-_PATH_KEYS = (("tasks", "paths"), ("output_dir",), ("models",))
+_PATH_KEYS = (
+    ("tasks", "paths"),
+    ("tasks", "datasets", "registry_path"),
+    ("tasks", "datasets", "from_lock"),
+    ("output_dir",),
+    ("models",),
+)
 
 
 def save_config(config: RunConfig, path: Path, *, extra: Mapping[str, Any] | None = None) -> None:
@@ -215,11 +221,10 @@ def _describe_errors(exc: ValidationError) -> str:
         where = ".".join(str(part) for part in item["loc"]) or "config"
         if item["type"] == "extra_forbidden":
             lines.append(f"unknown config key {where!r}")
-        elif item["type"] == "missing" and where in ("tasks", "tasks.paths"):
-            lines.append(
-                "tasks.paths: no tasks given; pass task dirs as arguments or set `paths` "
-                "under [tasks] in the config"
-            )
+        elif (item["type"] == "missing" and where in ("tasks", "tasks.paths")) or (
+            where == "tasks" and NO_TASKS in item["msg"]
+        ):
+            lines.append(f"tasks.paths: {NO_TASKS}")
         else:
             lines.append(f"{where}: {item['msg']}")
     return "\n".join(lines)

@@ -25,6 +25,11 @@ from sandbox.local import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
 _NEVER_RETRIED = ("completed", "cancelled")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SECTION = ConfigDict(extra="forbid", frozen=True)
+#: The one line a config without tasks gets.
+NO_TASKS = (
+    "no tasks given; pass task dirs as arguments, -d NAME[@VERSION], --repo OWNER/NAME or "
+    "--from-lock RUN_DIR, or set `paths` under [tasks] in the config"
+)
 
 
 class AgentConfig(BaseModel):
@@ -144,6 +149,38 @@ class ExecutorConfig(BaseModel):
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
+class DatasetsConfig(BaseModel):
+    """Tasks by name from a registry (``[tasks.datasets]``; ``-d``, ``-t``, ``--repo``...).
+
+    See docs/datasets.md. The tasks are fetched into the cache and pinned in the run dir's
+    ``datasets.lock.json``.
+
+    Attributes:
+        names: ``NAME[@VERSION]`` of registry datasets (``-d``).
+        tasks: Single tasks, ``[DATASET[@VERSION]/]TASK`` (``-t``).
+        registry_path: A local ``registry.json`` (``--registry-path``).
+        registry_url: A registry URL (``--registry-url``; default: ``$HARNESS_REGISTRY_URL``,
+            else Harbor's public registry).
+        repo: A git repository of task dirs, ``OWNER/NAME[@REF]`` or a URL or path with an
+            optional ``@REF`` (``--repo``).
+        from_lock: Rerun exactly the tasks of this run dir's (or file's) lock (``--from-lock``).
+    """
+
+    model_config = _SECTION
+
+    names: list[str] = Field(default_factory=list)
+    tasks: list[str] = Field(default_factory=list)
+    registry_path: str | None = None
+    registry_url: str | None = None
+    repo: str | None = None
+    from_lock: str | None = None
+
+    @property
+    def wanted(self) -> bool:
+        """Whether any dataset task is asked for."""
+        return bool(self.names or self.tasks or self.repo or self.from_lock)
+
+
 class TasksConfig(BaseModel):
     """Which tasks run (``[tasks]``; the path arguments, ``--task-name``, ``-n``...).
 
@@ -165,11 +202,12 @@ class TasksConfig(BaseModel):
         env_allow: Host variables a task's ``${VAR}`` templates may read (``--task-env``);
             any other takes its ``:-default`` or is an error. Provider keys are refused
             even when listed.
+        datasets: Tasks by name from a registry (:class:`DatasetsConfig`), besides ``paths``.
     """
 
     model_config = _SECTION
 
-    paths: list[str] = Field(min_length=1)
+    paths: list[str] = Field(default_factory=list)
     names: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
     categories: list[str] = Field(default_factory=list)
@@ -187,6 +225,14 @@ class TasksConfig(BaseModel):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return sorted(set(value))
+
+    datasets: DatasetsConfig = Field(default_factory=DatasetsConfig)
+
+    @model_validator(mode="after")
+    def _some_tasks(self) -> TasksConfig:
+        if not self.paths and not self.datasets.wanted:
+            raise ValueError(NO_TASKS)
+        return self
 
 
 class RetryConfig(BaseModel):

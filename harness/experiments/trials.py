@@ -257,7 +257,10 @@ def trials_parent(config: RunConfig, out_dir: Path | None, prefix: str = "trials
         UsageError: The dir exists and is not empty.
     """
     if out_dir is None:
-        taskset = taskset_name([Path(p) for p in config.tasks.paths])
+        paths = [Path(p) for p in config.tasks.paths]
+        # A config of dataset tasks only (docs/datasets.md) is named after its datasets.
+        taskset = taskset_name(paths) if paths else "+".join(config.tasks.datasets.names)
+        taskset = taskset or "datasets"
         name = run_name(taskset, config.model, config.agent.name)
         out_dir = Path(config.output_dir) / f"{prefix}--{name}"
     parent = Path(out_dir).absolute()

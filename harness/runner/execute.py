@@ -27,6 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from harness.config import CONFIG_FILENAME, RunConfig, save_config
+from harness.datasets import write_lock
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS, DiskFull
 from harness.failpoints import kill_point
 from harness.gateway import Gateway
@@ -113,6 +114,8 @@ def _execute(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutc
     vers = versions(config)
     if prepared.resume is None:
         save_config(config, run_dir / CONFIG_FILENAME, extra={"versions": vers})
+        if prepared.datasets_lock is not None:
+            write_lock(prepared.datasets_lock, run_dir)
     elif prepared.resume.to_run == 0:
         return _nothing_to_resume(prepared, run_dir, events)
     number, log = open_invocation_log(run_dir)

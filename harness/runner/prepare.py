@@ -22,6 +22,8 @@ import harness
 from harness.agents.kinds import Agent
 from harness.backends.base import SandboxBackend
 from harness.config import RunConfig
+from harness.datasets import DatasetsLock, Resolved, materialize, read_lock, resolve
+from harness.datasets.lock import lock_path
 from harness.episodes.prepare import (
     check_tasks,
     is_single,
@@ -77,6 +79,8 @@ class PreparedRun:
     skipped: list[TaskError] = field(default_factory=list)
     #: The run's episode env (None for the default ``single``: plain trials).
     env: EnvSetup | None = None
+    #: The dataset tasks' pins, written into the run dir as ``datasets.lock.json``.
+    datasets_lock: DatasetsLock | None = None
     lock: FileLock | None = field(default=None, repr=False)
     closed: bool = field(default=False, repr=False)
 
@@ -190,7 +194,10 @@ def prepare_run(
             (without ``--resume``) not empty, records that do not match the plan.
     """
     paths = [Path(p) for p in config.tasks.paths]
-    tasks, skipped = load_runnable_tasks(paths, skip_invalid=config.tasks.skip_invalid)
+    fetched = _dataset_tasks(config, resume_dir)
+    tasks, skipped = load_runnable_tasks(
+        paths + (fetched.task_dirs if fetched else []), skip_invalid=config.tasks.skip_invalid
+    )
     agent = build_agent(config.agent)
     env: EnvSetup | None = None
     role_agents = [agent]
@@ -223,7 +230,7 @@ def prepare_run(
         check_tasks(env, role_agents, chosen)
     judges = build_panel(config, chosen, credentials, environ)
     plans = plan_trials(chosen, rollouts=config.rollouts, only=selection.trial_ids)
-    taskset = taskset_name(paths)
+    taskset = taskset_name(paths) if paths or fetched is None else _dataset_label(fetched)
     lock: FileLock | None = None
     resume: ResumePlan | None = None
     snapshot: StoreSnapshot | None = None
@@ -259,8 +266,24 @@ def prepare_run(
         judges=judges,
         skipped=list(skipped),
         env=env,
+        datasets_lock=fetched.lock if fetched else None,
         lock=lock,
     )
+
+
+def _dataset_tasks(config: RunConfig, resume_dir: Path | None) -> Resolved | None:
+    """The dataset tasks of the run, on disk: a resume's from its lock, else resolved anew."""
+    if not config.tasks.datasets.wanted:
+        return None
+    if resume_dir is not None and lock_path(resume_dir).is_file():
+        return materialize(read_lock(resume_dir))
+    return resolve(config.tasks.datasets)
+
+
+def _dataset_label(fetched: Resolved) -> str:
+    """A dataset run's task-set name: its datasets (or its first task's)."""
+    lock = fetched.lock
+    return "+".join(lock.datasets) or (lock.tasks[0].dataset or lock.tasks[0].name)
 
 
 __all__ = ["PreparedRun", "prepare_run", "run_name", "versions"]

@@ -28,6 +28,7 @@ from harness.tasks.env_templates import check_templates
 from harness.tasks.hashing import content_hash
 from harness.tasks.limits import MAX_INSTRUCTION_BYTES, read_task_bytes
 from harness.tasks.links import link_problems
+from harness.tasks.migrate_tb1 import is_tb1_task_dir
 from harness.tasks.model import TaskConfig
 from harness.tasks.paths import (
     INSTRUCTION_MD,
@@ -430,9 +431,7 @@ def _discover(paths: Sequence[Path]) -> tuple[list[Path], list[TaskError]]:
                 key=lambda child: child.name,
             )
             if not candidates:
-                problems.append(
-                    TaskError(given, "no task directories found (a task dir holds task.toml)")
-                )
+                problems.append(TaskError(given, _nothing_found(given)))
                 continue
         for candidate in candidates:
             resolved = candidate.resolve()
@@ -440,6 +439,16 @@ def _discover(paths: Sequence[Path]) -> tuple[list[Path], list[TaskError]]:
                 seen.add(resolved)
                 found.append(candidate)
     return found, problems
+
+
+def _nothing_found(given: Path) -> str:
+    """Why ``given`` holds no task dir; a Terminal-Bench 1 task (set) is named as such."""
+    if is_tb1_task_dir(given) or any(is_tb1_task_dir(child) for child in given.iterdir()):
+        return (
+            "this is a Terminal-Bench 1 task (set) (task.yaml, run-tests.sh): convert it with "
+            f"`harness tasks migrate {given} -o DEST`, then run DEST"
+        )
+    return "no task directories found (a task dir holds task.toml)"
 
 
 def _relative_key(task_dir: Path, root: Path | None) -> str:

@@ -1,0 +1,454 @@
+"""Terminal-Bench 1 tasks converted into the Harbor task layout (``harness tasks migrate``).
+
+A TB1 task dir holds ``task.yaml`` (``instruction``, ``max_agent_timeout_sec``,
+``max_test_timeout_sec``, metadata), ``Dockerfile``, ``docker-compose.yaml`` (a ``client``
+service templated with ``T_BENCH_*`` variables), ``run-tests.sh`` (its exit code is the
+verdict), ``solution.sh`` (or ``solution.yaml``) and ``tests/``. Each part is mapped as
+Harbor's own mapper does:
+
+* ``instruction`` → ``instruction.md``; the timeouts → ``[agent]``/``[verifier]``
+  ``timeout_sec``; author, difficulty, category, tags, time estimates → ``[metadata]``;
+* the Dockerfile and its build context → ``environment/``; a compose file that is only the
+  standard client collapses into the Dockerfile (its extra ``environment``, ``working_dir``,
+  ``expose`` become ``ENV``/``WORKDIR``/``EXPOSE``), any other becomes
+  ``environment/docker-compose.yaml`` with a ``main`` service and the ``T_BENCH_*``
+  variables translated;
+* ``run-tests.sh`` and ``tests/`` → ``tests/``, with a ``tests/test.sh`` that runs it and
+  writes the reward from its exit code (1 for 0, else 0);
+* ``solution.sh`` → ``solution/solve.sh`` (a ``solution.yaml``'s commands are written
+  into one).
+
+What cannot be mapped is reported per task, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.config.toml import to_toml
+
+TB1_TASK_YAML = "task.yaml"
+_RUN_TESTS = "run-tests.sh"
+_COMPOSE = "docker-compose.yaml"
+_HANDLED = {TB1_TASK_YAML, "solution.sh", "solution.yaml", _RUN_TESTS, "tests", _COMPOSE}
+#: task.yaml keys that go to [metadata] as they are.
+_METADATA_KEYS = (
+    "author_name",
+    "author_email",
+    "difficulty",
+    "category",
+    "tags",
+    "estimated_duration_sec",
+    "expert_time_estimate_min",
+    "junior_time_estimate_min",
+)
+#: task.yaml keys with no meaning outside TB1's tmux harness: dropped without a note.
+_SILENT_KEYS = {"disable_asciinema", "run_tests_in_same_shell"}
+#: The standard client's volumes and env (TB1's logs mounts and test dir), dropped.
+_DEFAULT_VOLUMES = {
+    "${T_BENCH_TASK_LOGS_PATH}:${T_BENCH_CONTAINER_LOGS_PATH}",
+    "${T_BENCH_TASK_AGENT_LOGS_PATH}:${T_BENCH_CONTAINER_AGENT_LOGS_PATH}",
+}
+_DEFAULT_ENV = {"TEST_DIR=${T_BENCH_TEST_DIR}"}
+#: Service keys the harness provides itself for the main container.
+_MAIN_REPLACED = {"build", "image", "container_name", "command", "volumes", "deploy"}
+_COLLAPSIBLE = _MAIN_REPLACED | {"environment", "working_dir", "expose"}
+#: T_BENCH_* variables and what they become.
+_T_BENCH = {
+    "T_BENCH_TEST_DIR": "/tests",
+    "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
+    "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
+    "T_BENCH_TASK_DOCKER_NAME_PREFIX": "tb",
+}
+#: A helper script run or sourced from the tests dir (``source $TEST_DIR/setup-uv-pytest.sh``).
+_TEST_DIR_FILE = re.compile(
+    r"(?:^|[;&|]|\s)(?:source|\.|bash|sh)\s+\"?\$\{?TEST_DIR\}?/([A-Za-z0-9._-]+\.sh)", re.M
+)
+_T_BENCH_VAR = re.compile(r"\$\{(T_BENCH_[A-Z_]+)\}")
+
+#: The verifier written for every task: run-tests.sh's exit code becomes the reward.
+TEST_SH = """#!/bin/bash
+# Converted from a Terminal-Bench 1 task: run-tests.sh's exit code is the verdict.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export TEST_DIR="$here"
+verifier_dir="${HARNESS_VERIFIER_DIR:-/logs/verifier}"
+mkdir -p "$verifier_dir"
+bash "$here/run-tests.sh"
+code=$?
+reward=0
+if [ "$code" -eq 0 ]; then reward=1; fi
+echo "$reward" > "$verifier_dir/reward.txt"
+exit "$code"
+"""
+
+
+class MigrationError(Exception):
+    """A TB1 task that cannot be converted (the reason is the message)."""
+
+
+@dataclass
+class MigratedTask:
+    """One task's conversion.
+
+    Attributes:
+        source: The TB1 task dir.
+        dest: The Harbor task dir written (None when it failed).
+        notes: What could not be mapped, or was mapped with a change of meaning.
+        error: Why it failed, if it did.
+    """
+
+    source: Path
+    dest: Path | None
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def is_tb1_task_dir(path: Path) -> bool:
+    """Whether ``path`` is a Terminal-Bench 1 task dir (``task.yaml``, no ``task.toml``)."""
+    path = Path(path)
+    return (path / TB1_TASK_YAML).is_file() and not (path / "task.toml").is_file()
+
+
+def find_tb1_tasks(sources: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """The TB1 task dirs of each source (a task dir, or a dir of task dirs).
+
+    Returns:
+        The task dirs, and a problem for each source that holds none.
+    """
+    found: list[Path] = []
+    problems: list[str] = []
+    for source in map(Path, sources):
+        if is_tb1_task_dir(source):
+            found.append(source)
+            continue
+        children = (
+            sorted(c for c in source.iterdir() if is_tb1_task_dir(c)) if source.is_dir() else []
+        )
+        if not children:
+            problems.append(f"{source}: no Terminal-Bench 1 task dir (a dir holding task.yaml)")
+        found.extend(children)
+    return found, problems
+
+
+def migrate_tasks(
+    sources: Sequence[Path], dest: Path, *, allow_internet: bool = False
+) -> tuple[list[MigratedTask], list[str]]:
+    """Convert every TB1 task of ``sources`` into ``dest/<task name>``.
+
+    Args:
+        sources: TB1 task dirs or dirs of them.
+        dest: Where the Harbor task dirs go (created).
+        allow_internet: Write ``[environment] allow_internet = true`` (TB1 tasks ran with
+            the network; the harness's default is no network).
+
+    Returns:
+        One result per task found (failures included), and the sources that hold none.
+    """
+    tasks, problems = find_tb1_tasks(sources)
+    dest.mkdir(parents=True, exist_ok=True)
+    results = []
+    for source in tasks:
+        target = dest / source.name
+        result = MigratedTask(source, target)
+        try:
+            migrate_task(source, target, result.notes, allow_internet=allow_internet)
+        except (MigrationError, OSError, yaml.YAMLError) as exc:
+            shutil.rmtree(target, ignore_errors=True)
+            result.dest, result.error = None, str(exc).splitlines()[0]
+        results.append(result)
+    return results, problems
+
+
+def migrate_task(
+    source: Path, target: Path, notes: list[str], *, allow_internet: bool = False
+) -> None:
+    """Convert one TB1 task dir into the Harbor task dir ``target``; append notes.
+
+    Raises:
+        MigrationError: It cannot be converted (no instruction, no run-tests.sh, a
+            target that exists...).
+    """
+    if target.exists():
+        raise MigrationError(f"{target} exists already (migrate into an empty dir)")
+    meta = _read_task_yaml(source)
+    if not (source / _RUN_TESTS).is_file():
+        raise MigrationError(f"{source.name}: no {_RUN_TESTS} (the TB1 verifier)")
+    env_dir = target / "environment"
+    env_dir.mkdir(parents=True)
+    handled = set(_HANDLED)
+    compose = _read_compose(source)
+    service = _main_service(compose)
+    context = _build_context(service)
+    if context == ".":
+        handled.add("Dockerfile")
+        if (source / "Dockerfile").is_file():
+            shutil.copy2(source / "Dockerfile", env_dir / "Dockerfile")
+    else:
+        handled.add(context.split("/")[0])
+        shutil.copytree(source / context, env_dir, dirs_exist_ok=True, symlinks=True)
+    dockerfile = env_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        raise MigrationError(f"{source.name}: no Dockerfile in its build context {context!r}")
+    _copy_rest(source, env_dir, handled, dockerfile.read_text(errors="replace"))
+    _append_to_dockerfile(dockerfile, service, notes)
+    if compose and not _collapsible(compose, service):
+        if len(compose.get("services") or {}) == 1:
+            _note_dropped(service, notes)  # no sidecar: the Dockerfile is the environment
+        else:
+            _write_compose(compose, service, source, env_dir, notes)
+    tests = target / "tests"
+    if (source / "tests").is_dir():
+        shutil.copytree(source / "tests", tests, symlinks=True)
+    tests.mkdir(exist_ok=True)
+    if (tests / "test.sh").exists():
+        notes.append("tests/test.sh of the TB1 task was replaced by the converted verifier")
+    shutil.copy2(source / _RUN_TESTS, tests / _RUN_TESTS)
+    _note_missing_helpers((tests / _RUN_TESTS).read_text(errors="replace"), tests, notes)
+    (tests / "test.sh").write_text(TEST_SH)
+    (tests / "test.sh").chmod(0o755)
+    _write_solution(source, target, notes)
+    instruction = str(meta["instruction"])
+    (target / "instruction.md").write_text(
+        instruction if instruction.endswith("\n") else instruction + "\n"
+    )
+    (target / "task.toml").write_text(_task_toml(meta, source.name, notes, allow_internet))
+
+
+def _read_task_yaml(source: Path) -> dict[str, Any]:
+    data = yaml.safe_load((source / TB1_TASK_YAML).read_text())
+    if not isinstance(data, dict):
+        raise MigrationError(f"{source.name}: task.yaml is not a mapping")
+    if "instruction" not in data:
+        # The first TB1 format: descriptions: [{key: base, description: ...}]
+        for item in data.get("descriptions") or []:
+            if isinstance(item, dict) and item.get("key") == "base":
+                data["instruction"] = item.get("description", "")
+    if not isinstance(data.get("instruction"), str) or not data["instruction"].strip():
+        raise MigrationError(f"{source.name}: task.yaml has no instruction")
+    return data
+
+
+def _read_compose(source: Path) -> dict[str, Any]:
+    path = source / _COMPOSE
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
+        raise MigrationError(f"{source.name}: {_COMPOSE} has no services")
+    return data
+
+
+def _main_service(compose: dict[str, Any]) -> dict[str, Any]:
+    services = compose.get("services") or {}
+    if not services:
+        return {}
+    name = "client" if "client" in services else next(iter(services))
+    service = services[name]
+    return service if isinstance(service, dict) else {}
+
+
+def _main_name(compose: dict[str, Any]) -> str:
+    services = compose.get("services") or {}
+    return "client" if "client" in services else next(iter(services), "client")
+
+
+def _build_context(service: dict[str, Any]) -> str:
+    build = service.get("build", ".")
+    context = build.get("context", ".") if isinstance(build, dict) else build
+    clean = str(context).strip().removeprefix("./").rstrip("/") or "."
+    if clean.startswith("/") or ".." in clean.split("/"):
+        raise MigrationError(f"build context {context!r} leaves the task dir")
+    return clean
+
+
+def _copy_rest(source: Path, env_dir: Path, handled: set[str], dockerfile: str) -> None:
+    """Every other file of the task is part of the image's build context."""
+    for item in sorted(source.iterdir()):
+        if item.name in handled:
+            continue
+        target = env_dir / item.name
+        if item.is_dir() and not item.is_symlink():
+            shutil.copytree(item, target, symlinks=True, dirs_exist_ok=True)
+        else:
+            shutil.copy2(item, target, follow_symlinks=False)
+    # A Dockerfile that bakes the tests or the solution in still finds them.
+    for name in ("tests", "solution.sh"):
+        if re.search(rf"^\s*(COPY|ADD)\s+(\./)?{re.escape(name)}", dockerfile, re.M):
+            src = source / name
+            if src.is_dir():
+                shutil.copytree(src, env_dir / name, symlinks=True, dirs_exist_ok=True)
+            elif src.is_file():
+                shutil.copy2(src, env_dir / name)
+
+
+def _env_items(service: dict[str, Any]) -> list[tuple[str, str | None]]:
+    env = service.get("environment") or []
+    items: list[tuple[str, str | None]] = []
+    if isinstance(env, dict):
+        items = [(str(k), None if v is None else str(v)) for k, v in env.items()]
+    else:
+        for entry in env:
+            name, eq, value = str(entry).partition("=")
+            items.append((name, value if eq else None))
+    return [(k, v) for k, v in items if f"{k}={v}" not in _DEFAULT_ENV]
+
+
+def _translate(text: str, notes: list[str]) -> str:
+    def swap(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in _T_BENCH:
+            return _T_BENCH[name]
+        notes.append(f"${{{name}}} has no equivalent; left as it is")
+        return match.group(0)
+
+    return _T_BENCH_VAR.sub(swap, text)
+
+
+def _append_to_dockerfile(dockerfile: Path, service: dict[str, Any], notes: list[str]) -> None:
+    lines = ["", "# Mapped from the Terminal-Bench 1 docker-compose.yaml", "ENV TEST_DIR=/tests"]
+    for name, value in _env_items(service):
+        if value is None:
+            notes.append(f"compose environment {name} (taken from the host) was left out")
+            continue
+        lines.append(f"ENV {name}={_translate(value, notes)}")
+    workdir = service.get("working_dir")
+    if isinstance(workdir, str) and "${" not in workdir:
+        lines.append(f"WORKDIR {workdir}")
+    expose = service.get("expose") or []
+    lines += [f"EXPOSE {port}" for port in (expose if isinstance(expose, list) else [expose])]
+    text = dockerfile.read_text(errors="replace")
+    dockerfile.write_text(text + ("" if text.endswith("\n") else "\n") + "\n".join(lines) + "\n")
+
+
+def _collapsible(compose: dict[str, Any], service: dict[str, Any]) -> bool:
+    """Whether the compose file is only TB1's standard single client."""
+    if len(compose.get("services") or {}) != 1 or set(compose) - {"services", "version"}:
+        return False
+    if set(service) - _COLLAPSIBLE:
+        return False
+    volumes = service.get("volumes") or []
+    return all(str(v) in _DEFAULT_VOLUMES for v in volumes)
+
+
+def _note_dropped(service: dict[str, Any], notes: list[str]) -> None:
+    """Tell what of a lone client service the Dockerfile cannot carry."""
+    volumes = [v for v in service.get("volumes") or [] if str(v) not in _DEFAULT_VOLUMES]
+    if volumes:
+        notes.append(f"the client's volumes {volumes} are not mounted (the harness owns mounts)")
+    for key in sorted(set(service) - _COLLAPSIBLE):
+        notes.append(f"compose key {key!r} of the client has no equivalent; left out")
+
+
+def _write_compose(
+    compose: dict[str, Any],
+    service: dict[str, Any],
+    source: Path,
+    env_dir: Path,
+    notes: list[str],
+) -> None:
+    """``environment/docker-compose.yaml``: the client as ``main``, the rest as sidecars."""
+    main_name = _main_name(compose)
+    main: dict[str, Any] = {"build": {"context": "."}}
+    env = [f"{k}={v}" for k, v in _env_items(service) if v is not None]
+    if env:
+        main["environment"] = env
+    for key, value in service.items():
+        if key not in _MAIN_REPLACED | {"environment"}:
+            main[key] = value
+    volumes = [v for v in service.get("volumes") or [] if str(v) not in _DEFAULT_VOLUMES]
+    if volumes:
+        notes.append(
+            f"the client's volumes {volumes} are not mounted (the harness owns main's mounts)"
+        )
+    if "deploy" in service:
+        notes.append("the client's deploy limits were dropped: set [environment] cpus/memory_mb")
+    converted: dict[str, Any] = {
+        k: v for k, v in compose.items() if k not in ("services", "version")
+    }
+    converted["services"] = {"main": main}
+    for name, sidecar in (compose.get("services") or {}).items():
+        if name == main_name:
+            continue
+        converted["services"][name] = sidecar
+        build = sidecar.get("build") if isinstance(sidecar, dict) else None
+        context = _build_context(sidecar) if build is not None else "."
+        if context != "." and (source / context).is_dir():
+            shutil.copytree(source / context, env_dir / context, symlinks=True, dirs_exist_ok=True)
+    text = _translate(yaml.safe_dump(converted, sort_keys=False), notes)
+    (env_dir / _COMPOSE).write_text(text)
+    notes.append("docker-compose.yaml kept as environment/docker-compose.yaml (sidecars)")
+
+
+def _note_missing_helpers(script: str, tests: Path, notes: list[str]) -> None:
+    """TB1's harness put shared helpers (``setup-uv-pytest.sh``...) into the tests dir."""
+    for name in sorted(set(_TEST_DIR_FILE.findall(script))):
+        if not (tests / name).exists():
+            notes.append(
+                f"run-tests.sh uses $TEST_DIR/{name}, which is not in tests/ (Terminal-Bench "
+                "1's harness supplied it): copy it into tests/"
+            )
+
+
+def _write_solution(source: Path, target: Path, notes: list[str]) -> None:
+    solution = target / "solution"
+    if (source / "solution.sh").is_file():
+        solution.mkdir()
+        shutil.copy2(source / "solution.sh", solution / "solve.sh")
+    elif (source / "solution.yaml").is_file():
+        steps = yaml.safe_load((source / "solution.yaml").read_text()) or []
+        commands = [
+            str(step["command"]) for step in steps if isinstance(step, dict) and "command" in step
+        ]
+        if not commands:
+            notes.append("solution.yaml holds no command: no solution/solve.sh written")
+            return
+        solution.mkdir()
+        body = "\n".join(commands)
+        (solution / "solve.sh").write_text(f"#!/bin/bash\n# From solution.yaml\n{body}\n")
+        notes.append("solution.yaml's commands were written into solution/solve.sh (one shell)")
+    else:
+        notes.append("no solution.sh: the oracle agent cannot run this task")
+        return
+    (solution / "solve.sh").chmod(0o755)
+
+
+def _task_toml(meta: dict[str, Any], name: str, notes: list[str], allow_internet: bool) -> str:
+    metadata = {key: meta[key] for key in _METADATA_KEYS if meta.get(key) is not None}
+    data: dict[str, Any] = {"source": f"terminal-bench-1:{name}", "metadata": metadata}
+    if "max_agent_timeout_sec" in meta:
+        data["agent"] = {"timeout_sec": float(meta["max_agent_timeout_sec"])}
+    if "max_test_timeout_sec" in meta:
+        data["verifier"] = {"timeout_sec": float(meta["max_test_timeout_sec"])}
+    if allow_internet:
+        data["environment"] = {"allow_internet": True}
+    parser = meta.get("parser_name")
+    if parser not in (None, "pytest"):
+        notes.append(f"parser_name {parser!r}: the verdict is run-tests.sh's exit code instead")
+    known = {"instruction", "descriptions", "parser_name", *_METADATA_KEYS, *_SILENT_KEYS}
+    known |= {"max_agent_timeout_sec", "max_test_timeout_sec"}
+    for key in sorted(set(meta) - known):
+        if isinstance(meta[key], str | int | float | bool | list) and key not in metadata:
+            metadata[key] = meta[key]
+            notes.append(f"task.yaml key {key!r} has no equivalent; kept in [metadata]")
+        else:
+            notes.append(f"task.yaml key {key!r} has no equivalent; left out")
+    return to_toml(data)
+
+
+__all__ = [
+    "TB1_TASK_YAML",
+    "TEST_SH",
+    "MigratedTask",
+    "MigrationError",
+    "find_tb1_tasks",
+    "is_tb1_task_dir",
+    "migrate_task",
+    "migrate_tasks",
+]

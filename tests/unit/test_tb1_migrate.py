@@ -1,0 +1,132 @@
+"""Terminal-Bench 1 → Harbor layout (``harness.tasks.migrate_tb1``), on TB1 tasks built here."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+import yaml
+from tb1_support import SIDECAR_COMPOSE, TASK_YAML, make_tb1
+
+from harness.tasks import check_tasks
+from harness.tasks.migrate_tb1 import migrate_tasks
+
+
+def test_every_part_is_mapped_and_the_result_passes_tasks_check(tmp_path: Path) -> None:
+    make_tb1(tmp_path / "src", "hello")
+    results, problems = migrate_tasks([tmp_path / "src"], tmp_path / "out")
+    assert problems == [] and [r.error for r in results] == [None]
+    out = tmp_path / "out" / "hello"
+    assert (out / "instruction.md").read_text() == "Write hi into hello.txt.\n"
+    config = tomllib.loads((out / "task.toml").read_text())
+    assert config["agent"]["timeout_sec"] == 120.0
+    assert config["verifier"]["timeout_sec"] == 30.0
+    assert config["metadata"]["difficulty"] == "easy"
+    assert config["metadata"]["category"] == "file-operations"
+    assert config["metadata"]["tags"] == ["smoke"]
+    assert config["metadata"]["language"] == "bash"  # unknown keys are kept, and told
+    assert any("'language'" in note for note in results[0].notes)
+    dockerfile = (out / "environment" / "Dockerfile").read_text()
+    assert "ENV TEST_DIR=/tests" in dockerfile and "ENV GREETING=hi" in dockerfile
+    assert "WORKDIR /app" in dockerfile
+    assert (out / "environment" / "data" / "seed.txt").read_text() == "seed\n"
+    # The standard single client collapses into the Dockerfile.
+    assert not (out / "environment" / "docker-compose.yaml").exists()
+    assert (out / "tests" / "test_outputs.py").is_file()
+    assert (out / "tests" / "run-tests.sh").is_file()
+    assert (out / "solution" / "solve.sh").stat().st_mode & 0o111
+    tasks, found = check_tasks([tmp_path / "out"])
+    assert found == [] and [t.name for t in tasks] == ["hello"]
+
+
+def test_test_sh_writes_the_reward_from_run_tests_exit_code(tmp_path: Path) -> None:
+    make_tb1(tmp_path / "src", "hello", run_tests="#!/bin/bash\nset -e\n[ -f pass ]\nexit 0\n")
+    migrate_tasks([tmp_path / "src"], tmp_path / "out")
+    test_sh = tmp_path / "out" / "hello" / "tests" / "test.sh"
+    for present, reward, code in ((True, "1", 0), (False, "0", 1)):
+        work = tmp_path / f"work-{present}"
+        verifier = tmp_path / f"verifier-{present}"
+        work.mkdir()
+        if present:
+            (work / "pass").write_text("")
+        done = subprocess.run(
+            ["bash", str(test_sh)],
+            cwd=work,
+            env={"PATH": "/usr/bin:/bin", "HARNESS_VERIFIER_DIR": str(verifier)},
+            check=False,
+        )
+        assert done.returncode == code
+        assert (verifier / "reward.txt").read_text().strip() == reward
+
+
+def test_a_compose_file_with_sidecars_becomes_environment_compose_translated(
+    tmp_path: Path,
+) -> None:
+    task = make_tb1(tmp_path / "src", "with-db", compose=SIDECAR_COMPOSE)
+    (task / "db").mkdir()
+    (task / "db" / "Dockerfile").write_text("FROM harness/base:bookworm\n")
+    results, _ = migrate_tasks([task], tmp_path / "out")
+    assert results[0].error is None, results[0]
+    env = tmp_path / "out" / "with-db" / "environment"
+    compose = yaml.safe_load((env / "docker-compose.yaml").read_text())
+    assert set(compose["services"]) == {"main", "db"}
+    assert compose["services"]["main"]["depends_on"] == ["db"]
+    assert compose["services"]["db"]["image"] == "tb__db"
+    assert compose["services"]["db"]["environment"] == ["LOGS=/logs"]
+    assert "T_BENCH" not in (env / "docker-compose.yaml").read_text()
+    assert (env / "db" / "Dockerfile").is_file()
+    tasks, found = check_tasks([tmp_path / "out"])
+    assert found == [] and len(tasks) == 1
+
+
+def test_what_cannot_be_mapped_is_reported_per_task(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    make_tb1(src, "no-verifier", run_tests=None)
+    make_tb1(src, "no-instruction", task_yaml={"difficulty": "easy"})
+    make_tb1(src, "yaml-solution", solution=None)
+    (src / "yaml-solution" / "solution.yaml").write_text(
+        yaml.safe_dump([{"command": "echo hi > hello.txt", "min_timeout_sec": 1}])
+    )
+    make_tb1(src, "no-solution", solution=None, task_yaml={**TASK_YAML, "parser_name": "swebench"})
+    make_tb1(
+        src,
+        "old-format",
+        task_yaml={"descriptions": [{"key": "base", "description": "Old style."}]},
+    )
+    results, _ = migrate_tasks([src], tmp_path / "out")
+    by_name = {r.source.name: r for r in results}
+    assert (
+        by_name["no-verifier"].error is not None and "run-tests.sh" in by_name["no-verifier"].error
+    )
+    assert by_name["no-instruction"].error is not None
+    assert "no instruction" in by_name["no-instruction"].error
+    assert not (tmp_path / "out" / "no-verifier").exists()
+    solve = tmp_path / "out" / "yaml-solution" / "solution" / "solve.sh"
+    assert "echo hi > hello.txt" in solve.read_text()
+    notes = by_name["no-solution"].notes
+    assert any("no solution.sh" in n for n in notes) and any("swebench" in n for n in notes)
+    old = tmp_path / "out" / "old-format" / "instruction.md"
+    assert old.read_text() == "Old style.\n"
+    tasks, found = check_tasks([tmp_path / "out"])
+    assert found == [] and len(tasks) == 3
+
+
+def test_a_helper_tb1_supplied_at_test_time_is_named(tmp_path: Path) -> None:
+    run_tests = (
+        "#!/bin/bash\nsource $TEST_DIR/setup-uv-pytest.sh\nbash ${TEST_DIR}/run-uv-pytest.sh\n"
+    )
+    task = make_tb1(tmp_path / "src", "uv", run_tests=run_tests)
+    (task / "tests" / "run-uv-pytest.sh").write_text("true\n")
+    results, _ = migrate_tasks([task], tmp_path / "out")
+    helper_notes = [n for n in results[0].notes if "which is not in tests/" in n]
+    assert len(helper_notes) == 1 and "setup-uv-pytest.sh" in helper_notes[0]
+
+
+def test_tasks_check_names_a_tb1_dir_and_the_command(tmp_path: Path) -> None:
+    make_tb1(tmp_path / "src", "hello")
+    for path in (tmp_path / "src", tmp_path / "src" / "hello"):
+        tasks, found = check_tasks([path])
+        assert tasks == [] and len(found) == 1
+        message = str(found[0])
+        assert "Terminal-Bench 1" in message and "harness tasks migrate" in message
