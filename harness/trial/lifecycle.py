@@ -171,7 +171,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
         if step is None:
             return True
         outcome = self.steps[-1]
-        outcome.rewards = dict(self.rewards) if graded else None
+        outcome.rewards = dict(self.rewards) if graded or self.rewards else None
         outcome.timings["total"] = time.perf_counter() - start
         if not graded:
             return self._stop("the step was not graded")
@@ -191,6 +191,11 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
         except (SandboxError, OSError, RecursionError, UnicodeError) as exc:
             if not self._agents_doing(exc, "grade"):
                 self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "grade")
+            else:
+                # What the agent left broke grading (its own storage full, say): a failed
+                # attempt, scored 0 like a wrong answer. Left ungraded, it would drop out of
+                # the graded mean, and breaking the grader would beat answering wrong.
+                self.reward, self.rewards = 0.0, {"reward": 0.0}
         except Exception as exc:
             self._fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
         return False

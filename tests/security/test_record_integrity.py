@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, write_task
+from conftest import REPO, Cli, write_task
 
 from harness.runner.plan import trial_id
 from harness.tasks import load_task
@@ -209,3 +209,65 @@ def test_a_record_that_cannot_be_written_is_recorded_and_resume_retries_it(
         assert earlier["errors"][0]["type"] == "RecordNotWritten"
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert summary["recorded"] == 2 and summary["mean_reward_planned"] == 1.0
+
+
+# Every inode of the trial's own filesystem used (local: an ext4 image of storage_mb).
+FILL_INODES = r"""
+cd "$HARNESS_WORKSPACE"
+h=$(printf %s "$HARNESS_TRIAL_ID" | sha256sum | cut -c1-8)
+if [ $(( 0x$h % 2 )) -eq 0 ]; then
+  echo right > answer
+  exit 0
+fi
+echo wrong > answer
+mkdir junk && cd junk && python3 - <<'PY'
+import os
+n = 0
+try:
+    while True:
+        if n % 5000 == 0:
+            os.mkdir("d%d" % (n // 5000))
+        open("d%d/%d" % (n // 5000, n), "w").close()
+        n += 1
+except OSError as exc:
+    print("inodes used up after", n, "files:", exc)
+PY
+exit 0
+"""
+
+
+@pytest.mark.root
+def test_an_agent_using_every_inode_is_graded_as_its_own_failure_never_retried(
+    tmp_path: Path,
+) -> None:
+    """Local only: the trial filesystem has a fixed inode count that the agent can use up.
+
+    Grading then cannot copy the tests in (ENOSPC on the trial's own storage): that is the
+    agent's doing, so the trial is the agent's error on its first attempt, and the coin
+    flip's mean stays the honest one.
+    """
+    task_dir = write_task(tmp_path / "tasks", "inodes", attack=FILL_INODES, test_sh=CHECK)
+    toml = task_dir / "task.toml"
+    toml.write_text(toml.read_text() + "storage_mb = 256\n")
+    task = load_task(task_dir)
+    rollouts = 6
+    planned = [trial_id(task, r) for r in range(rollouts)]
+    assert 0 < sum(map(_right, planned)) < rollouts, "the coin must land both ways"
+    run = Cli(tmp_path, sandbox="local", runtime=None).run(
+        [task_dir], extra=["-r", str(rollouts)], timeout=600
+    )
+    lines = _assert_every_trial_recorded_once(run, planned)
+    for line in lines:
+        if _right(line["id"]):
+            assert (line["status"], line["reward"]) == ("completed", 1.0), line["errors"]
+            continue
+        assert line["reward"] == 0.0 and line["status"] in ("completed", "agent_error")
+        for error in line["errors"]:
+            assert error.get("retryable") is False and error.get("cause") == "agent", error
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    honest = sum(map(_right, planned)) / rollouts
+    assert summary["planned"] == rollouts and summary["recorded"] == rollouts
+    # Breaking the grader scores like a wrong answer: the graded mean is the honest one.
+    assert summary["graded"] == rollouts, summary
+    assert summary["mean_reward"] == pytest.approx(honest)
+    assert summary["mean_reward_planned"] == pytest.approx(honest)
