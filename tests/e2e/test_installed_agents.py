@@ -1,0 +1,217 @@
+"""End-to-end: installed agent CLIs, fetched by the harness, run in every sandbox backend.
+
+``harness run TASK --agent claude-code --model faux/...`` with the real Claude Code CLI,
+installed by the harness from npm into its cache (``$HARNESS_AGENT_CACHE``, else the user's
+cache dir) and shown read-only to the sandbox. The faux scripts are written in Claude
+Code's own tool protocol (its ``Bash`` tool), rendered by the gateway's faux provider in
+the Anthropic messages API the CLI speaks. Judged from outside: the record, the evidence,
+the ATIF export, every file of the run dir, and a host listener the sandbox must not reach.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import EXAMPLES, only_run_dir, read_run_dir, run_cli
+from docker_support import docker_client, require_image, unavailable
+
+#: backend id -> (--sandbox, --runtime)
+BACKENDS = {
+    "local": ("local", None),
+    "docker": ("docker", None),
+    "runsc": ("docker", "runsc"),
+}
+BACKEND_PARAMS = [
+    pytest.param("local", marks=pytest.mark.root, id="local"),
+    pytest.param("docker", marks=pytest.mark.docker, id="docker"),
+    pytest.param("runsc", marks=pytest.mark.docker, id="runsc"),
+]
+CANARY_PREFIX = "sk-ant-canary-"
+RUN_TIMEOUT = 900.0  # the first run fetches the CLI from npm
+
+
+class HostListener:
+    """A TCP listener on the host's 127.0.0.1 that counts the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _addr = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[HostListener]:
+    server = HostListener()
+    yield server
+    server.close()
+
+
+def _probe(port: int) -> str:
+    """A Bash command (run by Claude Code's Bash tool) that tries the network and dumps env."""
+    return (
+        "{ (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && echo HOST-OPEN || echo HOST-CLOSED; "
+        "(exec 3<>/dev/tcp/registry.npmjs.org/443) 2>/dev/null && echo NET-OPEN "
+        "|| echo NET-CLOSED; env; } > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt" % port
+    )
+
+
+def _task_set(tmp_path: Path, script: dict[str, Any]) -> Path:
+    """A copy of examples/tasks/hello-file with a faux model replaying ``script``."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
+    (tasks / "script.json").write_text(json.dumps(script))
+    (tasks / "models.toml").write_text(
+        '[models."faux/claude-script"]\nscript = "script.json"\napi = "anthropic-messages"\n'
+    )
+    return tasks
+
+
+def _run(tmp_path: Path, backend: str, tasks: Path, canary: str, *extra: str) -> Path:
+    sandbox, runtime = BACKENDS[backend]
+    if sandbox == "docker":
+        client = docker_client()
+        require_image(client)
+        if runtime and runtime not in (client.info().get("Runtimes") or {}):
+            unavailable(f"runtime {runtime} is not registered (docker/start-engine.sh does it)")
+    out = tmp_path / "runs"
+    args = ["run", tasks, "--agent", "claude-code", "--model", "faux/claude-script"]
+    args += ["--sandbox", sandbox, "-o", out, *extra]
+    if runtime:
+        args += ["--runtime", runtime]
+    result = run_cli(
+        *args,
+        env={
+            "ANTHROPIC_API_KEY": canary,
+            "OPENAI_API_KEY": canary,
+            "HARNESS_PROVIDER": "",
+            "HARNESS_MODEL": "",
+        },
+        timeout=RUN_TIMEOUT,
+    )
+    assert result.code in (0, 1), result
+    return only_run_dir(out)
+
+
+def _files_holding(root: Path, needle: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_claude_code_solves_the_task_through_the_gateway(
+    backend: str, tmp_path: Path, listener: HostListener
+) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    write = "printf 'Hello, world!\\n' > hello.txt"
+    script = {
+        "responses": [
+            {"tool_calls": [{"name": "Bash", "arguments": {"command": write}}]},
+            {"tool_calls": [{"name": "Bash", "arguments": {"command": _probe(listener.port)}}]},
+            {"text": "Created hello.txt."},
+        ]
+    }
+    run_dir = _run(tmp_path, backend, _task_set(tmp_path, script), canary)
+    run = read_run_dir(run_dir)
+    [record] = run.records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 1
+    agent = record["agent"]
+    assert agent["name"] == "claude-code" and agent["version"] == "2.1.332"
+    assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
+    evidence = run.evidence(record)
+
+    # The CLI's own log is kept, and converted: the transcript holds the tool call.
+    assert '"type":"system"' in (evidence / "agent.log").read_text()
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["Bash", "Bash"]
+    assert calls[0]["arguments"] == {"command": write}
+    assert [e["type"] for e in transcript].count("model_call") == 3
+    results = [e for e in transcript if e["type"] == "tool_result"]
+    assert len(results) == 2 and "error" not in results[0]
+
+    exported = run_cli("export", "--format", "atif", run_dir, timeout=120)
+    assert exported.code == 0, exported
+    trajectory = json.loads((evidence / "agent" / "trajectory.json").read_text())
+    tool_steps = [s for s in trajectory["steps"] if s.get("tool_calls")]
+    assert tool_steps[0]["tool_calls"][0]["function_name"] == "Bash"
+    assert tool_steps[0]["tool_calls"][0]["arguments"] == {"command": write}
+
+    # The model was reached only through the gateway, with the trial token.
+    model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
+    assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
+        ("POST", "/v1/messages", 200)
+    }
+    probe = (evidence / "workspace" / "probe.txt").read_text()
+    assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
+    assert "ANTHROPIC_API_KEY=hgw-" in probe
+    assert "DISABLE_TELEMETRY=1" in probe and "DISABLE_AUTOUPDATER=1" in probe
+    assert listener.accepted == 0
+    # No file of the run holds the real key (the canary the harness was given).
+    assert _files_holding(run_dir, canary.encode()) == []
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_claude_code_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    script = {"responses": [{"text": "I will not do anything."}]}
+    run_dir = _run(tmp_path, backend, _task_set(tmp_path, script), canary)
+    [record] = read_run_dir(run_dir).records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 0
+    evidence = read_run_dir(run_dir).evidence(record)
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    assert [e for e in transcript if e["type"] == "tool_call"] == []
+    assert any(
+        e["type"] == "message" and e.get("content") == "I will not do anything."
+        for e in transcript
+    )
+    assert not (evidence / "workspace" / "hello.txt").exists()
+    assert _files_holding(run_dir, canary.encode()) == []
+
+
+def test_a_cli_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path) -> None:
+    tasks = _task_set(tmp_path, {"responses": [{"text": "x"}]})
+    out = tmp_path / "runs"
+    result = run_cli(
+        "run",
+        tasks,
+        "--agent",
+        "claude-code",
+        "--model",
+        "faux/claude-script",
+        "--set",
+        "agent.version=0.0.0-no-such-version",
+        "-o",
+        out,
+        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""},
+        timeout=300,
+    )
+    assert result.code == 2, result
+    errors = result.error_lines()
+    assert len([line for line in errors if "cannot install agent claude-code" in line]) == 1
+    assert "0.0.0-no-such-version" in result.stderr and "agent.version" in result.stderr
+    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
