@@ -72,11 +72,11 @@ def listener() -> Iterator[HostListener]:
 
 def _probe(port: int) -> str:
     """A Bash command (run by Claude Code's Bash tool) that tries the network and dumps env."""
-    return (
-        "{ (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && echo HOST-OPEN || echo HOST-CLOSED; "
-        "(exec 3<>/dev/tcp/registry.npmjs.org/443) 2>/dev/null && echo NET-OPEN "
-        "|| echo NET-CLOSED; env; } > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt" % port
+    host = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo HOST-OPEN || echo HOST-CLOSED"
+    net = (
+        "(exec 3<>/dev/tcp/registry.npmjs.org/443) 2>/dev/null && echo NET-OPEN || echo NET-CLOSED"
     )
+    return f"{{ {host}; {net}; env; }} > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt"
 
 
 def _task_set(tmp_path: Path, script: dict[str, Any]) -> Path:
@@ -186,8 +186,7 @@ def test_claude_code_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -
     transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
     assert [e for e in transcript if e["type"] == "tool_call"] == []
     assert any(
-        e["type"] == "message" and e.get("content") == "I will not do anything."
-        for e in transcript
+        e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
     )
     assert not (evidence / "workspace" / "hello.txt").exists()
     assert _files_holding(run_dir, canary.encode()) == []
