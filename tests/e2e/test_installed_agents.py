@@ -1,11 +1,12 @@
 """End-to-end: installed agent CLIs, fetched by the harness, run in every sandbox backend.
 
-``harness run TASK --agent claude-code --model faux/...`` with the real Claude Code CLI,
-installed by the harness from npm into its cache (``$HARNESS_AGENT_CACHE``, else the user's
-cache dir) and shown read-only to the sandbox. The faux scripts are written in Claude
-Code's own tool protocol (its ``Bash`` tool), rendered by the gateway's faux provider in
-the Anthropic messages API the CLI speaks. Judged from outside: the record, the evidence,
-the ATIF export, every file of the run dir, and a host listener the sandbox must not reach.
+``harness run TASK --agent claude-code|codex --model faux/...`` with the real CLI, installed
+by the harness from npm into its cache (``$HARNESS_AGENT_CACHE``, else the user's cache dir)
+and shown read-only to the sandbox. The faux scripts are written in each CLI's own tool
+protocol (Claude Code's ``Bash`` tool, Codex's ``exec_command``), rendered by the gateway's
+faux provider in the API the CLI speaks (Anthropic messages, OpenAI Responses). Judged
+from outside: the record, the evidence, the ATIF export, every file of the run dir, and a
+host listener the sandbox must not reach.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,51 @@ BACKEND_PARAMS = [
 ]
 CANARY_PREFIX = "sk-ant-canary-"
 RUN_TIMEOUT = 900.0  # the first run fetches the CLI from npm
+
+
+@dataclass(frozen=True)
+class Cli:
+    """An installed agent as these tests drive it: its shell tool, its API, what it shows."""
+
+    name: str
+    version: str
+    api: str
+    path: str
+    #: (tool name, argument name) of the CLI's shell tool, as its model calls it.
+    shell: tuple[str, str]
+    #: The tool name the converted transcript gives a shell call.
+    logged_tool: str
+    #: Lines of the environment the CLI's shell tool must show.
+    env_shows: tuple[str, ...]
+
+    def shell_call(self, command: str) -> dict[str, Any]:
+        """A faux response calling the shell tool with ``command``."""
+        tool, arg = self.shell
+        return {"tool_calls": [{"name": tool, "arguments": {arg: command}}]}
+
+
+CLIS = {
+    "claude-code": Cli(
+        "claude-code",
+        "2.1.332",
+        "anthropic-messages",
+        "/v1/messages",
+        ("Bash", "command"),
+        "Bash",
+        ("ANTHROPIC_API_KEY=hgw-", "DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1"),
+    ),
+    # Codex's shell tool hides variables named like keys from commands: the base URL shows.
+    "codex": Cli(
+        "codex",
+        "0.171.0",
+        "openai-responses",
+        "/v1/responses",
+        ("exec_command", "cmd"),
+        "shell",
+        ("OPENAI_BASE_URL=http://127.0.0.1:",),
+    ),
+}
+CLI_PARAMS = [pytest.param(cli, id=cli) for cli in CLIS]
 
 
 class HostListener:
@@ -79,18 +126,18 @@ def _probe(port: int) -> str:
     return f"{{ {host}; {net}; env; }} > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt"
 
 
-def _task_set(tmp_path: Path, script: dict[str, Any]) -> Path:
+def _task_set(tmp_path: Path, script: dict[str, Any], api: str = "anthropic-messages") -> Path:
     """A copy of examples/tasks/hello-file with a faux model replaying ``script``."""
     tasks = tmp_path / "tasks"
     shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
     (tasks / "script.json").write_text(json.dumps(script))
     (tasks / "models.toml").write_text(
-        '[models."faux/claude-script"]\nscript = "script.json"\napi = "anthropic-messages"\n'
+        f'[models."faux/cli-script"]\nscript = "script.json"\napi = "{api}"\n'
     )
     return tasks
 
 
-def _run(tmp_path: Path, backend: str, tasks: Path, canary: str, *extra: str) -> Path:
+def _run(tmp_path: Path, backend: str, cli: str, tasks: Path, canary: str) -> Path:
     sandbox, runtime = BACKENDS[backend]
     if sandbox == "docker":
         client = docker_client()
@@ -98,8 +145,8 @@ def _run(tmp_path: Path, backend: str, tasks: Path, canary: str, *extra: str) ->
         if runtime and runtime not in (client.info().get("Runtimes") or {}):
             unavailable(f"runtime {runtime} is not registered (docker/start-engine.sh does it)")
     out = tmp_path / "runs"
-    args = ["run", tasks, "--agent", "claude-code", "--model", "faux/claude-script"]
-    args += ["--sandbox", sandbox, "-o", out, *extra]
+    args = ["run", tasks, "--agent", cli, "--model", "faux/cli-script"]
+    args += ["--sandbox", sandbox, "-o", out]
     if runtime:
         args += ["--runtime", runtime]
     result = run_cli(
@@ -120,35 +167,37 @@ def _files_holding(root: Path, needle: bytes) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
+@pytest.mark.parametrize("cli", CLI_PARAMS)
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
-def test_claude_code_solves_the_task_through_the_gateway(
-    backend: str, tmp_path: Path, listener: HostListener
+def test_cli_solves_the_task_through_the_gateway(
+    backend: str, cli: str, tmp_path: Path, listener: HostListener
 ) -> None:
+    spec = CLIS[cli]
     canary = CANARY_PREFIX + secrets.token_hex(20)
     write = "printf 'Hello, world!\\n' > hello.txt"
     script = {
         "responses": [
-            {"tool_calls": [{"name": "Bash", "arguments": {"command": write}}]},
-            {"tool_calls": [{"name": "Bash", "arguments": {"command": _probe(listener.port)}}]},
+            spec.shell_call(write),
+            spec.shell_call(_probe(listener.port)),
             {"text": "Created hello.txt."},
         ]
     }
-    run_dir = _run(tmp_path, backend, _task_set(tmp_path, script), canary)
+    run_dir = _run(tmp_path, backend, cli, _task_set(tmp_path, script, spec.api), canary)
     run = read_run_dir(run_dir)
     [record] = run.records
     assert record["status"] == "completed", record["errors"]
     assert record["reward"] == 1
     agent = record["agent"]
-    assert agent["name"] == "claude-code" and agent["version"] == "2.1.332"
+    assert agent["name"] == cli and agent["version"] == spec.version
     assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
     evidence = run.evidence(record)
 
     # The CLI's own log is kept, and converted: the transcript holds the tool call.
-    assert '"type":"system"' in (evidence / "agent.log").read_text()
+    assert (evidence / "agent.log").read_text().startswith('{"type":')
     transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
     calls = [e for e in transcript if e["type"] == "tool_call"]
-    assert [c["name"] for c in calls] == ["Bash", "Bash"]
-    assert calls[0]["arguments"] == {"command": write}
+    assert [c["name"] for c in calls] == [spec.logged_tool] * 2
+    assert "hello.txt" in json.dumps(calls[0]["arguments"])
     assert [e["type"] for e in transcript].count("model_call") == 3
     results = [e for e in transcript if e["type"] == "tool_result"]
     assert len(results) == 2 and "error" not in results[0]
@@ -157,28 +206,30 @@ def test_claude_code_solves_the_task_through_the_gateway(
     assert exported.code == 0, exported
     trajectory = json.loads((evidence / "agent" / "trajectory.json").read_text())
     tool_steps = [s for s in trajectory["steps"] if s.get("tool_calls")]
-    assert tool_steps[0]["tool_calls"][0]["function_name"] == "Bash"
-    assert tool_steps[0]["tool_calls"][0]["arguments"] == {"command": write}
+    assert tool_steps[0]["tool_calls"][0]["function_name"] == spec.logged_tool
+    assert "hello.txt" in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])
 
     # The model was reached only through the gateway, with the trial token.
     model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
     assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
-        ("POST", "/v1/messages", 200)
+        ("POST", spec.path, 200)
     }
     probe = (evidence / "workspace" / "probe.txt").read_text()
     assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
-    assert "ANTHROPIC_API_KEY=hgw-" in probe
-    assert "DISABLE_TELEMETRY=1" in probe and "DISABLE_AUTOUPDATER=1" in probe
+    for shown in spec.env_shows:
+        assert shown in probe, (shown, probe)
     assert listener.accepted == 0
     # No file of the run holds the real key (the canary the harness was given).
     assert _files_holding(run_dir, canary.encode()) == []
 
 
+@pytest.mark.parametrize("cli", CLI_PARAMS)
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
-def test_claude_code_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
+def test_cli_that_does_nothing_gets_zero(backend: str, cli: str, tmp_path: Path) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [{"text": "I will not do anything."}]}
-    run_dir = _run(tmp_path, backend, _task_set(tmp_path, script), canary)
+    tasks = _task_set(tmp_path, script, CLIS[cli].api)
+    run_dir = _run(tmp_path, backend, cli, tasks, canary)
     [record] = read_run_dir(run_dir).records
     assert record["status"] == "completed", record["errors"]
     assert record["reward"] == 0
@@ -201,7 +252,7 @@ def test_a_cli_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path)
         "--agent",
         "claude-code",
         "--model",
-        "faux/claude-script",
+        "faux/cli-script",
         "--set",
         "agent.version=0.0.0-no-such-version",
         "-o",
