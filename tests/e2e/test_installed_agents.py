@@ -123,7 +123,11 @@ def _probe(port: int) -> str:
     net = (
         "(exec 3<>/dev/tcp/registry.npmjs.org/443) 2>/dev/null && echo NET-OPEN || echo NET-CLOSED"
     )
-    return f"{{ {host}; {net}; env; }} > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt"
+    # The CLI's cache entry is shown read-only (and root-owned): planting a file must fail.
+    plant = "(echo x > /opt/harness-agent/planted) 2>/dev/null && echo CACHE-WRITTEN"
+    return (
+        f"{{ {host}; {net}; {plant}; env; }} > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt"
+    )
 
 
 def _task_set(tmp_path: Path, script: dict[str, Any], api: str = "anthropic-messages") -> Path:
@@ -182,7 +186,8 @@ def test_cli_solves_the_task_through_the_gateway(
             {"text": "Created hello.txt."},
         ]
     }
-    run_dir = _run(tmp_path, backend, cli, _task_set(tmp_path, script, spec.api), canary)
+    tasks = _task_set(tmp_path, script, spec.api)
+    run_dir = _run(tmp_path, backend, cli, tasks, canary)
     run = read_run_dir(run_dir)
     [record] = run.records
     assert record["status"] == "completed", record["errors"]
@@ -219,6 +224,9 @@ def test_cli_solves_the_task_through_the_gateway(
     for shown in spec.env_shows:
         assert shown in probe, (shown, probe)
     assert listener.accepted == 0
+    assert "CACHE-WRITTEN" not in probe
+    cache = Path(agent["install"]["path"])
+    assert (cache / "manifest.json").is_file() and not (cache / "planted").exists()
     # No file of the run holds the real key (the canary the harness was given).
     assert _files_holding(run_dir, canary.encode()) == []
 

@@ -127,7 +127,12 @@ class CacheEntry:
 
     def describe(self) -> dict[str, Any]:
         """Facts for the trial record."""
-        return {"key": self.spec.key, "tree": self.tree, "platform": str(self.spec.platform)}
+        return {
+            "key": self.spec.key,
+            "tree": self.tree,
+            "platform": str(self.spec.platform),
+            "path": str(self.path),
+        }
 
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
