@@ -273,3 +273,11 @@ def test_a_cli_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path)
     assert len([line for line in errors if "cannot install agent claude-code" in line]) == 1
     assert "0.0.0-no-such-version" in result.stderr and "agent.version" in result.stderr
     assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+
+
+def test_the_installed_agents_are_listed_with_their_versions() -> None:
+    result = run_cli("agents", "list", timeout=120)
+    assert result.code == 0, result
+    for name, spec in CLIS.items():
+        assert name in result.stdout
+        assert f"(version {spec.version})" in result.stdout

@@ -99,8 +99,17 @@ class InstalledAgent(SandboxAgent):
                 f"--agent {self.name} speaks {self.api}; model {model.id} is "
                 f"{model.api} (pick a model of that API)"
             )
+        self.install()
+
+    def install(self) -> CacheEntry:
+        """The CLI's checked cache entry, fetched on the host if needed (once per agent).
+
+        Raises:
+            InstallError: It cannot be had (offline, an unknown version): one message.
+        """
         if self.entry is None:
             self.entry = (self.cache or AgentCache()).ensure(self.install_spec())
+        return self.entry
 
     def sandbox_mounts(self) -> Mapping[str, Path]:
         """The cache entry, shown read-only at :data:`INSTALL_MOUNT`."""
