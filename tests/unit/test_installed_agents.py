@@ -255,3 +255,10 @@ def test_other_agents_refuse_a_version_and_installed_ones_refuse_options() -> No
         build_agent(AgentConfig(name="claude-code", kwargs={"max_turns": 3}))
     with pytest.raises(AgentConfigError, match="--agent-cmd is only used"):
         build_agent(AgentConfig(name="codex", cmd="x"))
+
+
+def test_a_pypi_package_is_installed_with_pip_target(tmp_path: Path) -> None:
+    spec = InstallSpec(agent="six", version="1.16.0", pypi=("six==1.16.0",))
+    entry = AgentCache(tmp_path / "cache").ensure(spec)
+    assert (entry.path / "py" / "six.py").is_file()
+    assert "py/six.py" in json.loads((entry.path / "manifest.json").read_text())["files"]
