@@ -262,3 +262,12 @@ def test_a_pypi_package_is_installed_with_pip_target(tmp_path: Path) -> None:
     entry = AgentCache(tmp_path / "cache").ensure(spec)
     assert (entry.path / "py" / "six.py").is_file()
     assert "py/six.py" in json.loads((entry.path / "manifest.json").read_text())["files"]
+
+
+def test_a_copy_for_another_node_uses_that_nodes_cache(tmp_path: Path) -> None:
+    import pickle
+
+    agent = ClaudeCode(cache=AgentCache(tmp_path / "driver"))
+    agent.entry = AgentCache(tmp_path / "driver").ensure(TINY)  # as check() leaves it
+    copy = pickle.loads(pickle.dumps(agent))
+    assert agent.entry is not None and copy.entry is None and copy.version == agent.version

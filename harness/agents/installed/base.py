@@ -112,10 +112,14 @@ class InstalledAgent(SandboxAgent):
         return self.entry
 
     def sandbox_mounts(self) -> Mapping[str, Path]:
-        """The cache entry, shown read-only at :data:`INSTALL_MOUNT`."""
-        if self.entry is None:
-            raise UsageError(f"agent {self.name} was not installed (check() did not run)")
-        return {INSTALL_MOUNT: self.entry.path}
+        """The cache entry, shown read-only at :data:`INSTALL_MOUNT` (installed if needed)."""
+        return {INSTALL_MOUNT: self.install().path}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy sent to another node (a Ray worker) uses that node's own cache.
+        state = dict(self.__dict__)
+        state["entry"] = None
+        return state
 
     # -- prepare and command --------------------------------------------------------------
 
