@@ -200,6 +200,9 @@ def test_cli_solves_the_task_through_the_gateway(
     # The CLI's own log is kept, and converted: the transcript holds the tool call.
     assert (evidence / "agent.log").read_text().startswith('{"type":')
     transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    first = transcript[0]
+    assert first["type"] == "message" and first["role"] == "user"
+    assert first["content"] == (EXAMPLES / "hello-file" / "instruction.md").read_text()
     calls = [e for e in transcript if e["type"] == "tool_call"]
     assert [c["name"] for c in calls] == [spec.logged_tool] * 2
     assert "hello.txt" in json.dumps(calls[0]["arguments"])
@@ -210,6 +213,7 @@ def test_cli_solves_the_task_through_the_gateway(
     exported = run_cli("export", "--format", "atif", run_dir, timeout=120)
     assert exported.code == 0, exported
     trajectory = json.loads((evidence / "agent" / "trajectory.json").read_text())
+    assert trajectory["steps"][0]["source"] == "user"
     tool_steps = [s for s in trajectory["steps"] if s.get("tool_calls")]
     assert tool_steps[0]["tool_calls"][0]["function_name"] == spec.logged_tool
     assert "hello.txt" in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])

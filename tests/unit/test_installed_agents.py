@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import stat
 from pathlib import Path
 
@@ -265,8 +266,6 @@ def test_a_pypi_package_is_installed_with_pip_target(tmp_path: Path) -> None:
 
 
 def test_a_copy_for_another_node_uses_that_nodes_cache(tmp_path: Path) -> None:
-    import pickle
-
     agent = ClaudeCode(cache=AgentCache(tmp_path / "driver"))
     agent.entry = AgentCache(tmp_path / "driver").ensure(TINY)  # as check() leaves it
     copy = pickle.loads(pickle.dumps(agent))

@@ -149,11 +149,23 @@ class InstalledAgent(SandboxAgent):
     # -- collect and convert --------------------------------------------------------------
 
     def collect(self, sandbox: Sandbox | None, evidence: Path) -> None:
-        """Turn the CLI's log (its stdout, kept as ``agent.log``) into ``session.jsonl``."""
+        """Turn the CLI's log (its stdout, kept as ``agent.log``) into ``session.jsonl``.
+
+        The instruction the CLI was given comes first, as the user message.
+        """
         log = evidence / AGENT_LOG
         if not log.is_file():
             return
-        lines = self.convert(log.read_text(encoding="utf-8", errors="replace").splitlines())
+        lines = list(self.convert(log.read_text(encoding="utf-8", errors="replace").splitlines()))
+        instruction = None
+        if sandbox is not None:
+            # What the CLI was told (its logs do not repeat the prompt): the user message.
+            data, event = sandbox.read_file(sandbox.paths.instruction, max_bytes=1 << 20)
+            if data is not None and event is None:
+                instruction = data.decode("utf-8", "replace")
+        if instruction is not None:
+            at = 1 if lines and lines[0].get("type") == "session" else 0
+            lines.insert(at, {"type": "message", "role": "user", "content": instruction})
         text = "".join(json_line(line) for line in lines)
         (evidence / SESSION).write_text(text, encoding="utf-8")
 
