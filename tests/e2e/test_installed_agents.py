@@ -285,3 +285,22 @@ def test_the_installed_agents_are_listed_with_their_versions() -> None:
     for name, spec in CLIS.items():
         assert name in result.stdout
         assert f"(version {spec.version})" in result.stdout
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("cli", CLI_PARAMS)
+def test_a_failed_cli_run_is_an_agent_error_with_the_clis_own_message(
+    cli: str, tmp_path: Path
+) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    script = {"responses": [{"error": {"status": 400, "message": "scripted refusal"}}]}
+    run_dir = _run(tmp_path, "local", cli, _task_set(tmp_path, script, CLIS[cli].api), canary)
+    run = read_run_dir(run_dir)
+    [record] = run.records
+    assert record["status"] == "agent_error" and record["reward"] == 0
+    message = record["errors"][0]["message"]
+    # The CLI's last error, from its own log (a retry may have met the exhausted script).
+    assert "agent exited with code" not in message
+    assert "scripted refusal" in message or "No more faux responses queued" in message
+    session = [json.loads(line) for line in (run.evidence(record) / "session.jsonl").open()]
+    assert session[-1]["type"] == "end" and session[-1]["ok"] is False

@@ -64,6 +64,9 @@ class ClaudeCode(InstalledAgent):
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_BUG_COMMAND": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            # Its default (10, backing off for minutes) outlasts most agent timeouts; the
+            # gateway's answers are final for a trial's faux script and budget alike.
+            "CLAUDE_CODE_MAX_RETRIES": "2",
             # Background ("small, fast") calls go to the trial's model too.
             "ANTHROPIC_MODEL": self.model.upstream,
             "ANTHROPIC_SMALL_FAST_MODEL": self.model.upstream,
