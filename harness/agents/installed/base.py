@@ -54,8 +54,10 @@ class InstalledAgent(SandboxAgent):
     model_use = "required"
     #: The pinned version installed when ``agent.version`` is not given.
     default_version: ClassVar[str] = ""
-    #: The API the CLI speaks to the gateway (the model must serve it).
+    #: The API the CLI speaks to the gateway.
     api: ClassVar[str] = "anthropic-messages"
+    #: Providers whose models the gateway serves in that API (``faux`` answers in any).
+    providers: ClassVar[tuple[str, ...]] = ("anthropic", "faux")
 
     def __init__(self, *, version: str | None = None, cache: AgentCache | None = None) -> None:
         self.version = version or self.default_version
@@ -90,14 +92,13 @@ class InstalledAgent(SandboxAgent):
 
         Raises:
             InstallError: It cannot be had (offline, an unknown version): one message.
-            AgentConfigError: The model does not speak the CLI's API.
+            AgentConfigError: The gateway does not serve the model in the CLI's API.
         """
         model = self.model
-        # A faux model answers in whichever API it is called with.
-        if model is not None and model.provider != "faux" and model.api != self.api:
+        if model is not None and model.provider not in self.providers:
             raise AgentConfigError(
-                f"--agent {self.name} speaks {self.api}; model {model.id} is "
-                f"{model.api} (pick a model of that API)"
+                f"--agent {self.name} speaks {self.api}, which the gateway serves for "
+                f"{' and '.join(self.providers)} models, not {model.id} (pick one of those)"
             )
         self.install()
 

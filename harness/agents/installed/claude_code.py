@@ -30,6 +30,7 @@ class ClaudeCode(InstalledAgent):
     name = "claude-code"
     default_version: ClassVar[str] = "2.1.332"
     api: ClassVar[str] = "anthropic-messages"
+    providers: ClassVar[tuple[str, ...]] = ("anthropic", "faux")
 
     def install_spec(self) -> InstallSpec:  # noqa: D102
         return InstallSpec(

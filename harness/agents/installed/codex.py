@@ -69,6 +69,7 @@ class Codex(InstalledAgent):
     name = "codex"
     default_version: ClassVar[str] = "0.171.0"
     api: ClassVar[str] = "openai-responses"
+    providers: ClassVar[tuple[str, ...]] = ("openai", "faux")
 
     def install_spec(self) -> InstallSpec:  # noqa: D102
         return InstallSpec(

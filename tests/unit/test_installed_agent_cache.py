@@ -28,6 +28,7 @@ from harness.agents.installed.claude_code import ClaudeCode, convert_stream_json
 from harness.agents.installed.codex import Codex, convert_exec_json
 from harness.config import AgentConfig
 from harness.errors import AgentConfigError
+from harness.models.catalog import ModelSpec
 from harness.plugins import AGENTS, build_agent
 
 TINY = InstallSpec(agent="tiny", version="7.0.0", npm=("is-number@7.0.0",))
@@ -270,3 +271,18 @@ def test_a_copy_for_another_node_uses_that_nodes_cache(tmp_path: Path) -> None:
     agent.entry = AgentCache(tmp_path / "driver").ensure(TINY)  # as check() leaves it
     copy = pickle.loads(pickle.dumps(agent))
     assert agent.entry is not None and copy.entry is None and copy.version == agent.version
+
+
+def test_a_model_the_gateway_does_not_serve_in_the_clis_api_is_refused_first(
+    tmp_path: Path,
+) -> None:
+    cache = AgentCache(tmp_path / "cache")
+    codex = Codex(cache=cache)
+    codex.bind_model(ModelSpec("anthropic", "claude-x", "claude-x", "anthropic-messages"))
+    with pytest.raises(AgentConfigError, match="serves for openai and faux models"):
+        codex.check(task=None)  # type: ignore[arg-type]  # refused before the task matters
+    assert not (tmp_path / "cache").exists()  # nothing was fetched
+    claude = ClaudeCode(cache=cache)
+    claude.bind_model(ModelSpec("openai", "gpt-4o", "gpt-4o", "openai-chat"))
+    with pytest.raises(AgentConfigError, match="serves for anthropic and faux models"):
+        claude.check(task=None)  # type: ignore[arg-type]
