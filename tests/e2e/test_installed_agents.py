@@ -197,8 +197,10 @@ def test_cli_solves_the_task_through_the_gateway(
     assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
     evidence = run.evidence(record)
 
-    # The CLI's own log is kept, and converted: the transcript holds the tool call.
+    # The CLI's own logs are kept, and converted: the transcript holds the tool call.
     assert (evidence / "agent.log").read_text().startswith('{"type":')
+    kept = [p for p in (evidence / "agent-logs").rglob("*.jsonl") if p.stat().st_size]
+    assert kept, "the CLI's own session file is in the evidence"
     transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
     first = transcript[0]
     assert first["type"] == "message" and first["role"] == "user"

@@ -24,6 +24,7 @@ A plug-in adds one by subclassing and registering it under ``harness.agents``
 from __future__ import annotations
 
 import json
+import logging
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -36,10 +37,16 @@ from harness.errors import AgentConfigError, UsageError
 from harness.tasks import Task
 from sandbox.backend import PhaseResult, Sandbox
 
+logger = logging.getLogger(__name__)
+
 #: Where a sandbox sees the agent's cache entry (read-only), in every backend.
 INSTALL_MOUNT = "/opt/harness-agent"
 #: The evidence file the CLI's own log is kept in, as it wrote it.
 AGENT_LOG = "agent.log"
+#: The evidence dir the CLI's own session files are copied into.
+AGENT_LOGS = "agent-logs"
+LOG_FILE_BYTES = 32 << 20
+LOG_TOTAL_BYTES = 128 << 20
 SESSION = "session.jsonl"
 
 
@@ -149,11 +156,28 @@ class InstalledAgent(SandboxAgent):
 
     # -- collect and convert --------------------------------------------------------------
 
-    def collect(self, sandbox: Sandbox | None, evidence: Path) -> None:
-        """Turn the CLI's log (its stdout, kept as ``agent.log``) into ``session.jsonl``.
+    def log_dirs(self, sandbox: Sandbox) -> Mapping[str, str]:
+        """Dirs the CLI keeps its own session files in: evidence name -> in-sandbox dir."""
+        return {}
 
-        The instruction the CLI was given comes first, as the user message.
+    def collect(self, sandbox: Sandbox | None, evidence: Path) -> None:
+        """Keep the CLI's session files; turn its stdout (``agent.log``) into ``session.jsonl``.
+
+        The session files (:meth:`log_dirs`) are copied as they are under ``agent-logs/``
+        (regular files only, never following a link, capped). The instruction the CLI was
+        given opens ``session.jsonl``, as the user message.
         """
+        if sandbox is not None:
+            for name, path in self.log_dirs(sandbox).items():
+                events = sandbox.copy_out(
+                    path,
+                    evidence / AGENT_LOGS / name,
+                    max_file_bytes=LOG_FILE_BYTES,
+                    max_total_bytes=LOG_TOTAL_BYTES,
+                )
+                for found in events:
+                    if found.kind != "missing":
+                        logger.warning("agent %s: %s not kept: %s", self.name, path, found)
         log = evidence / AGENT_LOG
         if not log.is_file():
             return

@@ -76,6 +76,10 @@ class ClaudeCode(InstalledAgent):
             "IS_SANDBOX": "1",
         }
 
+    def log_dirs(self, sandbox: Sandbox) -> Mapping[str, str]:
+        """Its per-session JSONL transcripts (``~/.claude/projects``)."""
+        return {"claude-projects": f"{sandbox.paths.home}/.claude/projects"}
+
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
         return convert_stream_json(log, model=self.model.id if self.model else None)
 

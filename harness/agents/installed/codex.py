@@ -96,6 +96,10 @@ class Codex(InstalledAgent):
             "NO_COLOR": "1",
         }
 
+    def log_dirs(self, sandbox: Sandbox) -> Mapping[str, str]:
+        """Its rollout JSONL files (``$CODEX_HOME/sessions``)."""
+        return {"codex-sessions": f"{sandbox.paths.home}/.codex/sessions"}
+
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
         return convert_exec_json(log, model=self.model.id if self.model else None)
 
