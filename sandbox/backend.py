@@ -73,6 +73,9 @@ class SandboxSpec:
     gateway_socket: Path | None = None
     #: Host paths shown read-only at the same path in the local sandbox's views.
     expose: tuple[Path, ...] = ()
+    #: Host dirs every backend shows the agent read-only: in-sandbox path -> host dir (an
+    #: installed agent CLI's cache entry, docs/agents.md).
+    agent_mounts: Mapping[str, Path] = field(default_factory=dict)
     #: ``[environment].os``: only ``linux`` runs; anything else fails the trial for good.
     os: str = "linux"
     #: GPUs the task needs (container backends turn them into device requests).

@@ -446,6 +446,11 @@ class LocalSandbox(Sandbox):
             raise SandboxError("the sandbox was already started")
         if is_root() and is_root_user(self.spec.verifier_user):
             raise PermanentStartError(ROOT_VERIFIER_REFUSED)
+        if self.spec.agent_mounts and not is_root():
+            raise PermanentStartError(
+                "an installed agent CLI needs the local sandbox to run as root (its root "
+                "view shows the CLI read-only); run as root, or use --sandbox docker"
+            )
         if self.spec.os != "linux":
             raise PermanentStartError(
                 f'[environment].os = "{self.spec.os}" is not supported: the harness runs '
@@ -670,6 +675,10 @@ class LocalSandbox(Sandbox):
             self._bind(entry.name, rw=entry.name in writable)
             for entry in sorted(os.scandir(self.fs), key=lambda e: e.name)
             if entry.name not in hidden and not entry.is_symlink()
+        ]
+        binds += [
+            {"src": str(src), "dst": dst, "rw": False}
+            for dst, src in sorted(self.spec.agent_mounts.items())
         ]
         return {"staging": str(self.root / "view"), "binds": binds + self._common_binds()}
 

@@ -90,6 +90,10 @@ class Agent(ABC):
             AgentConfigError: A command was given, or an option the agent does not take.
         """
         reject_command(config)
+        if config.version is not None:
+            raise AgentConfigError(
+                f"agent.version is only taken by installed agent CLIs, not --agent {config.name}"
+            )
         return construct(cls, config.name, config.kwargs)
 
     @abstractmethod
@@ -109,6 +113,13 @@ class Agent(ABC):
 
     def prepare(self, task: Task, sandbox: Sandbox) -> None:  # noqa: B027 - optional hook
         """Stage what the agent needs inside the sandbox before it starts."""
+
+    def sandbox_mounts(self) -> Mapping[str, Path]:
+        """Host dirs the sandbox shows the agent read-only: in-sandbox path -> host dir."""
+        return {}
+
+    def collect(self, sandbox: Sandbox | None, evidence: Path) -> None:  # noqa: B027
+        """Turn the agent's own logs into evidence (a cleanup step, after the grade)."""
 
     def dispose(self) -> None:  # noqa: B027 - optional hook
         """Release per-trial agent state (a cleanup step; must be idempotent)."""

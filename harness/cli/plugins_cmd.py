@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from rich.table import Table
 
 from harness.cli.display import out
-from harness.plugins import AGENTS, EXECUTORS, SANDBOXES, PluginInfo, Registry
+from harness.config import AgentConfig
+from harness.errors import AgentConfigError
+from harness.plugins import AGENTS, EXECUTORS, SANDBOXES, PluginInfo, Registry, build_agent
 
 agents_app = typer.Typer(help="Agents under evaluation (installed plug-ins).", no_args_is_help=True)
 executors_app = typer.Typer(
@@ -35,7 +39,11 @@ def agents_list() -> None:
     for info in AGENTS.describe():
         kind = getattr(info.loaded, "kind", "-")
         model = getattr(info.loaded, "model_use", "-")
-        table.add_row(info.plugin.name, kind, model, _source(info), info.error or info.summary)
+        summary = info.error or info.summary
+        pinned = getattr(info.loaded, "default_version", "")
+        if pinned and not info.error:
+            summary = f"{summary} (version {pinned})"
+        table.add_row(info.plugin.name, kind, model, _source(info), summary)
     table.add_row(
         "python:MODULE:CLASS",
         "harness",
@@ -45,6 +53,32 @@ def agents_list() -> None:
         "harness: its run(context) acts through context.exec and context.chat",
     )
     out.print(table)
+
+
+@agents_app.command("install")
+def agents_install(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Installed agent CLIs (default: all of them).")
+    ] = None,
+    version: Annotated[
+        str | None, typer.Option(help="The version to fetch instead of the pinned one.")
+    ] = None,
+) -> None:
+    """Fetch agent CLIs into the host's cache now (runs fetch them on first use anyway)."""
+    from harness.agents.installed import InstalledAgent  # the listing needs none of it
+
+    if not names:
+        names = [
+            info.plugin.name
+            for info in AGENTS.describe()
+            if isinstance(info.loaded, type) and issubclass(info.loaded, InstalledAgent)
+        ]
+    for name in names:
+        agent = build_agent(AgentConfig(name=name, version=version))
+        if not isinstance(agent, InstalledAgent):
+            raise AgentConfigError(f"{name} is not an installed agent CLI; nothing to fetch")
+        entry = agent.install()
+        out.print(f"{name} {agent.version}: {entry.path}")
 
 
 def _list(registry: Registry[type]) -> None:

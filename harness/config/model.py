@@ -41,6 +41,8 @@ class AgentConfig(BaseModel):
         cmd: Command line of the ``command`` agent.
         kwargs: Options of the agent (e.g. ``max_turns`` for ``builtin``); each agent
             names the ones it takes.
+        version: The version of an installed agent CLI (``claude-code``...) to fetch
+            instead of its pinned default (docs/agents.md).
     """
 
     model_config = _SECTION
@@ -48,6 +50,7 @@ class AgentConfig(BaseModel):
     name: str = "oracle"
     cmd: str | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    version: str | None = None
 
 
 class SandboxConfig(BaseModel):

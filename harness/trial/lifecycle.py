@@ -287,6 +287,13 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
     # -- cleanup --------------------------------------------------------------------------
 
     def snapshot_session(self) -> None:
+        """The agent's session file, then its own logs (an installed CLI's, converted)."""
+        try:
+            self._snapshot_session_file()
+        finally:
+            self.settings.agent.collect(self.sandbox, self.evidence)
+
+    def _snapshot_session_file(self) -> None:
         name = self.settings.agent.session_file
         if name is None or self.sandbox is None:
             return

@@ -53,6 +53,7 @@ class Staging(TrialState):
             verifier_user=self.task.config.verifier.user,
             protected_paths=(self.task.path, *self.settings.protected_paths),
             expose=self.settings.expose,
+            agent_mounts=agent.sandbox_mounts(),
             labels={"org.harness.trial": self.plan.id, "org.harness.task": self.task.key},
             upcoming=self._upcoming(),
             os=env_cfg.os,

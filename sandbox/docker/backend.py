@@ -276,6 +276,8 @@ class DockerSandbox(Sandbox):
         spec = self.spec
         if spec.gateway_socket is not None or spec.compose_file is not None or spec.gpus:
             return None
+        if spec.agent_mounts:
+            return None
         return (
             self.image,
             self._workdir,
@@ -370,6 +372,10 @@ class DockerSandbox(Sandbox):
                 Mount(PYTHON_MOUNT, volume_name, type="volume", read_only=True),
                 Mount(TOOLS_MOUNT, str(self.runtime.tools_dir), type="bind", read_only=True),
                 *self._gateway_mounts(),
+                *(
+                    Mount(dst, str(src), type="bind", read_only=True)
+                    for dst, src in sorted(self.spec.agent_mounts.items())
+                ),
             ],
             pids_limit=res.pids,
             mem_limit=f"{res.memory_mb}m",

@@ -35,7 +35,8 @@ def test_an_unknown_name_lists_what_is_installed() -> None:
     with pytest.raises(PluginError) as info:
         SANDBOXES.get("nosuch")
     assert "unknown sandbox backend 'nosuch'; installed: docker, local" in str(info.value)
-    with pytest.raises(PluginError, match="unknown agent 'nosuch'.*builtin, command, nop, oracle"):
+    listed = "builtin, claude-code, codex, command, nop, oracle"
+    with pytest.raises(PluginError, match=f"unknown agent 'nosuch'.*{listed}"):
         build_agent(AgentConfig(name="nosuch"))
 
 

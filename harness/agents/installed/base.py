@@ -1,0 +1,227 @@
+"""The installed-agent seam: an agent CLI people evaluate, installed by the harness.
+
+An :class:`InstalledAgent` is a :class:`~harness.agents.kinds.SandboxAgent` (untrusted, run
+as the agent user under the supervisor) made of five parts:
+
+- **install** (:meth:`InstalledAgent.install_spec`): the packages to fetch, pinned by version
+  (``agent.version`` overrides the default), for the host's platform. The harness fetches
+  them on the host into the :mod:`~harness.agents.installed.cache` before any trial, and the
+  sandbox sees the entry read-only at :data:`INSTALL_MOUNT`.
+- **prepare** (:meth:`InstalledAgent.home_files`, :meth:`InstalledAgent.cli_env`): config
+  files written into the trial's HOME, and the environment: the gateway as the provider
+  (with the trial's token, never a key), telemetry and auto-update off.
+- **command** (:meth:`InstalledAgent.cli_argv`): how the instruction is passed: once, the
+  way the CLI expects it; nothing on stdin.
+- **collect** (:meth:`InstalledAgent.collect`): the CLI's own log into the evidence.
+- **convert** (:meth:`InstalledAgent.convert`): that log into ``session.jsonl`` lines
+  (docs/model-access.md §3), from which the transcript and ATIF are derived as for
+  ``builtin``.
+
+A plug-in adds one by subclassing and registering it under ``harness.agents``
+(docs/agents.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.agents.installed.cache import AgentCache, CacheEntry, InstallSpec
+from harness.agents.kinds import AgentCommand, SandboxAgent, reject_command
+from harness.config import AgentConfig
+from harness.errors import AgentConfigError, UsageError
+from harness.tasks import Task
+from sandbox.backend import PhaseResult, Sandbox
+
+logger = logging.getLogger(__name__)
+
+#: Where a sandbox sees the agent's cache entry (read-only), in every backend.
+INSTALL_MOUNT = "/opt/harness-agent"
+#: The evidence file the CLI's own log is kept in, as it wrote it.
+AGENT_LOG = "agent.log"
+#: The evidence dir the CLI's own session files are copied into.
+AGENT_LOGS = "agent-logs"
+LOG_FILE_BYTES = 32 << 20
+LOG_TOTAL_BYTES = 128 << 20
+SESSION = "session.jsonl"
+
+
+class InstalledAgent(SandboxAgent):
+    """An agent CLI fetched by the harness on the host and run in the sandbox.
+
+    Args:
+        version: The CLI's version (default: :attr:`default_version`).
+        cache: The cache to install into (default: the user's, ``$HARNESS_AGENT_CACHE``).
+    """
+
+    model_use = "required"
+    #: The pinned version installed when ``agent.version`` is not given.
+    default_version: ClassVar[str] = ""
+    #: The API the CLI speaks to the gateway.
+    api: ClassVar[str] = "anthropic-messages"
+    #: Providers whose models the gateway serves in that API (``faux`` answers in any).
+    providers: ClassVar[tuple[str, ...]] = ("anthropic", "faux")
+
+    def __init__(self, *, version: str | None = None, cache: AgentCache | None = None) -> None:
+        self.version = version or self.default_version
+        if not self.version:
+            raise AgentConfigError(f"agent {self.name} has no version to install")
+        self.cache = cache
+        self.entry: CacheEntry | None = None
+
+    @classmethod
+    def from_config(cls, config: AgentConfig) -> InstalledAgent:
+        """The agent of ``[agent]``: ``agent.version`` picks the CLI's version.
+
+        Raises:
+            AgentConfigError: A command line, or an option it does not take.
+        """
+        reject_command(config)
+        if config.kwargs:
+            raise AgentConfigError(
+                f"--agent {config.name} has no option {', '.join(config.kwargs)} "
+                "(it takes agent.version)"
+            )
+        return cls(version=config.version)
+
+    # -- install --------------------------------------------------------------------------
+
+    @abstractmethod
+    def install_spec(self) -> InstallSpec:
+        """What to fetch for :attr:`version` (pinned packages for the host's platform)."""
+
+    def check(self, task: Task) -> None:
+        """Have the CLI in the cache before any trial (fetched now if needed).
+
+        Raises:
+            InstallError: It cannot be had (offline, an unknown version): one message.
+            AgentConfigError: The gateway does not serve the model in the CLI's API.
+        """
+        model = self.model
+        if model is not None and model.provider not in self.providers:
+            raise AgentConfigError(
+                f"--agent {self.name} speaks {self.api}, which the gateway serves for "
+                f"{' and '.join(self.providers)} models, not {model.id} (pick one of those)"
+            )
+        self.install()
+
+    def install(self) -> CacheEntry:
+        """The CLI's checked cache entry, fetched on the host if needed (once per agent).
+
+        Raises:
+            InstallError: It cannot be had (offline, an unknown version): one message.
+        """
+        if self.entry is None:
+            self.entry = (self.cache or AgentCache()).ensure(self.install_spec())
+        return self.entry
+
+    def sandbox_mounts(self) -> Mapping[str, Path]:
+        """The cache entry, shown read-only at :data:`INSTALL_MOUNT` (installed if needed)."""
+        return {INSTALL_MOUNT: self.install().path}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy sent to another node (a Ray worker) uses that node's own cache.
+        state = dict(self.__dict__)
+        state["entry"] = None
+        return state
+
+    # -- prepare and command --------------------------------------------------------------
+
+    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:
+        """Config files to write into the trial's HOME (relative path -> text)."""
+        return {}
+
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
+        """Environment of the CLI besides the gateway's variables (never a secret)."""
+        return {}
+
+    @abstractmethod
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
+        """The CLI's command line, with the instruction passed once."""
+
+    def prepare(self, task: Task, sandbox: Sandbox) -> None:
+        """Write :meth:`home_files` into the trial's HOME (agent-readable)."""
+        for rel, text in self.home_files(task, sandbox).items():
+            sandbox.put_file(f"{sandbox.paths.home}/{rel}", text.encode(), agent_readable=True)
+
+    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:  # noqa: D102
+        if self.model is None:
+            raise UsageError(f"--agent {self.name} has no model; select one with --model")
+        # stdin stays empty (never the instruction): CLIs that read it would append it.
+        return AgentCommand(self.cli_argv(task, sandbox), env=dict(self.cli_env(sandbox)))
+
+    # -- collect and convert --------------------------------------------------------------
+
+    def log_dirs(self, sandbox: Sandbox) -> Mapping[str, str]:
+        """Dirs the CLI keeps its own session files in: evidence name -> in-sandbox dir."""
+        return {}
+
+    def collect(self, sandbox: Sandbox | None, evidence: Path) -> None:
+        """Keep the CLI's session files; turn its stdout (``agent.log``) into ``session.jsonl``.
+
+        The session files (:meth:`log_dirs`) are copied as they are under ``agent-logs/``
+        (regular files only, never following a link, capped). The instruction the CLI was
+        given opens ``session.jsonl``, as the user message.
+        """
+        if sandbox is not None:
+            for name, path in self.log_dirs(sandbox).items():
+                events = sandbox.copy_out(
+                    path,
+                    evidence / AGENT_LOGS / name,
+                    max_file_bytes=LOG_FILE_BYTES,
+                    max_total_bytes=LOG_TOTAL_BYTES,
+                )
+                for found in events:
+                    if found.kind != "missing":
+                        logger.warning("agent %s: %s not kept: %s", self.name, path, found)
+        log = evidence / AGENT_LOG
+        if not log.is_file():
+            return
+        lines = list(self.convert(log.read_text(encoding="utf-8", errors="replace").splitlines()))
+        instruction = None
+        if sandbox is not None:
+            # What the CLI was told (its logs do not repeat the prompt): the user message.
+            data, event = sandbox.read_file(sandbox.paths.instruction, max_bytes=1 << 20)
+            if data is not None and event is None:
+                instruction = data.decode("utf-8", "replace")
+        if instruction is not None:
+            at = 1 if lines and lines[0].get("type") == "session" else 0
+            lines.insert(at, {"type": "message", "role": "user", "content": instruction})
+        text = "".join(json_line(line) for line in lines)
+        (evidence / SESSION).write_text(text, encoding="utf-8")
+
+    @abstractmethod
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
+        """The CLI's log lines as ``session.jsonl`` lines (docs/model-access.md §3)."""
+
+    def explain_failure(self, sandbox: Sandbox, result: PhaseResult) -> str | None:
+        """The ``end`` line's error of the converted log, if it has one."""
+        data, event = sandbox.read_file(f"{sandbox.paths.logs}/agent.stdout", max_bytes=16 << 20)
+        if data is None or event is not None:
+            return None
+        for line in self.convert(data.decode("utf-8", "replace").splitlines()):
+            if line.get("type") == "end" and line.get("error"):
+                return str(line["error"])
+        return None
+
+    def describe(self) -> dict[str, Any]:  # noqa: D102
+        facts: dict[str, Any] = {"name": self.name, "version": self.version}
+        if self.entry is not None:
+            facts["install"] = self.entry.describe()
+        return facts
+
+    def bin_path(self, rel: str) -> str:
+        """The in-sandbox path of a file of the cache entry."""
+        return f"{INSTALL_MOUNT}/{rel}"
+
+
+def json_line(line: Mapping[str, Any]) -> str:
+    """One JSONL line."""
+    return json.dumps(line, ensure_ascii=False) + "\n"
+
+
+__all__ = ["AGENT_LOG", "INSTALL_MOUNT", "InstalledAgent"]

@@ -1,0 +1,308 @@
+"""End-to-end: installed agent CLIs, fetched by the harness, run in every sandbox backend.
+
+``harness run TASK --agent claude-code|codex --model faux/...`` with the real CLI, installed
+by the harness from npm into its cache (``$HARNESS_AGENT_CACHE``, else the user's cache dir)
+and shown read-only to the sandbox. The faux scripts are written in each CLI's own tool
+protocol (Claude Code's ``Bash`` tool, Codex's ``exec_command``), rendered by the gateway's
+faux provider in the API the CLI speaks (Anthropic messages, OpenAI Responses). Judged
+from outside: the record, the evidence, the ATIF export, every file of the run dir, and a
+host listener the sandbox must not reach.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import EXAMPLES, only_run_dir, read_run_dir, run_cli
+from docker_support import docker_client, require_image, unavailable
+
+#: backend id -> (--sandbox, --runtime)
+BACKENDS = {
+    "local": ("local", None),
+    "docker": ("docker", None),
+    "runsc": ("docker", "runsc"),
+}
+BACKEND_PARAMS = [
+    pytest.param("local", marks=pytest.mark.root, id="local"),
+    pytest.param("docker", marks=pytest.mark.docker, id="docker"),
+    pytest.param("runsc", marks=pytest.mark.docker, id="runsc"),
+]
+CANARY_PREFIX = "sk-ant-canary-"
+RUN_TIMEOUT = 900.0  # the first run fetches the CLI from npm
+
+
+@dataclass(frozen=True)
+class Cli:
+    """An installed agent as these tests drive it: its shell tool, its API, what it shows."""
+
+    name: str
+    version: str
+    api: str
+    path: str
+    #: (tool name, argument name) of the CLI's shell tool, as its model calls it.
+    shell: tuple[str, str]
+    #: The tool name the converted transcript gives a shell call.
+    logged_tool: str
+    #: Lines of the environment the CLI's shell tool must show.
+    env_shows: tuple[str, ...]
+
+    def shell_call(self, command: str) -> dict[str, Any]:
+        """A faux response calling the shell tool with ``command``."""
+        tool, arg = self.shell
+        return {"tool_calls": [{"name": tool, "arguments": {arg: command}}]}
+
+
+CLIS = {
+    "claude-code": Cli(
+        "claude-code",
+        "2.1.332",
+        "anthropic-messages",
+        "/v1/messages",
+        ("Bash", "command"),
+        "Bash",
+        ("ANTHROPIC_API_KEY=hgw-", "DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1"),
+    ),
+    # Codex's shell tool hides variables named like keys from commands: the base URL shows.
+    "codex": Cli(
+        "codex",
+        "0.171.0",
+        "openai-responses",
+        "/v1/responses",
+        ("exec_command", "cmd"),
+        "shell",
+        ("OPENAI_BASE_URL=http://127.0.0.1:",),
+    ),
+}
+CLI_PARAMS = [pytest.param(cli, id=cli) for cli in CLIS]
+
+
+class HostListener:
+    """A TCP listener on the host's 127.0.0.1 that counts the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _addr = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[HostListener]:
+    server = HostListener()
+    yield server
+    server.close()
+
+
+def _probe(port: int) -> str:
+    """A Bash command (run by Claude Code's Bash tool) that tries the network and dumps env."""
+    host = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo HOST-OPEN || echo HOST-CLOSED"
+    net = (
+        "(exec 3<>/dev/tcp/registry.npmjs.org/443) 2>/dev/null && echo NET-OPEN || echo NET-CLOSED"
+    )
+    # The CLI's cache entry is shown read-only (and root-owned): planting a file must fail.
+    plant = "(echo x > /opt/harness-agent/planted) 2>/dev/null && echo CACHE-WRITTEN"
+    return (
+        f"{{ {host}; {net}; {plant}; env; }} > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt"
+    )
+
+
+def _task_set(tmp_path: Path, script: dict[str, Any], api: str = "anthropic-messages") -> Path:
+    """A copy of examples/tasks/hello-file with a faux model replaying ``script``."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
+    (tasks / "script.json").write_text(json.dumps(script))
+    (tasks / "models.toml").write_text(
+        f'[models."faux/cli-script"]\nscript = "script.json"\napi = "{api}"\n'
+    )
+    return tasks
+
+
+def _run(tmp_path: Path, backend: str, cli: str, tasks: Path, canary: str) -> Path:
+    sandbox, runtime = BACKENDS[backend]
+    if sandbox == "docker":
+        client = docker_client()
+        require_image(client)
+        if runtime and runtime not in (client.info().get("Runtimes") or {}):
+            unavailable(f"runtime {runtime} is not registered (docker/start-engine.sh does it)")
+    out = tmp_path / "runs"
+    args = ["run", tasks, "--agent", cli, "--model", "faux/cli-script"]
+    args += ["--sandbox", sandbox, "-o", out]
+    if runtime:
+        args += ["--runtime", runtime]
+    result = run_cli(
+        *args,
+        env={
+            "ANTHROPIC_API_KEY": canary,
+            "OPENAI_API_KEY": canary,
+            "HARNESS_PROVIDER": "",
+            "HARNESS_MODEL": "",
+        },
+        timeout=RUN_TIMEOUT,
+    )
+    assert result.code in (0, 1), result
+    return only_run_dir(out)
+
+
+def _files_holding(root: Path, needle: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+@pytest.mark.parametrize("cli", CLI_PARAMS)
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_cli_solves_the_task_through_the_gateway(
+    backend: str, cli: str, tmp_path: Path, listener: HostListener
+) -> None:
+    spec = CLIS[cli]
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    write = "printf 'Hello, world!\\n' > hello.txt"
+    script = {
+        "responses": [
+            spec.shell_call(write),
+            spec.shell_call(_probe(listener.port)),
+            {"text": "Created hello.txt."},
+        ]
+    }
+    tasks = _task_set(tmp_path, script, spec.api)
+    run_dir = _run(tmp_path, backend, cli, tasks, canary)
+    run = read_run_dir(run_dir)
+    [record] = run.records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 1
+    agent = record["agent"]
+    assert agent["name"] == cli and agent["version"] == spec.version
+    assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
+    evidence = run.evidence(record)
+
+    # The CLI's own logs are kept, and converted: the transcript holds the tool call.
+    assert (evidence / "agent.log").read_text().startswith('{"type":')
+    kept = [p for p in (evidence / "agent-logs").rglob("*.jsonl") if p.stat().st_size]
+    assert kept, "the CLI's own session file is in the evidence"
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    first = transcript[0]
+    assert first["type"] == "message" and first["role"] == "user"
+    assert first["content"] == (EXAMPLES / "hello-file" / "instruction.md").read_text()
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == [spec.logged_tool] * 2
+    assert "hello.txt" in json.dumps(calls[0]["arguments"])
+    assert [e["type"] for e in transcript].count("model_call") == 3
+    results = [e for e in transcript if e["type"] == "tool_result"]
+    assert len(results) == 2 and "error" not in results[0]
+
+    exported = run_cli("export", "--format", "atif", run_dir, timeout=120)
+    assert exported.code == 0, exported
+    trajectory = json.loads((evidence / "agent" / "trajectory.json").read_text())
+    assert trajectory["steps"][0]["source"] == "user"
+    tool_steps = [s for s in trajectory["steps"] if s.get("tool_calls")]
+    assert tool_steps[0]["tool_calls"][0]["function_name"] == spec.logged_tool
+    assert "hello.txt" in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])
+
+    # The model was reached only through the gateway, with the trial token.
+    model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
+    assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
+        ("POST", spec.path, 200)
+    }
+    probe = (evidence / "workspace" / "probe.txt").read_text()
+    assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
+    for shown in spec.env_shows:
+        assert shown in probe, (shown, probe)
+    assert listener.accepted == 0
+    assert "CACHE-WRITTEN" not in probe
+    cache = Path(agent["install"]["path"])
+    assert (cache / "manifest.json").is_file() and not (cache / "planted").exists()
+    # No file of the run holds the real key (the canary the harness was given).
+    assert _files_holding(run_dir, canary.encode()) == []
+
+
+@pytest.mark.parametrize("cli", CLI_PARAMS)
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_cli_that_does_nothing_gets_zero(backend: str, cli: str, tmp_path: Path) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    script = {"responses": [{"text": "I will not do anything."}]}
+    tasks = _task_set(tmp_path, script, CLIS[cli].api)
+    run_dir = _run(tmp_path, backend, cli, tasks, canary)
+    [record] = read_run_dir(run_dir).records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 0
+    evidence = read_run_dir(run_dir).evidence(record)
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    assert [e for e in transcript if e["type"] == "tool_call"] == []
+    assert any(
+        e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
+    )
+    assert not (evidence / "workspace" / "hello.txt").exists()
+    assert _files_holding(run_dir, canary.encode()) == []
+
+
+def test_a_cli_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path) -> None:
+    tasks = _task_set(tmp_path, {"responses": [{"text": "x"}]})
+    out = tmp_path / "runs"
+    result = run_cli(
+        "run",
+        tasks,
+        "--agent",
+        "claude-code",
+        "--model",
+        "faux/cli-script",
+        "--set",
+        "agent.version=0.0.0-no-such-version",
+        "-o",
+        out,
+        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""},
+        timeout=300,
+    )
+    assert result.code == 2, result
+    errors = result.error_lines()
+    assert len([line for line in errors if "cannot install agent claude-code" in line]) == 1
+    assert "0.0.0-no-such-version" in result.stderr and "agent.version" in result.stderr
+    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+
+
+def test_the_installed_agents_are_listed_with_their_versions() -> None:
+    result = run_cli("agents", "list", timeout=120)
+    assert result.code == 0, result
+    for name, spec in CLIS.items():
+        assert name in result.stdout
+        assert f"(version {spec.version})" in result.stdout
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("cli", CLI_PARAMS)
+def test_a_failed_cli_run_is_an_agent_error_with_the_clis_own_message(
+    cli: str, tmp_path: Path
+) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    script = {"responses": [{"error": {"status": 400, "message": "scripted refusal"}}]}
+    run_dir = _run(tmp_path, "local", cli, _task_set(tmp_path, script, CLIS[cli].api), canary)
+    run = read_run_dir(run_dir)
+    [record] = run.records
+    assert record["status"] == "agent_error" and record["reward"] == 0
+    message = record["errors"][0]["message"]
+    # The CLI's last error, from its own log (a retry may have met the exhausted script).
+    assert "agent exited with code" not in message
+    assert "scripted refusal" in message or "No more faux responses queued" in message
+    session = [json.loads(line) for line in (run.evidence(record) / "session.jsonl").open()]
+    assert session[-1]["type"] == "end" and session[-1]["ok"] is False
