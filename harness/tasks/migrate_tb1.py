@@ -77,6 +77,11 @@ _T_BENCH = {
 _TEST_DIR_FILE = re.compile(
     r"(?:^|[;&|]|\s)(?:source|\.|bash|sh)\s+\"?\$\{?TEST_DIR\}?/([A-Za-z0-9._-]+\.sh)", re.M
 )
+#: A download when grading: TB1 ran run-tests.sh with the network; the harness's default has none.
+_TEST_TIME_INSTALL = re.compile(
+    r"\b(?:apt-get\s+install|apt\s+install|pip3?\s+install|uv\s+(?:pip\s+install|add|sync|tool"
+    r"\s+install)|curl|wget|npm\s+(?:install|i|ci)|cargo\s+install|go\s+install)\b"
+)
 _T_BENCH_VAR = re.compile(r"\$\{(T_BENCH_[A-Z_]+)\}")
 
 #: The verifier written for every task: run-tests.sh's exit code becomes the reward.
@@ -236,7 +241,14 @@ def migrate_task(
     if (tests / "test.sh").exists():
         notes.append("tests/test.sh of the TB1 task was replaced by the converted verifier")
     shutil.copy2(source / _RUN_TESTS, tests / _RUN_TESTS)
-    _note_missing_helpers((tests / _RUN_TESTS).read_text(errors="replace"), tests, notes)
+    script = (tests / _RUN_TESTS).read_text(errors="replace")
+    _note_missing_helpers(script, tests, notes)
+    if not allow_internet and _TEST_TIME_INSTALL.search(script):
+        notes.append(
+            "run-tests.sh installs packages when grading (apt-get, pip, uv, curl...): with no "
+            "network its verifier cannot pass; migrate with --allow-internet, or bake them "
+            "into the Dockerfile"
+        )
     placements = "".join(
         f'place "$here"{shlex.quote(sub) if sub else ""} {shlex.quote(dst)}\n'
         for sub, dst in mounts.verifier
@@ -480,6 +492,12 @@ def _note_dropped(service: dict[str, Any], notes: list[str]) -> None:
     if volumes:
         notes.append(f"the client's volumes {volumes} are not mounted (the harness owns mounts)")
     for key in sorted(set(service) - _COLLAPSIBLE):
+        if key == "tmpfs":
+            notes.append(
+                f"the client's tmpfs {service[key]} is not mounted: a size limit the task may "
+                "rely on (the harness has no per-path mount; storage_mb limits the whole disk)"
+            )
+            continue
         notes.append(f"compose key {key!r} of the client has no equivalent; left out")
 
 

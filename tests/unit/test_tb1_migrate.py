@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import yaml
-from tb1_support import SIDECAR_COMPOSE, TASK_YAML, make_tb1
+from tb1_support import SIDECAR_COMPOSE, STANDARD_COMPOSE, TASK_YAML, make_tb1
 
 from harness.tasks import check_tasks
 from harness.tasks.migrate_tb1 import migrate_tasks
@@ -240,3 +240,23 @@ def test_a_task_missing_its_verifier_and_dockerfile_names_both(tmp_path: Path) -
     error = results[0].error
     assert error is not None and "run-tests.sh" in error and "Dockerfile" in error
     assert not error.startswith("stripped")  # the CLI prefixes the task's name itself
+
+
+def test_a_verifier_that_downloads_when_grading_is_told_to_need_the_network(
+    tmp_path: Path,
+) -> None:
+    """TB1 graded with the network; the harness's default has none."""
+    run_tests = (
+        "#!/bin/bash\ncurl -LsSf https://example.invalid/uv.sh | sh\nuv pip install pytest\n"
+    )
+    tmpfs = STANDARD_COMPOSE + "    tmpfs:\n      - /root/.cache:size=100M\n"
+    make_tb1(tmp_path / "src", "online", run_tests=run_tests, compose=tmpfs)
+    make_tb1(tmp_path / "src", "offline")
+    for allow, expected in ((False, {"online"}), (True, set())):
+        out = tmp_path / f"out-{allow}"
+        results, _ = migrate_tasks([tmp_path / "src"], out, allow_internet=allow)
+        told = {r.source.name for r in results if any("--allow-internet" in n for n in r.notes)}
+        assert told == expected
+    (online,) = [r for r in results if r.source.name == "online"]
+    tmpfs_notes = [n for n in online.notes if "tmpfs" in n]
+    assert len(tmpfs_notes) == 1 and "/root/.cache:size=100M" in tmpfs_notes[0]
