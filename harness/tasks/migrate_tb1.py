@@ -462,9 +462,10 @@ def _task_mounts(service: dict[str, Any], source: Path, notes: list[str]) -> _Mo
             mounts.image_lines.append(f"COPY . {dst}")
             mounts.verifier += [("", f"{dst}/tests"), (f"/{_RUN_TESTS}", f"{dst}/{_RUN_TESTS}")]
             notes.append(
-                f"bind mount .:{dst} (the whole task dir) is copied into the image, without "
-                "the tests and the solution; tests/ and run-tests.sh are put there by "
-                "tests/test.sh when grading starts"
+                f"bind mount .:{dst} (the whole task dir) is copied into the image: its build "
+                "context, which holds the tests and the solution only if the Dockerfile bakes "
+                "them in; tests/ and run-tests.sh are put there by tests/test.sh when grading "
+                "starts"
             )
         elif head in ("solution.sh", "solution.yaml"):
             notes.append(f"bind mount {src}:{dst} of the solution was left out")
