@@ -268,7 +268,8 @@ def migrate_task(
 def _read_task_yaml(source: Path) -> dict[str, Any]:
     data = yaml.safe_load((source / TB1_TASK_YAML).read_text())
     if not isinstance(data, dict):
-        raise MigrationError("task.yaml is not a mapping")
+        what = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
+        raise MigrationError(f"task.yaml is {what}")
     if "instruction" not in data:
         # The first TB1 format: descriptions: [{key: base, description: ...}]
         for item in data.get("descriptions") or []:

@@ -260,3 +260,16 @@ def test_a_verifier_that_downloads_when_grading_is_told_to_need_the_network(
     (online,) = [r for r in results if r.source.name == "online"]
     tmpfs_notes = [n for n in online.notes if "tmpfs" in n]
     assert len(tmpfs_notes) == 1 and "/root/.cache:size=100M" in tmpfs_notes[0]
+
+
+def test_an_empty_task_yaml_is_said_to_be_empty(tmp_path: Path) -> None:
+    task = make_tb1(tmp_path / "src", "template")
+    (task / "task.yaml").write_text("")
+    make_tb1(tmp_path / "src", "listed")
+    (tmp_path / "src" / "listed" / "task.yaml").write_text("- a\n")
+    results, _ = migrate_tasks([tmp_path / "src"], tmp_path / "out")
+    errors = {r.source.name: r.error for r in results}
+    assert errors == {
+        "listed": "task.yaml is a list, not a mapping",
+        "template": "task.yaml is empty",
+    }
