@@ -13,6 +13,11 @@ Harbor's own mapper does:
   ``expose`` become ``ENV``/``WORKDIR``/``EXPOSE``), any other becomes
   ``environment/docker-compose.yaml`` with a ``main`` service and the ``T_BENCH_*``
   variables translated;
+* the client's bind mounts of the task's own files (``./tests:/app/tests:ro``,
+  ``.:/app``...): the verifier's files (``tests/``, ``run-tests.sh``) are put at the mount
+  point by ``tests/test.sh`` when grading starts (the agent does not see them, as under
+  Harbor), any other file is copied into the image there (``COPY``), a missing one is an
+  empty dir, as Docker makes it;
 * ``run-tests.sh`` and ``tests/`` → ``tests/``, with a ``tests/test.sh`` that runs it and
   writes the reward from its exit code (1 for 0, else 0);
 * ``solution.sh`` → ``solution/solve.sh`` (a ``solution.yaml``'s commands are written
@@ -24,6 +29,7 @@ What cannot be mapped is reported per task, never dropped silently.
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,22 +77,39 @@ _T_BENCH = {
 _TEST_DIR_FILE = re.compile(
     r"(?:^|[;&|]|\s)(?:source|\.|bash|sh)\s+\"?\$\{?TEST_DIR\}?/([A-Za-z0-9._-]+\.sh)", re.M
 )
+#: A download when grading: TB1 ran run-tests.sh with the network; the harness's default has none.
+_TEST_TIME_INSTALL = re.compile(
+    r"\b(?:apt-get\s+install|apt\s+install|pip3?\s+install|uv\s+(?:pip\s+install|add|sync|tool"
+    r"\s+install)|curl|wget|npm\s+(?:install|i|ci)|cargo\s+install|go\s+install)\b"
+)
 _T_BENCH_VAR = re.compile(r"\$\{(T_BENCH_[A-Z_]+)\}")
 
 #: The verifier written for every task: run-tests.sh's exit code becomes the reward.
-TEST_SH = """#!/bin/bash
+#: ``{placements}`` is where the TB1 client's bind mounts of verifier files are recreated.
+TEST_SH_TEMPLATE = """#!/bin/bash
 # Converted from a Terminal-Bench 1 task: run-tests.sh's exit code is the verdict.
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export TEST_DIR="$here"
 verifier_dir="${HARNESS_VERIFIER_DIR:-/logs/verifier}"
 mkdir -p "$verifier_dir"
-bash "$here/run-tests.sh"
+{placements}bash "$here/run-tests.sh"
 code=$?
 reward=0
 if [ "$code" -eq 0 ]; then reward=1; fi
 echo "$reward" > "$verifier_dir/reward.txt"
 exit "$code"
 """
+#: The verifier of a task whose compose file bind-mounts none of the verifier's files.
+TEST_SH = TEST_SH_TEMPLATE.replace("{placements}", "")
+#: A shell function test.sh uses to put a verifier file where TB1's compose mounted it.
+_PLACE_FN = """# TB1 bind-mounted these task files into the client: put there for grading only.
+place() {
+  [ "${2%/}" = "$1" ] && return 0  # mounted where the tests are anyway
+  rm -rf "$2" && mkdir -p "$(dirname "$2")" && cp -a "$1" "$2"
+}
+"""
+#: The task files that are the verifier's: mounted at grading time, never baked in.
+_VERIFIER_FILES = {"tests", _RUN_TESTS}
 
 
 class MigrationError(Exception):
@@ -178,14 +201,21 @@ def migrate_task(
     if target.exists():
         raise MigrationError(f"{target} exists already (migrate into an empty dir)")
     meta = _read_task_yaml(source)
-    if not (source / _RUN_TESTS).is_file():
-        raise MigrationError(f"{source.name}: no {_RUN_TESTS} (the TB1 verifier)")
-    env_dir = target / "environment"
-    env_dir.mkdir(parents=True)
-    handled = set(_HANDLED)
     compose = _read_compose(source)
     service = _main_service(compose)
     context = _build_context(service)
+    missing = []
+    if not (source / _RUN_TESTS).is_file():
+        missing.append(
+            f"no {_RUN_TESTS} (the TB1 verifier: write one that runs tests/ and exits 0 on a pass)"
+        )
+    if not (source / context / "Dockerfile").is_file():
+        missing.append(f"no Dockerfile in its build context {context!r} (the environment)")
+    if missing:
+        raise MigrationError("; ".join(missing))
+    env_dir = target / "environment"
+    env_dir.mkdir(parents=True)
+    handled = set(_HANDLED)
     if context == ".":
         handled.add("Dockerfile")
         if (source / "Dockerfile").is_file():
@@ -195,9 +225,10 @@ def migrate_task(
         shutil.copytree(source / context, env_dir, dirs_exist_ok=True, symlinks=True)
     dockerfile = env_dir / "Dockerfile"
     if not dockerfile.is_file():
-        raise MigrationError(f"{source.name}: no Dockerfile in its build context {context!r}")
+        raise MigrationError(f"no Dockerfile in its build context {context!r}")
     _copy_rest(source, env_dir, handled, dockerfile.read_text(errors="replace"))
-    _append_to_dockerfile(dockerfile, service, notes)
+    mounts = _task_mounts(service, source, notes)
+    _append_to_dockerfile(dockerfile, service, notes, mounts.image_lines)
     if compose and not _collapsible(compose, service):
         if len(compose.get("services") or {}) == 1:
             _note_dropped(service, notes)  # no sidecar: the Dockerfile is the environment
@@ -210,8 +241,21 @@ def migrate_task(
     if (tests / "test.sh").exists():
         notes.append("tests/test.sh of the TB1 task was replaced by the converted verifier")
     shutil.copy2(source / _RUN_TESTS, tests / _RUN_TESTS)
-    _note_missing_helpers((tests / _RUN_TESTS).read_text(errors="replace"), tests, notes)
-    (tests / "test.sh").write_text(TEST_SH)
+    script = (tests / _RUN_TESTS).read_text(errors="replace")
+    _note_missing_helpers(script, tests, notes)
+    if not allow_internet and _TEST_TIME_INSTALL.search(script):
+        notes.append(
+            "run-tests.sh installs packages when grading (apt-get, pip, uv, curl...): with no "
+            "network its verifier cannot pass; migrate with --allow-internet, or bake them "
+            "into the Dockerfile"
+        )
+    placements = "".join(
+        f'place "$here"{shlex.quote(sub) if sub else ""} {shlex.quote(dst)}\n'
+        for sub, dst in mounts.verifier
+    )
+    if placements:
+        placements = _PLACE_FN + placements
+    (tests / "test.sh").write_text(TEST_SH_TEMPLATE.replace("{placements}", placements))
     (tests / "test.sh").chmod(0o755)
     _write_solution(source, target, notes)
     instruction = str(meta["instruction"])
@@ -224,14 +268,18 @@ def migrate_task(
 def _read_task_yaml(source: Path) -> dict[str, Any]:
     data = yaml.safe_load((source / TB1_TASK_YAML).read_text())
     if not isinstance(data, dict):
-        raise MigrationError(f"{source.name}: task.yaml is not a mapping")
+        what = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
+        raise MigrationError(f"task.yaml is {what}")
     if "instruction" not in data:
         # The first TB1 format: descriptions: [{key: base, description: ...}]
         for item in data.get("descriptions") or []:
             if isinstance(item, dict) and item.get("key") == "base":
                 data["instruction"] = item.get("description", "")
     if not isinstance(data.get("instruction"), str) or not data["instruction"].strip():
-        raise MigrationError(f"{source.name}: task.yaml has no instruction")
+        raise MigrationError(
+            "task.yaml has no instruction (TB1 reads 'instruction', or 'descriptions' with "
+            f"key 'base'; it has {sorted(map(str, data))})"
+        )
     return data
 
 
@@ -241,7 +289,7 @@ def _read_compose(source: Path) -> dict[str, Any]:
         return {}
     data = yaml.safe_load(path.read_text())
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
-        raise MigrationError(f"{source.name}: {_COMPOSE} has no services")
+        raise MigrationError(f"{_COMPOSE} has no services")
     return data
 
 
@@ -278,14 +326,32 @@ def _copy_rest(source: Path, env_dir: Path, handled: set[str], dockerfile: str) 
             shutil.copytree(item, target, symlinks=True, dirs_exist_ok=True)
         else:
             shutil.copy2(item, target, follow_symlinks=False)
-    # A Dockerfile that bakes the tests or the solution in still finds them.
-    for name in ("tests", "solution.sh"):
-        if re.search(rf"^\s*(COPY|ADD)\s+(\./)?{re.escape(name)}", dockerfile, re.M):
-            src = source / name
-            if src.is_dir():
-                shutil.copytree(src, env_dir / name, symlinks=True, dirs_exist_ok=True)
-            elif src.is_file():
-                shutil.copy2(src, env_dir / name)
+    # A Dockerfile that bakes the tests, run-tests.sh or the solution in still finds them.
+    for name in sorted(_baked_in(dockerfile)):
+        src = source / name
+        if src.is_dir():
+            shutil.copytree(src, env_dir / name, symlinks=True, dirs_exist_ok=True)
+        elif src.is_file():
+            shutil.copy2(src, env_dir / name)
+
+
+def _baked_in(dockerfile: str) -> set[str]:
+    """The verifier and solution files a ``COPY``/``ADD`` of the Dockerfile takes.
+
+    A source is relative to the build context even with a leading ``/``
+    (``COPY /tests/pipeline/ /app/``), and options (``--chown=...``) come first.
+    """
+    found: set[str] = set()
+    text = dockerfile.replace("\\\n", " ")
+    for match in re.finditer(r"^\s*(?:COPY|ADD)\s+(.+)$", text, re.M | re.I):
+        words = [w for w in match.group(1).split() if not w.startswith("--")]
+        if any(w.startswith("--from") for w in match.group(1).split()):
+            continue
+        for word in words[:-1]:
+            head = word.strip('[",]').lstrip("./").split("/")[0]
+            if head in (*_VERIFIER_FILES, "solution.sh"):
+                found.add(head)
+    return found
 
 
 def _env_items(service: dict[str, Any]) -> list[tuple[str, str | None]]:
@@ -311,7 +377,9 @@ def _translate(text: str, notes: list[str]) -> str:
     return _T_BENCH_VAR.sub(swap, text)
 
 
-def _append_to_dockerfile(dockerfile: Path, service: dict[str, Any], notes: list[str]) -> None:
+def _append_to_dockerfile(
+    dockerfile: Path, service: dict[str, Any], notes: list[str], extra: list[str]
+) -> None:
     lines = ["", "# Mapped from the Terminal-Bench 1 docker-compose.yaml", "ENV TEST_DIR=/tests"]
     for name, value in _env_items(service):
         if value is None:
@@ -323,8 +391,92 @@ def _append_to_dockerfile(dockerfile: Path, service: dict[str, Any], notes: list
         lines.append(f"WORKDIR {workdir}")
     expose = service.get("expose") or []
     lines += [f"EXPOSE {port}" for port in (expose if isinstance(expose, list) else [expose])]
+    lines += extra
     text = dockerfile.read_text(errors="replace")
     dockerfile.write_text(text + ("" if text.endswith("\n") else "\n") + "\n".join(lines) + "\n")
+
+
+@dataclass
+class _Mounts:
+    """The client's bind mounts of the task's own files, mapped.
+
+    Attributes:
+        image_lines: Dockerfile lines that copy (or create) the mounted files in the image.
+        verifier: ``(path under tests/ or "", mount point)`` pairs that test.sh places.
+    """
+
+    image_lines: list[str] = field(default_factory=list)
+    verifier: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _bind_source(volume: object) -> tuple[str, str] | None:
+    """``(source inside the task dir, target)`` of a bind mount of the task's files, else None.
+
+    Compose resolves a relative source against the compose file's dir, the task dir; a
+    named volume, a host path or a ``${...}`` source is not the task's.
+    """
+    if isinstance(volume, dict):
+        if volume.get("type", "bind") != "bind":
+            return None
+        src, dst = str(volume.get("source", "")), str(volume.get("target", ""))
+    else:
+        parts = str(volume).split(":")
+        if len(parts) < 2:
+            return None
+        src, dst = parts[0], parts[1]
+    if not (src == "." or src.startswith("./")) or "$" in src or not dst.startswith("/"):
+        return None
+    clean = src.removeprefix("./").rstrip("/") or "."
+    if ".." in clean.split("/"):
+        return None
+    return clean, dst
+
+
+def _foreign_volumes(service: dict[str, Any]) -> list[object]:
+    """The client's volumes that are neither TB1's logs mounts nor the task's own files."""
+    return [
+        v
+        for v in service.get("volumes") or []
+        if str(v) not in _DEFAULT_VOLUMES and _bind_source(v) is None
+    ]
+
+
+def _task_mounts(service: dict[str, Any], source: Path, notes: list[str]) -> _Mounts:
+    """Map the client's bind mounts of the task's files (TB1 ran ``compose up`` in it)."""
+    mounts = _Mounts()
+    for volume in service.get("volumes") or []:
+        bound = _bind_source(volume)
+        if bound is None:
+            continue
+        src, dst = bound
+        head, _, rest = src.partition("/")
+        if head in _VERIFIER_FILES:
+            sub = "/" + rest if head == "tests" and rest else ""
+            if head == _RUN_TESTS:
+                sub = "/" + _RUN_TESTS
+            mounts.verifier.append((sub, dst))
+            notes.append(
+                f"bind mount {src}:{dst} is put in place by tests/test.sh when grading starts "
+                "(the agent does not see it)"
+            )
+        elif src == ".":
+            mounts.image_lines.append(f"COPY . {dst}")
+            mounts.verifier += [("", f"{dst}/tests"), (f"/{_RUN_TESTS}", f"{dst}/{_RUN_TESTS}")]
+            notes.append(
+                f"bind mount .:{dst} (the whole task dir) is copied into the image: its build "
+                "context, which holds the tests and the solution only if the Dockerfile bakes "
+                "them in; tests/ and run-tests.sh are put there by tests/test.sh when grading "
+                "starts"
+            )
+        elif head in ("solution.sh", "solution.yaml"):
+            notes.append(f"bind mount {src}:{dst} of the solution was left out")
+        elif (source / src).exists():
+            mounts.image_lines.append(f"COPY {src} {dst}")
+            notes.append(f"bind mount {src}:{dst} is copied into the image (not a live mount)")
+        else:
+            mounts.image_lines.append(f"RUN mkdir -p {dst}")
+            notes.append(f"bind mount {src}:{dst} (absent from the task) is an empty dir")
+    return mounts
 
 
 def _collapsible(compose: dict[str, Any], service: dict[str, Any]) -> bool:
@@ -333,16 +485,21 @@ def _collapsible(compose: dict[str, Any], service: dict[str, Any]) -> bool:
         return False
     if set(service) - _COLLAPSIBLE:
         return False
-    volumes = service.get("volumes") or []
-    return all(str(v) in _DEFAULT_VOLUMES for v in volumes)
+    return not _foreign_volumes(service)
 
 
 def _note_dropped(service: dict[str, Any], notes: list[str]) -> None:
     """Tell what of a lone client service the Dockerfile cannot carry."""
-    volumes = [v for v in service.get("volumes") or [] if str(v) not in _DEFAULT_VOLUMES]
+    volumes = _foreign_volumes(service)
     if volumes:
         notes.append(f"the client's volumes {volumes} are not mounted (the harness owns mounts)")
     for key in sorted(set(service) - _COLLAPSIBLE):
+        if key == "tmpfs":
+            notes.append(
+                f"the client's tmpfs {service[key]} is not mounted: a size limit the task may "
+                "rely on (the harness has no per-path mount; storage_mb limits the whole disk)"
+            )
+            continue
         notes.append(f"compose key {key!r} of the client has no equivalent; left out")
 
 
@@ -362,7 +519,7 @@ def _write_compose(
     for key, value in service.items():
         if key not in _MAIN_REPLACED | {"environment"}:
             main[key] = value
-    volumes = [v for v in service.get("volumes") or [] if str(v) not in _DEFAULT_VOLUMES]
+    volumes = _foreign_volumes(service)
     if volumes:
         notes.append(
             f"the client's volumes {volumes} are not mounted (the harness owns main's mounts)"

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import yaml
-from tb1_support import SIDECAR_COMPOSE, TASK_YAML, make_tb1
+from tb1_support import SIDECAR_COMPOSE, STANDARD_COMPOSE, TASK_YAML, make_tb1
 
 from harness.tasks import check_tasks
 from harness.tasks.migrate_tb1 import migrate_tasks
@@ -130,3 +130,146 @@ def test_tasks_check_names_a_tb1_dir_and_the_command(tmp_path: Path) -> None:
         assert tasks == [] and len(found) == 1
         message = str(found[0])
         assert "Terminal-Bench 1" in message and "harness tasks migrate" in message
+
+
+MOUNTING_COMPOSE = """services:
+  agent-environment:
+    build:
+      context: .
+      dockerfile: Dockerfile
+    working_dir: {work}
+    volumes:
+      - ./tests:{work}/tests:ro
+      - ./run-tests.sh:{work}/run-tests.sh:ro
+      - ./seeds:/app/seeds
+      - type: bind
+        source: ./runs
+        target: /app/runs
+      - /var/run/docker.sock:/var/run/docker.sock
+    command: tail -f /dev/null
+"""
+
+
+def test_bind_mounts_of_the_task_files_are_mapped_not_dropped(tmp_path: Path) -> None:
+    """A TB1 compose file that mounts ./tests where run-tests.sh reads them still grades.
+
+    The verifier's files appear at the mount point only when grading starts (replacing
+    whatever the agent left there); other task files are copied into the image; a missing
+    source is an empty dir, as Docker makes it; a host path is reported, not mounted.
+    """
+    work = tmp_path / "work"
+    run_tests = (
+        "#!/bin/bash\nset -e\n[ -x run-tests.sh ]\n[ ! -e tests/planted.py ]\n"
+        "grep -q ok tests/test_outputs.py\n"
+    )
+    task = make_tb1(
+        tmp_path / "src", "mounts", compose=MOUNTING_COMPOSE.format(work=work), run_tests=run_tests
+    )
+    (task / "tests" / "test_outputs.py").write_text("# ok\n")
+    (task / "run-tests.sh").chmod(0o755)
+    (task / "seeds").mkdir()
+    (task / "seeds" / "s.txt").write_text("s\n")
+    results, _ = migrate_tasks([task], tmp_path / "out")
+    assert results[0].error is None, results[0]
+    out = tmp_path / "out" / "mounts"
+    dockerfile = (out / "environment" / "Dockerfile").read_text()
+    assert "COPY seeds /app/seeds" in dockerfile and "RUN mkdir -p /app/runs" in dockerfile
+    assert (out / "environment" / "seeds" / "s.txt").is_file()
+    # The verifier's files stay out of the image (the agent never sees them).
+    copies = [line for line in dockerfile.splitlines() if line.startswith("COPY")]
+    assert not any("tests" in line or "run-tests" in line for line in copies)
+    assert not (out / "environment" / "tests").exists()
+    unmounted = [n for n in results[0].notes if "not mounted" in n]
+    assert len(unmounted) == 1 and "docker.sock" in unmounted[0]
+    assert "seeds" not in unmounted[0] and "runs" not in unmounted[0]
+    # Only the standard client and task-file mounts: it collapses into the Dockerfile.
+    assert not (out / "environment" / "docker-compose.yaml").exists()
+    # What the agent left at the mount point is replaced by the task's own tests.
+    (work / "tests").mkdir(parents=True)
+    (work / "tests" / "planted.py").write_text("import os\n")
+    verifier = tmp_path / "verifier"
+    done = subprocess.run(
+        ["bash", str(out / "tests" / "test.sh")],
+        cwd=work,
+        env={"PATH": "/usr/bin:/bin", "HARNESS_VERIFIER_DIR": str(verifier)},
+        check=False,
+    )
+    assert done.returncode == 0
+    assert (verifier / "reward.txt").read_text().strip() == "1"
+    assert (work / "tests" / "test_outputs.py").read_text() == "# ok\n"
+    tasks, found = check_tasks([tmp_path / "out"])
+    assert found == [] and len(tasks) == 1
+
+
+def test_a_mount_of_the_whole_task_dir_copies_it_and_places_the_verifier(tmp_path: Path) -> None:
+    compose = (
+        "services:\n  sandbox:\n    build: .\n    working_dir: /app\n    volumes:\n      - .:/app\n"
+    )
+    task = make_tb1(tmp_path / "src", "whole", compose=compose)
+    results, _ = migrate_tasks([task], tmp_path / "out")
+    assert results[0].error is None, results[0]
+    out = tmp_path / "out" / "whole"
+    assert "COPY . /app" in (out / "environment" / "Dockerfile").read_text()
+    test_sh = (out / "tests" / "test.sh").read_text()
+    assert 'place "$here" /app/tests' in test_sh
+    assert 'place "$here"/run-tests.sh /app/run-tests.sh' in test_sh
+    # The solution is never copied into the image the agent works in.
+    assert not (out / "environment" / "solution.sh").exists()
+
+
+def test_a_dockerfile_that_bakes_in_verifier_files_still_finds_them(tmp_path: Path) -> None:
+    """``COPY /tests/pipeline/ /app/`` is context-relative, as is ``COPY run-tests.sh``."""
+    task = make_tb1(tmp_path / "src", "baked")
+    (task / "tests" / "pipeline").mkdir()
+    (task / "tests" / "pipeline" / "step.py").write_text("pass\n")
+    (task / "Dockerfile").write_text(
+        "FROM harness/base:bookworm\nWORKDIR /app\nCOPY /tests/pipeline/ /app/\n"
+        "COPY --chown=root:root run-tests.sh /app/run-tests.sh\n"
+    )
+    results, _ = migrate_tasks([task], tmp_path / "out")
+    assert results[0].error is None, results[0]
+    env = tmp_path / "out" / "baked" / "environment"
+    assert (env / "tests" / "pipeline" / "step.py").is_file()
+    assert (env / "run-tests.sh").is_file()
+
+
+def test_a_task_missing_its_verifier_and_dockerfile_names_both(tmp_path: Path) -> None:
+    task = make_tb1(tmp_path / "src", "stripped", run_tests=None, compose=None)
+    (task / "Dockerfile").unlink()
+    results, _ = migrate_tasks([task], tmp_path / "out")
+    error = results[0].error
+    assert error is not None and "run-tests.sh" in error and "Dockerfile" in error
+    assert not error.startswith("stripped")  # the CLI prefixes the task's name itself
+
+
+def test_a_verifier_that_downloads_when_grading_is_told_to_need_the_network(
+    tmp_path: Path,
+) -> None:
+    """TB1 graded with the network; the harness's default has none."""
+    run_tests = (
+        "#!/bin/bash\ncurl -LsSf https://example.invalid/uv.sh | sh\nuv pip install pytest\n"
+    )
+    tmpfs = STANDARD_COMPOSE + "    tmpfs:\n      - /root/.cache:size=100M\n"
+    make_tb1(tmp_path / "src", "online", run_tests=run_tests, compose=tmpfs)
+    make_tb1(tmp_path / "src", "offline")
+    for allow, expected in ((False, {"online"}), (True, set())):
+        out = tmp_path / f"out-{allow}"
+        results, _ = migrate_tasks([tmp_path / "src"], out, allow_internet=allow)
+        told = {r.source.name for r in results if any("--allow-internet" in n for n in r.notes)}
+        assert told == expected
+    (online,) = [r for r in results if r.source.name == "online"]
+    tmpfs_notes = [n for n in online.notes if "tmpfs" in n]
+    assert len(tmpfs_notes) == 1 and "/root/.cache:size=100M" in tmpfs_notes[0]
+
+
+def test_an_empty_task_yaml_is_said_to_be_empty(tmp_path: Path) -> None:
+    task = make_tb1(tmp_path / "src", "template")
+    (task / "task.yaml").write_text("")
+    make_tb1(tmp_path / "src", "listed")
+    (tmp_path / "src" / "listed" / "task.yaml").write_text("- a\n")
+    results, _ = migrate_tasks([tmp_path / "src"], tmp_path / "out")
+    errors = {r.source.name: r.error for r in results}
+    assert errors == {
+        "listed": "task.yaml is a list, not a mapping",
+        "template": "task.yaml is empty",
+    }
