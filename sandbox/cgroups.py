@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox.errors import SandboxError
+
 #: Every trial cgroup's name starts with this (then the run's label, ``@``, a token).
 NAME_PREFIX = "harness-trial@"
 #: The v2 dir that holds the trial cgroups (a child of the v2 root, like the engine's own).
@@ -51,8 +53,11 @@ MIB = 1024 * 1024
 KILL_WAIT_SEC = 10.0
 
 
-class CgroupError(OSError):
-    """A trial cgroup could not be made, joined, killed or removed."""
+class CgroupError(SandboxError, OSError):
+    """A trial cgroup could not be made, joined, killed or removed (the machine's fault).
+
+    Also an :class:`OSError`, which is what the cgroup files raised underneath.
+    """
 
 
 @dataclass(frozen=True)

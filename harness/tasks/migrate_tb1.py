@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from harness.config.toml import to_toml
+from harness.errors import HarnessError
 
 TB1_TASK_YAML = "task.yaml"
 _RUN_TESTS = "run-tests.sh"
@@ -112,7 +113,7 @@ place() {
 _VERIFIER_FILES = {"tests", _RUN_TESTS}
 
 
-class MigrationError(Exception):
+class MigrationError(HarnessError):
     """A TB1 task that cannot be converted (the reason is the message)."""
 
 

@@ -115,7 +115,7 @@ def test_kill_9_during_an_image_build_then_resume_completes(
             children = psutil.Process(proc.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return False
-        return any("build" in (c.cmdline() or []) for c in children if c.is_running())
+        return any("build" in _cmdline(c) for c in children)
 
     wait_until(building, "an image build")
     proc.kill9()
@@ -158,3 +158,11 @@ def test_a_damaged_status_json_trips_nothing(
     assert_no_traceback(report)
     resume_completes(engine_cli, engine, run_dir, 2)
     assert status(run_dir)["state"] == "finished"
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    """A child's argv, or none for one that ended (or is a zombie) while we looked."""
+    try:
+        return process.cmdline() or []
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []
