@@ -90,9 +90,25 @@ class InstalledAgent(SandboxAgent):
 
     # -- install --------------------------------------------------------------------------
 
-    @abstractmethod
+    #: The npm package of a Node CLI (its native build for the host's platform follows).
+    npm_package: ClassVar[str] = ""
+
     def install_spec(self) -> InstallSpec:
-        """What to fetch for :attr:`version` (pinned packages for the host's platform)."""
+        """What to fetch for :attr:`version` (pinned packages for the host's platform).
+
+        A Node CLI names its :attr:`npm_package`; any other agent overrides this.
+
+        Raises:
+            AgentConfigError: Neither is given (a plug-in's mistake).
+        """
+        if not self.npm_package:
+            raise AgentConfigError(
+                f"agent {self.name} names no npm_package: a plug-in that installs another "
+                "way overrides install_spec"
+            )
+        return InstallSpec(
+            agent=self.name, version=self.version, npm=(f"{self.npm_package}@{self.version}",)
+        )
 
     def check(self, task: Task) -> None:
         """Have the CLI in the cache before any trial (fetched now if needed).

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from harness.agents.installed.base import InstalledAgent
-from harness.agents.installed.cache import InstallSpec, Platform
+from harness.agents.installed.cache import Platform
 from harness.tasks import Task
 from sandbox.backend import Sandbox
 
@@ -31,11 +31,8 @@ class ClaudeCode(InstalledAgent):
     default_version: ClassVar[str] = "2.1.332"
     api: ClassVar[str] = "anthropic-messages"
     providers: ClassVar[tuple[str, ...]] = ("anthropic", "faux")
+    npm_package: ClassVar[str] = PACKAGE
 
-    def install_spec(self) -> InstallSpec:  # noqa: D102
-        return InstallSpec(
-            agent=self.name, version=self.version, npm=(f"{PACKAGE}@{self.version}",)
-        )
 
     def executable(self) -> str:
         """The native executable of the host's platform, inside the sandbox."""

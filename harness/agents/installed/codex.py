@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from harness.agents.installed.base import InstalledAgent
-from harness.agents.installed.cache import InstallSpec, Platform
+from harness.agents.installed.cache import Platform
 from harness.tasks import Task
 from sandbox.backend import Sandbox
 
@@ -70,11 +70,8 @@ class Codex(InstalledAgent):
     default_version: ClassVar[str] = "0.171.0"
     api: ClassVar[str] = "openai-responses"
     providers: ClassVar[tuple[str, ...]] = ("openai", "faux")
+    npm_package: ClassVar[str] = PACKAGE
 
-    def install_spec(self) -> InstallSpec:  # noqa: D102
-        return InstallSpec(
-            agent=self.name, version=self.version, npm=(f"{PACKAGE}@{self.version}",)
-        )
 
     def executable(self) -> str:
         """The static executable of the host's CPU, inside the sandbox."""
