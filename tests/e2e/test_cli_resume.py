@@ -485,7 +485,7 @@ def test_a_second_ctrl_c_aborts_and_still_cleans_up(tmp_path: Path, env: dict[st
     os.killpg(started.proc.pid, signal.SIGINT)
     code, _stdout, stderr = started.wait(timeout=60)
     assert code == 130, stderr
-    assert "aborting" in stderr
+    assert "aborting" in stderr, stderr  # whole: what each trial ended as, and why
     assert not no_procs_with(tag), "agents outlived the aborted run"
     assert not run_tmp(env, run_dir).exists()
     assert json.loads((run_dir / "summary.json").read_text())["interrupted"] is True
