@@ -197,12 +197,17 @@ def load_run(run_dir: str | Path) -> RunResults:
     A torn last line of ``trials.jsonl`` (a crash mid-write) is left out.
 
     Raises:
-        ConfigError: Not a run dir.
+        ConfigError: Not a run dir, or its ``trials.jsonl`` cannot be read (a symlink
+            or not a regular file: a forged run dir's link is never followed).
         CorruptRecordError: A line other than the last is not a record.
     """
     path = Path(run_dir)
     config = load_saved_config(path)
-    records = list(latest_by_id(TrialStore(path).load_report().records).values())
+    try:
+        loaded = TrialStore(path).load_report()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read trials.jsonl: {exc}") from None
+    records = list(latest_by_id(loaded.records).values())
     summary = summarize(records, threshold=config.threshold, planned=_planned(path))
     return RunResults(path, config, records, summary, read_status(path))
 

@@ -18,7 +18,12 @@ binary, driven by python-on-whales' compose API) in a project of their own:
 - ``main``'s own keys are not applied to the main container: its ``command`` and
   ``environment`` feed the image's workload, ``depends_on`` is honoured by starting the
   sidecars first (waiting for their healthchecks), and every other key is listed in the
-  record as overridden.
+  record as overridden;
+- compose interpolates ``${VAR}`` in the file from its own process environment, which
+  would be the harness's (``AWS_SECRET_ACCESS_KEY``, ``GITHUB_TOKEN``...): every compose
+  command runs under ``env -i`` with only what the docker CLI needs to reach its engine
+  (:data:`COMPOSE_ENVIRON`), so a task's compose file reads no host variable; a template
+  takes its ``:-default`` or the empty string.
 """
 
 from __future__ import annotations
@@ -44,6 +49,17 @@ MAIN = "main"
 #: Keys of ``main`` the harness applies (the rest are overridden, and recorded).
 MAIN_APPLIED = ("command", "environment", "depends_on", "build", "image")
 _UNSAFE = re.compile(r"[^a-z0-9_-]+")
+#: The host variables compose commands keep: how the docker CLI reaches its engine.
+#: Nothing else of the harness's environment is visible to a compose file's templates.
+COMPOSE_ENVIRON = (
+    "PATH",
+    "HOME",
+    "DOCKER_HOST",
+    "DOCKER_CONTEXT",
+    "DOCKER_CERT_PATH",
+    "DOCKER_TLS_VERIFY",
+    "DOCKER_API_VERSION",
+)
 _plugin_lock = threading.Lock()
 _plugin_dir: Path | None = None
 
@@ -69,6 +85,17 @@ def compose_binary() -> Path | None:
     except ImportError:
         return None
     return shipped if shipped.is_file() else None
+
+
+def compose_client_call() -> list[str]:
+    """The docker CLI invocation for compose commands: ``env -i`` plus :data:`COMPOSE_ENVIRON`.
+
+    python-on-whales hands every command the harness's whole environment, and compose
+    interpolates the file's ``${VAR}`` from it; clearing it here is what keeps a task's
+    compose file from reading a host secret into a container.
+    """
+    kept = [f"{name}={os.environ[name]}" for name in COMPOSE_ENVIRON if name in os.environ]
+    return ["env", "-i", *kept, "docker"]
 
 
 def cli_config_dir() -> Path:
@@ -198,6 +225,7 @@ class ComposeProject:
         )
         return DockerClient(
             config=cli_config_dir(),
+            client_call=compose_client_call(),
             compose_files=files,
             compose_project_name=self.name,
             compose_project_directory=self.file.parent,

@@ -1,0 +1,160 @@
+"""Variants of the host-side trust-boundary attacks that the first fixes' tests did not cover.
+
+docs/security.md, "The host-side trust boundary". Each test is an attack through the real
+CLI, judged from outside (the run dir, host files, the record):
+
+- a compose file's ``${VAR}`` template, which Docker Compose interpolates from its own
+  process environment (the harness's), must not carry a host secret into the agent;
+- a forged run dir whose ``trials.jsonl`` is a symlink to a root-only host file holding
+  record-shaped lines must not be read by ``report``, ``regrade``, ``export`` or ``view``;
+- hostile bytes in places the first tests did not put them (the agent's stdout, a file
+  the verifier writes, an artifact's name), and a second step of a multi-step task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import BASE_IMAGE, REPO, Cli, files_containing, read_records, unique, write_task
+
+
+def harness(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """One real ``python -m harness ...`` to the end."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def host_secret_dir() -> Iterator[Path]:
+    """A root-only dir outside every run and task dir."""
+    top = Path(tempfile.mkdtemp(prefix="hrt", dir="/tmp"))
+    top.chmod(0o700)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ compose templates
+
+
+@pytest.mark.docker
+def test_a_compose_file_template_reads_no_host_secret(client: Any, tmp_path: Path) -> None:
+    """Attack: ``environment: {LEAK: "${SECRET}"}`` in the task's docker-compose.yaml.
+
+    Compose interpolates the file from its process environment; python-on-whales gave it
+    the harness's whole environment, so the secret reached the agent (its log held it).
+    """
+    secret = f"RT-COMPOSE-{secrets.token_hex(12)}"
+    name = unique("compose-tmpl")
+    task = write_task(
+        tmp_path / "tasks",
+        name,
+        attack='echo "leak:${LEAK}:${NESTED}:"\n',
+        dockerfile=f"FROM {BASE_IMAGE}\n",
+    )
+    (task / "environment" / "docker-compose.yaml").write_text(
+        "services:\n  main:\n    build:\n      context: .\n    environment:\n"
+        '      LEAK: "${RT_COMPOSE_SECRET}"\n'
+        '      NESTED: "${RT_UNSET_VAR:-${RT_COMPOSE_SECRET}}"\n'
+    )
+    cli = Cli(tmp_path, sandbox="docker")
+    try:
+        result = cli.run([task], env={"RT_COMPOSE_SECRET": secret}, timeout=300)
+    finally:
+        from conftest import RUN_LABEL, remove_labelled
+
+        if cli.output.exists():
+            for run_dir in cli.output.iterdir():
+                remove_labelled(client, f"{RUN_LABEL}={run_dir.name}")
+    assert result.code == 0, str(result)
+    assert result.run_dir is not None
+    record = result.by_task(name)
+    assert record["status"] == "completed", record
+    log = (result.evidence(record) / "agent.log").read_text(errors="replace")
+    assert "leak:" in log, log  # the agent ran and printed the variables
+    assert not files_containing(result.run_dir, secret)
+    assert not files_containing(cli.tmpdir, secret)
+
+
+# ------------------------------------------------------------------ a symlinked trials.jsonl
+
+
+@pytest.mark.root
+def test_a_symlinked_trials_file_is_never_read(tmp_path: Path, host_secret_dir: Path) -> None:
+    """Attack: a run dir whose ``trials.jsonl`` links to a root-only host file of records.
+
+    Before, ``report`` followed the link and embedded the host file's strings in its HTML.
+    """
+    task = write_task(tmp_path / "tasks", unique("trials-link"), attack="echo hi\n")
+    run = Cli(tmp_path, sandbox="local").run([task], timeout=300)
+    assert run.code == 0 and run.run_dir is not None, str(run)
+    run_dir = run.run_dir
+    token = f"RT-HOSTFILE-{secrets.token_hex(12)}"
+    forged = dict(read_records(run_dir)[0])
+    forged["task"] = {**forged["task"], "name": token}
+    target = host_secret_dir / "records.jsonl"
+    target.write_text(json.dumps(forged) + "\n")
+    target.chmod(0o600)
+    (run_dir / "trials.jsonl").unlink()
+    (run_dir / "summary.json").unlink()
+    (run_dir / "trials.jsonl").symlink_to(target)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    report = harness("report", str(run_dir), "-o", str(out / "report.html"))
+    assert report.returncode == 2, report.stderr
+    assert "trials.jsonl" in report.stderr and "Traceback" not in report.stderr
+    regrade = harness("regrade", str(run_dir), "-o", str(out / "regrade"))
+    assert regrade.returncode == 2, regrade.stderr
+    assert "Traceback" not in regrade.stderr
+    export = harness("export", str(run_dir), "-o", str(out / "export"))
+    assert export.returncode != 0 and "Traceback" not in export.stderr, export.stderr
+
+    view = subprocess.Popen(
+        [sys.executable, "-m", "harness", "view", str(run_dir), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "NO_COLOR": "1"},
+        start_new_session=True,
+    )
+    bodies = []
+    try:
+        assert view.stdout is not None
+        line = view.stdout.readline()
+        match = re.search(r"serving (http://127\.0\.0\.1:\d+/)", line)
+        if match:
+            for path in ("", "api/index"):
+                try:
+                    with urllib.request.urlopen(match.group(1) + path, timeout=60) as answer:
+                        bodies.append(answer.read().decode(errors="replace"))
+                except urllib.error.HTTPError as refused:
+                    bodies.append(refused.read().decode(errors="replace"))
+    finally:
+        os.killpg(view.pid, signal.SIGKILL)
+        view.wait(timeout=30)
+    assert not any(token in body for body in bodies)
+    assert not files_containing(out, token)
+    assert token not in report.stderr + regrade.stderr + export.stderr
+    assert target.read_text().count(token) == 1  # never written through the link either
