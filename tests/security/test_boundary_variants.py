@@ -158,3 +158,61 @@ def test_a_symlinked_trials_file_is_never_read(tmp_path: Path, host_secret_dir: 
     assert not files_containing(out, token)
     assert token not in report.stderr + regrade.stderr + export.stderr
     assert target.read_text().count(token) == 1  # never written through the link either
+
+
+# ------------------------------------------------------------------ hostile bytes, new places
+
+_BYTES_AGENT = r"""
+printf 'out \377\376 \xed\xa0\x80 \x1b[2J end\n'
+printf 'err \377 \xc3\x28\n' >&2
+W="$HARNESS_WORKSPACE"
+mkdir -p "$W/rtart/$(printf 'd\377')" "$HARNESS_ARTIFACTS_DIR/manifest.json/x"
+printf 'x' > "$W/rtart/$(printf 'd\377')/$(printf 'f\376\\x41')"
+ln -s /etc/shadow "$W/rtart/$(printf 'l\377')"
+printf 'y' > "$HARNESS_ARTIFACTS_DIR/$(printf 'a\377\n\\xff')"
+"""
+
+_BYTES_VERIFIER = r"""V="$HARNESS_VERIFIER_DIR"
+printf 'v \377\n'
+printf 'z' > "$V/$(printf 'n\377')"
+printf '\377\376 junk' > "$V/notes.txt"
+mkdir -p "$V/$(printf 'dd\377')"; ln -s /etc/shadow "$V/$(printf 'dd\377')/s"
+echo 0 > "$V/reward.txt"
+"""
+
+
+def test_hostile_bytes_in_stdout_artifacts_and_verifier_files_keep_the_record(
+    any_cli: Cli, backend: str, tmp_path: Path
+) -> None:
+    """Attack: non-UTF-8 bytes in the agent's stdout/stderr, in a declared artifact's and a
+    ``/logs/artifacts`` name (one a dir named ``manifest.json``), and in names and content
+    the verifier writes to its own dir (a non-UTF-8 dir holding a link to ``/etc/shadow``).
+
+    From outside: one ``completed`` record on attempt 1 with the honest reward 0; the
+    names survive byte for byte; no host byte of ``/etc/shadow`` is in the run dir; the
+    harness's artifact manifest is a file, never the agent's dir.
+    """
+    name = unique("bytes")
+    task = write_task(tmp_path / "tasks", name, attack=_BYTES_AGENT, test_sh=_BYTES_VERIFIER)
+    workspace = "/trial/workspace" if backend == "local" else "/app"
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(f'artifacts = ["{workspace}/rtart"]\n' + toml)
+    result = any_cli.run([task], timeout=300)
+    assert result.code == 0, str(result)
+    record = result.by_task(name)
+    assert (record["status"], record["reward"], record["attempt"]) == ("completed", 0.0, 1)
+    evidence = os.fsencode(result.evidence(record))
+    assert b"\377\376" in Path(os.fsdecode(evidence + b"/agent.log")).read_bytes()
+    assert os.path.isfile(evidence + b"/verifier/n\377")
+    assert os.path.isfile(evidence + b"/artifacts/a\377\n\\xff")
+    assert os.path.isfile(evidence + b"/artifacts/rtart/d\377/f\376\\x41")
+    assert os.path.isfile(evidence + b"/artifacts/manifest.json")
+    manifest = json.loads(Path(os.fsdecode(evidence + b"/artifacts/manifest.json")).read_bytes())
+    assert {entry["status"] for entry in manifest} == {"ok"}, manifest
+    links = {e["path"] for e in record["events"] if e.get("kind") == "symlink"}
+    assert any(p.endswith("dd\\xff/s") for p in links) and any(
+        p.endswith("rtart/l\\xff") for p in links
+    ), links
+    assert result.run_dir is not None
+    shadow = Path("/etc/shadow").read_bytes().split(b"\n")[0]
+    assert not files_containing(result.run_dir, shadow)
