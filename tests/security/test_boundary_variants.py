@@ -216,3 +216,89 @@ def test_hostile_bytes_in_stdout_artifacts_and_verifier_files_keep_the_record(
     assert result.run_dir is not None
     shadow = Path("/etc/shadow").read_bytes().split(b"\n")[0]
     assert not files_containing(result.run_dir, shadow)
+
+
+# ------------------------------------------------------------------ compose sidecars
+
+_SIDECAR_AGENT = """for i in $(seq 1 40); do
+  python3 -c "import urllib.request as u; print(u.urlopen('http://kv:8080/f', timeout=2).read())" \\
+    && break
+  sleep 0.5
+done
+"""
+
+
+def _sidecar_task(parent: Path, name: str, compose: str) -> Path:
+    task = write_task(
+        parent, name, attack=_SIDECAR_AGENT, dockerfile=f"FROM {BASE_IMAGE}\n", agent_timeout=60
+    )
+    (task / "environment" / "docker-compose.yaml").write_text(compose)
+    return task
+
+
+@pytest.mark.docker
+def test_a_compose_sidecar_cannot_hand_host_files_to_the_agent(
+    client: Any, tmp_path: Path, host_secret_dir: Path
+) -> None:
+    """Attack: a task's sidecar bind-mounts a root-only host dir (and reads a host env_file,
+    builds from a host context, runs privileged) and serves it to the agent over HTTP.
+
+    Before, the agent printed the host file (``/etc/shadow`` in the first trial of this
+    attack). Now the task is refused before anything starts, naming each key; a sidecar
+    binding a dir inside the task still serves the agent.
+    """
+    token = f"RT-SIDECAR-{secrets.token_hex(12)}"
+    (host_secret_dir / "f").write_text(token + "\n")
+    (host_secret_dir / "f").chmod(0o600)
+    (host_secret_dir / "secret.env").write_text(f"LEAKED={token}\n")
+    (host_secret_dir / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nCOPY f /srv/f\n")
+    serve = '["python3", "-m", "http.server", "8080", "-d", "/srv"]'
+    hostile_name, honest_name = unique("sidecar-host"), unique("sidecar-task")
+    hostile = _sidecar_task(
+        tmp_path / "tasks",
+        hostile_name,
+        "services:\n  main:\n    build:\n      context: .\n"
+        f"  kv:\n    image: {BASE_IMAGE}\n    command: {serve}\n"
+        f"    volumes:\n      - {host_secret_dir}:/srv:ro\n"
+        f"    env_file:\n      - {host_secret_dir}/secret.env\n",
+    )
+    other_name = unique("sidecar-priv")
+    other = _sidecar_task(
+        tmp_path / "tasks",
+        other_name,
+        "services:\n  main:\n    build:\n      context: .\n"
+        f"  kv:\n    image: {BASE_IMAGE}\n    command: {serve}\n    privileged: true\n"
+        f"  kv2:\n    build:\n      context: {host_secret_dir}\n    command: {serve}\n",
+    )
+    honest = _sidecar_task(
+        tmp_path / "tasks",
+        honest_name,
+        "services:\n  main:\n    build:\n      context: .\n"
+        f"  kv:\n    image: {BASE_IMAGE}\n    command: {serve}\n"
+        "    volumes:\n      - ./data:/srv:ro\n",
+    )
+    (honest / "environment" / "data").mkdir()
+    (honest / "environment" / "data" / "f").write_text("in-task-file\n")
+    cli = Cli(tmp_path, sandbox="docker")
+    try:
+        result = cli.run([hostile, other, honest], timeout=400)
+    finally:
+        from conftest import RUN_LABEL, remove_labelled
+
+        if cli.output.exists():
+            for run_dir in cli.output.iterdir():
+                remove_labelled(client, f"{RUN_LABEL}={run_dir.name}")
+    assert result.run_dir is not None, str(result)
+    for name, keys in (
+        (hostile_name, ("volumes binds", "env_file")),
+        (other_name, ("privileged", "build context")),
+    ):
+        refused = result.by_task(name)
+        assert refused["status"] == "environment_error" and refused["attempt"] == 1, refused
+        message = " ".join(error["message"] for error in refused["errors"])
+        assert all(key in message for key in keys), message
+    served = result.by_task(honest_name)
+    assert served["status"] == "completed", served
+    assert "in-task-file" in (result.evidence(served) / "agent.log").read_text()
+    assert not files_containing(result.run_dir, token)
+    assert not files_containing(cli.tmpdir, token)
