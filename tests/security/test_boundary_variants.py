@@ -316,16 +316,15 @@ fi
 """
 
 
-@pytest.mark.root
 def test_an_agent_that_runs_out_of_memory_when_wrong_scores_0_not_ungraded(
-    tmp_path: Path,
+    any_cli: Cli, backend: str, tmp_path: Path
 ) -> None:
     """Attack: right on one task, wrong on the other, where it exhausts ``memory_mb`` on
     purpose. The OOM kill made the trial an ungraded ``agent_error``: it dropped out of the
     graded mean, pass@1 and success rate (1.0 / 100 % for an agent right half the time).
 
     From outside: both trials recorded on attempt 1, the OOM one ``agent_error`` with
-    ``SandboxDied`` and reward 0, and the summary's graded mean and pass@1 are 0.5.
+    ``SandboxDied`` (local, gVisor) and reward 0, and the summary's graded mean and pass@1 are 0.5.
     """
     test_sh = (
         'R="$HARNESS_VERIFIER_DIR/reward.txt"\n'
@@ -337,15 +336,15 @@ def test_an_agent_that_runs_out_of_memory_when_wrong_scores_0_not_ungraded(
         task = write_task(tasks, name, attack=attack, test_sh=test_sh)
         toml = (task / "task.toml").read_text().replace("memory_mb = 512", "memory_mb = 256")
         (task / "task.toml").write_text(toml)
-    cli = Cli(tmp_path, sandbox="local")
-    result = cli.run([tasks / right, tasks / wrong], timeout=300)
+    result = any_cli.run([tasks / right, tasks / wrong], timeout=300)
     assert result.run_dir is not None, str(result)
     assert len(result.records) == 2, str(result)
     assert all(r["attempt"] == 1 for r in result.records)
     assert result.by_task(right)["reward"] == 1.0
     oom = result.by_task(wrong)
     assert oom["status"] == "agent_error", oom
-    assert any(e["type"] == "SandboxDied" for e in oom["errors"]), oom["errors"]
+    if backend != "docker":  # runc reports the agent's exit 137 (graded, as before)
+        assert any(e["type"] == "SandboxDied" for e in oom["errors"]), oom["errors"]
     assert oom["reward"] == 0.0, oom
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["graded"] == 2, summary
