@@ -350,3 +350,64 @@ def test_an_agent_that_runs_out_of_memory_when_wrong_scores_0_not_ungraded(
     assert summary["graded"] == 2, summary
     assert summary["mean_reward"] == pytest.approx(0.5), summary
     assert summary["pass_at_k"]["1"] == pytest.approx(0.5), summary
+
+
+# ------------------------------------------------------------------ the second step's tree
+
+_STEP_TWO_HOSTILE = r"""W="$HARNESS_WORKSPACE"
+ln -s x "$W/$(printf 'l\377')"
+mkfifo "$W/$(printf 'p\376')"
+python3 - "$W" <<'P'
+import os, sys
+os.chdir(sys.argv[1])
+fd = os.open(".", os.O_RDONLY)
+for _ in range(2100):
+    os.mkdir("d", dir_fd=fd)
+    new = os.open("d", os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = new
+for i in range(1500):
+    os.makedirs(os.path.join(sys.argv[1], "wide", str(i)))
+P
+echo wrong > "$W/answer.txt"
+"""
+
+
+def test_a_hostile_tree_left_by_a_second_step_is_graded_not_retried(
+    any_cli: Cli, backend: str, tmp_path: Path
+) -> None:
+    """Attack: step one is answered right; step two's agent leaves a non-UTF-8 link and
+    FIFO, a 2,100-deep dir and 1,500 dirs side by side, and answers wrong.
+
+    From outside: one ``completed`` record on attempt 1 (never retried into a luckier
+    grade), step rewards 1 then 0, the caps in its events.
+    """
+    name = unique("step-two")
+    task = tmp_path / "tasks" / name
+    (task / "steps").mkdir(parents=True)
+    (task / "task.toml").write_text(
+        f'[task]\nname = "{name}"\n\n[agent]\ntimeout_sec = 60\n\n[verifier]\ntimeout_sec = 30\n'
+        '\n[environment]\ncpus = 1\nmemory_mb = 512\n\n[[steps]]\nname = "one"\n\n'
+        '[[steps]]\nname = "two"\n'
+    )
+    (task / "instruction.md").write_text("Two steps.\n")
+    test_sh = (
+        '#!/bin/bash\nR="$HARNESS_VERIFIER_DIR/reward.txt"\n'
+        'grep -qx right "$HARNESS_WORKSPACE/answer.txt" && echo 1 > "$R" || echo 0 > "$R"\n'
+    )
+    for step, script in (
+        ("one", 'echo right > "$HARNESS_WORKSPACE/answer.txt"\n'),
+        ("two", _STEP_TWO_HOSTILE),
+    ):
+        (task / "steps" / step / "tests").mkdir(parents=True)
+        (task / "steps" / step / "instruction.md").write_text("#!/bin/bash\n" + script)
+        (task / "steps" / step / "tests" / "test.sh").write_text(test_sh)
+        (task / "steps" / step / "tests" / "test.sh").chmod(0o755)
+    result = any_cli.run([task], timeout=400)
+    assert result.run_dir is not None, str(result)
+    record = result.by_task(name)
+    assert record["status"] == "completed" and record["attempt"] == 1, record
+    assert not record["previous_attempts"], record
+    assert [step.get("reward") for step in record["steps"]] == [1.0, 0.0], record["steps"]
+    kinds = {e.get("kind") for e in record["events"] if e.get("type") == "evidence"}
+    assert "limit" in kinds, record["events"]
