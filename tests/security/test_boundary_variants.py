@@ -411,3 +411,64 @@ def test_a_hostile_tree_left_by_a_second_step_is_graded_not_retried(
     assert [step.get("reward") for step in record["steps"]] == [1.0, 0.0], record["steps"]
     kinds = {e.get("kind") for e in record["events"] if e.get("type") == "evidence"}
     assert "limit" in kinds, record["events"]
+
+
+# ------------------------------------------------------------------ a separate verifier's inputs
+
+_ARTIFACTS_HOSTILE = r"""A="$HARNESS_ARTIFACTS_DIR"
+mkdir -p /app/out
+ln -s /etc/shadow "/app/out/$(printf 'l\377')"
+mkfifo "$A/$(printf 'p\376')"
+python3 - "$A" /app/out <<'P'
+import os, sys
+for top in sys.argv[1:]:
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(2100):
+        os.mkdir("d", dir_fd=fd)
+        new = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = new
+    for i in range(1500):
+        os.makedirs(os.path.join(top, "wide", str(i)))
+P
+echo wrong > /app/out/answer.txt
+"""
+
+
+@pytest.mark.docker
+def test_a_separate_verifier_copies_a_hostile_artifacts_tree_and_grades(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Attack: ``/logs/artifacts`` and a declared artifact dir holding a 2,100-deep and a
+    1,500-wide tree, a FIFO and a non-UTF-8 link to ``/etc/shadow``, copied into a
+    separate verifier's sandbox. From outside: one ``completed`` record on attempt 1 with
+    the honest reward 0 (the verifier saw ``answer.txt``), nothing of the host's
+    ``/etc/shadow`` in the run dir.
+    """
+    name = unique("separate-tree")
+    task = write_task(
+        tmp_path / "tasks",
+        name,
+        attack=_ARTIFACTS_HOSTILE,
+        test_sh='R="$HARNESS_VERIFIER_DIR/reward.txt"\n'
+        'grep -qx right /app/out/answer.txt && echo 1 > "$R" || echo 0 > "$R"\n'
+        "test -f /app/out/answer.txt && echo SAW-ANSWER\n",
+        dockerfile=f"FROM {BASE_IMAGE}\nWORKDIR /app\n",
+        agent_timeout=60,
+    )
+    toml = (task / "task.toml").read_text()
+    toml = toml.replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
+    (task / "task.toml").write_text('artifacts = ["/app/out"]\n' + toml)
+    (task / "tests" / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nWORKDIR /app\nCOPY test.sh /tests/test.sh\n"
+        "RUN chmod 755 /tests/test.sh\n"
+    )
+    result = cli.run([task], timeout=400)
+    assert result.run_dir is not None, str(result)
+    record = result.by_task(name)
+    assert (record["status"], record["reward"], record["attempt"]) == ("completed", 0.0, 1)
+    assert not record["previous_attempts"], record
+    stdout = (result.evidence(record) / "verifier" / "test-stdout.txt").read_text()
+    assert "SAW-ANSWER" in stdout, stdout
+    shadow = Path("/etc/shadow").read_bytes().split(b"\n")[0]
+    assert not files_containing(result.run_dir, shadow)
