@@ -41,6 +41,7 @@ from harness.runner.resume import rerun_statuses
 from harness.runner.rundir import SUMMARY_FILENAME
 from harness.status import read_status
 from harness.trial import TrialPlan
+from sandbox.beneath import read_beneath
 from sandbox.credentials import CredentialStore
 
 
@@ -191,6 +192,10 @@ class RunResults:
     status: Mapping[str, Any] | None
 
 
+#: The largest ``summary.json`` read for its plan size (a real one is a few KiB).
+MAX_SUMMARY_BYTES = 16 << 20
+
+
 def load_run(run_dir: str | Path) -> RunResults:
     """Read a run dir (finished, running or dead) without changing it.
 
@@ -213,10 +218,17 @@ def load_run(run_dir: str | Path) -> RunResults:
 
 
 def _planned(run_dir: Path) -> int | None:
-    """How many trials the run planned, as its ``summary.json`` says (None: unknown)."""
+    """How many trials the run planned, as its ``summary.json`` says (None: unknown).
+
+    Read beneath the run dir without following a link, as a regular file only: a forged
+    run dir's ``summary.json`` that is a FIFO hung ``regrade`` for ever.
+    """
+    read = read_beneath(run_dir, SUMMARY_FILENAME, MAX_SUMMARY_BYTES)
+    if read is None or read.size > len(read.data):
+        return None
     try:
-        data = json.loads((run_dir / SUMMARY_FILENAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read.data.decode("utf-8"))
+    except ValueError:
         return None
     planned = data.get("planned") if isinstance(data, dict) else None
     return planned if isinstance(planned, int) and not isinstance(planned, bool) else None

@@ -160,6 +160,27 @@ def test_a_symlinked_trials_file_is_never_read(tmp_path: Path, host_secret_dir: 
     assert target.read_text().count(token) == 1  # never written through the link either
 
 
+@pytest.mark.root
+def test_a_fifo_for_summary_json_never_hangs_a_reader(tmp_path: Path) -> None:
+    """Attack: a run dir whose ``summary.json`` is a FIFO. ``regrade`` read it to learn the
+    plan's size and blocked for ever; now each reader finishes (the FIFO is not read).
+    """
+    task = write_task(tmp_path / "tasks", unique("summary-fifo"), attack="echo hi\n")
+    run = Cli(tmp_path, sandbox="local").run([task], timeout=300)
+    assert run.code == 0 and run.run_dir is not None, str(run)
+    (run.run_dir / "summary.json").unlink()
+    os.mkfifo(run.run_dir / "summary.json")
+    out = tmp_path / "out"
+    for args in (
+        ("regrade", str(run.run_dir), "-o", str(out / "regrade")),
+        ("report", str(run.run_dir), "-o", str(out / "report.html")),
+        ("export", str(run.run_dir), "-o", str(out / "export")),
+    ):
+        done = harness(*args, timeout=120)  # TimeoutExpired (a failure) if it blocks
+        assert done.returncode == 0, (args, done.stderr)
+    assert len(read_records(next((out / "regrade").iterdir()))) == 1
+
+
 # ------------------------------------------------------------------ hostile bytes, new places
 
 _BYTES_AGENT = r"""
