@@ -493,3 +493,38 @@ def test_a_separate_verifier_copies_a_hostile_artifacts_tree_and_grades(
     assert "SAW-ANSWER" in stdout, stdout
     shadow = Path("/etc/shadow").read_bytes().split(b"\n")[0]
     assert not files_containing(result.run_dir, shadow)
+
+
+@pytest.mark.root
+def test_a_nested_default_template_never_reads_the_inner_variable(tmp_path: Path) -> None:
+    """Attack: ``${UNLISTED:-${SECRET}}`` and ``$SECRET`` inside a default, in the
+    environment's and the verifier's env tables, with ``SECRET`` set on the host and not
+    allowed. From outside: the agent and the verifier print the literal default; the
+    secret is in no file of the run.
+    """
+    secret = f"RT-NESTED-{secrets.token_hex(12)}"
+    name = unique("nested")
+    task = write_task(
+        tmp_path / "tasks",
+        name,
+        attack='echo "A=$A B=$B"\n',
+        test_sh='echo "V=$V"\necho 1 > "$HARNESS_VERIFIER_DIR/reward.txt"\n',
+    )
+    toml = (task / "task.toml").read_text()
+    toml = toml.replace(
+        "[verifier]\n", '[verifier]\nenv = { V = "${RT_UNLISTED:-${RT_NESTED_SECRET}}" }\n'
+    ).replace(
+        "[environment]\n",
+        '[environment]\nenv = { A = "${RT_UNLISTED:-${RT_NESTED_SECRET}}", '
+        'B = "x${RT_UNLISTED:-$RT_NESTED_SECRET}y" }\n',
+    )
+    (task / "task.toml").write_text(toml)
+    cli = Cli(tmp_path, sandbox="local")
+    result = cli.run([task], env={"RT_NESTED_SECRET": secret}, timeout=300)
+    assert result.code == 0 and result.run_dir is not None, str(result)
+    record = result.by_task(name)
+    log = (result.evidence(record) / "agent.log").read_text()
+    assert "A=${RT_NESTED_SECRET} B=x$RT_NESTED_SECRETy" in log, log
+    stdout = (result.evidence(record) / "verifier" / "test-stdout.txt").read_text()
+    assert "V=${RT_NESTED_SECRET}" in stdout, stdout
+    assert not files_containing(result.run_dir, secret)
