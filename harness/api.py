@@ -41,6 +41,7 @@ from harness.runner.resume import rerun_statuses
 from harness.runner.rundir import SUMMARY_FILENAME
 from harness.status import read_status
 from harness.trial import TrialPlan
+from sandbox.beneath import read_beneath
 from sandbox.credentials import CredentialStore
 
 
@@ -191,27 +192,43 @@ class RunResults:
     status: Mapping[str, Any] | None
 
 
+#: The largest ``summary.json`` read for its plan size (a real one is a few KiB).
+MAX_SUMMARY_BYTES = 16 << 20
+
+
 def load_run(run_dir: str | Path) -> RunResults:
     """Read a run dir (finished, running or dead) without changing it.
 
     A torn last line of ``trials.jsonl`` (a crash mid-write) is left out.
 
     Raises:
-        ConfigError: Not a run dir.
+        ConfigError: Not a run dir, or its ``trials.jsonl`` cannot be read (a symlink
+            or not a regular file: a forged run dir's link is never followed).
         CorruptRecordError: A line other than the last is not a record.
     """
     path = Path(run_dir)
     config = load_saved_config(path)
-    records = list(latest_by_id(TrialStore(path).load_report().records).values())
+    try:
+        loaded = TrialStore(path).load_report()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read trials.jsonl: {exc}") from None
+    records = list(latest_by_id(loaded.records).values())
     summary = summarize(records, threshold=config.threshold, planned=_planned(path))
     return RunResults(path, config, records, summary, read_status(path))
 
 
 def _planned(run_dir: Path) -> int | None:
-    """How many trials the run planned, as its ``summary.json`` says (None: unknown)."""
+    """How many trials the run planned, as its ``summary.json`` says (None: unknown).
+
+    Read beneath the run dir without following a link, as a regular file only: a forged
+    run dir's ``summary.json`` that is a FIFO hung ``regrade`` for ever.
+    """
+    read = read_beneath(run_dir, SUMMARY_FILENAME, MAX_SUMMARY_BYTES)
+    if read is None or read.size > len(read.data):
+        return None
     try:
-        data = json.loads((run_dir / SUMMARY_FILENAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read.data.decode("utf-8"))
+    except ValueError:
         return None
     planned = data.get("planned") if isinstance(data, dict) else None
     return planned if isinstance(planned, int) and not isinstance(planned, bool) else None

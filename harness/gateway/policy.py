@@ -6,6 +6,7 @@ Every refusal is a :class:`Refused` carrying the HTTP status, the reason recorde
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import secrets
@@ -212,6 +213,9 @@ class Allowance:
 
     Calls in flight count against ``max_calls`` already, so concurrent calls cannot
     overshoot it; the tokens and cost of streams still running count too (:meth:`live`).
+    What a call in flight will cost is known only once it is answered, so under a token or
+    cost budget the trial's calls take turns (:meth:`turn`): otherwise 8 concurrent calls
+    all pass the check before any is counted and spend 8 calls' worth past the budget.
     """
 
     def __init__(self, budget: Budget, usage: TrialUsage) -> None:
@@ -220,6 +224,41 @@ class Allowance:
         self.in_flight = 0
         self.live_tokens = 0
         self.live_cost = 0.0
+        self._turns = asyncio.Lock()
+
+    @property
+    def metered(self) -> bool:
+        """Whether a token or cost budget is set (calls then take turns)."""
+        return self.budget.max_tokens is not None or self.budget.max_cost_usd is not None
+
+    async def turn(self) -> contextlib.AbstractContextManager[None]:
+        """Wait for the trial's turn to call (under a token or cost budget), then check it.
+
+        Returns a context manager to hold for the whole call (its exit ends the turn);
+        enter it with no await in between, as with :meth:`reserved`. Without a token or
+        cost budget there is no waiting: calls run side by side as before.
+
+        Raises:
+            Refused: 429 once a budget is spent (checked after the wait, when every
+                earlier call of the trial has been counted).
+        """
+        if not self.metered:
+            self.check()
+            return contextlib.nullcontext()
+        await self._turns.acquire()
+        try:
+            self.check()
+        except BaseException:
+            self._turns.release()
+            raise
+        return self._held()
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            self._turns.release()
 
     def spent(self, *, calls_too: bool = True) -> str | None:
         """What of the budget is spent, counting running streams (None: nothing is).

@@ -436,7 +436,8 @@ class Gateway:
             payload = check_call(
                 method, path, api, raw_body, model=self.model, apis=self.provider.apis
             )
-            trial.allowance.check()
+            trial.allowance.check()  # a spent budget is refused without waiting for a turn
+            turn = await trial.allowance.turn()
         except Refused as refused:
             recorded = None
             if raw_body:
@@ -456,7 +457,7 @@ class Gateway:
             await http.send(conn, writer, refused.status, "application/json", body)
             return
         assert api is not None
-        with trial.allowance.reserved():  # no await since the budget check
+        with turn, trial.allowance.reserved():  # no await since the budget check
             await self._forward(trial, path, api, payload, headers, conn, writer, hold)
 
     @staticmethod
@@ -566,6 +567,7 @@ class Gateway:
             if trial.revoked:
                 raise Refused(401, "revoked token: the trial's model access has ended")
             trial.allowance.check()
+            turn = await trial.allowance.turn()
         except Refused as refused:
             trial.recorder.refusal(
                 "POST", path, refused.status, refused.reason, payload, refused.outcome
@@ -575,7 +577,7 @@ class Gateway:
                 return refused.status, json.loads(error)
             return refused.status, {"error": {"message": refused.reason}}
         assert api is not None
-        with trial.allowance.reserved():  # no await since the budget check
+        with turn, trial.allowance.reserved():  # no await since the budget check
             call, line = self._prepare_call(trial, path, api, {**payload, "stream": False}, {})
             line["via"] = "in-process"
             started = time.perf_counter()

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import logging
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,28 @@ def _short_reason(exc: Exception) -> str:
                 text += f" (+{more} more)"
             return text[:300]
     return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+
+def _read_trials(path: Path) -> tuple[bytes, os.stat_result]:
+    """The bytes and identity of a trials file, never through a symlink.
+
+    A run dir may come from anyone (``harness report``, ``view``, ``regrade``): a
+    ``trials.jsonl`` that is a symlink (to a root-only host file holding record-shaped
+    lines) or not a regular file (a FIFO, ``/dev/zero``) is refused, never read.
+
+    Raises:
+        OSError: ``ELOOP`` for a symlink, ``EINVAL`` for anything but a regular file.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (refused, never read)", str(path))
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read(), info
+    finally:
+        os.close(fd)
 
 
 def _scan(path: Path, data: bytes) -> tuple[LoadReport, list[bytes]]:
@@ -232,7 +255,8 @@ class TrialStore:
             created = not self.path.exists()
             if not created and not self._ends_with_newline():
                 self._repair_locked()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(self.path, flags, 0o644)
             try:
                 size = os.fstat(fd).st_size
                 try:
@@ -253,7 +277,7 @@ class TrialStore:
 
     def _ends_with_newline(self) -> bool:
         """Whether the file is empty or ends with a newline (call with the lock held)."""
-        fd = os.open(self.path, os.O_RDONLY)
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
             return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
@@ -277,7 +301,7 @@ class TrialStore:
             report = LoadReport(records=[])
         else:
             with self._reading():
-                data = self.path.read_bytes()
+                data, _info = _read_trials(self.path)
             report, _ = _scan(self.path, data)
         self.last_report = report
         self.torn_tail = report.torn_tail
@@ -294,9 +318,8 @@ class TrialStore:
         """
         if not self.path.exists():
             return StoreSnapshot(LoadReport(records=[]), [], None)
-        with self._reading(), open(self.path, "rb") as fh:
-            info = os.fstat(fh.fileno())
-            data = fh.read()
+        with self._reading():
+            data, info = _read_trials(self.path)
         report, good_lines = _scan(self.path, data)
         self.last_report = report
         self.torn_tail = report.torn_tail
@@ -333,7 +356,7 @@ class TrialStore:
 
     def _repair_locked(self) -> bool:
         """:meth:`repair` with the lock already held (a torn line is logged once)."""
-        report, good_lines = _scan(self.path, self.path.read_bytes())
+        report, good_lines = _scan(self.path, _read_trials(self.path)[0])
         if report.torn_tail:
             torn = (report.torn_line_number, report.torn_bytes)
             if torn != self._torn_reported:
@@ -375,7 +398,7 @@ class TrialStore:
             if snapshot is not None and snapshot.identity == identity:
                 report, good_lines = snapshot.report, snapshot.lines
             else:
-                report, good_lines = _scan(self.path, self.path.read_bytes())
+                report, good_lines = _scan(self.path, _read_trials(self.path)[0])
             last: dict[str, int] = {}
             for index, record in enumerate(report.records):
                 last[record.id] = index  # insertion order is each id's first appearance

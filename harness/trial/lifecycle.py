@@ -151,6 +151,13 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
                     self.execute()
         except SandboxDied as exc:  # the agent's own processes brought the sandbox down
             self._fail(TrialStatus.AGENT_ERROR, exc, "execute")
+            # Scored 0 like a wrong answer: left ungraded, the trial would drop out of the
+            # graded mean and pass@k, and running out of memory on purpose when wrong
+            # would beat answering wrong (as breaking the grader would, see _grade).
+            if self.status is TrialStatus.AGENT_ERROR:  # not a run being interrupted
+                self.reward, self.rewards = 0.0, {"reward": 0.0}
+                if step is not None:
+                    self.steps[-1].rewards = {"reward": 0.0}
             return self._stop("the sandbox died")
         except (SandboxError, OSError) as exc:
             self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "execute")

@@ -18,7 +18,17 @@ binary, driven by python-on-whales' compose API) in a project of their own:
 - ``main``'s own keys are not applied to the main container: its ``command`` and
   ``environment`` feed the image's workload, ``depends_on`` is honoured by starting the
   sidecars first (waiting for their healthchecks), and every other key is listed in the
-  record as overridden.
+  record as overridden;
+- compose interpolates ``${VAR}`` in the file from its own process environment, which
+  would be the harness's (``AWS_SECRET_ACCESS_KEY``, ``GITHUB_TOKEN``...): every compose
+  command runs under ``env -i`` with only what the docker CLI needs to reach its engine
+  (:data:`COMPOSE_ENVIRON`), so a task's compose file reads no host variable; a template
+  takes its ``:-default`` or the empty string;
+- a task is untrusted input, and compose runs a sidecar with whatever the file asks:
+  :func:`sidecar_problems` refuses the keys that would hand the host to it (a bind mount,
+  ``env_file``, build context, ``secrets``/``configs`` file from outside the task dir;
+  ``privileged``, ``cap_add``, ``devices``, ``security_opt``, host namespaces,
+  ``network_mode``, ``volumes_from``), so the agent cannot read host files through one.
 """
 
 from __future__ import annotations
@@ -44,8 +54,93 @@ MAIN = "main"
 #: Keys of ``main`` the harness applies (the rest are overridden, and recorded).
 MAIN_APPLIED = ("command", "environment", "depends_on", "build", "image")
 _UNSAFE = re.compile(r"[^a-z0-9_-]+")
+#: The host variables compose commands keep: how the docker CLI reaches its engine.
+#: Nothing else of the harness's environment is visible to a compose file's templates.
+COMPOSE_ENVIRON = (
+    "PATH",
+    "HOME",
+    "DOCKER_HOST",
+    "DOCKER_CONTEXT",
+    "DOCKER_CERT_PATH",
+    "DOCKER_TLS_VERIFY",
+    "DOCKER_API_VERSION",
+)
 _plugin_lock = threading.Lock()
 _plugin_dir: Path | None = None
+
+
+#: Sidecar keys that share a host namespace or weaken the container: any value is refused.
+_HOST_KEYS = ("privileged", "cap_add", "devices", "security_opt", "network_mode", "volumes_from")
+_NAMESPACE_KEYS = ("pid", "ipc", "uts", "userns_mode", "cgroup")
+
+
+def _inside(path: str, top: Path) -> bool:
+    """Whether ``path`` (absolute, or relative to ``top``'s environment dir) stays in ``top``."""
+    real = Path(os.path.realpath(top / "environment" / path))
+    return real == top or top in real.parents
+
+
+def _file_sources(value: Any) -> list[str]:
+    """The paths of an ``env_file`` value (a string, or a list of strings or ``{path}``)."""
+    items = value if isinstance(value, list) else [value]
+    return [
+        str(item.get("path") if isinstance(item, dict) else item)
+        for item in items
+        if item is not None
+    ]
+
+
+def sidecar_problems(data: dict[str, Any], raw: Any, task_dir: Path) -> list[str]:
+    """Why a compose file would hand the host to a sidecar (empty: it does not).
+
+    Args:
+        data: The file as compose normalised it (``config --format json``).
+        raw: The file as written (YAML): ``env_file`` is inlined by normalising.
+        task_dir: The task dir; host paths must resolve inside it.
+    """
+    top = Path(os.path.realpath(task_dir))
+    problems = []
+    for name, spec in (data.get("services") or {}).items():
+        if name == MAIN or not isinstance(spec, dict):
+            continue  # main's keys are never applied (the record lists them)
+        for key in _HOST_KEYS:
+            if spec.get(key) not in (None, False, "", [], {}):
+                problems.append(f"services.{name}.{key} is not allowed for a sidecar")
+        for key in _NAMESPACE_KEYS:
+            if spec.get(key) not in (None, "", "private"):
+                problems.append(f"services.{name}.{key} = {spec.get(key)!r} is not allowed")
+        for volume in spec.get("volumes") or []:
+            if isinstance(volume, dict) and volume.get("type") == "bind":
+                source = str(volume.get("source") or "")
+                if not _inside(source, top):
+                    problems.append(
+                        f"services.{name}.volumes binds {source!r}, outside the task dir"
+                    )
+        build = spec.get("build")
+        if isinstance(build, dict):
+            contexts = [build.get("context") or "."]
+            contexts += list((build.get("additional_contexts") or {}).values())
+            for context in contexts:
+                if "://" not in str(context) and not _inside(str(context), top):
+                    problems.append(
+                        f"services.{name}.build context {context!r} is outside the task dir"
+                    )
+    raw_services = raw.get("services") if isinstance(raw, dict) else None
+    for name, spec in (raw_services or {}).items():
+        if name == MAIN or not isinstance(spec, dict):
+            continue
+        for source in _file_sources(spec.get("env_file")):
+            if not _inside(source, top):
+                problems.append(f"services.{name}.env_file {source!r} is outside the task dir")
+    for section in ("secrets", "configs"):
+        for name, spec in (data.get(section) or {}).items():
+            if not isinstance(spec, dict):
+                continue
+            if spec.get("file") is not None and not _inside(str(spec["file"]), top):
+                problems.append(f"{section}.{name}.file {spec['file']!r} is outside the task dir")
+            if spec.get("environment") is not None:
+                problems.append(f"{section}.{name} reads the host's environment")
+    return problems
 
 
 class ComposeError(EnvironmentStartError):
@@ -69,6 +164,17 @@ def compose_binary() -> Path | None:
     except ImportError:
         return None
     return shipped if shipped.is_file() else None
+
+
+def compose_client_call() -> list[str]:
+    """The docker CLI invocation for compose commands: ``env -i`` plus :data:`COMPOSE_ENVIRON`.
+
+    python-on-whales hands every command the harness's whole environment, and compose
+    interpolates the file's ``${VAR}`` from it; clearing it here is what keeps a task's
+    compose file from reading a host secret into a container.
+    """
+    kept = [f"{name}={os.environ[name]}" for name in COMPOSE_ENVIRON if name in os.environ]
+    return ["env", "-i", *kept, "docker"]
 
 
 def cli_config_dir() -> Path:
@@ -178,10 +284,31 @@ class ComposeProject:
         self.started = False
         try:
             self.data = self._config()
+            self._refuse_host_access()
         except BaseException:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         self.plan = plan(self.data)
+
+    def _refuse_host_access(self) -> None:
+        """Refuse a compose file whose sidecars would reach the host (:func:`sidecar_problems`).
+
+        Raises:
+            PermanentStartError: naming every offending key.
+        """
+        import yaml
+
+        try:
+            raw = yaml.safe_load(self.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise PermanentStartError(f"{self.file}: cannot read the compose file: {exc}") from None
+        problems = sidecar_problems(self.data, raw, self.file.parent.parent)
+        if problems:
+            raise PermanentStartError(
+                f"{self.file}: a sidecar may not reach the host: "
+                + "; ".join(problems)
+                + " (a task is untrusted input: keep its files inside the task dir)"
+            )
 
     def _files_client(self, *overrides: dict[str, Any]) -> Any:
         from python_on_whales import DockerClient
@@ -198,6 +325,7 @@ class ComposeProject:
         )
         return DockerClient(
             config=cli_config_dir(),
+            client_call=compose_client_call(),
             compose_files=files,
             compose_project_name=self.name,
             compose_project_directory=self.file.parent,

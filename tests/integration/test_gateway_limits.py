@@ -583,6 +583,55 @@ def test_a_stream_that_never_reports_usage_is_estimated_and_cut_at_the_budget(
     assert client.post(CHAT, json={"messages": []}).status_code == 429
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("budget", [Budget(max_tokens=1000), Budget(max_cost_usd=0.008)])
+def test_concurrent_calls_cannot_all_pass_the_budget_check_before_any_is_counted(
+    h: Harness, stream: bool, budget: Budget
+) -> None:
+    """Attack: 8 calls at once, each 900 tokens ($0.0045), under a budget of 1000 tokens or $0.008.
+
+    Each call's cost is known only when it is answered: before, all 8 passed the check
+    while none was counted (7200 tokens spent, 8 answers); sequentially 2 are answered.
+    """
+    usage = {"prompt_tokens": 450, "completion_tokens": 450, "total_tokens": 900}
+    arrived = threading.Condition()
+
+    def answer(received: Received) -> Answer:
+        with arrived:  # answer once all 8 are here (before the fix) or after a while
+            arrived.notify_all()
+            arrived.wait_for(lambda: len(up.received) >= 8, timeout=1)
+        if stream:
+            return chat_stream(["Hel", "lo"], usage)
+        return chat_answer(usage=usage)
+
+    up = h.upstream(answer)
+    gw = h.gateway(up, budget=budget)
+    trial = h.trial(gw, "t")
+    codes: list[int] = []
+
+    def call() -> None:
+        client = trial.client()
+        body = {"stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+        try:
+            with client.stream("POST", CHAT, json=body) as response:
+                response.read()
+                codes.append(response.status_code)
+        except httpx.HTTPError:
+            codes.append(-1)  # a stream cut by the budget
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(codes) == [200, 200, *[429] * 6], codes
+    assert len(up.received) == 2  # the upstream was asked (and charged) twice only
+    lines = trial.lines()
+    assert sum(line.get("outcome") == "budget" for line in lines) == 6
+    spent = sum((line.get("usage") or {}).get("input_tokens") or 0 for line in lines)
+    assert spent == 900  # 2 answered calls' input: the overshoot is one call, as in sequence
+
+
 def test_a_cost_budget_trips_on_a_stream_too(h: Harness) -> None:
     words = ["word "] * 8000
     up = h.upstream(lambda received: chat_stream(words, usage=None))
