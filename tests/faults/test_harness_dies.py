@@ -115,7 +115,8 @@ def test_kill_9_during_an_image_build_then_resume_completes(
             children = psutil.Process(proc.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return False
-        return any("build" in _cmdline(c) for c in children)
+        # Resumable only once the run dir exists: images may start building beforehand.
+        return (run_dir / "config.toml").exists() and any("build" in _cmdline(c) for c in children)
 
     wait_until(building, "an image build")
     proc.kill9()
