@@ -83,9 +83,8 @@ class ClaudeCode(InstalledAgent):
 
 def native_package(plat: Platform) -> str:
     """The optional dependency holding the executable for ``plat``."""
-    cpu = {"x86_64": "x64", "aarch64": "arm64"}.get(plat.arch, plat.arch)
     suffix = "-musl" if plat.libc == "musl" else ""
-    return f"{PACKAGE}-linux-{cpu}{suffix}"
+    return f"{PACKAGE}-linux-{plat.npm_cpu}{suffix}"
 
 
 def convert_stream_json(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:

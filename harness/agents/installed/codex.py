@@ -103,8 +103,7 @@ class Codex(InstalledAgent):
 
 def native_package(plat: Platform) -> str:
     """The optional dependency holding the executable for ``plat``'s CPU."""
-    cpu = {"x86_64": "x64", "aarch64": "arm64"}.get(plat.arch, plat.arch)
-    return f"{PACKAGE}-linux-{cpu}"
+    return f"{PACKAGE}-linux-{plat.npm_cpu}"
 
 
 def convert_exec_json(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:
