@@ -2,7 +2,10 @@
 
 The script format is in docs/model-access.md §5. Responses are rendered in whichever API
 the agent called (chat completions, responses, messages), streamed when asked. Usage is
-estimated as ceil(chars/4); faux models have no cost.
+estimated as ceil(chars/4); faux models have no cost. A turn with a ``when`` answers only
+the requests it matches; any other request (a CLI's background call) gets the script's
+canned ``background`` answer and leaves the queue as it was. An exhausted queue is
+answered 400 (a status CLIs do not retry), naming the trial.
 """
 
 from __future__ import annotations
@@ -16,11 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ProviderError, UsageError
+from harness.errors import UsageError
+from harness.gateway.faux_match import When, parse_when
 from harness.gateway.providers import Provider, ProviderCall, ProviderReply
 from harness.gateway.usage import estimate_tokens, request_chars
 
 NO_MORE_RESPONSES = "No more faux responses queued"
+#: HTTP status of an exhausted script: a client error, which SDKs and CLIs do not retry
+#: (a 5xx, 408, 409 or 429 they retry, for minutes).
+EXHAUSTED_STATUS = 400
+#: What a background call gets when the script names no ``background`` answer.
+BACKGROUND_TEXT = "OK"
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,20 @@ class FauxToolCall:
     name: str
     arguments: dict[str, Any]
     id: str | None = None
+    #: A freeform (Responses ``custom``) tool call's input, e.g. Codex's ``apply_patch``
+    #: patch text; None for a function call with JSON ``arguments``.
+    input: str | None = None
+
+    @property
+    def custom(self) -> bool:
+        """Whether this is a freeform (``custom``) tool call."""
+        return self.input is not None
+
+    @property
+    def chars(self) -> int:
+        """Characters of the call as the model would write it (for the usage estimate)."""
+        body = self.input if self.input is not None else json.dumps(self.arguments)
+        return len(self.name) + len(body)
 
 
 @dataclass(frozen=True)
@@ -41,6 +64,8 @@ class FauxResponse:
     stop_reason: str | None = None
     error_status: int | None = None
     error_message: str = ""
+    #: Which requests this turn answers (None: the script's default, else any).
+    when: When | None = None
 
     @property
     def stop(self) -> str:
@@ -57,6 +82,10 @@ class FauxScript:
     path: Path
     responses: tuple[FauxResponse, ...] = ()
     tasks: Mapping[str, tuple[FauxResponse, ...]] = field(default_factory=dict)
+    #: The ``when`` of every turn that has none of its own (None: they answer any request).
+    when: When | None = None
+    #: The answer of a request no turn is for (a background call).
+    background: FauxResponse = FauxResponse(text=BACKGROUND_TEXT)
 
     def queue_for(self, task_name: str) -> deque[FauxResponse]:
         """A fresh queue for one trial of ``task_name``.
@@ -73,7 +102,7 @@ class FauxScript:
 def _parse_response(where: str, item: Any) -> FauxResponse:
     if not isinstance(item, dict):
         raise UsageError(f"{where}: a response must be an object")
-    unknown = sorted(set(item) - {"text", "tool_calls", "stop_reason", "error"})
+    unknown = sorted(set(item) - {"text", "tool_calls", "stop_reason", "error", "when"})
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}")
     text = item.get("text", "")
@@ -86,10 +115,18 @@ def _parse_response(where: str, item: Any) -> FauxResponse:
         args = call.get("arguments", {})
         if not isinstance(args, dict):
             raise UsageError(f"{where}.tool_calls[{n}].arguments must be an object")
+        freeform = call.get("input")
+        if freeform is not None and not isinstance(freeform, str):
+            raise UsageError(f"{where}.tool_calls[{n}].input must be a string (a custom call)")
+        if freeform is not None and "arguments" in call:
+            raise UsageError(
+                f"{where}.tool_calls[{n}]: give arguments (a function call) or input "
+                "(a custom call), not both"
+            )
         call_id = call.get("id")
         if call_id is not None and not isinstance(call_id, str):
             raise UsageError(f"{where}.tool_calls[{n}].id must be a string")
-        calls.append(FauxToolCall(call["name"], args, call_id))
+        calls.append(FauxToolCall(call["name"], args, call_id, freeform))
     stop = item.get("stop_reason")
     if stop is not None and not isinstance(stop, str):
         raise UsageError(f"{where}.stop_reason must be a string")
@@ -101,7 +138,8 @@ def _parse_response(where: str, item: Any) -> FauxResponse:
         status, message = int(error["status"]), str(error.get("message", "faux error"))
         if not 400 <= status <= 599:
             raise UsageError(f"{where}.error.status must be an HTTP error status (400-599)")
-    return FauxResponse(text, tuple(calls), stop, status, message)
+    when = parse_when(f"{where}.when", item["when"]) if "when" in item else None
+    return FauxResponse(text, tuple(calls), stop, status, message, when)
 
 
 def _parse_list(path: Path, where: str, items: Any) -> tuple[FauxResponse, ...]:
@@ -124,14 +162,36 @@ def load_faux_script(path: Path) -> FauxScript:
         return FauxScript(path, _parse_list(path, "responses", data))
     if not isinstance(data, dict):
         raise UsageError(f"faux script {path}: expected an object or a list of responses")
-    unknown = sorted(set(data) - {"responses", "tasks"})
+    unknown = sorted(set(data) - {"responses", "tasks", "when", "background"})
     if unknown:
         raise UsageError(f"faux script {path}: unknown key(s) {', '.join(unknown)}")
     tasks_raw = data.get("tasks", {})
     if not isinstance(tasks_raw, dict):
         raise UsageError(f"faux script {path}: tasks must be an object of task name → list")
     tasks = {name: _parse_list(path, f"tasks.{name}", v) for name, v in tasks_raw.items()}
-    return FauxScript(path, _parse_list(path, "responses", data.get("responses", [])), tasks)
+    when = parse_when(f"faux script {path}: when", data["when"]) if "when" in data else None
+    background = FauxResponse(text=BACKGROUND_TEXT)
+    if "background" in data:
+        background = _parse_response(f"{path}: background", data["background"])
+        if background.when is not None:
+            raise UsageError(f"{path}: background answers every unmatched call: no when")
+    return FauxScript(
+        path,
+        _parse_list(path, "responses", data.get("responses", [])),
+        tasks,
+        when,
+        background,
+    )
+
+
+@dataclass
+class _Queue:
+    """One trial's copy of the script: what is left, and how many turns were answered."""
+
+    task_name: str
+    turns: deque[FauxResponse]
+    answered: int = 0
+    background: int = 0
 
 
 class FauxProvider(Provider):
@@ -142,13 +202,13 @@ class FauxProvider(Provider):
     def __init__(self, script: FauxScript, model: str) -> None:
         self.script = script
         self.model = model
-        self._queues: dict[str, deque[FauxResponse]] = {}
+        self._queues: dict[str, _Queue] = {}
         self._lock = threading.Lock()
         self._counter = 0
 
     def open_trial(self, trial_id: str, task_name: str) -> None:  # noqa: D102
         with self._lock:
-            self._queues[trial_id] = self.script.queue_for(task_name)
+            self._queues[trial_id] = _Queue(task_name, self.script.queue_for(task_name))
 
     def close_trial(self, trial_id: str) -> None:  # noqa: D102
         with self._lock:
@@ -157,30 +217,67 @@ class FauxProvider(Provider):
     def remaining(self, trial_id: str) -> int:
         """Responses left in a trial's queue."""
         with self._lock:
-            return len(self._queues.get(trial_id, ()))
+            queue = self._queues.get(trial_id)
+            return 0 if queue is None else len(queue.turns)
 
-    async def send(self, call: ProviderCall) -> ProviderReply:  # noqa: D102
+    def _take(self, call: ProviderCall) -> tuple[FauxResponse | None, dict[str, Any], int]:
+        """The turn answering ``call`` (None: the script is exhausted), its record note."""
         with self._lock:
-            queue = self._queues.get(call.trial_id)
-            if not queue:
-                raise ProviderError(NO_MORE_RESPONSES)
-            response = queue.popleft()
             self._counter += 1
             seq = self._counter
+            queue = self._queues.get(call.trial_id)
+            if queue is None:
+                queue = self._queues[call.trial_id] = _Queue(call.task_name, deque())
+            head = queue.turns[0] if queue.turns else None
+            when = self.script.when if head is None or head.when is None else head.when
+            why_not = None if when is None else when.why_not(call.body)
+            if why_not is not None:
+                queue.background += 1
+                note = {"background": True, "reason": f"no scripted turn for it: {why_not}"}
+                return self.script.background, note, seq
+            if head is None:
+                return None, {"exhausted": True, "turns": queue.answered}, seq
+            queue.turns.popleft()
+            queue.answered += 1
+            return head, {"turn": queue.answered}, seq
+
+    async def send(self, call: ProviderCall) -> ProviderReply:  # noqa: D102
+        response, note, seq = self._take(call)
+        if response is None:
+            message = (
+                f"{NO_MORE_RESPONSES} for trial {call.trial_id} (task {call.task_name}): "
+                f"its {note['turns']} scripted turn(s) of {self.script.path.name} are used up. "
+                "Add turns to the script, or give background calls a 'when' to skip them."
+            )
+            return ProviderReply(
+                EXHAUSTED_STATUS,
+                "application/json",
+                body=json.dumps(error_body(call.api, EXHAUSTED_STATUS, message)).encode(),
+                headers=(("x-should-retry", "false"),),
+                outcome="error",
+                reason=message,
+                record={"faux": note},
+            )
         if response.error_status is not None:
             return ProviderReply(
                 response.error_status,
                 "application/json",
                 body=json.dumps(_error_body(call.api, response.error_message)).encode(),
+                record={"faux": note},
             )
-        out_chars = len(response.text) + sum(
-            len(c.name) + len(json.dumps(c.arguments)) for c in response.tool_calls
-        )
+        out_chars = len(response.text) + sum(c.chars for c in response.tool_calls)
         usage = (estimate_tokens(request_chars(call.body)), estimate_tokens(out_chars))
         rendered = _Rendered(call, response, seq, usage, self.model)
         if call.stream:
-            return ProviderReply(200, "text/event-stream", chunks=rendered.stream())
-        return ProviderReply(200, "application/json", body=json.dumps(rendered.body()).encode())
+            return ProviderReply(
+                200, "text/event-stream", chunks=rendered.stream(), record={"faux": note}
+            )
+        return ProviderReply(
+            200,
+            "application/json",
+            body=json.dumps(rendered.body()).encode(),
+            record={"faux": note},
+        )
 
 
 def _error_body(api: str, message: str) -> dict[str, Any]:
@@ -189,8 +286,32 @@ def _error_body(api: str, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "faux_error"}}
 
 
+def error_body(api: str, status: int, message: str) -> dict[str, Any]:
+    """A client error (``invalid_request_error``) in the shape of ``api``'s errors."""
+    if api == "anthropic-messages":
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    if api.startswith("gemini"):
+        return {"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}}
+    return {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "faux_script_exhausted",
+        }
+    }
+
+
 _OPENAI_FINISH = {"stop": "stop", "tool_use": "tool_calls", "length": "length"}
 _ANTHROPIC_STOP = {"stop": "end_turn", "tool_use": "tool_use", "length": "max_tokens"}
+
+
+def _chat_tool_call(call_id: str, call: FauxToolCall) -> dict[str, Any]:
+    """A chat completions tool call: ``function``, or ``custom`` with its freeform input."""
+    if call.input is not None:
+        return {"id": call_id, "type": "custom", "custom": {"name": call.name, "input": call.input}}
+    function = {"name": call.name, "arguments": json.dumps(call.arguments)}
+    return {"id": call_id, "type": "function", "function": function}
 
 
 def _sse(payload: Any, event: str | None = None) -> bytes:
@@ -231,11 +352,7 @@ class _Rendered:
         message: dict[str, Any] = {"role": "assistant", "content": self.response.text or None}
         if self.response.tool_calls:
             message["tool_calls"] = [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                }
+                _chat_tool_call(call_id, c)
                 for call_id, c in zip(self.call_ids, self.response.tool_calls, strict=True)
             ]
         stop = self.response.stop
@@ -259,9 +376,9 @@ class _Rendered:
         if self.response.text:
             content.append({"type": "text", "text": self.response.text})
         for call_id, c in zip(self.call_ids, self.response.tool_calls, strict=True):
-            content.append(
-                {"type": "tool_use", "id": call_id, "name": c.name, "input": c.arguments}
-            )
+            # Messages has no freeform tools: a custom call's text goes as its one argument.
+            args = {"input": c.input} if c.input is not None else c.arguments
+            content.append({"type": "tool_use", "id": call_id, "name": c.name, "input": args})
         return content
 
     def _anthropic(self) -> dict[str, Any]:
@@ -292,6 +409,18 @@ class _Rendered:
                 }
             )
         for n, (call_id, c) in enumerate(zip(self.call_ids, self.response.tool_calls, strict=True)):
+            if c.input is not None:
+                output.append(
+                    {
+                        "type": "custom_tool_call",
+                        "id": f"ctc_faux_{self.seq}_{n}",
+                        "call_id": call_id,
+                        "name": c.name,
+                        "input": c.input,
+                        "status": "completed",
+                    }
+                )
+                continue
             output.append(
                 {
                     "type": "function_call",
@@ -351,13 +480,7 @@ class _Rendered:
         if self.response.text:
             events.append(chunk({"content": self.response.text}))
         for n, (call_id, c) in enumerate(zip(self.call_ids, self.response.tool_calls, strict=True)):
-            tool = {
-                "index": n,
-                "id": call_id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-            }
-            events.append(chunk({"tool_calls": [tool]}))
+            events.append(chunk({"tool_calls": [{"index": n, **_chat_tool_call(call_id, c)}]}))
         stop = self.response.stop
         events.append(chunk({}, _OPENAI_FINISH.get(stop, stop)))
         options = self.call.body.get("stream_options")
@@ -420,8 +543,9 @@ class _Rendered:
 
         events = [event("response.created", {"response": self._responses("in_progress")})]
         for index, item in enumerate(self._responses_output()):
+            opening = {**item, "input": ""} if item["type"] == "custom_tool_call" else item
             events.append(
-                event("response.output_item.added", {"output_index": index, "item": item})
+                event("response.output_item.added", {"output_index": index, "item": opening})
             )
             if item["type"] == "message":
                 text = item["content"][0]["text"]
@@ -430,6 +554,16 @@ class _Rendered:
                         "response.output_text.delta",
                         {"output_index": index, "content_index": 0, "delta": text},
                     )
+                )
+            elif item["type"] == "custom_tool_call":
+                where = {"output_index": index, "item_id": item["id"]}
+                events.append(
+                    event(
+                        "response.custom_tool_call_input.delta", {**where, "delta": item["input"]}
+                    )
+                )
+                events.append(
+                    event("response.custom_tool_call_input.done", {**where, "input": item["input"]})
                 )
             events.append(event("response.output_item.done", {"output_index": index, "item": item}))
         events.append(event("response.completed", {"response": self._responses()}))

@@ -168,7 +168,10 @@ async def serve(
                 hold.close()
                 refused(method, _path_of(event), read.status, read.reason)
                 body = error_body(None, "gateway_refused", read.reason)
-                await send(conn, writer, read.status, "application/json", body, close=True)
+                head = event.method == b"HEAD"
+                await send(
+                    conn, writer, read.status, "application/json", body, close=True, head=head
+                )
                 await _discard(reader, max_bytes)
                 break
             try:
@@ -237,17 +240,25 @@ async def send(
     body: bytes,
     *,
     close: bool = False,
+    head: bool = False,
+    extra: tuple[tuple[str, str], ...] = (),
 ) -> None:
-    """Answer a request with a whole body (``close``: and say the connection ends)."""
-    headers = [
-        ("content-type", content_type),
-        ("content-length", str(len(body))),
-        ("x-harness-gateway", "1"),
-    ]
+    """Answer a request with a whole body (``close``: and say the connection ends).
+
+    ``head``: the request was ``HEAD``, answered with the headers a ``GET`` gets (its
+    ``Content-Length`` too) and no body, per HTTP; a 204 has neither. ``extra``: more
+    headers (``allow``, ``x-should-retry``).
+    """
+    headers = [("content-type", content_type)] if status != 204 else []
+    if status != 204:
+        headers.append(("content-length", str(len(body))))
+    headers.append(("x-harness-gateway", "1"))
+    headers.extend(extra)
     if close:
         headers.append(("connection", "close"))
     writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
-    writer.write(conn.send(h11.Data(data=body)) or b"")
+    if body and not head and status != 204:
+        writer.write(conn.send(h11.Data(data=body)) or b"")
     writer.write(conn.send(h11.EndOfMessage()) or b"")
     await writer.drain()
 
@@ -274,6 +285,7 @@ async def relay_stream(
         ("content-type", reply.content_type),
         ("cache-control", "no-cache"),
         ("x-harness-gateway", "1"),
+        *reply.headers,
     ]
 
     async def forward(data: bytes) -> None:

@@ -56,6 +56,14 @@ class ProviderReply:
     body: bytes | None = None
     chunks: AsyncIterator[bytes] | None = None
     aclose: Callable[[], Awaitable[None]] | None = None
+    #: Headers added to the answer (e.g. ``x-should-retry: false``).
+    headers: tuple[tuple[str, str], ...] = ()
+    #: The record's ``outcome`` and ``reason`` when the provider knows better than the
+    #: status (a faux script exhausted: ``error``); None: from the status.
+    outcome: str | None = None
+    reason: str | None = None
+    #: Fields added to the call's record line (the faux provider's ``faux`` note).
+    record: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Provider(ABC):

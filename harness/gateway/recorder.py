@@ -224,10 +224,10 @@ class CallRecorder:
         )
         self.write(line)
 
-    def answered(self, method: str, path: str, body: Any) -> None:
-        """Record a request the gateway answered itself (``GET /v1/models``)."""
+    def answered(self, method: str, path: str, body: Any, status: int = 200) -> None:
+        """Record a request the gateway answered itself (``GET /v1/models``, ``OPTIONS``)."""
         line = self.line(method, path)
-        line.update(status=200, outcome="ok", latency_ms=0.0, response=body)
+        line.update(status=status, outcome="ok", latency_ms=0.0, response=body)
         self.write(line)
 
     def unanswered(self, line: dict[str, Any], reason: str, started: float) -> None:

@@ -27,10 +27,9 @@ from typing import Any, Protocol, TypeVar
 import h11
 
 from harness.errors import ProviderError
-from harness.gateway import http
+from harness.gateway import http, side
 from harness.gateway.limits import CONNECTION_BYTES, STREAM_BYTES, Hold, Limits, Meter, parse_cost
 from harness.gateway.policy import (
-    MODELS_PATHS,
     Allowance,
     Budget,
     Refused,
@@ -424,14 +423,26 @@ class Gateway:
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("latin-1")
         headers = http.headers_of(request)
+        head = method == "HEAD"  # answered as GET, without the body (RFC 9110 §9.3.2)
         api: str | None = None
         try:
-            path = check_target(target, headers)
-            self._tokens.check(token_of(headers), trial.access.token, revoked=trial.revoked)
-            api = ENDPOINTS.get(path)
-            if method == "GET" and path in MODELS_PATHS:
-                await self._models(trial, conn, writer, path)
+            if method == "OPTIONS" and target == "*":
+                await self._local(trial, conn, writer, method, "*", self._options("*"))
                 return
+            path = check_target(target, headers)
+            if method == "OPTIONS":
+                await self._local(trial, conn, writer, method, path, self._options(path))
+                return
+            if path not in side.PUBLIC_PATHS:
+                self._tokens.check(token_of(headers), trial.access.token, revoked=trial.revoked)
+            api = ENDPOINTS.get(path)
+            if api is None:
+                if path == side.COUNT_TOKENS_PATH:
+                    self._hold_parse(trial, hold, raw_body)
+                local = side.answer(method, path, raw_body, self.model, self.provider.apis)
+                if local is not None:
+                    await self._local(trial, conn, writer, method, path, local, head=head)
+                    return
             self._hold_parse(trial, hold, raw_body)
             payload = check_call(
                 method, path, api, raw_body, model=self.model, apis=self.provider.apis
@@ -454,11 +465,49 @@ class Gateway:
             )
             kind = "budget_exceeded" if refused.outcome == "budget" else "gateway_refused"
             body = http.error_body(api, kind, refused.reason)
-            await http.send(conn, writer, refused.status, "application/json", body)
+            methods = side.allowed(target.split("?", 1)[0]) if refused.status == 405 else None
+            extra = (("allow", ", ".join(methods)),) if methods else ()
+            await http.send(
+                conn, writer, refused.status, "application/json", body, head=head, extra=extra
+            )
             return
         assert api is not None
         with turn, trial.allowance.reserved():  # no await since the budget check
             await self._forward(trial, path, api, payload, headers, conn, writer, hold)
+
+    def _options(self, path: str) -> side.Local:
+        """``OPTIONS path``: the methods it takes (204, no body).
+
+        Raises:
+            Refused: The gateway serves no such path (404).
+        """
+        local = side.options(path)
+        if local is None:
+            raise Refused(404, f"OPTIONS {path}: the gateway serves no such path")
+        return local
+
+    @staticmethod
+    async def _local(
+        trial: _Trial,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        method: str,
+        path: str,
+        local: side.Local,
+        *,
+        head: bool = False,
+    ) -> None:
+        """Send and record an answer the gateway made itself (no provider, no model call)."""
+        trial.recorder.answered(method, path, local.body, local.status)
+        await http.send(
+            conn,
+            writer,
+            local.status,
+            "application/json",
+            local.encoded(),
+            head=head,
+            extra=local.headers,
+        )
 
     @staticmethod
     def _hold_parse(trial: _Trial, hold: Hold, raw_body: bytes) -> None:
@@ -479,19 +528,6 @@ class Gateway:
                 f"gateway memory cap ({cap} bytes, gateway.max_memory_mb)",
             )
         raise Refused(503, trial.meter.memory_reason("request body"))
-
-    async def _models(
-        self, trial: _Trial, conn: h11.Connection, writer: asyncio.StreamWriter, path: str
-    ) -> None:
-        """``GET /v1/models``, answered here: the trial's one model."""
-        body = {
-            "object": "list",
-            "data": [
-                {"id": self.model.upstream, "object": "model", "owned_by": self.model.provider}
-            ],
-        }
-        trial.recorder.answered("GET", path, body)
-        await http.send(conn, writer, 200, "application/json", json.dumps(body).encode())
 
     async def _forward(
         self,
@@ -515,7 +551,9 @@ class Gateway:
             # Taken in already (within the headroom it was given): held while it is sent.
             hold.charge(len(reply.body or b""))
             body, _ = self._finish_whole(trial, line, api, reply, started)
-            await http.send(conn, writer, reply.status, reply.content_type, body)
+            await http.send(
+                conn, writer, reply.status, reply.content_type, body, extra=reply.headers
+            )
             return
         if not hold.take(STREAM_BYTES):
             if reply.aclose is not None:
@@ -544,6 +582,7 @@ class Gateway:
             finally:
                 # Recorded before the client sees the end: once it has, the line is there.
                 line["response"] = copy.response()
+                line.update(reply.record)
                 usage = copy.usage.final(complete=copy.failure is None)
                 trial.recorder.finished(
                     line, reply.status, started, usage, copy.failure, copy.outcome
@@ -645,8 +684,9 @@ class Gateway:
         body = self._redact_bytes(reply.body or b"")  # any other byte relayed as it came
         parsed = capped_json(body)
         line["response"] = parsed
+        line.update(reply.record)
         usage = usage_from_body(api, json_or_none(body)) if reply.status < 400 else None
-        trial.recorder.finished(line, reply.status, started, usage)
+        trial.recorder.finished(line, reply.status, started, usage, reply.reason, reply.outcome)
         return body, parsed
 
     def _redact_bytes(self, data: bytes) -> bytes:
