@@ -5,7 +5,7 @@ the agent called (chat completions, responses, messages), streamed when asked. U
 estimated as ceil(chars/4); faux models have no cost. A turn with a ``when`` answers only
 the requests it matches; any other request (a CLI's background call) gets the script's
 canned ``background`` answer and leaves the queue as it was. An exhausted queue is
-answered 400 (a status CLIs do not retry), naming the trial.
+answered 410 (a client error CLIs do not retry), naming the trial.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from harness.gateway.providers import Provider, ProviderCall, ProviderReply
 from harness.gateway.usage import estimate_tokens, request_chars
 
 NO_MORE_RESPONSES = "No more faux responses queued"
-#: HTTP status of an exhausted script: a client error, which SDKs and CLIs do not retry
-#: (a 5xx, 408, 409 or 429 they retry, for minutes).
-EXHAUSTED_STATUS = 400
+#: HTTP status of an exhausted script: 410 Gone, a client error that is permanent (for this
+#: trial the script is used up). SDKs and CLIs do not retry it: they retry 408, 409, 429 and
+#: 5xx (for minutes: Claude Code took 175 s on a 502), and Claude Code answers a 400
+#: ``invalid_request_error`` by trying its feature fallbacks (six more calls).
+EXHAUSTED_STATUS = 410
 #: What a background call gets when the script names no ``background`` answer.
 BACKGROUND_TEXT = "OK"
 
@@ -291,7 +293,7 @@ def error_body(api: str, status: int, message: str) -> dict[str, Any]:
     if api == "anthropic-messages":
         return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
     if api.startswith("gemini"):
-        return {"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}}
+        return {"error": {"code": status, "message": message, "status": "FAILED_PRECONDITION"}}
     return {
         "error": {
             "message": message,

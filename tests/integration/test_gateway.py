@@ -1576,9 +1576,9 @@ def test_faux_queues_are_per_trial_and_per_task_and_run_dry_with_the_contract_me
         return out
 
     def dry(trial_id: str, task: str) -> tuple[int, str]:
-        # A client error CLIs do not retry, naming the trial (tests/integration/
-        # test_gateway_cli_defects.py drives it with a real CLI).
-        return (400, f"{NO_MORE_RESPONSES} for trial {trial_id} (task {task})")
+        # A client error CLIs do not retry, naming the trial (tests/e2e/
+        # test_gateway_with_clis.py drives it with a real CLI).
+        return (410, f"{NO_MORE_RESPONSES} for trial {trial_id} (task {task})")
 
     def cut(out: list[Any]) -> list[Any]:
         return [x if isinstance(x, str) else (x[0], x[1].split(":")[0]) for x in out]
@@ -1591,7 +1591,7 @@ def test_faux_queues_are_per_trial_and_per_task_and_run_dry_with_the_contract_me
     for trial in (a, b, s):
         last = trial.lines()[-1]
         assert_doc_line(last)
-        assert last["outcome"] == "error" and last["status"] == 400
+        assert last["outcome"] == "error" and last["status"] == 410
         assert last["reason"].startswith("No more faux responses queued for trial")
     # A new trial of the same task starts from the top again.
     assert texts(h.trial(gw, "a2", task="plain"), 1) == ["one"]
