@@ -11,6 +11,7 @@ from harness.gateway.limits import Limits
 from harness.gateway.policy import Budget, TrialUsage
 from harness.gateway.providers import HTTPProvider, Provider, ProviderCall, ProviderReply
 from harness.gateway.server import Gateway, TrialAccess, TrialGateway
+from harness.gateway.translate import ResponsesOverChat
 from harness.models.catalog import ModelSpec
 from sandbox.credentials import CredentialStore
 
@@ -21,7 +22,10 @@ def make_provider(spec: ModelSpec, credentials: CredentialStore) -> Provider:
         assert spec.script is not None
         return FauxProvider(load_faux_script(spec.script), spec.upstream)
     key = credentials.get(spec.api_key_env) if spec.api_key_env else None
-    return HTTPProvider(spec, key)
+    provider = HTTPProvider(spec, key)
+    if spec.serves is not None and "openai-responses" not in spec.serves:
+        return ResponsesOverChat(provider, frozenset(spec.serves))
+    return provider
 
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
     "Provider",
     "ProviderCall",
     "ProviderReply",
+    "ResponsesOverChat",
     "TrialAccess",
     "TrialGateway",
     "TrialUsage",

@@ -107,7 +107,7 @@ class HTTPProvider(Provider):
         self.spec = spec
         self.base_url = base
         self.apis = (
-            frozenset({"openai-chat", "openai-responses"})
+            frozenset(spec.serves or ("openai-chat", "openai-responses"))
             if spec.provider == "openai"
             else frozenset({"anthropic-messages"})
         )

@@ -7,6 +7,7 @@ Anthropic models with their list prices; catalog files (TOML) add or override mo
 [models."openai/qwen-local"]        # any OpenAI-compatible server: vLLM, ollama, a proxy
 model = "Qwen/Qwen2.5-7B-Instruct"  # the name sent upstream (default: the part after "/")
 base_url = "http://127.0.0.1:8000/v1"
+serves = ["openai-chat"]            # its endpoint has no /v1/responses: the gateway translates
 api_key_env = ""                    # the credential to send; "" = the server needs none
 input_price = 0.0                   # USD per million tokens; 0 or absent = cost unknown
 output_price = 0.0
@@ -87,6 +88,9 @@ class ModelSpec:
     prices: Prices = field(default_factory=Prices)
     #: Faux models: the script of responses.
     script: Path | None = None
+    #: The APIs its endpoint serves (None: all of its provider's). An OpenAI-compatible
+    #: server with only chat completions: the gateway answers Responses calls over chat.
+    serves: tuple[Api, ...] | None = None
     source: str = "built-in"
 
     @property
@@ -130,6 +134,7 @@ _ENTRY_KEYS = {
     "output_price",
     "cached_input_price",
     "script",
+    "serves",
 }
 
 
@@ -178,6 +183,7 @@ def _parse_entry(path: Path, key: str, entry: Any, *, faux_only: bool) -> ModelS
     )
     if provider == "faux" and prices.known:
         raise UsageError(f"{where}: faux models have no cost")
+    serves = _serves(where, provider, entry)
     key_env = entry.get("api_key_env", _DEFAULT_KEY.get(provider))
     return ModelSpec(
         provider=provider,
@@ -189,7 +195,23 @@ def _parse_entry(path: Path, key: str, entry: Any, *, faux_only: bool) -> ModelS
         prices=prices,
         script=script,
         source=str(path),
+        serves=serves,
     )
+
+
+def _serves(where: str, provider: str, entry: Mapping[str, Any]) -> tuple[Api, ...] | None:
+    """The ``serves`` list of an entry (OpenAI-compatible endpoints only)."""
+    if "serves" not in entry:
+        return None
+    raw = entry["serves"]
+    known: tuple[Api, ...] = ("openai-chat", "openai-responses")
+    if provider != "openai":
+        raise UsageError(f"{where}.serves applies to openai models only")
+    if not isinstance(raw, list) or not raw or any(api not in known for api in raw):
+        raise UsageError(
+            f'{where}.serves must be a non-empty list of "openai-chat", "openai-responses"'
+        )
+    return tuple(api for api in known if api in raw)
 
 
 def load_catalog_file(path: Path, *, faux_only: bool = False) -> list[ModelSpec]:
