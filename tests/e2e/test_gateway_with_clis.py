@@ -8,13 +8,19 @@ script written in the CLI's own protocol:
   number of model calls recorded says so, never the time taken);
 - Codex's ``apply_patch`` is a freeform Responses ``custom`` tool under a known model
   name: a scripted ``custom`` call edits the file (reward 1), the script's turn matched
-  to the request that offers the tool.
+  to the request that offers the tool;
+- Codex against an OpenAI-compatible server on 127.0.0.1 that serves only chat
+  completions (``serves = ["openai-chat"]``): the gateway translates, the patch goes out
+  as a chat tool call and its output comes back, the server's usage is recorded.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,9 @@ def _task_set(tmp_path: Path, script: dict[str, Any], api: str, upstream: str) -
     return tasks
 
 
-def _run(tmp_path: Path, cli: str, tasks: Path) -> Path:
+def _run(
+    tmp_path: Path, cli: str, tasks: Path, model: str = "faux/cli-script", *more: str | Path
+) -> Path:
     out = tmp_path / "runs"
     result = run_cli(
         "run",
@@ -43,11 +51,12 @@ def _run(tmp_path: Path, cli: str, tasks: Path) -> Path:
         "--agent",
         cli,
         "--model",
-        "faux/cli-script",
+        model,
         "--sandbox",
         "local",
         "-o",
         out,
+        *more,
         env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""},
         timeout=RUN_TIMEOUT,
     )
@@ -103,3 +112,107 @@ def test_codex_applies_a_custom_apply_patch_call(tmp_path: Path) -> None:
     assert offered["apply_patch"] == "custom"
     second = json.dumps(calls[1]["request"]["input"])
     assert "custom_tool_call_output" in second
+
+
+class ChatOnlyServer:
+    """An OpenAI-compatible server with chat completions only (streamed, as Codex asks).
+
+    It answers like a model that knows the task: the apply_patch tool (a function taking
+    ``input`` once translated) until a tool result is in the conversation, then text.
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                outer.seen.append((self.path, body))
+                if self.path != "/v1/chat/completions" or not body.get("stream"):
+                    self._send(404, b'{"error": {"message": "chat streams only"}}', "json")
+                    return
+                self._send(200, outer.answer(body), "event-stream")
+
+            def _send(self, status: int, data: bytes, kind: str) -> None:
+                self.send_response(status)
+                ctype = "text/event-stream" if kind == "event-stream" else "application/json"
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def answer(body: dict[str, Any]) -> bytes:
+        base = {"id": "chatcmpl-local", "object": "chat.completion.chunk", "model": body["model"]}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return f"data: {json.dumps({**base, 'choices': [choice]})}\n\n".encode()
+
+        done = any(m.get("role") == "tool" for m in body["messages"])
+        out = chunk({"role": "assistant", "content": ""})
+        if done:
+            out += chunk({"content": "Created hello.txt."}) + chunk({}, "stop")
+        else:
+            args = json.dumps({"input": PATCH})
+            function = {"name": "apply_patch", "arguments": args[:20]}
+            call = {"index": 0, "id": "call_local_1", "type": "function", "function": function}
+            out += chunk({"tool_calls": [call]})
+            out += chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[20:]}}]})
+            out += chunk({}, "tool_calls")
+        usage = {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290}
+        out += f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n".encode()
+        return out + b"data: [DONE]\n\n"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def chat_only() -> Iterator[ChatOnlyServer]:
+    server = ChatOnlyServer()
+    yield server
+    server.close()
+
+
+@pytest.mark.root
+def test_codex_runs_against_a_chat_only_server(tmp_path: Path, chat_only: ChatOnlyServer) -> None:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
+    catalog = tmp_path / "models.toml"
+    catalog.write_text(
+        '[models."openai/local-chat"]\nmodel = "gpt-5.5"\n'
+        f'base_url = "{chat_only.url}"\napi_key_env = ""\nserves = ["openai-chat"]\n'
+    )
+    run_dir = _run(tmp_path, "codex", tasks, "openai/local-chat", "--models", catalog)
+    record, lines = _model_calls(run_dir)
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 1
+    # Only chat completions reached the server; Codex's tool went out and came back.
+    paths = {path for path, _ in chat_only.seen}
+    assert paths == {"/v1/chat/completions"}
+    first, last = chat_only.seen[0][1], chat_only.seen[-1][1]
+    assert "apply_patch" in [t["function"]["name"] for t in first["tools"]]
+    calls = [m for m in last["messages"] if m.get("tool_calls")]
+    assert calls[-1]["tool_calls"][0]["id"] == "call_local_1"
+    [result] = [m for m in last["messages"] if m.get("role") == "tool"]
+    assert result["tool_call_id"] == "call_local_1"
+    # The record: Codex's Responses calls, answered over chat, with the server's usage.
+    posts = [line for line in lines if line["method"] == "POST"]
+    assert len(posts) == len(chat_only.seen) >= 2
+    for line in posts:
+        assert (line["path"], line["status"], line["upstream_api"]) == (
+            "/v1/responses",
+            200,
+            "openai-chat",
+        )
+        assert line["usage"]["input_tokens"] == 1234 and line["usage"]["output_tokens"] == 56
