@@ -1,8 +1,8 @@
 """The gateway's fixes for real CLIs, judged with the real CLIs (issue 25, item 4).
 
 ``harness run`` with the pinned Claude Code and Codex, installed by the harness into its
-cache (scripts/agents.sh), on a copy of examples/tasks/hello-file, each driven by a faux
-script written in the CLI's own protocol:
+cache (scripts/agents.sh), on a copy of examples/tasks/hello-file, local and docker, each
+driven by a faux script written in the CLI's own protocol:
 
 - an exhausted script is a 410 the CLI does not retry: Claude Code stops at once (the
   number of model calls recorded says so, never the time taken);
@@ -26,6 +26,12 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLES, only_run_dir, read_run_dir, run_cli
+from docker_support import docker_client, require_image
+
+BACKEND_PARAMS = [
+    pytest.param("local", marks=pytest.mark.root, id="local"),
+    pytest.param("docker", marks=pytest.mark.docker, id="docker"),
+]
 
 RUN_TIMEOUT = 900.0  # the first run fetches the CLI from npm
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+Hello, world!\n*** End Patch\n"
@@ -42,8 +48,15 @@ def _task_set(tmp_path: Path, script: dict[str, Any], api: str, upstream: str) -
 
 
 def _run(
-    tmp_path: Path, cli: str, tasks: Path, model: str = "faux/cli-script", *more: str | Path
+    tmp_path: Path,
+    cli: str,
+    tasks: Path,
+    backend: str,
+    model: str = "faux/cli-script",
+    *more: str | Path,
 ) -> Path:
+    if backend == "docker":
+        require_image(docker_client())
     out = tmp_path / "runs"
     result = run_cli(
         "run",
@@ -53,7 +66,7 @@ def _run(
         "--model",
         model,
         "--sandbox",
-        "local",
+        backend,
         "-o",
         out,
         *more,
@@ -73,12 +86,12 @@ def _model_calls(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return record, lines
 
 
-@pytest.mark.root
-def test_claude_code_stops_at_once_on_an_exhausted_script(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_claude_code_stops_at_once_on_an_exhausted_script(tmp_path: Path, backend: str) -> None:
     # One scripted turn (a Bash call); the next call finds the script used up.
     turn = {"tool_calls": [{"name": "Bash", "arguments": {"command": "echo hi > seen.txt"}}]}
     tasks = _task_set(tmp_path, {"responses": [turn]}, "anthropic-messages", "claude-sonnet-4-5")
-    record, lines = _model_calls(_run(tmp_path, "claude-code", tasks))
+    record, lines = _model_calls(_run(tmp_path, "claude-code", tasks, backend))
     calls = [line for line in lines if line["method"] == "POST"]
     # The turn, then the one 410. A 5xx (or 408/409/429) Claude Code retried ten times
     # over minutes; a 400 invalid_request_error it retries six times with features off.
@@ -91,8 +104,8 @@ def test_claude_code_stops_at_once_on_an_exhausted_script(tmp_path: Path) -> Non
     assert "No more faux responses queued" in record["errors"][0]["message"]
 
 
-@pytest.mark.root
-def test_codex_applies_a_custom_apply_patch_call(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_codex_applies_a_custom_apply_patch_call(tmp_path: Path, backend: str) -> None:
     script = {
         # Only requests that offer apply_patch consume a turn.
         "when": {"tool": "apply_patch"},
@@ -102,7 +115,7 @@ def test_codex_applies_a_custom_apply_patch_call(tmp_path: Path) -> None:
         ],
     }
     tasks = _task_set(tmp_path, script, "openai-responses", "gpt-5.5")
-    record, lines = _model_calls(_run(tmp_path, "codex", tasks))
+    record, lines = _model_calls(_run(tmp_path, "codex", tasks, backend))
     assert record["status"] == "completed", record["errors"]
     assert record["reward"] == 1
     calls = [line for line in lines if line["method"] == "POST"]
@@ -184,8 +197,10 @@ def chat_only() -> Iterator[ChatOnlyServer]:
     server.close()
 
 
-@pytest.mark.root
-def test_codex_runs_against_a_chat_only_server(tmp_path: Path, chat_only: ChatOnlyServer) -> None:
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_codex_runs_against_a_chat_only_server(
+    tmp_path: Path, backend: str, chat_only: ChatOnlyServer
+) -> None:
     tasks = tmp_path / "tasks"
     shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
     catalog = tmp_path / "models.toml"
@@ -193,7 +208,7 @@ def test_codex_runs_against_a_chat_only_server(tmp_path: Path, chat_only: ChatOn
         '[models."openai/local-chat"]\nmodel = "gpt-5.5"\n'
         f'base_url = "{chat_only.url}"\napi_key_env = ""\nserves = ["openai-chat"]\n'
     )
-    run_dir = _run(tmp_path, "codex", tasks, "openai/local-chat", "--models", catalog)
+    run_dir = _run(tmp_path, "codex", tasks, backend, "openai/local-chat", "--models", catalog)
     record, lines = _model_calls(run_dir)
     assert record["status"] == "completed", record["errors"]
     assert record["reward"] == 1
