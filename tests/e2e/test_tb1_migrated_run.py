@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_support import docker_client, require_image
-from tb1_support import make_tb1
+from support.docker import docker_client, require_image
+from support.tb1 import make_tb1
 
 
 @pytest.mark.parametrize(
