@@ -19,7 +19,8 @@ including code that never runs here. The words these tests use:
   so is each root (``harness``, ``sandbox``: their ``__init__.py``).
 - **private name**: a name with one leading underscore (``_TrialRun``, ``_version``; dunders
   such as ``__version__`` are public). A private name belongs to the module that defines it
-  and may be imported only from inside that module's package. A private module directly in a
+  and may be imported (or reached as ``module._name`` through an imported module) only
+  from inside that module's package. A private module directly in a
   root (``harness/_version.py``) belongs to the root, so any module of that root may import
   it. Only names of ours are checked: tests may reach into private names to test them, and
   third-party privates are the third party's business.
@@ -145,6 +146,50 @@ def _imports_of(module: str, path: Path) -> Iterator[Import]:
         ):
             name = node.args[0].value
             yield Import(module, name, _deepest_module(name), path, node.lineno, text, True)
+
+
+def _module_aliases(module: str, path: Path, tree: ast.AST) -> dict[str, str]:
+    """Local names bound to modules of ours by imports anywhere in the module (any scope)."""
+    mods = modules()
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    if alias.name in mods:
+                        aliases[alias.asname] = alias.name
+                elif alias.name.split(".")[0] in ROOTS:
+                    top = alias.name.split(".")[0]
+                    aliases[top] = top
+        elif isinstance(node, ast.ImportFrom):
+            base = _from_base(module, path, node)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in mods:
+                    aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
+    return aliases
+
+
+def _attribute_uses(module: str, path: Path) -> Iterator[Import]:
+    """``alias.name.name`` where ``alias`` is a module of ours: the names it reaches.
+
+    So that ``import harness.trial.lifecycle as lc; lc._TrialRun`` is seen as what it is.
+    """
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    tree = ast.parse(source, filename=str(path))
+    aliases = _module_aliases(module, path, tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        attrs: list[str] = []
+        base: ast.expr = node
+        while isinstance(base, ast.Attribute):
+            attrs.insert(0, base.attr)
+            base = base.value
+        if isinstance(base, ast.Name) and base.id in aliases:
+            name = ".".join([aliases[base.id], *attrs])
+            text = lines[node.lineno - 1].strip()
+            yield Import(module, name, _deepest_module(name), path, node.lineno, text)
 
 
 @cache
@@ -322,8 +367,9 @@ def test_no_import_cycles_between_modules() -> None:
 
 
 def test_no_module_imports_another_packages_private_name() -> None:
-    bad = []
-    for imp in all_imports():
+    uses = [*all_imports(), *(u for m, p in modules().items() for u in _attribute_uses(m, p))]
+    bad: dict[str, None] = {}  # ordered, and one entry per statement and name
+    for imp in uses:
         if imp.target is None or imp.dynamic:
             continue  # not ours
         parts = imp.name.split(".")
@@ -333,10 +379,11 @@ def test_no_module_imports_another_packages_private_name() -> None:
             owner = parts[:i]
             scope = owner[0] if len(owner) == 1 else package_of(".".join(owner))
             if imp.importer != scope and not imp.importer.startswith(scope + "."):
-                bad.append(f"{imp.where()}  ({part} belongs to {'.'.join(owner)}, package {scope})")
+                bad[f"{imp.where()}  ({part} belongs to {'.'.join(owner)}, package {scope})"] = None
             break
     assert not bad, (
-        "A private name (one leading underscore) is imported from another package:\n  "
+        "A private name (one leading underscore) is imported, or reached through a module "
+        "imported, from another package:\n  "
         + "\n  ".join(bad)
         + "\nFix: make it public where it is defined (drop the underscore, document it, add it "
         "to __all__), or move the code that needs it into the owner's package."
