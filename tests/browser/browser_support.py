@@ -14,14 +14,14 @@ The fixtures (in conftest.py):
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import support.cli
 from playwright.sync_api import ConsoleMessage, Page
+from support.cli import spawn_view
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,15 +41,7 @@ CHROMIUM_FLAGS = [
 
 def harness(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run the harness CLI as a subprocess (the way a user does)."""
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        cwd=REPO,
-        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"},
-    )
+    return support.cli.harness(*args, env={"TERM": "dumb"}, timeout=timeout)
 
 
 def run_examples(output_dir: Path, *agent_args: str) -> Path:
@@ -112,22 +104,8 @@ class ViewProcess:
 
 def start_view(*run_dirs: Path) -> ViewProcess:
     """Start ``harness view RUN_DIR... --port 0`` and wait for the URL it prints."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "view", *map(str, run_dirs), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "NO_COLOR": "1"},
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"serving (http://127\.0\.0\.1:\d+/)", line)
-    if not match:
-        proc.kill()
-        raise AssertionError(
-            f"harness view printed {line!r}; stderr: {proc.stderr.read() if proc.stderr else ''}"
-        )
-    return ViewProcess(proc, match.group(1))
+    view = spawn_view(*run_dirs)
+    if view.url is None:
+        view.proc.kill()
+        raise AssertionError(f"harness view printed {view.first_line!r}; stderr: {view.stderr()}")
+    return ViewProcess(view.proc, view.url)

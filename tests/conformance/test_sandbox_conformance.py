@@ -36,7 +36,7 @@ _DOCKER_RUNTIME: list[Any] = []
 
 def _docker_sandbox(spec: SandboxSpec) -> Sandbox:
     """A DockerSandbox on a runtime shared by the session (skips/fails without an engine)."""
-    from docker_support import docker_client, require_image
+    from support.docker import docker_client, require_image
 
     from sandbox.docker.backend import DockerSandbox
     from sandbox.docker.images import ImageResolver

@@ -305,7 +305,7 @@ FAKER = (
 
 @pytest.mark.docker
 def test_regrade_in_docker_grades_untrusted_evidence_in_the_sandbox(cli, tmp_path: Path) -> None:
-    from docker_support import docker_client, require_image
+    from support.docker import docker_client, require_image
 
     require_image(docker_client())
     out = tmp_path / "runs"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLE_KEYS, EXAMPLES, read_run_dir, run_cli
-from docker_support import docker_client, require_image
+from support.docker import docker_client, require_image
 
 NO_MODEL_ENV = {"HARNESS_PROVIDER": "", "HARNESS_MODEL": "", "OPENAI_API_KEY": ""}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_support import docker_client, require_image
+from support.docker import docker_client, require_image
 
 CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance" / "harbor"
 TASKS = sorted(p.name for p in CONFORMANCE.iterdir() if (p / "task.toml").is_file())

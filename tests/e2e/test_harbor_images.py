@@ -18,7 +18,7 @@ from typing import Any
 
 import docker.errors
 import pytest
-from docker_support import docker_client, require_image
+from support.docker import docker_client, require_image
 
 from sandbox.docker.images import ImageBuildError, ImageRequest, ImageResolver
 from sandbox.docker.pulls import ImagePuller, ImagePullError

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_support import docker_client, require_image
+from support.docker import docker_client, require_image
 
 FILES = {
     "task.toml": (

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLES, only_run_dir, read_run_dir, run_cli
-from docker_support import docker_client, require_image, unavailable
+from support.docker import docker_client, require_image, unavailable
 
 #: backend id -> (--sandbox, --runtime)
 BACKENDS = {

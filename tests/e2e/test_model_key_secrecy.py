@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import read_run_dir, start_cli
-from docker_support import docker_client, require_image
+from support.docker import docker_client, require_image
 
 import docker
 from sandbox.local import DEFAULT_SANDBOX_UID

@@ -24,8 +24,8 @@ from typing import Any
 import psutil
 import pytest
 from conftest import EXAMPLE_KEYS, EXAMPLES, RunningCli, make_task_dir, read_run_dir, start_cli
-from docker_support import docker_client, require_image
-from ray_cluster import RayCluster
+from support.docker import docker_client, require_image
+from support.ray_cluster import RayCluster
 
 WORKER_IP = "127.0.0.3"
 CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance" / "harbor"

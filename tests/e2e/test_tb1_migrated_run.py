@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_support import docker_client, require_image
-from tb1_support import make_tb1
+from support.docker import docker_client, require_image
+from support.tb1 import assert_oracle_1_and_nop_0, make_tb1, migrate
 
 
 @pytest.mark.parametrize(
@@ -31,17 +31,8 @@ def test_a_migrated_tb1_task_runs_oracle_1_and_nop_0(
     if backend != "local":
         require_image(docker_client())
     make_tb1(tmp_path / "tb1", "hello")
-    migrated = e2e.run("tasks", "migrate", tmp_path / "tb1", "-o", tmp_path / "harbor")
-    assert migrated.code == 0, migrated
+    migrated = migrate(e2e, tmp_path / "tb1", tmp_path / "harbor")
     assert "1 task(s) migrated" in migrated.stdout
     checked = e2e.run("tasks", "check", tmp_path / "harbor")
     assert checked.code == 0, checked
-    for agent, reward in (("oracle", 1.0), ("nop", 0.0)):
-        out = tmp_path / f"runs-{agent}"
-        result = e2e.run(
-            "run", tmp_path / "harbor", "--agent", agent, *sandbox, "-o", out,
-            "--display", "none", "--json", timeout=600,
-        )  # fmt: skip
-        (record,) = e2e.read_run(e2e.only_run_dir(out)).records
-        assert record["status"] == "completed", (result, record)
-        assert record["reward"] == reward, (agent, result, record)
+    assert_oracle_1_and_nop_0(e2e, tmp_path / "harbor", sandbox, tmp_path)

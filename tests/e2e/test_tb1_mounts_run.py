@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_support import docker_client, require_image
-from tb1_support import make_tb1
+from support.docker import docker_client, require_image
+from support.tb1 import assert_oracle_1_and_nop_0, make_tb1, migrate
 
 COMPOSE = """services:
   agent-environment:
@@ -47,15 +47,6 @@ def test_a_tb1_task_mounting_its_tests_grades_oracle_1_and_nop_0(
         tmp_path / "tb1", "mounted-tests", compose=COMPOSE, run_tests=RUN_TESTS, solution=SOLUTION
     )
     (task / "tests" / "marker").write_text("secret-marker\n")
-    migrated = e2e.run("tasks", "migrate", tmp_path / "tb1", "-o", tmp_path / "harbor")
-    assert migrated.code == 0, migrated
+    migrate(e2e, tmp_path / "tb1", tmp_path / "harbor")
     sandbox = ["--sandbox", "docker", "--runtime", runtime]
-    for agent, reward in (("oracle", 1.0), ("nop", 0.0)):
-        out = tmp_path / f"runs-{agent}"
-        result = e2e.run(
-            "run", tmp_path / "harbor", "--agent", agent, *sandbox, "-o", out,
-            "--display", "none", "--json", timeout=600,
-        )  # fmt: skip
-        (record,) = e2e.read_run(e2e.only_run_dir(out)).records
-        assert record["status"] == "completed", (result, record)
-        assert record["reward"] == reward, (agent, result, record)
+    assert_oracle_1_and_nop_0(e2e, tmp_path / "harbor", sandbox, tmp_path)

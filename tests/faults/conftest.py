@@ -3,7 +3,7 @@
 Every fault here is real: a Docker engine stopped and started again (a private one, never
 the shared engine), a filesystem that fills up or turns read-only, ``kill -9`` and SIGSTOP of
 the harness process. Each test asserts from outside: the records in the run dir, the
-objects on the engine, the output (never a traceback). Helpers: ``tests/fault_support.py``.
+objects on the engine, the output (never a traceback). Helpers: ``tests/support/faults.py``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from docker_support import unavailable
-from fault_support import Cli, Ext4
-from private_engine import PrivateEngine, started_engine
+from support.docker import unavailable
+from support.faults import Cli, Ext4
+from support.private_engine import PrivateEngine, started_engine
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fault_support import (
+from support.faults import (
     NOTHING_LEFT,
     Cli,
     Ext4,
@@ -25,7 +25,7 @@ from fault_support import (
     run_args,
     wait_until,
 )
-from private_engine import PrivateEngine
+from support.private_engine import PrivateEngine
 
 pytestmark = pytest.mark.docker
 

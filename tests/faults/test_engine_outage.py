@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fault_support import (
+from support.faults import (
     NOTHING_LEFT,
     Cli,
     agents_running,
@@ -21,7 +21,7 @@ from fault_support import (
     status,
     wait_until,
 )
-from private_engine import PrivateEngine
+from support.private_engine import PrivateEngine
 
 import docker
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fault_support import (
+from support.faults import (
     NOTHING_LEFT,
     Cli,
     agents_running,
@@ -29,7 +29,7 @@ from fault_support import (
     status,
     wait_until,
 )
-from private_engine import PrivateEngine
+from support.private_engine import PrivateEngine
 
 from sandbox.evidence_diff import MANIFEST_NAME
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_support import docker_client, require_image
+from support.docker import docker_client, require_image
 
 from sandbox.docker.images import ImageRequest, ImageResolver, parse_aliases, rewrite_from_lines
 

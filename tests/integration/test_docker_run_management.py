@@ -21,7 +21,7 @@ from typing import Any
 
 import docker.errors
 import pytest
-from docker_support import docker_client, require_image
+from support.docker import docker_client, require_image
 
 pytestmark = pytest.mark.docker
 

@@ -20,8 +20,8 @@ from typing import Any
 import docker.errors
 import psutil
 import pytest
-from docker_support import docker_client
-from episode_support import EXAMPLES, HELLO, RUN_NAME, episode_config, only, run_dir
+from support.docker import docker_client
+from support.episodes import EXAMPLES, HELLO, RUN_NAME, episode_config, only, run_dir
 
 import harness
 from harness.backends.tmpdir import run_tmp_dir

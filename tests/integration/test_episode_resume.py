@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from episode_support import EXAMPLES, UID_BASE
-from fault_support import Cli, assert_no_traceback, records, status, wait_until
+from support.episodes import EXAMPLES, UID_BASE
+from support.faults import Cli, assert_no_traceback, records, status, wait_until
 
 #: r0 runs clean; r1's second attempt crashes (an incomplete episode); r2 is slow (killed).
 SCRIPT = (

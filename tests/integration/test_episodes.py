@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_support import requires_docker  # noqa: F401 (fixture)
-from episode_support import EXAMPLES, HELLO, HUNT, episode_config, hostile_task, only, run_dir
-from fault_support import Cli
+from support.docker import requires_docker  # noqa: F401 (fixture)
+from support.episodes import EXAMPLES, HELLO, HUNT, episode_config, hostile_task, only, run_dir
+from support.faults import Cli
 
 import harness
 from harness.config import AgentConfig

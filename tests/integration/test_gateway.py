@@ -14,19 +14,19 @@ import os
 import re
 import secrets
 import socket
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from support.loopback import QUIET_ON_CUT, LoopbackServer, end_chunks, write_chunk
 
 from harness.errors import UsageError
 from harness.gateway import (
@@ -228,15 +228,6 @@ def anthropic_stream(model: str) -> list[bytes]:
     ]
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # 20 concurrent connects must not overflow the backlog (5)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):  # the gateway cut it: expected
-            super().handle_error(request, client_address)
-
-
 class Upstream:
     """An OpenAI-compatible (``kind="openai"``) or Anthropic upstream on 127.0.0.1:0."""
 
@@ -248,23 +239,11 @@ class Upstream:
         self.lock = threading.Lock()
         #: Set by ``barrier``: every request waits there before it is answered.
         self.barrier: threading.Barrier | None = None
-        upstream = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                upstream.handle(self)
-
-            do_GET = do_DELETE = do_PUT = do_POST
-
-        self.server = _Server(("127.0.0.1", port), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
+        # quiet on a cut connection only: the gateway cutting it is expected, nothing else
+        self.loopback = LoopbackServer(
+            self.handle, port=port, methods=("POST", "GET", "DELETE", "PUT"), quiet=QUIET_ON_CUT
+        )
+        self.port = self.loopback.port
 
     @property
     def base_url(self) -> str:
@@ -272,8 +251,7 @@ class Upstream:
         return root + "/v1" if self.kind == "openai" else root
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.close()
 
     def requests(self) -> list[Seen]:
         with self.lock:
@@ -320,12 +298,10 @@ class Upstream:
                 h.wfile.flush()
                 h.connection.shutdown(socket.SHUT_RDWR)
                 return
-            h.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
-            h.wfile.flush()
+            write_chunk(h, event)
             if n == 0 and reply.hold is not None:
                 reply.hold.wait(5)
-        h.wfile.write(b"0\r\n\r\n")
-        h.wfile.flush()
+        end_chunks(h)
 
     def auth_failure(self, seen: Seen) -> Reply | None:
         if self.kind == "openai":

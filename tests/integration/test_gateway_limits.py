@@ -18,12 +18,13 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from support.loopback import QUIET_ALWAYS, LoopbackServer, end_chunks, write_chunk
 
 from harness.gateway import Budget, Gateway, HTTPProvider, Limits, TrialAccess
 from harness.gateway.limits import MIB
@@ -58,38 +59,18 @@ class Received:
     body: Any
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # the gateway cutting a stream is what some tests do
-
-
 class Upstream:
     """An OpenAI-compatible upstream on 127.0.0.1:0 answering with ``answer(received)``."""
 
     def __init__(self, answer: Callable[[Received], Answer]) -> None:
         self.answer = answer
         self.received: list[Received] = []
-        upstream = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                upstream.serve(self)
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
+        # quiet: the gateway cutting a stream is what some tests do
+        self.loopback = LoopbackServer(self.serve, quiet=QUIET_ALWAYS)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self.loopback.port}/v1"
 
     def serve(self, h: BaseHTTPRequestHandler) -> None:
         raw = h.rfile.read(int(h.headers.get("content-length") or 0))
@@ -111,13 +92,11 @@ class Upstream:
         h.send_header("transfer-encoding", "chunked")
         h.end_headers()
         for event in answer.events:
-            h.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
-            h.wfile.flush()
-        h.wfile.write(b"0\r\n\r\n")
+            write_chunk(h, event)
+        end_chunks(h)
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.close()
 
 
 def sse(payload: Any) -> bytes:

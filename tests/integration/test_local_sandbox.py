@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
-from docker_support import prerequisite_missing
+from support.docker import prerequisite_missing
 
 from harness.agents.command import CommandAgent
 from harness.records import TrialStatus

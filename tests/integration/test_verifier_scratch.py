@@ -47,7 +47,7 @@ Make = Callable[[], Sandbox]
 
 def _docker(runtime_name: str | None, host_storage: bool) -> Callable[[], Any]:
     def make_runtime() -> Any:
-        from docker_support import docker_client, require_image, unavailable
+        from support.docker import docker_client, require_image, unavailable
 
         from sandbox.docker.images import ImageResolver
         from sandbox.docker.runtime import DockerRuntime

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_support import (  # noqa: F401
+from support.docker import (  # noqa: F401
     docker_client,
     require_image,
     requires_docker,

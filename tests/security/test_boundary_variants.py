@@ -15,12 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import urllib.request
 from collections.abc import Iterator
@@ -28,20 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BASE_IMAGE, REPO, Cli, files_containing, read_records, unique, write_task
+from conftest import BASE_IMAGE, Cli, files_containing, read_records, unique, write_task
+from support.cli import harness, spawn_view
 
 
-def harness(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """One real ``python -m harness ...`` to the end."""
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+def one_trial_run(tmp_path: Path, prefix: str) -> Path:
+    """A real finished run (local sandbox) of one trivial task: the run dir to make hostile."""
+    task = write_task(tmp_path / "tasks", unique(prefix), attack="echo hi\n")
+    run = Cli(tmp_path, sandbox="local").run([task], timeout=300)
+    assert run.code == 0 and run.run_dir is not None, str(run)
+    return run.run_dir
 
 
 @pytest.fixture
@@ -104,10 +96,7 @@ def test_a_symlinked_trials_file_is_never_read(tmp_path: Path, host_secret_dir: 
 
     Before, ``report`` followed the link and embedded the host file's strings in its HTML.
     """
-    task = write_task(tmp_path / "tasks", unique("trials-link"), attack="echo hi\n")
-    run = Cli(tmp_path, sandbox="local").run([task], timeout=300)
-    assert run.code == 0 and run.run_dir is not None, str(run)
-    run_dir = run.run_dir
+    run_dir = one_trial_run(tmp_path, "trials-link")
     token = f"RT-HOSTFILE-{secrets.token_hex(12)}"
     forged = dict(read_records(run_dir)[0])
     forged["task"] = {**forged["task"], "name": token}
@@ -129,31 +118,18 @@ def test_a_symlinked_trials_file_is_never_read(tmp_path: Path, host_secret_dir: 
     export = harness("export", str(run_dir), "-o", str(out / "export"))
     assert export.returncode != 0 and "Traceback" not in export.stderr, export.stderr
 
-    view = subprocess.Popen(
-        [sys.executable, "-m", "harness", "view", str(run_dir), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "NO_COLOR": "1"},
-        start_new_session=True,
-    )
+    view = spawn_view(run_dir)
     bodies = []
     try:
-        assert view.stdout is not None
-        line = view.stdout.readline()
-        match = re.search(r"serving (http://127\.0\.0\.1:\d+/)", line)
-        if match:
+        if view.url:  # the view may refuse the run dir: then there is nothing to fetch
             for path in ("", "api/index"):
                 try:
-                    with urllib.request.urlopen(match.group(1) + path, timeout=60) as answer:
+                    with urllib.request.urlopen(view.url + path, timeout=60) as answer:
                         bodies.append(answer.read().decode(errors="replace"))
                 except urllib.error.HTTPError as refused:
                     bodies.append(refused.read().decode(errors="replace"))
     finally:
-        os.killpg(view.pid, signal.SIGKILL)
-        view.wait(timeout=30)
+        view.kill()
     assert not any(token in body for body in bodies)
     assert not files_containing(out, token)
     assert token not in report.stderr + regrade.stderr + export.stderr
@@ -165,16 +141,14 @@ def test_a_fifo_for_summary_json_never_hangs_a_reader(tmp_path: Path) -> None:
     """Attack: a run dir whose ``summary.json`` is a FIFO. ``regrade`` read it to learn the
     plan's size and blocked for ever; now each reader finishes (the FIFO is not read).
     """
-    task = write_task(tmp_path / "tasks", unique("summary-fifo"), attack="echo hi\n")
-    run = Cli(tmp_path, sandbox="local").run([task], timeout=300)
-    assert run.code == 0 and run.run_dir is not None, str(run)
-    (run.run_dir / "summary.json").unlink()
-    os.mkfifo(run.run_dir / "summary.json")
+    run_dir = one_trial_run(tmp_path, "summary-fifo")
+    (run_dir / "summary.json").unlink()
+    os.mkfifo(run_dir / "summary.json")
     out = tmp_path / "out"
     for args in (
-        ("regrade", str(run.run_dir), "-o", str(out / "regrade")),
-        ("report", str(run.run_dir), "-o", str(out / "report.html")),
-        ("export", str(run.run_dir), "-o", str(out / "export")),
+        ("regrade", str(run_dir), "-o", str(out / "regrade")),
+        ("report", str(run_dir), "-o", str(out / "report.html")),
+        ("export", str(run_dir), "-o", str(out / "export")),
     ):
         done = harness(*args, timeout=120)  # TimeoutExpired (a failure) if it blocks
         assert done.returncode == 0, (args, done.stderr)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from net_support import Listener, bridge_gateway, primary_addresses
+from support.net import Listener, bridge_gateway, primary_addresses
 
 PROBE = r"""
 set +e

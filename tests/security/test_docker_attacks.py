@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from net_support import Listener, bridge_gateway
+from support.net import Listener, bridge_gateway
 
 from harness.agents.base import Agent, AgentCommand
 from harness.agents.builtin import CommandAgent

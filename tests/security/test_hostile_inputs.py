@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,23 +28,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import REPO, Cli, files_containing, read_records, unique, write_task
-
-
-def harness(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> Any:
-    """One real ``python -m harness ...`` to the end."""
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})},
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+from support.cli import harness, spawn_view
 
 
 @pytest.fixture
@@ -160,21 +145,10 @@ def test_a_forged_run_dir_is_read_without_leaving_it(
     assert token not in report.read_text(errors="replace")
 
     # harness view: real HTTP requests
-    view = subprocess.Popen(
-        [sys.executable, "-m", "harness", "view", str(run_dir), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "NO_COLOR": "1"},
-        start_new_session=True,
-    )
+    view = spawn_view(run_dir)
     try:
-        assert view.stdout is not None
-        match = re.search(r"serving (http://127\.0\.0\.1:\d+/)", view.stdout.readline())
-        assert match, view.stderr.read() if view.stderr else ""
-        base = match.group(1)
+        assert view.url, view.stderr()
+        base = view.url
         bodies = []
         for path in (
             "",
@@ -195,8 +169,7 @@ def test_a_forged_run_dir_is_read_without_leaving_it(
             assert refused.value.code == 404
             bodies.append(refused.value.read().decode(errors="replace"))
     finally:
-        os.killpg(view.pid, signal.SIGKILL)
-        view.wait(timeout=30)
+        view.kill()
     assert not any(token in body for body in bodies)
     detail = json.loads(bodies[2])
     files = detail["evidence"]["changes"]["files"]

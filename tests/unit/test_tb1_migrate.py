@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import yaml
-from tb1_support import SIDECAR_COMPOSE, STANDARD_COMPOSE, TASK_YAML, make_tb1
+from support.tb1 import SIDECAR_COMPOSE, STANDARD_COMPOSE, TASK_YAML, make_tb1
 
 from harness.tasks import check_tasks
 from harness.tasks.migrate_tb1 import migrate_tasks

@@ -27,7 +27,7 @@ import psutil
 import docker
 
 BASE_IMAGE = "harness/base:bookworm"
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 #: The base image saved after a bootstrap (when the shared engine has none to copy).
 _IMAGE_CACHE = Path("/var/tmp/harness-fault-suite-base.tar")
 #: Objects every engine has: not leftovers of a test.

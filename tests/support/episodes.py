@@ -12,7 +12,7 @@ from harness.records import TrialRecord
 
 #: The local sandbox's uid range for the episode tests (no other test file uses it).
 UID_BASE = 62800
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 HELLO = 'printf "Hello, world!\\n" > hello.txt'
 #: Where a run of :func:`episode_config` is (under its ``tmp_path``).
 RUN_NAME = "episodes"

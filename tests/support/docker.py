@@ -6,7 +6,7 @@ engine can never turn the docker suite green by skipping it.
 
 Usage from any test module or conftest (``tests/`` is on ``sys.path`` under pytest)::
 
-    from docker_support import docker_client, requires_docker  # noqa: F401 (fixtures)
+    from support.docker import docker_client, requires_docker  # noqa: F401 (fixtures)
 
     @pytest.mark.docker
     def test_something(requires_docker):  # the fixture is the connected client

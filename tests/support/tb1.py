@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -80,3 +81,25 @@ def make_tb1(
     if solution is not None:
         (task / "solution.sh").write_text(solution)
     return task
+
+
+def migrate(e2e: Any, tb1_dir: Path, harbor_dir: Path) -> Any:
+    """``harness tasks migrate TB1_DIR -o HARBOR_DIR`` through the e2e CLI; it must succeed."""
+    migrated = e2e.run("tasks", "migrate", tb1_dir, "-o", harbor_dir)
+    assert migrated.code == 0, migrated
+    return migrated
+
+
+def assert_oracle_1_and_nop_0(e2e: Any, harbor_dir: Path, sandbox: list[str], out: Path) -> None:
+    """Run the migrated tasks with ``oracle`` and with ``nop`` (a run dir each below ``out``):
+    each run's one record is completed, with reward 1 for the oracle and 0 for nop.
+    """
+    for agent, reward in (("oracle", 1.0), ("nop", 0.0)):
+        runs = out / f"runs-{agent}"
+        result = e2e.run(
+            "run", harbor_dir, "--agent", agent, *sandbox, "-o", runs,
+            "--display", "none", "--json", timeout=600,
+        )  # fmt: skip
+        (record,) = e2e.read_run(e2e.only_run_dir(runs)).records
+        assert record["status"] == "completed", (result, record)
+        assert record["reward"] == reward, (agent, result, record)
