@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLES, only_run_dir, read_run_dir, run_cli
-from docker_support import docker_client, require_image
+from support.docker import docker_client, require_image
 
 BACKEND_PARAMS = [
     pytest.param("local", marks=pytest.mark.root, id="local"),
