@@ -56,8 +56,8 @@ from sandbox.errors import (
     SandboxError,
     SupervisorError,
 )
-from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
+from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.scratch import PRIVATE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
 from sandbox.storage import TrialStorage

@@ -19,7 +19,7 @@ from typing import Any
 import docker.errors
 
 import docker
-from sandbox.backend import SUPERVISOR_PATH, SUPERVISOR_SIBLINGS, Capacity
+from sandbox.backend import Capacity, inside_modules
 from sandbox.docker.engine import remove_leaks
 from sandbox.docker.images import ImageResolver
 from sandbox.docker.labels import KIND, MANAGED, RUNTIME_KIND
@@ -70,13 +70,12 @@ class DockerRuntime:
         # Bytecode saves compiling at every trial (the mount is read-only, so nothing would
         # be cached); only when our Python is the runtime's minor version (bookworm: 3.11).
         compiled = sys.version_info[:2] == RUNTIME_PYTHON
-        for name in ("supervisor", *SUPERVISOR_SIBLINGS):
-            source = SUPERVISOR_PATH.with_name(f"{name}.py")
+        for source in inside_modules():  # the whole in-sandbox folder, the supervisor among it
             if compiled:
-                target = Path(self._staged) / f"{name}.pyc"
+                target = Path(self._staged) / f"{source.stem}.pyc"
                 py_compile.compile(str(source), cfile=str(target), doraise=True)
             else:
-                target = Path(self._staged) / f"{name}.py"
+                target = Path(self._staged) / source.name
                 shutil.copyfile(source, target)
             os.chmod(target, 0o600)
         self.supervisor_file = f"{SUPERVISOR_MOUNT}/supervisor.{'pyc' if compiled else 'py'}"
