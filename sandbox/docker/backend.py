@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import docker.errors
-from docker.types import Mount, Ulimit
+from docker.types import Mount
 
 from sandbox.backend import (
     PhaseRequest,
@@ -45,10 +45,17 @@ from sandbox.backend import (
 from sandbox.docker import hostguard
 from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
-from sandbox.docker.gpus import device_requests, no_gpu_error
+from sandbox.docker.container import (
+    GATEWAY_MOUNT,
+    TRIAL_DIR,
+    ContainerSite,
+    create_args,
+)
+from sandbox.docker.gpus import no_gpu_error
 from sandbox.docker.images import ImageRequest
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
-from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
+from sandbox.docker.runtime import SUPERVISOR_MOUNT, DockerRuntime
+from sandbox.docker.warm import adopt
 from sandbox.errors import (
     EnvironmentStartError,
     PermanentStartError,
@@ -62,15 +69,11 @@ from sandbox.scratch import PRIVATE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
 from sandbox.storage import TrialStorage
 from sandbox.storage_pool import PreparedStorage
-from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT
+from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET
 
-#: Where the trial's model-gateway socket dir is mounted (root-only: the agent can't open it).
-GATEWAY_MOUNT = "/opt/harness-gateway"
-#: Capabilities the root supervisor keeps until it drops; the agent's sets are all empty.
-SUPERVISOR_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP", "KILL"]
 DEFAULT_UID = 65532
 DEFAULT_GID = 65532
-_TRIAL = "/trial"
+_TRIAL = TRIAL_DIR
 #: Trial dirs on its filesystem and where the container sees them (besides the workspace).
 _STORAGE_BINDS = (
     ("home", f"{_TRIAL}/home"),
@@ -81,11 +84,6 @@ _STORAGE_BINDS = (
 )
 #: The scratch dirs a verifier phase gets fresh (:mod:`sandbox.scratch`).
 _SCRATCH_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
-# Docker adds noexec to tmpfs mounts unless told otherwise; agents and tests legitimately
-# run what they build or install in scratch dirs.
-_SCRATCH = "rw,nosuid,nodev,exec"
-_PLAIN = "rw,nosuid,nodev,noexec"
-
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
@@ -238,7 +236,8 @@ class DockerSandbox(Sandbox):
         try:
             warm = self._take_warm(volume_name, config)
             if warm is not None:
-                self._adopt(warm)
+                assert self.runtime.warm is not None
+                adopt(self, warm, self.runtime.warm, self._name(spec.trial_id))
             else:
                 labels = self._labels(spec.trial_id)
                 self._network = self._start_sidecars(labels)
@@ -318,79 +317,26 @@ class DockerSandbox(Sandbox):
             upcoming=self.spec.upcoming,
         )
 
-    def _adopt(self, warm: DockerSandbox) -> None:
-        """Take over a warm container: same flags, its own volume, filesystem and dirs."""
-        for attr in (
-            "_container",
-            "_volume",
-            "_root",
-            "_storage",
-            "_prepared",
-            "_channel",
-            "_session",
-            "_network",
-            "_agent_id",
-            "_verifier_id",
-        ):
-            setattr(self, attr, getattr(warm, attr))
-        warm._stopped = True  # everything is this sandbox's now
-        self._warm = True
-        assert self.runtime.warm is not None
-        # Named for its trial, off the critical path (only people read the name).
-        container, name = self._container, self._name(self.spec.trial_id)
-        self.runtime.warm.later(lambda: container.rename(name))
-
     def _boot(self, name: str, labels: dict[str, str], volume_name: str) -> None:
         """Create and start the container; its supervisor waits on the attach stream."""
         spec = self.spec
         assert self.image is not None
-        mounts = self._storage_mounts(name, labels)
-        res = spec.resources
-        # The supervisor is the container's pid 1 (no --init): every orphan of a phase
-        # is its child. Its stdin is the attach stream, once-only, so closing it ends the
-        # supervisor and the container, and no exec is needed per trial.
-        self._container = self.client.containers.create(
-            self.image,
-            command=self.runtime.supervisor_command(),
-            entrypoint=[],
+        site = ContainerSite(
+            image=self.image,
             name=name,
-            hostname="sandbox",
-            user="0:0",
-            working_dir=self._workdir,
             labels=labels,
-            init=False,
-            network_mode=self._network,
+            command=self.runtime.supervisor_command(),
+            workdir=self._workdir,
+            network=self._network,
+            supervisor_dir=self.runtime.supervisor_dir,
+            python_volume=volume_name,
+            tools_dir=str(self.runtime.tools_dir),
+            storage_mounts=tuple(self._storage_mounts(name, labels)),
+            host_storage=self._storage is not None,
             extra_hosts=self._compose.addresses() if self._compose is not None else None,
-            cap_drop=["ALL"],
-            cap_add=SUPERVISOR_CAPS,
-            security_opt=["no-new-privileges"],
-            read_only=True,
-            tmpfs=self._tmpfs(),
-            mounts=[
-                *mounts,
-                Mount(SUPERVISOR_MOUNT, self.runtime.supervisor_dir, type="bind", read_only=True),
-                Mount(PYTHON_MOUNT, volume_name, type="volume", read_only=True),
-                Mount(TOOLS_MOUNT, str(self.runtime.tools_dir), type="bind", read_only=True),
-                *self._gateway_mounts(),
-                *(
-                    Mount(dst, str(src), type="bind", read_only=True)
-                    for dst, src in sorted(self.spec.agent_mounts.items())
-                ),
-            ],
-            pids_limit=res.pids,
-            mem_limit=f"{res.memory_mb}m",
-            memswap_limit=f"{res.memory_mb}m",
-            nano_cpus=int(res.cpus * 1e9),
-            ulimits=[
-                Ulimit(name="core", soft=0, hard=0),
-                Ulimit(name="nofile", soft=res.nofile, hard=res.nofile),
-            ],
-            runtime=self.runtime.runtime,
-            environment={},
-            device_requests=device_requests(spec.gpus),
-            stdin_open=True,
-            tty=False,
+            engine_runtime=self.runtime.runtime,
         )
+        self._container = self.client.containers.create(**create_args(spec, site))
         raw = self.client.api.attach_socket(
             self._container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         )
@@ -432,22 +378,6 @@ class DockerSandbox(Sandbox):
             )
         self._compose.up()
         return self._compose.network
-
-    def _tmpfs(self) -> dict[str, str]:
-        """Scratch dirs the agent cannot write (and, without host storage, those it can)."""
-        tmpfs = {
-            "/run": f"{_PLAIN},size=16m,mode=755",
-            _TRIAL: f"{_SCRATCH},size=64m,mode=711",
-            "/logs": f"{_PLAIN},size=64m,mode=755",
-            "/tests": f"{_SCRATCH},size=256m,mode=700",
-            "/solution": f"{_SCRATCH},size=256m,mode=700",
-        }
-        if self.spec.image_tests:
-            del tmpfs["/tests"]  # a separate verifier's image brings /tests/test.sh
-        if self._storage is None:
-            tmpfs["/tmp"] = f"{_SCRATCH},size=512m,mode=1777"
-            tmpfs["/var/tmp"] = f"{_SCRATCH},size=256m,mode=1777"
-        return tmpfs
 
     def _storage_mounts(self, name: str, labels: dict[str, str]) -> list[Mount]:
         """The trial's filesystem on the host, and the mounts that put it in the container."""
@@ -811,13 +741,6 @@ class DockerSandbox(Sandbox):
         owner = {"uid": self._verifier_id[0], "gid": self._verifier_id[1]}
         paths = (f"{_TRIAL}/grader", f"{_TRIAL}/grader/home", f"{_TRIAL}/grader/home/tmp", EXEC_DIR)
         self._batch([{"op": "reset_dir", "path": p, "owner": owner, "mode": 0o700} for p in paths])
-
-    def _gateway_mounts(self) -> list[Mount]:
-        """The trial's gateway socket dir (root-only on the host), read-only."""
-        socket = self.spec.gateway_socket
-        if socket is None:
-            return []
-        return [Mount(GATEWAY_MOUNT, str(socket.parent), type="bind", read_only=True)]
 
     def _gateway_socket(self) -> str | None:
         socket = self.spec.gateway_socket
