@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import docker.errors
-
 import docker
 from harness.backends.tmpdir import RUN_TMP_PREFIX, remove_private_dir
 from harness.errors import UsageError
@@ -32,6 +30,7 @@ from sandbox.docker.images import (
     parse_aliases,
 )
 from sandbox.docker.labels import IMAGE_HASH, MANAGED
+from sandbox.docker.sdk import EngineRequestError, ImageMissing, call
 from sandbox.errors import EngineUnavailable, EnvironmentStartError
 from sandbox.removal import remove_tree
 from sandbox.storage import release_leftovers
@@ -117,14 +116,14 @@ def list_images() -> tuple[list[ImageRow], bool]:
     """
     client = engine()
     rows = []
-    for image in client.images.list(filters={"label": f"{MANAGED}=1"}):
+    for image in call(client.images.list, filters={"label": f"{MANAGED}=1"}):
         labels = image.labels or {}
         size = (image.attrs.get("Size") or 0) / 1e6
         for tag in image.tags or ["<untagged>"]:
             rows.append(ImageRow(tag, image.short_id, size, labels.get(IMAGE_HASH, "-")))
     try:
-        base = client.images.get(DEFAULT_IMAGE)
-    except docker.errors.ImageNotFound:
+        base = call(client.images.get, DEFAULT_IMAGE)
+    except ImageMissing:
         return rows, False
     rows.append(ImageRow(DEFAULT_IMAGE, base.short_id, (base.attrs.get("Size") or 0) / 1e6, "base"))
     return rows, True
@@ -138,11 +137,11 @@ def prune_images() -> tuple[int, list[str]]:
     """
     client = engine()
     removed, kept = 0, []
-    for image in client.images.list(filters={"label": f"{MANAGED}=1"}):
+    for image in call(client.images.list, filters={"label": f"{MANAGED}=1"}):
         try:
-            client.images.remove(str(image.id), force=False)
+            call(client.images.remove, str(image.id), force=False)
             removed += 1
-        except docker.errors.APIError as exc:
+        except EngineRequestError as exc:
             kept.append(f"kept {image.tags or image.short_id}: {exc.explanation}")
     return removed, kept
 
@@ -260,9 +259,9 @@ def doctor() -> DoctorReport:
         report.problems.append("the engine cannot enforce memory/pids limits: enable those cgroups")
     report.checks.append(("compose host rules", _host_rules(client)))
     try:
-        client.images.get(DEFAULT_IMAGE)
+        call(client.images.get, DEFAULT_IMAGE)
         report.checks.append(("base image", DEFAULT_IMAGE))
-    except docker.errors.ImageNotFound:
+    except ImageMissing:
         report.checks.append(("base image", "missing"))
         report.problems.append(
             f"base image {DEFAULT_IMAGE} is missing: `bash images/bootstrap-base.sh`"

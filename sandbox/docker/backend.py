@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import docker.errors
 from docker.types import Mount
 
 from sandbox.backend import (
@@ -55,6 +54,7 @@ from sandbox.docker.gpus import no_gpu_error
 from sandbox.docker.images import ImageRequest
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
 from sandbox.docker.runtime import SUPERVISOR_MOUNT, DockerRuntime
+from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
 from sandbox.docker.warm import adopt
 from sandbox.errors import (
     EnvironmentStartError,
@@ -84,6 +84,7 @@ _STORAGE_BINDS = (
 )
 #: The scratch dirs a verifier phase gets fresh (:mod:`sandbox.scratch`).
 _SCRATCH_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
+
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
@@ -182,7 +183,8 @@ class DockerSandbox(Sandbox):
 
     def _exec_supervisor(self) -> tuple[SupervisorSession, ExecChannel]:
         """A one-shot supervisor beside the main one (file ops during a running phase)."""
-        exec_id = self.client.api.exec_create(
+        exec_id = call(
+            self.client.api.exec_create,
             self._container.id,
             self.runtime.supervisor_command(),
             stdin=True,
@@ -190,7 +192,7 @@ class DockerSandbox(Sandbox):
             stderr=True,
             user="0:0",
         )
-        channel = ExecChannel(self.client.api.exec_start(exec_id["Id"], socket=True))
+        channel = ExecChannel(call(self.client.api.exec_start, exec_id["Id"], socket=True))
         session = SupervisorSession()
         session.attach(channel, channel)  # type: ignore[arg-type]
         return session, channel
@@ -245,7 +247,7 @@ class DockerSandbox(Sandbox):
                 self._setup(config)
             self._seed()
             self._start_workload(config)
-        except docker.errors.APIError as exc:
+        except EngineRequestError as exc:
             gpu_error = no_gpu_error(str(exc.explanation or exc), spec.gpus)
             if gpu_error is not None:
                 raise gpu_error from None
@@ -253,7 +255,7 @@ class DockerSandbox(Sandbox):
             # same request fails the same way on every retry.
             error = PermanentStartError if exc.is_client_error() else EnvironmentStartError
             raise error(f"cannot start the trial container: {exc}") from exc
-        except docker.errors.DockerException as exc:
+        except EngineError as exc:
             raise EnvironmentStartError(f"cannot start the trial container: {exc}") from exc
 
     def _labels(self, trial: str) -> dict[str, str]:
@@ -336,14 +338,16 @@ class DockerSandbox(Sandbox):
             extra_hosts=self._compose.addresses() if self._compose is not None else None,
             engine_runtime=self.runtime.runtime,
         )
-        self._container = self.client.containers.create(**create_args(spec, site))
-        raw = self.client.api.attach_socket(
-            self._container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        self._container = call(self.client.containers.create, **create_args(spec, site))
+        raw = call(
+            self.client.api.attach_socket,
+            self._container.id,
+            params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1},
         )
         self._channel = ExecChannel(raw)
         self._session = SupervisorSession()
         self._session.attach(self._channel, self._channel)  # type: ignore[arg-type]
-        self._container.start()
+        call(self._container.start)
 
     def _start_sidecars(self, labels: dict[str, str]) -> str:
         """Start the compose file's sidecars (if any); the network the main container joins."""
@@ -382,7 +386,7 @@ class DockerSandbox(Sandbox):
     def _storage_mounts(self, name: str, labels: dict[str, str]) -> list[Mount]:
         """The trial's filesystem on the host, and the mounts that put it in the container."""
         if not self.runtime.host_storage:
-            self._volume = self.client.volumes.create(f"{name}-ws", labels=labels)
+            self._volume = call(self.client.volumes.create, f"{name}-ws", labels=labels)
             return [Mount(self._workdir, self._volume.name, type="volume")]
         # A warm container never waits for disk room a running trial might need.
         self._prepared = self.runtime.storage_pool.take(
@@ -397,7 +401,8 @@ class DockerSandbox(Sandbox):
             os.chmod(fs / sub, 0o1777)
         # A volume (not a bind) over the workspace dir, so the engine copies the image's own
         # workdir content into it, and labelled like everything else.
-        self._volume = self.client.volumes.create(
+        self._volume = call(
+            self.client.volumes.create,
             f"{name}-ws",
             driver="local",
             driver_opts={"type": "none", "o": "bind", "device": str(fs / "workspace")},
@@ -719,8 +724,8 @@ class DockerSandbox(Sandbox):
         if self._aborted or self._container is None:
             return None
         try:
-            self._container.reload()
-        except docker.errors.DockerException:
+            call(self._container.reload)
+        except EngineError:
             return None  # the engine itself is gone: not the phase's doing
         state = self._container.attrs.get("State") or {}
         if state.get("Running"):
@@ -881,8 +886,8 @@ class DockerSandbox(Sandbox):
         self._aborted = True
         if self._container is not None:
             try:
-                self._container.kill()
-            except docker.errors.DockerException:
+                call(self._container.kill)
+            except EngineError:
                 pass
 
     def environment_env(self) -> dict[str, str]:  # noqa: D102
@@ -914,12 +919,12 @@ class DockerSandbox(Sandbox):
         """Remove the container, its sidecars, its volume and its filesystem, in order."""
         errors: list[Exception] = []
         # Every step runs whatever the engine answers (an unreachable engine raises the
-        # SDK's connection errors, not DockerException): the trial's filesystem and its
+        # SDK's connection errors, not an EngineError): the trial's filesystem and its
         # share of the storage budget must go even then.
         if self._container is not None:
             try:
-                self._container.remove(force=True, v=True)
-            except docker.errors.NotFound:
+                call(self._container.remove, force=True, v=True)
+            except EngineObjectMissing:
                 pass
             except Exception as exc:
                 errors.append(SandboxError(f"cannot remove container: {exc}"))
@@ -930,8 +935,8 @@ class DockerSandbox(Sandbox):
                 errors.append(exc)
         if self._volume is not None:
             try:
-                self._volume.remove(force=True)
-            except docker.errors.NotFound:
+                call(self._volume.remove, force=True)
+            except EngineObjectMissing:
                 pass
             except Exception as exc:
                 errors.append(SandboxError(f"cannot remove volume {self._volume.name}: {exc}"))

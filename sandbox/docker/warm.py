@@ -22,6 +22,8 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
+from sandbox.docker.sdk import call
+
 T = TypeVar("T")
 
 
@@ -168,4 +170,4 @@ def adopt(trial: Any, warm: Any, pool: WarmPool[Any], name: str) -> None:
     trial._warm = True
     # Named for its trial, off the critical path (only people read the name).
     container = trial._container
-    pool.later(lambda: container.rename(name))
+    pool.later(lambda: call(container.rename, name))
