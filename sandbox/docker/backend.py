@@ -323,6 +323,7 @@ class DockerSandbox(Sandbox):
         """Create and start the container; its supervisor waits on the attach stream."""
         spec = self.spec
         assert self.image is not None
+        mounts = tuple(self._storage_mounts(name, labels))  # sets self._storage (host storage)
         site = ContainerSite(
             image=self.image,
             name=name,
@@ -333,7 +334,7 @@ class DockerSandbox(Sandbox):
             supervisor_dir=self.runtime.supervisor_dir,
             python_volume=volume_name,
             tools_dir=str(self.runtime.tools_dir),
-            storage_mounts=tuple(self._storage_mounts(name, labels)),
+            storage_mounts=mounts,
             host_storage=self._storage is not None,
             extra_hosts=self._compose.addresses() if self._compose is not None else None,
             engine_runtime=self.runtime.runtime,
