@@ -13,26 +13,24 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from sandbox.errors import SandboxError, SupervisorError
-from sandbox.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits
+from sandbox.inside.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits
 from sandbox.seeding import Fixture
 
 if TYPE_CHECKING:
     from sandbox.evidence_diff import ObjectStore
 
-SUPERVISOR_PATH = Path(__file__).with_name("supervisor.py")
-#: Stdlib modules shipped next to the supervisor into every sandbox.
-SUPERVISOR_SIBLINGS = (
-    "evidence",
-    "agent_loop",
-    "confine",
-    "syscall_filter",
-    "processes",
-    "rootview",
-    "launch",
-    "forwarder",
-    "agent_exec",
-    "services",
-)
+#: The in-sandbox folder: every module in it is shipped flat into every sandbox.
+INSIDE_DIR = Path(__file__).with_name("inside")
+SUPERVISOR_PATH = INSIDE_DIR / "supervisor.py"
+
+
+def inside_modules() -> tuple[Path, ...]:
+    """The in-sandbox folder's modules, the supervisor's siblings in every sandbox."""
+    return tuple(sorted(p for p in INSIDE_DIR.glob("*.py") if p.name != "__init__.py"))
+
+
+#: Stdlib modules shipped next to the supervisor into every sandbox (the folder's, by name).
+SUPERVISOR_SIBLINGS = tuple(p.stem for p in inside_modules() if p != SUPERVISOR_PATH)
 PROTOCOL_VERSION = 1
 #: How long past a phase's own timeout the harness waits for the supervisor's answer.
 ANSWER_GRACE_SEC = 120.0

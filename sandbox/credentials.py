@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, MutableMapping
 from pathlib import Path
 
-from sandbox.confine import erase_environ
+from sandbox.inside.confine import erase_environ
 
 #: Provider keys the harness takes out of the environment at start-up.
 KNOWN_CREDENTIAL_VARS = (

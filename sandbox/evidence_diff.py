@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sandbox.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits, walk_tree
+from sandbox.inside.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits, walk_tree
 
 EVIDENCE_MODES = ("full", "diff", "none")
 #: The manifest, beside the trial's ``workspace/`` evidence dir.

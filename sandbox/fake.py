@@ -19,7 +19,7 @@ from sandbox.backend import (
     SandboxPaths,
     SandboxSpec,
 )
-from sandbox.evidence import EvidenceEvent
+from sandbox.inside.evidence import EvidenceEvent
 
 PhaseHandler = Callable[[PhaseRequest, "FakeSandbox"], PhaseResult]
 

@@ -34,7 +34,6 @@ from typing import Any, Literal
 
 from sandbox.backend import (
     SUPERVISOR_PATH,
-    SUPERVISOR_SIBLINGS,
     Capacity,
     PhaseRequest,
     PhaseResult,
@@ -45,14 +44,16 @@ from sandbox.backend import (
     SandboxSpec,
     SupervisorSession,
     dir_files,
+    inside_modules,
     phase_payload,
 )
 from sandbox.cgroups import Limits, Support, TrialCgroup, probe
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxDied, SandboxError
-from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
-from sandbox.processes import kill_all, live_entries, uid_processes
+from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
+from sandbox.inside.processes import kill_all, live_entries, uid_processes
+from sandbox.removal import remove_tree
 from sandbox.scratch import PARKED, park, unpark
 from sandbox.seeding import chown_tree, copy_tree_nofollow, seed_workspace
 from sandbox.storage import StorageBudget, TrialStorage, reserve, storage_supported
@@ -252,10 +253,9 @@ class SupervisorPool:
         self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="harness-supervisor-")
         self._script = os.path.join(self._dir, "supervisor.pyc")
-        py_compile.compile(str(SUPERVISOR_PATH), cfile=self._script, doraise=True)
-        for sibling in SUPERVISOR_SIBLINGS:
-            source = SUPERVISOR_PATH.with_name(f"{sibling}.py")
-            target = os.path.join(self._dir, f"{sibling}.pyc")
+        # The whole in-sandbox folder, the supervisor among it.
+        for source in inside_modules():
+            target = os.path.join(self._dir, f"{source.stem}.pyc")
             py_compile.compile(str(source), cfile=target, doraise=True)
         os.chmod(self._dir, 0o711)  # only the tools dir inside is readable by others
         self.tools = stage_tools(Path(self._dir) / "tools", [os.path.realpath(python)])
@@ -309,25 +309,6 @@ def layout_trial_fs(fs: Path) -> None:
         os.chmod(fs / name, 0o1777)
     for name in ("verifier", "grader", "exec"):
         (fs / name).mkdir(mode=0o700)
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a tree without following symlinks, even if the agent chmod'ed parts 000."""
-
-    def fix_and_retry(func: Any, failed: str, _exc: Any) -> None:
-        parent = os.path.dirname(failed)
-        for target in (parent, failed):
-            try:
-                if not os.path.islink(target):
-                    os.chmod(target, stat.S_IRWXU)
-            except OSError:
-                pass
-        func(failed)
-
-    if path.is_symlink():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path, onerror=fix_and_retry)
 
 
 class LocalSandbox(Sandbox):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.errors import SandboxError
+from sandbox.removal import remove_tree
 from sandbox.storage import (
     DEFAULT_STORAGE_MB,
     MIN_DEFAULT_STORAGE_MB,
@@ -112,8 +113,6 @@ class StoragePool:
         self._closed = False
 
     def _make(self, declared_mb: int | None, grader_gid: int | None) -> PreparedStorage:
-        from sandbox.local import remove_tree
-
         size, promised = reserve(self.budget, declared_mb)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -230,8 +229,6 @@ class StoragePool:
             prepared: What :meth:`take` returned.
             then: Removed after the filesystem (the trial root by default).
         """
-        from sandbox.local import remove_tree
-
         def remove() -> None:
             try:
                 prepared.storage.destroy()

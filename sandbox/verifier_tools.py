@@ -23,7 +23,7 @@ AGENT_EXEC = f"{TOOLS_MOUNT}/agent-exec"
 AGENT_EXEC_ENV = "HARNESS_AGENT_EXEC"
 AGENT_EXEC_SOCKET_ENV = "HARNESS_AGENT_EXEC_SOCKET"
 
-_CLIENT = Path(__file__).with_name("run_as_agent.py")
+_CLIENT = Path(__file__).with_name("inside") / "run_as_agent.py"
 
 
 def stage_tools(target: Path, python: Sequence[str]) -> Path:

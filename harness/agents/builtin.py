@@ -1,6 +1,6 @@
 """The ``builtin`` agent: a stdlib tool loop that runs inside the sandbox, after the drop.
 
-Its code is ``sandbox/agent_loop.py``; the supervisor runs it in-process in the dropped
+Its code is ``sandbox/inside/agent_loop.py``; the supervisor runs it in-process in the dropped
 child (no interpreter of the task image is trusted, none is needed). It talks to the model
 only through the trial's gateway and writes ``session.jsonl`` (docs/model-access.md §3).
 """

@@ -32,6 +32,7 @@ from sandbox.docker.engine import (
 from sandbox.docker.images import ImageResolver, parse_aliases
 from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
+from sandbox.docker.sdk import call
 from sandbox.errors import EngineUnavailable
 
 
@@ -53,7 +54,7 @@ class DockerBackend(SandboxBackend):
         except EngineUnavailable as exc:
             raise UsageError(str(exc)) from None
         if config.runtime:
-            runtimes = client.info().get("Runtimes") or {}
+            runtimes = call(client.info).get("Runtimes") or {}
             if config.runtime not in runtimes:
                 raise UsageError(
                     f"--runtime {config.runtime} is not registered with the engine "

@@ -7,13 +7,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from harness.errors import UsageError
+from sandbox.removal import remove_tree
 from sandbox.storage import release_leftovers
 
 RUN_TMP_PREFIX = "harness-run-"
@@ -23,24 +22,6 @@ RUN_TMP_PREFIX = "harness-run-"
 def run_tmp_dir(run_name: str) -> Path:
     """The private temp dir of the run ``run_name``."""
     return Path(tempfile.gettempdir()) / f"{RUN_TMP_PREFIX}{run_name}"
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a tree even where its files or dirs were made read-only."""
-
-    def fix_and_retry(func: Any, failed: str, _exc: Any) -> None:
-        try:
-            os.chmod(os.path.dirname(failed), 0o700)
-            if os.path.isdir(failed) and not os.path.islink(failed):
-                os.chmod(failed, 0o700)
-            func(failed)
-        except FileNotFoundError:
-            pass
-
-    if path.is_symlink() or not path.is_dir():
-        path.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(path, onerror=fix_and_retry)
 
 
 def ensure_private_dir(path: Path) -> bool:

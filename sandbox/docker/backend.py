@@ -27,8 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-from docker.types import Mount, Ulimit
+from docker.types import Mount
 
 from sandbox.backend import (
     PhaseRequest,
@@ -45,10 +44,18 @@ from sandbox.backend import (
 from sandbox.docker import hostguard
 from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
-from sandbox.docker.gpus import device_requests, no_gpu_error
+from sandbox.docker.container import (
+    GATEWAY_MOUNT,
+    TRIAL_DIR,
+    ContainerSite,
+    create_args,
+)
+from sandbox.docker.gpus import no_gpu_error
 from sandbox.docker.images import ImageRequest
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
-from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
+from sandbox.docker.runtime import SUPERVISOR_MOUNT, DockerRuntime
+from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
+from sandbox.docker.warm import adopt
 from sandbox.errors import (
     EnvironmentStartError,
     PermanentStartError,
@@ -56,21 +63,17 @@ from sandbox.errors import (
     SandboxError,
     SupervisorError,
 )
-from sandbox.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
+from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.scratch import PRIVATE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
 from sandbox.storage import TrialStorage
 from sandbox.storage_pool import PreparedStorage
-from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT
+from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET
 
-#: Where the trial's model-gateway socket dir is mounted (root-only: the agent can't open it).
-GATEWAY_MOUNT = "/opt/harness-gateway"
-#: Capabilities the root supervisor keeps until it drops; the agent's sets are all empty.
-SUPERVISOR_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP", "KILL"]
 DEFAULT_UID = 65532
 DEFAULT_GID = 65532
-_TRIAL = "/trial"
+_TRIAL = TRIAL_DIR
 #: Trial dirs on its filesystem and where the container sees them (besides the workspace).
 _STORAGE_BINDS = (
     ("home", f"{_TRIAL}/home"),
@@ -81,10 +84,6 @@ _STORAGE_BINDS = (
 )
 #: The scratch dirs a verifier phase gets fresh (:mod:`sandbox.scratch`).
 _SCRATCH_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
-# Docker adds noexec to tmpfs mounts unless told otherwise; agents and tests legitimately
-# run what they build or install in scratch dirs.
-_SCRATCH = "rw,nosuid,nodev,exec"
-_PLAIN = "rw,nosuid,nodev,noexec"
 
 
 def _b64(data: bytes) -> str:
@@ -184,7 +183,8 @@ class DockerSandbox(Sandbox):
 
     def _exec_supervisor(self) -> tuple[SupervisorSession, ExecChannel]:
         """A one-shot supervisor beside the main one (file ops during a running phase)."""
-        exec_id = self.client.api.exec_create(
+        exec_id = call(
+            self.client.api.exec_create,
             self._container.id,
             self.runtime.supervisor_command(),
             stdin=True,
@@ -192,7 +192,7 @@ class DockerSandbox(Sandbox):
             stderr=True,
             user="0:0",
         )
-        channel = ExecChannel(self.client.api.exec_start(exec_id["Id"], socket=True))
+        channel = ExecChannel(call(self.client.api.exec_start, exec_id["Id"], socket=True))
         session = SupervisorSession()
         session.attach(channel, channel)  # type: ignore[arg-type]
         return session, channel
@@ -238,7 +238,8 @@ class DockerSandbox(Sandbox):
         try:
             warm = self._take_warm(volume_name, config)
             if warm is not None:
-                self._adopt(warm)
+                assert self.runtime.warm is not None
+                adopt(self, warm, self.runtime.warm, self._name(spec.trial_id))
             else:
                 labels = self._labels(spec.trial_id)
                 self._network = self._start_sidecars(labels)
@@ -246,7 +247,7 @@ class DockerSandbox(Sandbox):
                 self._setup(config)
             self._seed()
             self._start_workload(config)
-        except docker.errors.APIError as exc:
+        except EngineRequestError as exc:
             gpu_error = no_gpu_error(str(exc.explanation or exc), spec.gpus)
             if gpu_error is not None:
                 raise gpu_error from None
@@ -254,7 +255,7 @@ class DockerSandbox(Sandbox):
             # same request fails the same way on every retry.
             error = PermanentStartError if exc.is_client_error() else EnvironmentStartError
             raise error(f"cannot start the trial container: {exc}") from exc
-        except docker.errors.DockerException as exc:
+        except EngineError as exc:
             raise EnvironmentStartError(f"cannot start the trial container: {exc}") from exc
 
     def _labels(self, trial: str) -> dict[str, str]:
@@ -318,86 +319,36 @@ class DockerSandbox(Sandbox):
             upcoming=self.spec.upcoming,
         )
 
-    def _adopt(self, warm: DockerSandbox) -> None:
-        """Take over a warm container: same flags, its own volume, filesystem and dirs."""
-        for attr in (
-            "_container",
-            "_volume",
-            "_root",
-            "_storage",
-            "_prepared",
-            "_channel",
-            "_session",
-            "_network",
-            "_agent_id",
-            "_verifier_id",
-        ):
-            setattr(self, attr, getattr(warm, attr))
-        warm._stopped = True  # everything is this sandbox's now
-        self._warm = True
-        assert self.runtime.warm is not None
-        # Named for its trial, off the critical path (only people read the name).
-        container, name = self._container, self._name(self.spec.trial_id)
-        self.runtime.warm.later(lambda: container.rename(name))
-
     def _boot(self, name: str, labels: dict[str, str], volume_name: str) -> None:
         """Create and start the container; its supervisor waits on the attach stream."""
         spec = self.spec
         assert self.image is not None
-        mounts = self._storage_mounts(name, labels)
-        res = spec.resources
-        # The supervisor is the container's pid 1 (no --init): every orphan of a phase
-        # is its child. Its stdin is the attach stream, once-only, so closing it ends the
-        # supervisor and the container, and no exec is needed per trial.
-        self._container = self.client.containers.create(
-            self.image,
-            command=self.runtime.supervisor_command(),
-            entrypoint=[],
+        mounts = tuple(self._storage_mounts(name, labels))  # sets self._storage (host storage)
+        site = ContainerSite(
+            image=self.image,
             name=name,
-            hostname="sandbox",
-            user="0:0",
-            working_dir=self._workdir,
             labels=labels,
-            init=False,
-            network_mode=self._network,
+            command=self.runtime.supervisor_command(),
+            workdir=self._workdir,
+            network=self._network,
+            supervisor_dir=self.runtime.supervisor_dir,
+            python_volume=volume_name,
+            tools_dir=str(self.runtime.tools_dir),
+            storage_mounts=mounts,
+            host_storage=self._storage is not None,
             extra_hosts=self._compose.addresses() if self._compose is not None else None,
-            cap_drop=["ALL"],
-            cap_add=SUPERVISOR_CAPS,
-            security_opt=["no-new-privileges"],
-            read_only=True,
-            tmpfs=self._tmpfs(),
-            mounts=[
-                *mounts,
-                Mount(SUPERVISOR_MOUNT, self.runtime.supervisor_dir, type="bind", read_only=True),
-                Mount(PYTHON_MOUNT, volume_name, type="volume", read_only=True),
-                Mount(TOOLS_MOUNT, str(self.runtime.tools_dir), type="bind", read_only=True),
-                *self._gateway_mounts(),
-                *(
-                    Mount(dst, str(src), type="bind", read_only=True)
-                    for dst, src in sorted(self.spec.agent_mounts.items())
-                ),
-            ],
-            pids_limit=res.pids,
-            mem_limit=f"{res.memory_mb}m",
-            memswap_limit=f"{res.memory_mb}m",
-            nano_cpus=int(res.cpus * 1e9),
-            ulimits=[
-                Ulimit(name="core", soft=0, hard=0),
-                Ulimit(name="nofile", soft=res.nofile, hard=res.nofile),
-            ],
-            runtime=self.runtime.runtime,
-            environment={},
-            device_requests=device_requests(spec.gpus),
-            stdin_open=True,
-            tty=False,
+            engine_runtime=self.runtime.runtime,
         )
-        raw = self.client.api.attach_socket(
-            self._container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        self._container = call(self.client.containers.create, **create_args(spec, site))
+        raw = call(
+            self.client.api.attach_socket,
+            self._container.id,
+            params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1},
         )
         self._channel = ExecChannel(raw)
         self._session = SupervisorSession()
         self._session.attach(self._channel, self._channel)  # type: ignore[arg-type]
-        self._container.start()
+        call(self._container.start)
 
     def _start_sidecars(self, labels: dict[str, str]) -> str:
         """Start the compose file's sidecars (if any); the network the main container joins."""
@@ -433,26 +384,10 @@ class DockerSandbox(Sandbox):
         self._compose.up()
         return self._compose.network
 
-    def _tmpfs(self) -> dict[str, str]:
-        """Scratch dirs the agent cannot write (and, without host storage, those it can)."""
-        tmpfs = {
-            "/run": f"{_PLAIN},size=16m,mode=755",
-            _TRIAL: f"{_SCRATCH},size=64m,mode=711",
-            "/logs": f"{_PLAIN},size=64m,mode=755",
-            "/tests": f"{_SCRATCH},size=256m,mode=700",
-            "/solution": f"{_SCRATCH},size=256m,mode=700",
-        }
-        if self.spec.image_tests:
-            del tmpfs["/tests"]  # a separate verifier's image brings /tests/test.sh
-        if self._storage is None:
-            tmpfs["/tmp"] = f"{_SCRATCH},size=512m,mode=1777"
-            tmpfs["/var/tmp"] = f"{_SCRATCH},size=256m,mode=1777"
-        return tmpfs
-
     def _storage_mounts(self, name: str, labels: dict[str, str]) -> list[Mount]:
         """The trial's filesystem on the host, and the mounts that put it in the container."""
         if not self.runtime.host_storage:
-            self._volume = self.client.volumes.create(f"{name}-ws", labels=labels)
+            self._volume = call(self.client.volumes.create, f"{name}-ws", labels=labels)
             return [Mount(self._workdir, self._volume.name, type="volume")]
         # A warm container never waits for disk room a running trial might need.
         self._prepared = self.runtime.storage_pool.take(
@@ -467,7 +402,8 @@ class DockerSandbox(Sandbox):
             os.chmod(fs / sub, 0o1777)
         # A volume (not a bind) over the workspace dir, so the engine copies the image's own
         # workdir content into it, and labelled like everything else.
-        self._volume = self.client.volumes.create(
+        self._volume = call(
+            self.client.volumes.create,
             f"{name}-ws",
             driver="local",
             driver_opts={"type": "none", "o": "bind", "device": str(fs / "workspace")},
@@ -789,8 +725,8 @@ class DockerSandbox(Sandbox):
         if self._aborted or self._container is None:
             return None
         try:
-            self._container.reload()
-        except docker.errors.DockerException:
+            call(self._container.reload)
+        except EngineError:
             return None  # the engine itself is gone: not the phase's doing
         state = self._container.attrs.get("State") or {}
         if state.get("Running"):
@@ -811,13 +747,6 @@ class DockerSandbox(Sandbox):
         owner = {"uid": self._verifier_id[0], "gid": self._verifier_id[1]}
         paths = (f"{_TRIAL}/grader", f"{_TRIAL}/grader/home", f"{_TRIAL}/grader/home/tmp", EXEC_DIR)
         self._batch([{"op": "reset_dir", "path": p, "owner": owner, "mode": 0o700} for p in paths])
-
-    def _gateway_mounts(self) -> list[Mount]:
-        """The trial's gateway socket dir (root-only on the host), read-only."""
-        socket = self.spec.gateway_socket
-        if socket is None:
-            return []
-        return [Mount(GATEWAY_MOUNT, str(socket.parent), type="bind", read_only=True)]
 
     def _gateway_socket(self) -> str | None:
         socket = self.spec.gateway_socket
@@ -958,8 +887,8 @@ class DockerSandbox(Sandbox):
         self._aborted = True
         if self._container is not None:
             try:
-                self._container.kill()
-            except docker.errors.DockerException:
+                call(self._container.kill)
+            except EngineError:
                 pass
 
     def environment_env(self) -> dict[str, str]:  # noqa: D102
@@ -991,12 +920,12 @@ class DockerSandbox(Sandbox):
         """Remove the container, its sidecars, its volume and its filesystem, in order."""
         errors: list[Exception] = []
         # Every step runs whatever the engine answers (an unreachable engine raises the
-        # SDK's connection errors, not DockerException): the trial's filesystem and its
+        # SDK's connection errors, not an EngineError): the trial's filesystem and its
         # share of the storage budget must go even then.
         if self._container is not None:
             try:
-                self._container.remove(force=True, v=True)
-            except docker.errors.NotFound:
+                call(self._container.remove, force=True, v=True)
+            except EngineObjectMissing:
                 pass
             except Exception as exc:
                 errors.append(SandboxError(f"cannot remove container: {exc}"))
@@ -1007,8 +936,8 @@ class DockerSandbox(Sandbox):
                 errors.append(exc)
         if self._volume is not None:
             try:
-                self._volume.remove(force=True)
-            except docker.errors.NotFound:
+                call(self._volume.remove, force=True)
+            except EngineObjectMissing:
                 pass
             except Exception as exc:
                 errors.append(SandboxError(f"cannot remove volume {self._volume.name}: {exc}"))

@@ -48,6 +48,7 @@ from typing import Any
 from sandbox.docker.hostguard import HostGuard, HostGuardUnavailable, bridge_name, refusal
 from sandbox.docker.images import context_hash
 from sandbox.docker.labels import MANAGED
+from sandbox.docker.sdk import CommandError, command
 from sandbox.errors import EnvironmentStartError, PermanentStartError
 
 MAIN = "main"
@@ -342,11 +343,11 @@ class ComposeProject:
         Raises:
             PermanentStartError: compose refuses the file (it fails the same way every time).
         """
-        from python_on_whales.exceptions import DockerException
-
         try:
-            data = self._files_client(self._base_override()).compose.config(return_json=True)
-        except DockerException as exc:
+            data = command(
+                self._files_client(self._base_override()).compose.config, return_json=True
+            )
+        except CommandError as exc:
             raise PermanentStartError(
                 f"{self.file}: docker compose refuses the file: {(exc.stderr or str(exc)).strip()}"
             ) from None
@@ -396,15 +397,14 @@ class ComposeProject:
         Raises:
             ComposeError: compose failed; PermanentStartError when the file is invalid.
         """
-        from python_on_whales.exceptions import DockerException
-
         if not self.plan.sidecars:
             return
         self._shield_host()
         self.started = True
         timeout = int(self.build_timeout_sec) if self.build_timeout_sec else None
         try:
-            self.client().compose.up(
+            command(
+                self.client().compose.up,
                 services=self.plan.sidecars,
                 detach=True,
                 wait=True,
@@ -412,7 +412,7 @@ class ComposeProject:
                 quiet=True,
                 pull="missing",
             )
-        except DockerException as exc:
+        except CommandError as exc:
             output = "\n".join(p for p in (exc.stdout or "", exc.stderr or "") if p).strip()
             tail = "\n".join(output.splitlines()[-30:])
             raise ComposeError(
@@ -447,7 +447,7 @@ class ComposeProject:
         reachable from every runtime (gVisor's own network stack bypasses it).
         """
         found: dict[str, str] = {}
-        for container in self.client().compose.ps():
+        for container in command(self.client().compose.ps):
             service = (container.config.labels or {}).get("com.docker.compose.service")
             networks = container.network_settings.networks or {}
             endpoint = networks.get(self.network)
@@ -457,12 +457,16 @@ class ComposeProject:
 
     def down(self) -> None:
         """Remove the project's containers, network and volumes (images are kept)."""
-        from python_on_whales.exceptions import DockerException
-
         try:
             if self.started:
-                self.client().compose.down(remove_orphans=True, volumes=True, timeout=0, quiet=True)
-        except DockerException as exc:
+                command(
+                    self.client().compose.down,
+                    remove_orphans=True,
+                    volumes=True,
+                    timeout=0,
+                    quiet=True,
+                )
+        except CommandError as exc:
             raise ComposeError(f"docker compose down failed: {exc.stderr or exc}") from None
         else:
             # A bridge still there keeps its rule (a sweep removes it once the bridge goes).

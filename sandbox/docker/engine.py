@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import docker.errors
 import docker.utils
 
 import docker
 from sandbox.docker.hostguard import sweep
 from sandbox.docker.labels import KIND, MANAGED, RUN, RUN_OBJECT_NAME, RUNTIME_KIND, run_prefix
+from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
 from sandbox.errors import EngineUnavailable
 
 START_HINT = "start it with `bash docker/start-engine.sh` (as root), or set DOCKER_HOST"
@@ -49,10 +49,10 @@ def connect(timeout: int = 60) -> docker.DockerClient:
     """
     where = engine_address()
     try:
-        client = docker.from_env(timeout=timeout, max_pool_size=32)
+        client = call(docker.from_env, timeout=timeout, max_pool_size=32)
         _no_proxy_lookups(client.api)
-        client.ping()
-    except docker.errors.DockerException as exc:
+        call(client.ping)
+    except EngineError as exc:
         raise EngineUnavailable(
             f"cannot reach the Docker engine at {where}: {exc}; {START_HINT}"
         ) from exc
@@ -61,8 +61,8 @@ def connect(timeout: int = 60) -> docker.DockerClient:
 
 def pinger(client: docker.DockerClient) -> docker.APIClient:
     """A client of the same engine for health pings: short timeout, version already known."""
-    env: dict[str, Any] = dict(docker.utils.kwargs_from_env())
-    api = docker.APIClient(**env, version=client.api.api_version, timeout=PING_TIMEOUT_SEC)
+    env: dict[str, Any] = dict(call(docker.utils.kwargs_from_env))
+    api = call(docker.APIClient, **env, version=client.api.api_version, timeout=PING_TIMEOUT_SEC)
     _no_proxy_lookups(api)
     return api
 
@@ -81,9 +81,11 @@ def _no_proxy_lookups(api: docker.APIClient) -> None:
 def ping(api: docker.APIClient) -> str | None:
     """None when the engine answers a ping, else why not (one line)."""
     try:
-        api.ping()
+        call(api.ping)
     except Exception as exc:  # any failure to answer is the answer
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # An SDK error without words is named for the SDK's own class, as it always was.
+        named = exc.__cause__ if isinstance(exc, EngineError) and exc.__cause__ else exc
+        text = str(exc).splitlines()[0] if str(exc) else type(named).__name__
         return text[:300]
     finally:
         # A new connection each time: a kept-alive one is still served by an engine that
@@ -126,7 +128,7 @@ def _containers(client: docker.DockerClient, filters: dict[str, Any]) -> list[_L
             labels=dict(entry.get("Labels") or {}),
             state=str(entry.get("State") or ""),
         )
-        for entry in client.api.containers(all=True, filters=filters)
+        for entry in call(client.api.containers, all=True, filters=filters)
     ]
 
 
@@ -158,15 +160,15 @@ def _leaked(
     containers += _unlabelled(_containers(client, near), lambda c: c.labels, named)
     volumes = [
         volume
-        for volume in client.volumes.list(filters={"label": wanted})
+        for volume in call(client.volumes.list, filters={"label": wanted})
         if not (keep_runtime and (volume.attrs.get("Labels") or {}).get(KIND) == RUNTIME_KIND)
     ]
     volumes += _unlabelled(
-        client.volumes.list(filters=near), lambda v: v.attrs.get("Labels"), named
+        call(client.volumes.list, filters=near), lambda v: v.attrs.get("Labels"), named
     )
-    networks = client.networks.list(filters={"label": wanted})
+    networks = call(client.networks.list, filters={"label": wanted})
     networks += _unlabelled(
-        client.networks.list(filters=near), lambda n: n.attrs.get("Labels"), named
+        call(client.networks.list, filters=near), lambda n: n.attrs.get("Labels"), named
     )
     return containers, volumes, networks
 
@@ -179,11 +181,11 @@ def _remove_containers(
             continue  # the engine is removing it already
         name = container.name or container.id[:12]
         try:
-            client.api.remove_container(container.id, force=True, v=True)
+            call(client.api.remove_container, container.id, force=True, v=True)
             report.containers.append(name)
-        except docker.errors.NotFound:
+        except EngineObjectMissing:
             pass
-        except docker.errors.APIError as exc:
+        except EngineRequestError as exc:
             report.errors.append(f"container {name}: {exc}")
 
 
@@ -200,17 +202,17 @@ def remove_leaks(
     _remove_containers(client, containers, report)
     for volume in volumes:
         try:
-            volume.remove(force=True)
+            call(volume.remove, force=True)
             report.volumes.append(volume.name)
-        except docker.errors.NotFound:
+        except EngineObjectMissing:
             pass
-        except docker.errors.APIError as exc:
+        except EngineRequestError as exc:
             report.errors.append(f"volume {volume.name}: {exc}")
     for network in networks:
         try:
-            network.remove()
+            call(network.remove)
             report.networks.append(str(network.name))
-        except docker.errors.APIError as exc:
+        except EngineRequestError as exc:
             report.errors.append(f"network {network.name}: {exc}")
     # After the networks: a rule whose bridge is still there stays.
     rules, errors = sweep(run)
@@ -221,8 +223,8 @@ def remove_leaks(
 
 def engine_facts(client: docker.DockerClient) -> dict[str, Any]:
     """Engine version, API version, runtimes, cgroup facts for `harness doctor`."""
-    info = client.info()
-    version = client.version()
+    info = call(client.info)
+    version = call(client.version)
     return {
         "server_version": version.get("Version"),
         "api_version": version.get("ApiVersion"),

@@ -21,11 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker.errors
-
 import docker
 from sandbox.docker.labels import IMAGE_HASH, MANAGED
 from sandbox.docker.pulls import ImagePuller
+from sandbox.docker.sdk import ImageMissing, call
 from sandbox.errors import PermanentStartError
 
 DEFAULT_IMAGE = "harness/base:bookworm"
@@ -139,8 +138,8 @@ class ImageResolver:
         if request.dockerfile is None:
             if self._done.get(self.default_image) is None:  # checked once per run
                 try:
-                    self.client.images.get(self.default_image)
-                except docker.errors.ImageNotFound:
+                    call(self.client.images.get, self.default_image)
+                except ImageMissing:
                     raise PermanentStartError(
                         f"the base image {self.default_image} is missing; build it offline "
                         "with `bash images/bootstrap-base.sh`"
@@ -166,9 +165,9 @@ class ImageResolver:
 
     def _build(self, request: ImageRequest, tag: str) -> None:
         try:
-            self.client.images.get(tag)
+            call(self.client.images.get, tag)
             return  # content-addressed: an existing tag is exactly this context
-        except docker.errors.ImageNotFound:
+        except ImageMissing:
             pass
         from python_on_whales import DockerClient
 

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-import docker.errors
 from docker.utils import parse_repository_tag
 
 import docker
+from sandbox.docker.sdk import EngineError, EngineRequestError, ImageMissing, call, stream
 from sandbox.errors import PermanentStartError
 
 PullPolicy = Literal["missing", "always", "never"]
@@ -78,8 +78,8 @@ class ImagePuller:
 
     def _local(self, image: str) -> bool:
         try:
-            self.client.images.get(image)
-        except docker.errors.ImageNotFound:
+            call(self.client.images.get, image)
+        except ImageMissing:
             return False
         return True
 
@@ -108,8 +108,10 @@ class ImagePuller:
         layers: dict[str, str] = {}
         last = time.monotonic()
         try:
-            stream = self.client.api.pull(repository, tag=tag or None, stream=True, decode=True)
-            for event in stream:
+            events = call(
+                self.client.api.pull, repository, tag=tag or None, stream=True, decode=True
+            )
+            for event in stream(events):
                 if not isinstance(event, dict):
                     continue
                 if event.get("error"):
@@ -119,9 +121,9 @@ class ImagePuller:
                     last = time.monotonic()
                     done = sum(1 for state in layers.values() if state == "done")
                     self._say(f"pulling image {image}: {done}/{len(layers)} layers")
-        except docker.errors.APIError as exc:
+        except EngineRequestError as exc:
             raise ImagePullError(_message(image, str(exc.explanation or exc))) from None
-        except docker.errors.DockerException as exc:
+        except EngineError as exc:
             raise ImagePullError(_message(image, str(exc))) from None
         if not self._local(image):
             raise ImagePullError(_message(image, "the engine reported no error but has no image"))

@@ -16,13 +16,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-
 import docker
-from sandbox.backend import SUPERVISOR_PATH, SUPERVISOR_SIBLINGS, Capacity
+from sandbox.backend import Capacity, inside_modules
 from sandbox.docker.engine import remove_leaks
 from sandbox.docker.images import ImageResolver
 from sandbox.docker.labels import KIND, MANAGED, RUNTIME_KIND
+from sandbox.docker.sdk import EngineError, EngineObjectMissing, ImageMissing, call, not_found
 from sandbox.docker.warm import WarmPool
 from sandbox.errors import EnvironmentStartError
 from sandbox.storage import StorageBudget, storage_supported
@@ -70,13 +69,12 @@ class DockerRuntime:
         # Bytecode saves compiling at every trial (the mount is read-only, so nothing would
         # be cached); only when our Python is the runtime's minor version (bookworm: 3.11).
         compiled = sys.version_info[:2] == RUNTIME_PYTHON
-        for name in ("supervisor", *SUPERVISOR_SIBLINGS):
-            source = SUPERVISOR_PATH.with_name(f"{name}.py")
+        for source in inside_modules():  # the whole in-sandbox folder, the supervisor among it
             if compiled:
-                target = Path(self._staged) / f"{name}.pyc"
+                target = Path(self._staged) / f"{source.stem}.pyc"
                 py_compile.compile(str(source), cfile=str(target), doraise=True)
             else:
-                target = Path(self._staged) / f"{name}.py"
+                target = Path(self._staged) / source.name
                 shutil.copyfile(source, target)
             os.chmod(target, 0o600)
         self.supervisor_file = f"{SUPERVISOR_MOUNT}/supervisor.{'pyc' if compiled else 'py'}"
@@ -112,31 +110,32 @@ class DockerRuntime:
         with self._lock:
             if self._python_volume is None or self._arch is None:
                 try:
-                    base = self.client.images.get(self.base_image)
-                except docker.errors.ImageNotFound:
+                    base = call(self.client.images.get, self.base_image)
+                except ImageMissing:
                     raise EnvironmentStartError(
                         f"base image {self.base_image} is missing; build it offline with "
                         "`bash images/bootstrap-base.sh`"
                     ) from None
                 name = f"harness-python-{str(base.id).split(':')[-1][:12]}"
                 try:
-                    volume = self.client.volumes.get(name)
+                    volume = call(self.client.volumes.get, name)
                     # Only a volume we created and filled carries our label; one made
                     # implicitly by `docker run -v NAME:...` is empty: replace it.
                     if (volume.attrs.get("Labels") or {}).get(KIND) != RUNTIME_KIND:
-                        volume.remove(force=True)
-                        raise docker.errors.NotFound("unlabelled runtime volume")
-                except docker.errors.NotFound:
+                        call(volume.remove, force=True)
+                        raise not_found("unlabelled runtime volume")
+                except EngineObjectMissing:
                     self._fill_python_volume(name)
                 self._python_volume = name
                 self._arch = str(base.attrs.get("Architecture"))
             return self._python_volume, self._arch
 
     def _fill_python_volume(self, name: str) -> None:
-        volume = self.client.volumes.create(name, labels={MANAGED: "1", KIND: RUNTIME_KIND})
+        volume = call(self.client.volumes.create, name, labels={MANAGED: "1", KIND: RUNTIME_KIND})
         try:
             # A fresh volume mounted over /usr is filled from the image's /usr.
-            self.client.containers.run(
+            call(
+                self.client.containers.run,
                 self.base_image,
                 ["true"],
                 volumes={name: {"bind": "/usr", "mode": "rw"}},
@@ -144,8 +143,8 @@ class DockerRuntime:
                 remove=True,
                 labels={MANAGED: "1", KIND: RUNTIME_KIND},
             )
-        except docker.errors.DockerException:
-            volume.remove(force=True)
+        except EngineError:
+            call(volume.remove, force=True)
             raise
 
     def image_attrs(self, ref: str) -> dict[str, Any]:
@@ -153,7 +152,7 @@ class DockerRuntime:
         with self._lock:
             attrs = self._image_attrs.get(ref)
         if attrs is None:
-            attrs = self.client.images.get(ref).attrs
+            attrs = call(self.client.images.get, ref).attrs
             with self._lock:
                 self._image_attrs[ref] = attrs
         return attrs
@@ -182,7 +181,7 @@ class DockerRuntime:
 
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory, from ``docker info``."""
-        info = self.client.info()
+        info = call(self.client.info)
         runtime = (info.get("Runtimes") or {}).get(self.runtime or "runc") or {}
         return Capacity(
             cpus=float(info.get("NCPU") or os.cpu_count() or 1),

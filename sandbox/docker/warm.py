@@ -20,7 +20,9 @@ import functools
 import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from sandbox.docker.sdk import call
 
 T = TypeVar("T")
 
@@ -134,3 +136,38 @@ class WarmPool(Generic[T]):
                 failed.append(f"trial container cleanup failed: {error}")
         self._removals.clear()
         return failed
+
+
+#: What a trial takes over from the warm container it adopts: the container, its volume,
+#: filesystem, supervisor session and users. Everything else (its spec, image, workdir) the
+#: trial has already, equal to the warm one's (they share :meth:`WarmPool.take`'s key).
+ADOPTED_STATE = (
+    "_container",
+    "_volume",
+    "_root",
+    "_storage",
+    "_prepared",
+    "_channel",
+    "_session",
+    "_network",
+    "_agent_id",
+    "_verifier_id",
+)
+
+
+def adopt(trial: Any, warm: Any, pool: WarmPool[Any], name: str) -> None:
+    """Make ``warm``'s container ``trial``'s: same flags, its own volume, filesystem and dirs.
+
+    Args:
+        trial: The trial's sandbox (a ``DockerSandbox`` that has not booted).
+        warm: The warm one it takes over (from ``pool``); it owns nothing afterwards.
+        pool: The pool ``warm`` came from; it renames the container in the background.
+        name: The trial's container name.
+    """
+    for attr in ADOPTED_STATE:
+        setattr(trial, attr, getattr(warm, attr))
+    warm._stopped = True  # everything is the trial's now
+    trial._warm = True
+    # Named for its trial, off the critical path (only people read the name).
+    container = trial._container
+    pool.later(lambda: call(container.rename, name))

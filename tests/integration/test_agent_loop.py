@@ -1,7 +1,7 @@
-"""The built-in agent (sandbox/agent_loop.py), run as a real process against real HTTP servers.
+"""The built-in agent (sandbox/inside/agent_loop.py), run as a real process against real HTTP
 
 Each test starts a scripted model server (OpenAI chat completions or Anthropic messages) on
-127.0.0.1, runs ``python3 -I sandbox/agent_loop.py config.json`` with the phase environment
+127.0.0.1, runs ``python3 -I sandbox/inside/agent_loop.py config.json`` with the phase environment
 of docs/model-access.md §1, and checks the workspace, session.jsonl, the exit code, stderr
 and the requests the server saw.
 """
@@ -29,7 +29,7 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-AGENT = REPO / "sandbox" / "agent_loop.py"
+AGENT = REPO / "sandbox" / "inside" / "agent_loop.py"
 # The interpreter the agent runs on (CI may point this at a Python 3.9).
 AGENT_PYTHON = os.environ.get("HARNESS_TEST_AGENT_PYTHON") or sys.executable
 ALL_TOOLS = ["read", "write", "edit", "ls", "grep", "find", "shell"]

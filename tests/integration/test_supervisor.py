@@ -1,4 +1,4 @@
-"""The supervisor protocol, spoken directly: ``python3 -I -S sandbox/supervisor.py``.
+"""The supervisor protocol, spoken directly: ``python3 -I -S sandbox/inside/supervisor.py``.
 
 Covers what LocalSandbox hides: bad requests, harness death (stdin EOF, or the harness
 SIGKILLed), forged results, inherited fds, secrets on stdin only, aborted phases.

@@ -33,7 +33,10 @@ from sandbox.errors import EngineUnavailable
 
 #: Run inside the sandbox on the stdlib alone (the supervisor and the siblings shipped with
 #: it): their exceptions never reach the harness.
-IN_SANDBOX = {"sandbox.supervisor", *(f"sandbox.{name}" for name in SUPERVISOR_SIBLINGS)}
+IN_SANDBOX = {
+    "sandbox.inside.supervisor",
+    *(f"sandbox.inside.{name}" for name in SUPERVISOR_SIBLINGS),
+}
 
 
 def _modules() -> list[str]:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import AgentConfigError
+from sandbox.removal import remove_tree
 
 #: Bump when the layout of an entry changes (old entries are then simply not reused).
 LAYOUT_VERSION = 1
@@ -391,14 +392,6 @@ def make_readable(root: Path) -> None:
                 continue
             mode = path.stat().st_mode
             path.chmod(0o755 if mode & 0o111 else 0o644)
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a dir (or file) if it exists."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
 
 
 __all__ = [

@@ -16,8 +16,8 @@ import select
 import threading
 from typing import Any, Dict, List
 
-try:  # in the harness: the sandbox package; inside a sandbox: siblings on sys.path
-    from sandbox import launch, processes
+try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings on sys.path
+    from sandbox.inside import launch, processes
 except ImportError:  # pragma: no cover - inside a sandbox
     import launch  # type: ignore[no-redef,import-not-found]
     import processes  # type: ignore[no-redef,import-not-found]

@@ -27,8 +27,8 @@ import socket
 import struct
 from typing import Any, Dict, List
 
-try:  # in the harness: the sandbox package; inside a sandbox: a sibling on sys.path
-    from sandbox.confine import LIBC, check
+try:  # in the harness: the sandbox.inside package; inside a sandbox: a sibling on sys.path
+    from sandbox.inside.confine import LIBC, check
 except ImportError:  # pragma: no cover - inside a sandbox
     from confine import LIBC, check  # type: ignore[no-redef,import-not-found]
 

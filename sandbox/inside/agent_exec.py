@@ -25,9 +25,9 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-try:  # in the harness: the sandbox package; inside a sandbox: siblings on sys.path
-    from sandbox import launch as launching
-    from sandbox import processes
+try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings on sys.path
+    from sandbox.inside import launch as launching
+    from sandbox.inside import processes
 except ImportError:  # pragma: no cover - inside a sandbox
     import launch as launching  # type: ignore[no-redef,import-not-found]
     import processes  # type: ignore[no-redef,import-not-found]

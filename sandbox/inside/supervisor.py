@@ -33,10 +33,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-try:  # in the harness: the sandbox package; inside a sandbox: siblings on sys.path
-    from sandbox import confine, launch, processes, services
-    from sandbox.agent_exec import AgentExecServer
-    from sandbox.forwarder import start_forwarder
+try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings on sys.path
+    from sandbox.inside import confine, launch, processes, services
+    from sandbox.inside.agent_exec import AgentExecServer
+    from sandbox.inside.forwarder import start_forwarder
 except ImportError:  # pragma: no cover - inside a sandbox
     # -I leaves our own dir off sys.path: the siblings live there (root-only).
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -164,7 +164,7 @@ def run_phase(
 def _evidence() -> Any:
     """The sibling ``evidence`` module (mounted next to this file in a container)."""
     try:
-        from sandbox import evidence
+        from sandbox.inside import evidence
     except ImportError:  # pragma: no cover - inside a sandbox
         import evidence  # type: ignore[no-redef,import-not-found]
     return evidence

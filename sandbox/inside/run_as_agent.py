@@ -127,9 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stderr.buffer.write(base64.b64decode(answer.get("stderr") or ""))
     error = answer.get("error")
     if error:
-        sys.stderr.write(
-            "harness-agent-exec: %s: %s\n" % (error.get("type"), error.get("message"))
-        )
+        sys.stderr.write("harness-agent-exec: %s: %s\n" % (error.get("type"), error.get("message")))
     return exit_status(answer)
 
 

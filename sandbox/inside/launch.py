@@ -31,8 +31,8 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Set
 
-try:  # in the harness: the sandbox package; inside a sandbox: siblings on sys.path
-    from sandbox import confine, processes, rootview
+try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings on sys.path
+    from sandbox.inside import confine, processes, rootview
 except ImportError:  # pragma: no cover - inside a sandbox
     import confine  # type: ignore[no-redef,import-not-found]
     import processes  # type: ignore[no-redef,import-not-found]

@@ -1,0 +1,285 @@
+"""Administering the container engine: task images, leftovers, a health check.
+
+What ``harness images``, ``harness sandbox cleanup`` and ``harness doctor`` do, as
+functions returning what they found (the CLI only displays it).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+from harness.backends.tmpdir import RUN_TMP_PREFIX, remove_private_dir
+from harness.errors import UsageError
+from harness.executors.ray.jobs import NODE_DIR_PREFIX
+from harness.gateway.sockets import remove_stale_socket_dirs
+from harness.tasks import load_tasks
+from sandbox import cgroups
+from sandbox.docker import hostguard
+from sandbox.docker.engine import LeakReport, connect, engine_facts, remove_leaks
+from sandbox.docker.images import (
+    DEFAULT_IMAGE,
+    ImageBuildError,
+    ImageRequest,
+    ImageResolver,
+    parse_aliases,
+)
+from sandbox.docker.labels import IMAGE_HASH, MANAGED
+from sandbox.docker.sdk import EngineRequestError, ImageMissing, call
+from sandbox.errors import EngineUnavailable, EnvironmentStartError
+from sandbox.removal import remove_tree
+from sandbox.storage import release_leftovers
+
+#: Temp dirs the harness and its sandboxes create (``harness-run-<name>`` holds a local
+#: run's trial roots, ``harness-ray-<name>`` a Ray node's copy of a run's tasks and scratch).
+TEMP_PATTERNS = (
+    "harness-trial-*",
+    "harness-build-*",
+    "harness-supervisor-*",
+    "harness-tools-*",
+    "harness-compose-*",  # a trial's compose overrides
+    "harness-docker-cli-*",  # the compose plug-in's private docker CLI config
+    f"{RUN_TMP_PREFIX}*",
+    "harness-gw-*",
+    f"{NODE_DIR_PREFIX}*",
+)
+
+
+def engine(timeout: int | None = None) -> docker.DockerClient:
+    """A client of the engine.
+
+    Raises:
+        UsageError: The engine cannot be reached (the message says how to start it).
+    """
+    try:
+        return connect() if timeout is None else connect(timeout=timeout)
+    except EngineUnavailable as exc:
+        raise UsageError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    """One task's image: its reference, or why it could not be built."""
+
+    task: str
+    image: str | None = None
+    error: str | None = None
+
+
+def build_images(paths: Sequence[Path], base_aliases: Sequence[str] = ()) -> list[ImageResult]:
+    """Build (or reuse) the content-addressed image of every task with a Dockerfile.
+
+    Raises:
+        UsageError: An invalid task or alias, or no engine.
+    """
+    tasks = load_tasks(paths)
+    try:
+        aliases = parse_aliases(list(base_aliases))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    resolver = ImageResolver(engine(), aliases=aliases)
+    results = []
+    for task in tasks:
+        request = ImageRequest(
+            name=task.name,
+            image=task.config.environment.docker_image,
+            dockerfile=task.dockerfile,
+            build_timeout_sec=task.config.environment.build_timeout_sec,
+        )
+        try:
+            results.append(ImageResult(task.key, image=resolver.resolve(request)))
+        except (ImageBuildError, EnvironmentStartError) as exc:
+            results.append(ImageResult(task.key, error=str(exc)))
+    return results
+
+
+@dataclass(frozen=True)
+class ImageRow:
+    """An image the harness built (or its base image)."""
+
+    tag: str
+    short_id: str
+    size_mb: float
+    content_hash: str
+
+
+def list_images() -> tuple[list[ImageRow], bool]:
+    """Task images built by the harness, then the base image.
+
+    Returns:
+        The images, and whether the base image is there.
+    """
+    client = engine()
+    rows = []
+    for image in call(client.images.list, filters={"label": f"{MANAGED}=1"}):
+        labels = image.labels or {}
+        size = (image.attrs.get("Size") or 0) / 1e6
+        for tag in image.tags or ["<untagged>"]:
+            rows.append(ImageRow(tag, image.short_id, size, labels.get(IMAGE_HASH, "-")))
+    try:
+        base = call(client.images.get, DEFAULT_IMAGE)
+    except ImageMissing:
+        return rows, False
+    rows.append(ImageRow(DEFAULT_IMAGE, base.short_id, (base.attrs.get("Size") or 0) / 1e6, "base"))
+    return rows, True
+
+
+def prune_images() -> tuple[int, list[str]]:
+    """Remove every task image the harness built (they are rebuilt on demand).
+
+    Returns:
+        How many were removed, and why each kept one was kept.
+    """
+    client = engine()
+    removed, kept = 0, []
+    for image in call(client.images.list, filters={"label": f"{MANAGED}=1"}):
+        try:
+            call(client.images.remove, str(image.id), force=False)
+            removed += 1
+        except EngineRequestError as exc:
+            kept.append(f"kept {image.tags or image.short_id}: {exc.explanation}")
+    return removed, kept
+
+
+@dataclass
+class CleanupReport:
+    """What ``harness sandbox cleanup`` removed, and what it could not.
+
+    Attributes:
+        leaks: The containers, volumes and networks removed, and the errors.
+        temp_dirs: The temp dirs removed.
+        cgroups: The local sandbox's trial cgroups removed (their processes killed).
+        cgroup_errors: The trial cgroups that could not be removed, and why.
+    """
+
+    leaks: LeakReport
+    temp_dirs: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
+    cgroup_errors: list[str] = field(default_factory=list)
+
+
+def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
+    """Remove every container, volume and network carrying the harness labels.
+
+    The local sandbox's trial cgroups (of the run, or all of them) are killed and removed
+    first, whether or not the engine answers.
+
+    Args:
+        run: Only the objects of this run (its name); other runs are untouched.
+        temp: Also remove harness temp dirs and dead gateways' socket dirs (only without
+            ``run``, and only when no harness run is active).
+    """
+    removed, failed = cgroups.sweep(run)
+    report = CleanupReport(remove_leaks(engine(), run=run, keep_runtime=run is not None))
+    report.cgroups, report.cgroup_errors = removed, failed
+    base = os.environ.get("TMPDIR", "/tmp")
+    if run is not None:
+        # The run's own temp dir: its trial roots and their (maybe still mounted) filesystems.
+        own = Path(base) / f"{RUN_TMP_PREFIX}{run}"
+        if own.exists():
+            remove_private_dir(own)
+            report.temp_dirs.append(str(own))
+        # On a Ray node: the run's task copies and trial scratch.
+        node = Path(base) / f"{NODE_DIR_PREFIX}{run}"
+        if node.exists():
+            remove_tree(node)
+            report.temp_dirs.append(str(node))
+    elif temp:
+        report.temp_dirs.extend(str(path) for path in remove_stale_socket_dirs())
+        for pattern in TEMP_PATTERNS:
+            for path in glob.glob(os.path.join(base, pattern)):
+                release_leftovers(Path(path))  # a dead run's trial filesystems, still mounted
+                shutil.rmtree(path, ignore_errors=True)
+                report.temp_dirs.append(path)
+    return report
+
+
+def _host_rules(client: docker.DockerClient) -> str:
+    """Whether the INPUT rules shielding the host from compose networks can be installed."""
+    reason = hostguard.problem(client)
+    if reason is None:
+        return "can be installed (an INPUT DROP rule per compose bridge)"
+    # Not a problem: only compose tasks are affected, and they are refused saying so.
+    return f"cannot be installed: {reason}. Compose tasks will be refused; {hostguard.remedy()}"
+
+
+def _local_limits(report: DoctorReport) -> None:
+    """Whether the local sandbox can enforce memory_mb / cpus / pids (a cgroup made and removed)."""
+    support = cgroups.probe()
+    if support.version is not None:
+        where = ", ".join(sorted(support.parents))
+        report.checks.append(("local sandbox limits", f"{support.mechanism} ({where})"))
+        return
+    report.checks.append(("local sandbox limits", "unavailable"))
+    report.problems.append(
+        f"the local sandbox cannot enforce memory_mb, cpus and pids: {support.problem} "
+        '(local runs are refused unless [sandbox] local_limits = "warn")'
+    )
+
+
+@dataclass
+class DoctorReport:
+    """``harness doctor``: facts as (check, result) rows, and problems with their fixes."""
+
+    checks: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def doctor() -> DoctorReport:
+    """Check root, the engine, its API version, runtimes, cgroups, host rules, base image."""
+    report = DoctorReport()
+    root = os.geteuid() == 0
+    report.checks.append(("running as root", "yes" if root else "no"))
+    if not root:
+        report.problems.append("the local sandbox drops privileges only as root: run as root")
+    _local_limits(report)
+    try:
+        client = connect(timeout=10)
+    except EngineUnavailable as exc:
+        report.checks.append(("docker engine", "unreachable"))
+        report.problems.append(str(exc))
+        return report
+    facts = engine_facts(client)
+    report.checks += [
+        ("docker engine", str(facts["server_version"])),
+        ("API version", f"{facts['api_version']} (client {facts['client_api_version']})"),
+        ("runtimes", ", ".join(facts["runtimes"])),
+        ("cgroups", f"v{facts['cgroup_version']} ({facts['cgroup_driver']})"),
+        ("memory / pids limits", f"{facts['memory_limit']} / {facts['pids_limit']}"),
+        ("security options", ", ".join(facts["security_options"])),
+    ]
+    if "runsc" not in facts["runtimes"]:
+        report.checks.append(("gVisor", "not registered (optional: `bash docker/start-engine.sh`)"))
+    if not facts["memory_limit"] or not facts["pids_limit"]:
+        report.problems.append("the engine cannot enforce memory/pids limits: enable those cgroups")
+    report.checks.append(("compose host rules", _host_rules(client)))
+    try:
+        call(client.images.get, DEFAULT_IMAGE)
+        report.checks.append(("base image", DEFAULT_IMAGE))
+    except ImageMissing:
+        report.checks.append(("base image", "missing"))
+        report.problems.append(
+            f"base image {DEFAULT_IMAGE} is missing: `bash images/bootstrap-base.sh`"
+        )
+    return report
+
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "TEMP_PATTERNS",
+    "CleanupReport",
+    "DoctorReport",
+    "ImageResult",
+    "ImageRow",
+    "build_images",
+    "cleanup",
+    "doctor",
+    "engine",
+    "list_images",
+    "prune_images",
+]

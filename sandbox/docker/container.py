@@ -1,0 +1,169 @@
+"""A trial container's create arguments: every hardening flag, in one readable place.
+
+:func:`create_args` is pure: from a trial's :class:`~sandbox.backend.SandboxSpec` and what
+the backend already decided for it (:class:`ContainerSite`: its image, name, network, the
+mounts of its filesystem) to the keyword arguments of ``containers.create``. The backend
+makes the volumes and the trial filesystem, then hands their mounts here; nothing in this
+module talks to an engine, so every flag is unit-tested without one
+(tests/unit/test_container_args.py).
+
+The container (docs/security.md): the supervisor as pid 1 under ``0:0`` with only
+:data:`SUPERVISOR_CAPS` (it drops them for every phase), ``no-new-privileges``, a read-only
+root, its own tmpfs scratch dirs, no core dumps, pids, memory (no swap beyond it), CPU and
+open-file limits, no environment, and the engine's default seccomp profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docker.types import Mount, Ulimit
+
+from sandbox.backend import SandboxSpec
+from sandbox.docker.gpus import device_requests
+from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT
+from sandbox.verifier_tools import TOOLS_MOUNT
+
+#: Where the trial's model-gateway socket dir is mounted (root-only: the agent can't open it).
+GATEWAY_MOUNT = "/opt/harness-gateway"
+#: Capabilities the root supervisor keeps until it drops; the agent's sets are all empty.
+SUPERVISOR_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP", "KILL"]
+#: The trial's own dirs (home, session, ...) inside the container.
+TRIAL_DIR = "/trial"
+# Docker adds noexec to tmpfs mounts unless told otherwise; agents and tests legitimately
+# run what they build or install in scratch dirs.
+SCRATCH_OPTIONS = "rw,nosuid,nodev,exec"
+PLAIN_OPTIONS = "rw,nosuid,nodev,noexec"
+
+
+@dataclass(frozen=True)
+class ContainerSite:
+    """What the backend decided for one trial's container before it is created.
+
+    Attributes:
+        image: The resolved image.
+        name: The container's name.
+        labels: Its labels (the run's, the trial's).
+        command: The supervisor's command line (on the mounted Python runtime).
+        workdir: The agent's working dir.
+        network: ``none``, ``bridge`` or the compose project's network.
+        supervisor_dir: Host dir of the staged in-sandbox code (root-only).
+        python_volume: The volume with the base image's Python runtime.
+        tools_dir: Host dir of the verifier's tools.
+        storage_mounts: The trial filesystem's mounts (workspace volume, scratch binds).
+        host_storage: The trial's scratch dirs are on its host filesystem (else: tmpfs).
+        extra_hosts: Sidecar names and their addresses (compose tasks).
+        engine_runtime: The OCI runtime (``runsc``; None: the engine's default).
+    """
+
+    image: str
+    name: str
+    labels: Mapping[str, str]
+    command: list[str]
+    workdir: str
+    network: str
+    supervisor_dir: str
+    python_volume: str
+    tools_dir: str
+    storage_mounts: tuple[Mount, ...] = ()
+    host_storage: bool = False
+    extra_hosts: Mapping[str, str] | None = None
+    engine_runtime: str | None = None
+
+
+def tmpfs_dirs(*, image_tests: bool, host_storage: bool) -> dict[str, str]:
+    """Scratch dirs the agent cannot write (and, without host storage, those it can)."""
+    tmpfs = {
+        "/run": f"{PLAIN_OPTIONS},size=16m,mode=755",
+        TRIAL_DIR: f"{SCRATCH_OPTIONS},size=64m,mode=711",
+        "/logs": f"{PLAIN_OPTIONS},size=64m,mode=755",
+        "/tests": f"{SCRATCH_OPTIONS},size=256m,mode=700",
+        "/solution": f"{SCRATCH_OPTIONS},size=256m,mode=700",
+    }
+    if image_tests:
+        del tmpfs["/tests"]  # a separate verifier's image brings /tests/test.sh
+    if not host_storage:
+        tmpfs["/tmp"] = f"{SCRATCH_OPTIONS},size=512m,mode=1777"
+        tmpfs["/var/tmp"] = f"{SCRATCH_OPTIONS},size=256m,mode=1777"
+    return tmpfs
+
+
+def gateway_mounts(socket: Path | None) -> list[Mount]:
+    """The trial's gateway socket dir (root-only on the host), read-only."""
+    if socket is None:
+        return []
+    return [Mount(GATEWAY_MOUNT, str(socket.parent), type="bind", read_only=True)]
+
+
+def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
+    """The keyword arguments of ``containers.create`` for a trial's container.
+
+    Args:
+        spec: The trial.
+        site: What the backend decided for its container.
+
+    Returns:
+        ``image`` and every other argument of ``DockerClient.containers.create``.
+    """
+    res = spec.resources
+    # The supervisor is the container's pid 1 (no --init): every orphan of a phase
+    # is its child. Its stdin is the attach stream, once-only, so closing it ends the
+    # supervisor and the container, and no exec is needed per trial.
+    return {
+        "image": site.image,
+        "command": site.command,
+        "entrypoint": [],
+        "name": site.name,
+        "hostname": "sandbox",
+        "user": "0:0",
+        "working_dir": site.workdir,
+        "labels": dict(site.labels),
+        "init": False,
+        "network_mode": site.network,
+        "extra_hosts": dict(site.extra_hosts) if site.extra_hosts is not None else None,
+        "cap_drop": ["ALL"],
+        "cap_add": SUPERVISOR_CAPS,
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "tmpfs": tmpfs_dirs(image_tests=spec.image_tests, host_storage=site.host_storage),
+        "mounts": [
+            *site.storage_mounts,
+            Mount(SUPERVISOR_MOUNT, site.supervisor_dir, type="bind", read_only=True),
+            Mount(PYTHON_MOUNT, site.python_volume, type="volume", read_only=True),
+            Mount(TOOLS_MOUNT, site.tools_dir, type="bind", read_only=True),
+            *gateway_mounts(spec.gateway_socket),
+            *(
+                Mount(dst, str(src), type="bind", read_only=True)
+                for dst, src in sorted(spec.agent_mounts.items())
+            ),
+        ],
+        "pids_limit": res.pids,
+        "mem_limit": f"{res.memory_mb}m",
+        "memswap_limit": f"{res.memory_mb}m",
+        "nano_cpus": int(res.cpus * 1e9),
+        "ulimits": [
+            Ulimit(name="core", soft=0, hard=0),
+            Ulimit(name="nofile", soft=res.nofile, hard=res.nofile),
+        ],
+        "runtime": site.engine_runtime,
+        "environment": {},
+        "device_requests": device_requests(spec.gpus),
+        "stdin_open": True,
+        "tty": False,
+    }
+
+
+__all__ = [
+    "GATEWAY_MOUNT",
+    "PLAIN_OPTIONS",
+    "SCRATCH_OPTIONS",
+    "SUPERVISOR_CAPS",
+    "TRIAL_DIR",
+    "ContainerSite",
+    "create_args",
+    "gateway_mounts",
+    "tmpfs_dirs",
+]

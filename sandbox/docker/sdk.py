@@ -1,0 +1,150 @@
+"""The one place the Docker SDK is called, and where its errors become ours.
+
+Every request the harness makes of the engine through the SDK goes through :func:`call`
+(or :func:`stream`, for a streamed answer), the way python-on-whales sends every command
+through one ``run()``; the compose CLI, through python-on-whales, goes through
+:func:`command`. An SDK error is mapped here, once, to the matching error of this
+module (the way httpx maps transport errors): the same family tree as the SDK's, so each
+caller catches exactly what it caught before, and the message is the SDK's own, so what a
+record or the engine-outage check (:func:`~sandbox.docker.engine.engine_failure`) reads is
+unchanged. Transport errors of the SDK's HTTP layer (a refused or dropped connection) are
+not the SDK's own exceptions and pass through as they are.
+
+These errors hang under :class:`~sandbox.errors.HarnessError`, deliberately not under
+:class:`~sandbox.errors.SandboxError`: an engine error nobody expected stays, for the trial,
+what it was before this seam existed (the backends wrap the ones they expect).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import ParamSpec, TypeVar
+
+import docker.errors
+
+from sandbox.errors import HarnessError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class EngineError(HarnessError):
+    """The Docker SDK failed a request (``docker.errors.DockerException``).
+
+    Attributes:
+        status_code: The engine's HTTP status (None: the SDK failed before an answer).
+        explanation: The engine's own words, when it answered.
+    """
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, explanation: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.explanation = explanation
+
+    def is_client_error(self) -> bool:
+        """The engine refused the request itself (4xx): it fails the same way again."""
+        return self.status_code is not None and 400 <= self.status_code < 500
+
+
+class EngineRequestError(EngineError):
+    """The engine answered a request with an error (``docker.errors.APIError``)."""
+
+
+class EngineObjectMissing(EngineRequestError):
+    """No such container, volume, network or image (``docker.errors.NotFound``)."""
+
+
+class ImageMissing(EngineObjectMissing):
+    """No such image on the engine (``docker.errors.ImageNotFound``)."""
+
+
+def mapped(exc: docker.errors.DockerException) -> EngineError:
+    """Our error for an SDK error: the same branch of the tree, the same message."""
+    if isinstance(exc, docker.errors.APIError):
+        kind: type[EngineError] = EngineRequestError
+        if isinstance(exc, docker.errors.ImageNotFound):
+            kind = ImageMissing
+        elif isinstance(exc, docker.errors.NotFound):
+            kind = EngineObjectMissing
+        return kind(str(exc), status_code=exc.status_code, explanation=exc.explanation)
+    return EngineError(str(exc))
+
+
+def call(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """Call the SDK: ``fn(*args, **kwargs)``, its errors mapped (:func:`mapped`).
+
+    Raises:
+        EngineError: The SDK's error, as ours (a subclass for each of its kinds).
+    """
+    try:
+        return fn(*args, **kwargs)
+    except docker.errors.DockerException as exc:
+        raise mapped(exc) from exc
+
+
+def stream(items: Iterable[T]) -> Iterator[T]:
+    """A streamed SDK answer (a pull's progress), its errors mapped while it is read.
+
+    Raises:
+        EngineError: The SDK's error, as ours.
+    """
+    iterator = call(iter, items)
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        except docker.errors.DockerException as exc:
+            raise mapped(exc) from exc
+        yield item
+
+
+class CommandError(HarnessError):
+    """A docker CLI command failed (python-on-whales' ``DockerException``: compose).
+
+    Not an :class:`EngineError`: the SDK's and the CLI's failures were always told apart.
+
+    Attributes:
+        stdout: What the command wrote to its stdout (None: nothing captured).
+        stderr: What it wrote to its stderr.
+    """
+
+    def __init__(self, message: str, *, stdout: str | None, stderr: str | None) -> None:
+        super().__init__(message)
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def command(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run a docker CLI command through python-on-whales, its error mapped.
+
+    Raises:
+        CommandError: The command failed (its output kept).
+    """
+    from python_on_whales.exceptions import DockerException
+
+    try:
+        return fn(*args, **kwargs)
+    except DockerException as exc:
+        raise CommandError(str(exc), stdout=exc.stdout, stderr=exc.stderr) from exc
+
+
+def not_found(message: str) -> EngineObjectMissing:
+    """An "object missing" error of our own making (an object unusable as if absent)."""
+    return EngineObjectMissing(message, status_code=404)
+
+
+__all__ = [
+    "CommandError",
+    "EngineError",
+    "EngineObjectMissing",
+    "EngineRequestError",
+    "ImageMissing",
+    "call",
+    "command",
+    "mapped",
+    "not_found",
+    "stream",
+]
