@@ -12,7 +12,7 @@ from typing import Any
 import docker.errors
 import pytest
 import requests
-from docker_support import docker_client
+from support.docker import docker_client
 
 from sandbox.docker.engine import engine_failure
 from sandbox.docker.sdk import (
