@@ -24,7 +24,7 @@ from harness.trial.separate import SeparateVerifier
 from harness.trial.settings import TrialPlan, TrialSettings
 from sandbox.backend import Resources, SandboxSpec
 from sandbox.cleanup import CleanupStep
-from sandbox.errors import SandboxDied, SandboxError
+from sandbox.errors import SandboxError
 
 #: The judge's verdict, under its own fresh dir in the home of the sandbox's agent user.
 VERDICT_DIR = "judge"
@@ -178,19 +178,15 @@ class JudgeTrial(EpisodeTrial):
                 self.enter("reset")
                 self._seed()
         except Exception as exc:
-            self.fail(TrialStatus.ENVIRONMENT_ERROR, exc, self.phase)
+            self.fail_in(self.phase, exc)
             return
         try:
             with self.clock.phase("execute"):
                 self.enter("execute")
                 self.agent_turn(self.instruction, last=True)
-        except SandboxDied as exc:
-            self.fail(TrialStatus.AGENT_ERROR, exc, "execute")
-        except (SandboxError, OSError) as exc:
-            self.fail(TrialStatus.ENVIRONMENT_ERROR, exc, "execute")
-            return
-        except Exception as exc:
-            self.fail(TrialStatus.AGENT_ERROR, exc, "execute")
+        except Exception as exc:  # the trial's table: harness.trial.failures
+            if self.fail_in("execute", exc) is TrialStatus.ENVIRONMENT_ERROR:
+                return
         try:
             with self.clock.phase("collect"):
                 self.enter("collect")

@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
-from harness.errors import VerifierError, agent_fault
+from harness.errors import agent_fault
 from harness.failpoints import kill_point
 from harness.gateway import TrialUsage
 from harness.records import (
@@ -31,6 +31,7 @@ from harness.records import (
 from harness.tasks import Task
 from harness.transcript import write_transcript
 from harness.trial.agent_phase import AgentPhase
+from harness.trial.failures import failure_status
 from harness.trial.grade import CollectAndGrade
 from harness.trial.grading import trial_reward
 from harness.trial.judging import Judging
@@ -144,7 +145,7 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
                 self.enter("reset")
                 self.reset()
         except Exception as exc:
-            self.fail(TrialStatus.ENVIRONMENT_ERROR, exc, self.phase)
+            self.fail_in(self.phase, exc)
             return
         for view in self.task.views():
             if not self._run_view(view):
@@ -167,7 +168,7 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
                     self.enter("setup")
                     self.stage()
             except Exception as exc:
-                self.fail(TrialStatus.ENVIRONMENT_ERROR, exc, "setup")
+                self.fail_in("setup", exc)
                 return self._stop("the step's setup failed")
         start = time.perf_counter()
         try:
@@ -176,21 +177,19 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
                 slot = self.settings.agent_slot
                 with slot(self.plan.id) if slot is not None else nullcontext():
                     self.execute()
-        except SandboxDied as exc:  # the agent's own processes brought the sandbox down
-            self.fail(TrialStatus.AGENT_ERROR, exc, "execute")
-            # Scored 0 like a wrong answer: left ungraded, the trial would drop out of the
-            # graded mean and pass@k, and running out of memory on purpose when wrong
-            # would beat answering wrong (as breaking the grader would, see _grade).
-            if self.status is TrialStatus.AGENT_ERROR:  # not a run being interrupted
-                self.reward, self.rewards = 0.0, {"reward": 0.0}
-                if step is not None:
-                    self.steps[-1].rewards = {"reward": 0.0}
-            return self._stop("the sandbox died")
-        except (SandboxError, OSError) as exc:
-            self.fail(TrialStatus.ENVIRONMENT_ERROR, exc, "execute")
-            return self._stop("the environment failed")
         except Exception as exc:
-            self.fail(TrialStatus.AGENT_ERROR, exc, "execute")
+            status = self.fail_in("execute", exc)
+            if isinstance(exc, SandboxDied):  # the agent's own processes brought it down
+                # Scored 0 like a wrong answer: left ungraded, the trial would drop out of
+                # the graded mean and pass@k, and running out of memory on purpose when
+                # wrong would beat answering wrong (as breaking the grader would, _grade).
+                if self.status is TrialStatus.AGENT_ERROR:  # not a run being interrupted
+                    self.reward, self.rewards = 0.0, {"reward": 0.0}
+                    if step is not None:
+                        self.steps[-1].rewards = {"reward": 0.0}
+                return self._stop("the sandbox died")
+            if status is TrialStatus.ENVIRONMENT_ERROR:
+                return self._stop("the environment failed")
         try:
             with self.clock.phase("collect"):
                 self.enter("collect")
@@ -220,18 +219,16 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
                 self.enter("grade")
                 self.grade()
             return True
-        except (VerifierError, SandboxDied) as exc:
-            self.fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
-        except (SandboxError, OSError, RecursionError, UnicodeError) as exc:
-            if not self._agents_doing(exc, "grade"):
-                self.fail(TrialStatus.ENVIRONMENT_ERROR, exc, "grade")
-            else:
+        except Exception as exc:
+            if failure_status("grade", exc) is TrialStatus.ENVIRONMENT_ERROR and (
+                self._agents_doing(exc, "grade")
+            ):
                 # What the agent left broke grading (its own storage full, say): a failed
                 # attempt, scored 0 like a wrong answer. Left ungraded, it would drop out of
                 # the graded mean, and breaking the grader would beat answering wrong.
                 self.reward, self.rewards = 0.0, {"reward": 0.0}
-        except Exception as exc:
-            self.fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
+            else:
+                self.fail_in("grade", exc)
         return False
 
     # -- whose fault ----------------------------------------------------------------------

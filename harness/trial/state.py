@@ -18,6 +18,7 @@ from harness.records import TrialError, TrialStatus
 from harness.tasks import Task
 from harness.trial.artifacts import Caps
 from harness.trial.env import agent_env
+from harness.trial.failures import failure_status
 from harness.trial.settings import Clock, TrialPlan, TrialSettings
 from harness.trial.steps import StepOutcome
 from sandbox.backend import PhaseResult, Sandbox
@@ -92,6 +93,17 @@ class TrialState:
         self.errors.append(error)
         if self.view.step is not None:
             self.steps[-1].errors.append(error.model_dump(mode="json"))
+
+    def fail_in(self, phase: str, exc: BaseException) -> TrialStatus:
+        """Record ``exc`` as a failure in ``phase``, its status from the one table.
+
+        Returns:
+            The status the table gives the failure (:mod:`~harness.trial.failures`); the
+            trial's own status stays the first failure's.
+        """
+        status = failure_status(phase, exc)
+        self.fail(status, exc, phase)
+        return status
 
     def record_events(self, events: list[EvidenceEvent]) -> None:
         """Add what an evidence walk or copy reported to the record's events."""
