@@ -67,9 +67,10 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
     - :meth:`cleanup_steps` and :meth:`dispose`: what the cleanup runs, in order.
 
     What an extension calls to record what happened: :meth:`enter` (a phase starts),
-    :meth:`fail` (a failure: the first one decides the status), :meth:`copy_failed` (a copy
-    out of what the agent left failed), :meth:`record_events`. A failure is recorded, never
-    raised past :meth:`run`.
+    :meth:`fail_in` (a phase's failure, its status from the one table,
+    :mod:`~harness.trial.failures`), :meth:`fail` (a failure of a given status: the first
+    one decides the trial's), :meth:`copy_failed` (a copy out of what the agent left
+    failed), :meth:`record_events`. A failure is recorded, never raised past :meth:`run`.
 
     Args:
         plan: The trial's task, rollout and id.
