@@ -6,8 +6,8 @@ Custom envs come through the ``harness.envs`` entry points or as ``python:module
 """
 
 from harness.episodes.agents import EpisodeAgent, EpisodeContext
-from harness.episodes.env import Agents, Env, EnvParams, Episode
-from harness.episodes.records import EpisodeRecord, Trace, episode_of
+from harness.episodes.env import Agents, Env, EnvParams
+from harness.episodes.records import Episode, EpisodeRecord, Trace, episode_of
 from harness.episodes.run import EnvSetup, run_episode
 
 __all__ = [

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.agents.kinds import Agent
-from harness.episodes.env import Episode
-from harness.episodes.records import Trace
+from harness.episodes.records import Episode, Trace
 from harness.episodes.trials import EpisodeTrial, JudgeTrial
 from harness.errors import EnvError
 from harness.records import TrialRecord

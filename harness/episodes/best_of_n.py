@@ -6,8 +6,8 @@ import threading
 
 from pydantic import Field
 
-from harness.episodes.env import Agents, Env, EnvParams, Episode
-from harness.episodes.records import Trace
+from harness.episodes.env import Agents, Env, EnvParams
+from harness.episodes.records import Episode, Trace
 from harness.tasks import Task
 
 

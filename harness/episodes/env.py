@@ -3,24 +3,22 @@
 An :class:`Env` declares its roles; each episode gets fresh agents for them (on the run's
 shared gateway and sandbox backend) and runs ``setup(agents)``, ``run(task, agents)`` and
 ``finalize(task, episode)``, each behind an error boundary and a deadline. An agent's failure
-is data on its :class:`~harness.episodes.records.Trace`; only an exception out of the env
+is data on its :class:`~harness.episodes.records.Trace` (an
+:class:`~harness.episodes.records.Episode` holds them); only an exception out of the env
 fails the episode. ``complete(episode)`` decides what ``--resume`` keeps.
 """
 
 from __future__ import annotations
 
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.config import AgentConfig
-from harness.episodes.records import Trace
+from harness.episodes.records import Episode
 from harness.errors import EnvError, UsageError
-from harness.records import TrialError
 from harness.tasks import Task
 
 if TYPE_CHECKING:
@@ -31,36 +29,6 @@ class EnvParams(BaseModel):
     """An env's parameters (``[env]`` keys beyond the section's own); none by default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-@dataclass
-class Episode:
-    """One running episode: its traces (completion order), errors, and scores.
-
-    ``finalize`` sets ``reward``/``rewards`` (the record's, which metrics use) and may add
-    ``metrics``; a trace's own metrics go on the trace.
-    """
-
-    traces: list[Trace] = field(default_factory=list)
-    errors: list[TrialError] = field(default_factory=list)
-    reward: float | None = None
-    rewards: dict[str, float] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def ok(self) -> bool:
-        """Every agent ran without an error, and the env raised none."""
-        return not self.errors and all(trace.ok for trace in self.traces)
-
-    def add(self, trace: Trace) -> None:
-        """Append a finished agent's trace (any thread)."""
-        with self._lock:
-            self.traces.append(trace)
-
-    def by_role(self, role: str) -> list[Trace]:
-        """The traces of one role, in completion order."""
-        return [trace for trace in self.traces if trace.role == role]
 
 
 class Agents:

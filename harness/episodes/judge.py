@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.config import AgentConfig
-from harness.episodes.env import Agents, Env, EnvParams, Episode
+from harness.episodes.env import Agents, Env, EnvParams
+from harness.episodes.records import Episode
 from harness.episodes.trials import EpisodeTrial
 from harness.errors import UsageError
 from harness.records import TrialStatus

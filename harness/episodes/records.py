@@ -3,11 +3,14 @@
 An episode is recorded as one line of ``trials.jsonl``, a :class:`~harness.records.TrialRecord`
 whose extra field ``episode`` holds an :class:`EpisodeRecord`: an old reader sees a trial (its
 reward, status, usage summed over the agents) and keeps the rest as an unknown field. A
-``single`` env writes today's record, without ``episode``.
+``single`` env writes today's record, without ``episode``. :class:`Episode` is the running
+episode the record is made from.
 """
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -89,6 +92,36 @@ class EpisodeRecord(BaseModel):
     usage_by_agent: dict[str, Usage] = Field(default_factory=dict)
 
 
+@dataclass
+class Episode:
+    """One running episode: its traces (completion order), errors, and scores.
+
+    ``finalize`` sets ``reward``/``rewards`` (the record's, which metrics use) and may add
+    ``metrics``; a trace's own metrics go on the trace.
+    """
+
+    traces: list[Trace] = field(default_factory=list)
+    errors: list[TrialError] = field(default_factory=list)
+    reward: float | None = None
+    rewards: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Every agent ran without an error, and the env raised none."""
+        return not self.errors and all(trace.ok for trace in self.traces)
+
+    def add(self, trace: Trace) -> None:
+        """Append a finished agent's trace (any thread)."""
+        with self._lock:
+            self.traces.append(trace)
+
+    def by_role(self, role: str) -> list[Trace]:
+        """The traces of one role, in completion order."""
+        return [trace for trace in self.traces if trace.role == role]
+
+
 def episode_of(record: TrialRecord) -> EpisodeRecord | None:
     """The episode of a record, or None for a single agent's trial."""
     raw = (record.model_extra or {}).get(EPISODE_FIELD)
@@ -131,6 +164,7 @@ def sum_usage(usages: list[Usage]) -> Usage:
 
 __all__ = [
     "EPISODE_FIELD",
+    "Episode",
     "EpisodeRecord",
     "Trace",
     "episode_of",

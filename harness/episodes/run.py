@@ -18,8 +18,8 @@ from typing import Any
 from harness.agents.kinds import Agent
 from harness.config import AgentConfig, EnvConfig
 from harness.episodes.agents import EpisodeAgent, EpisodeContext
-from harness.episodes.env import Agents, Env, EnvParams, Episode
-from harness.episodes.records import EPISODE_FIELD, EpisodeRecord, sum_usage
+from harness.episodes.env import Agents, Env, EnvParams
+from harness.episodes.records import EPISODE_FIELD, Episode, EpisodeRecord, sum_usage
 from harness.errors import EnvError, TrialCancelled
 from harness.models.catalog import ModelSpec
 from harness.records import AgentRef, SandboxRef, TaskRef, TrialError, TrialRecord, TrialStatus
@@ -54,6 +54,14 @@ class EnvSetup:
     def describe(self) -> dict[str, Any]:
         """The env as the record names it."""
         return {"id": self.config.id, "params": self.params.model_dump(mode="json")}
+
+    def run_attempt(self, plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
+        """Run one attempt as an episode of this env (a :data:`~harness.trial.AttemptRunner`).
+
+        The runner hands this to the trials as ``TrialSettings.attempt``, so an executor
+        runs episodes without knowing this layer.
+        """
+        return run_episode(plan, settings, self, attempt=attempt)
 
 
 def _bounded(what: str, action: Callable[[], None], timeout: float | None, key: str) -> None:

@@ -1,6 +1,6 @@
 """An episode agent's trial: today's trial lifecycle with hooks for several agents.
 
-:class:`EpisodeTrial` is a :class:`~harness.trial.lifecycle._TrialRun` whose execute phase
+:class:`EpisodeTrial` is a :class:`~harness.trial.Trial` whose execute phase
 an env may drive (a conversation's turns), and after whose artifacts an env may run more in
 the same, still living sandbox (a shared judge) while every agent process of it is dead.
 :class:`JudgeTrial` runs a judge agent: in the solver's sandbox (``shared``) on the socket
@@ -18,13 +18,13 @@ from typing import Any
 from harness.errors import AgentRunError, EnvError
 from harness.gateway import Gateway
 from harness.records import TrialStatus
+from harness.trial import Trial
 from harness.trial.env import judge_env
-from harness.trial.lifecycle import _TrialRun
 from harness.trial.separate import SeparateVerifier
 from harness.trial.settings import TrialPlan, TrialSettings
 from sandbox.backend import Resources, SandboxSpec
 from sandbox.cleanup import CleanupStep
-from sandbox.errors import SandboxDied, SandboxError
+from sandbox.errors import SandboxError
 
 #: The judge's verdict, under its own fresh dir in the home of the sandbox's agent user.
 VERDICT_DIR = "judge"
@@ -33,7 +33,7 @@ VERDICT_FILE = "verdict.json"
 JUDGE_HOME = "home"
 
 
-class EpisodeTrial(_TrialRun):
+class EpisodeTrial(Trial):
     """A trial of one episode agent (its own plan id, token, sandbox and evidence dir).
 
     Args:
@@ -64,8 +64,8 @@ class EpisodeTrial(_TrialRun):
         self.turns = 0
 
     @property
-    def _last_agent_phase(self) -> bool:
-        return self.final_phase and super()._last_agent_phase
+    def last_agent_phase(self) -> bool:  # noqa: D102
+        return self.final_phase and super().last_agent_phase
 
     def execute(self) -> None:  # noqa: D102
         if self.drive is None:
@@ -107,10 +107,10 @@ class EpisodeTrial(_TrialRun):
         assert self.sandbox is not None
         return f"{self.sandbox.paths.session}/reply-{self.turns}.txt"
 
-    def _agent_env(self, extra: dict[str, str]) -> dict[str, str]:
+    def agent_phase_env(self, extra: dict[str, str]) -> dict[str, str]:  # noqa: D102
         if self.turns:
             extra = {"HARNESS_REPLY_FILE": self._reply_path(), **extra}
-        return super()._agent_env(extra)
+        return super().agent_phase_env(extra)
 
     def _last_message(self) -> str | None:
         sandbox = self.sandbox
@@ -168,39 +168,36 @@ class JudgeTrial(EpisodeTrial):
         self.instruction = instruction
         self.verdict: dict[str, Any] | None = None
 
-    def _run_phases(self) -> None:
+    def run_phases(self) -> None:
+        """Open (or share) the judge's sandbox, run the judge once, read its verdict."""
         try:
             with self.clock.phase("prepare"):
-                self._enter("prepare")
+                self.enter("prepare")
                 self._open()
             with self.clock.phase("reset"):
-                self._enter("reset")
+                self.enter("reset")
                 self._seed()
         except Exception as exc:
-            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, self.phase)
+            self.fail_in(self.phase, exc)
             return
         try:
             with self.clock.phase("execute"):
-                self._enter("execute")
+                self.enter("execute")
                 self.agent_turn(self.instruction, last=True)
-        except SandboxDied as exc:
-            self._fail(TrialStatus.AGENT_ERROR, exc, "execute")
-        except (SandboxError, OSError) as exc:
-            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "execute")
-            return
-        except Exception as exc:
-            self._fail(TrialStatus.AGENT_ERROR, exc, "execute")
+        except Exception as exc:  # the trial's table: harness.trial.failures
+            if self.fail_in("execute", exc) is TrialStatus.ENVIRONMENT_ERROR:
+                return
         try:
             with self.clock.phase("collect"):
-                self._enter("collect")
+                self.enter("collect")
                 self.collect()
         except Exception as exc:  # what the agent's tree caused is not retried
-            self._kept_what_was_copied(exc, "collect")
+            self.copy_failed(exc, "collect")
         try:
             with self.clock.phase("grade"):
                 self._read_verdict()
         except Exception as exc:
-            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "collect")
+            self.fail(TrialStatus.ENVIRONMENT_ERROR, exc, "collect")
 
     def _open(self) -> None:
         gateway, agent = self.settings.gateway, self.settings.agent
@@ -265,7 +262,7 @@ class JudgeTrial(EpisodeTrial):
             try:
                 transfer.transfer(sandbox, owner="agent")
             finally:
-                self._record_events(transfer.events)
+                self.record_events(transfer.events)
                 self.events.extend(transfer.notes)
         verdict_dir = f"{sandbox.paths.home}/{VERDICT_DIR}"
         # Removed without following anything the solver planted, then made afresh by the
@@ -276,10 +273,10 @@ class JudgeTrial(EpisodeTrial):
             (Path(fresh) / JUDGE_HOME / "tmp" / ".keep").write_bytes(b"")
             sandbox.upload(Path(fresh), verdict_dir, owner="agent")
 
-    def _agent_env(self, extra: dict[str, str]) -> dict[str, str]:
+    def agent_phase_env(self, extra: dict[str, str]) -> dict[str, str]:  # noqa: D102
         assert self.sandbox is not None
         judge_dir = f"{self.sandbox.paths.home}/{VERDICT_DIR}"
-        return super()._agent_env(
+        return super().agent_phase_env(
             {
                 **judge_env(f"{judge_dir}/{JUDGE_HOME}"),
                 "HARNESS_VERDICT_FILE": f"{judge_dir}/{VERDICT_FILE}",
@@ -293,10 +290,10 @@ class JudgeTrial(EpisodeTrial):
         path = f"{sandbox.paths.home}/{VERDICT_DIR}/{VERDICT_FILE}"
         data, event = sandbox.read_file(path, max_bytes=1 << 20)
         if event is not None:
-            self._record_events([event])
+            self.record_events([event])
         if data is None:
             if self.status is TrialStatus.COMPLETED:
-                self._fail(
+                self.fail(
                     TrialStatus.AGENT_ERROR,
                     AgentRunError(f"the judge wrote no verdict to $HARNESS_VERDICT_FILE ({path})"),
                     "grade",
@@ -309,7 +306,7 @@ class JudgeTrial(EpisodeTrial):
             if not 0.0 <= score <= 1.0:
                 raise ValueError("score must be within 0..1")
         except (ValueError, KeyError, TypeError) as exc:
-            self._fail(
+            self.fail(
                 TrialStatus.AGENT_ERROR,
                 AgentRunError(f'the judge\'s verdict is not {{"score": 0..1, ...}}: {exc}'),
                 "grade",

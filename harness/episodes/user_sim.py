@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import Field
 
-from harness.episodes.env import Agents, Env, EnvParams, Episode
-from harness.episodes.records import Trace
+from harness.episodes.env import Agents, Env, EnvParams
+from harness.episodes.records import Episode, Trace
 from harness.episodes.trials import EpisodeTrial
 from harness.errors import UsageError
 from harness.gateway import TrialGateway

@@ -43,9 +43,10 @@ class TrialExecutor(ABC):
 
     Attributes:
         name: The name it is registered under (set by the registry).
-        runs_episodes: Whether :meth:`run_attempt` runs an attempt as an episode of the
-            run's env (``settings.episodes``, docs/episodes.md). A run whose env is not
-            ``single`` is refused up front on an executor that does not.
+        runs_episodes: Whether :meth:`run_attempt` runs an attempt with the run's own
+            ``settings.attempt`` (an episode of the run's env, docs/episodes.md) in this
+            process. A run whose env is not ``single`` is refused up front on an executor
+            that does not.
     """
 
     name: str = "executor"
@@ -72,8 +73,8 @@ class TrialExecutor(ABC):
     def run_attempt(self, plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
         """Run one attempt of a trial to its record (errors are in the record).
 
-        With ``settings.episodes`` set (only on an executor that ``runs_episodes``), the
-        attempt is an episode of that env and the record the episode's.
+        With ``settings.attempt`` set (only on an executor that ``runs_episodes``), the
+        attempt is what it runs (an episode of the run's env) and the record its record.
 
         Its evidence is under ``settings.run_dir / "trials" / plan.id`` when it returns.
         Raising means an internal error: the trial gets no record in this invocation.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from harness.episodes.run import run_episode
 from harness.executors.base import TrialExecutor
 from harness.records import TrialRecord
 from harness.trial import TrialPlan, TrialSettings, run_trial
@@ -11,9 +10,9 @@ from harness.trial import TrialPlan, TrialSettings, run_trial
 class LocalExecutor(TrialExecutor):
     """Trials run on this machine, ``-j`` at once, in the harness process's threads.
 
-    An attempt is a plain trial, or with an episode env (``settings.episodes``) one episode
-    of it: the env and its agents' trials run in this process (``max_concurrent_agents``
-    of them at once).
+    An attempt is a plain trial, or what ``settings.attempt`` runs when the run sets it
+    (an episode of the run's env: the env and its agents' trials run in this process,
+    ``max_concurrent_agents`` of them at once).
     """
 
     runs_episodes = True
@@ -21,8 +20,8 @@ class LocalExecutor(TrialExecutor):
     def run_attempt(  # noqa: D102
         self, plan: TrialPlan, settings: TrialSettings, attempt: int
     ) -> TrialRecord:
-        if settings.episodes is not None:
-            return run_episode(plan, settings, settings.episodes, attempt=attempt)
+        if settings.attempt is not None:
+            return settings.attempt(plan, settings, attempt)
         return run_trial(plan, settings, attempt=attempt)
 
 

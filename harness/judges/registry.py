@@ -15,7 +15,7 @@ from harness.judges.base import Judge
 from harness.judges.llm import LlmJudge
 from harness.judges.structured import StructuredOutputJudge
 from harness.judges.toolcall import ToolCallJudge
-from harness.plugins import Registry, subclass_of
+from harness.registry import Registry, subclass_of
 
 __all__ = ["BUILTIN_JUDGES", "JUDGES", "JUDGES_GROUP"]
 

@@ -357,7 +357,7 @@ class Invocation:
             rollouts=self.config.rollouts,
             trials_left=TrialCountdown(len(self.jobs)),
             judges=prepared.judges,
-            episodes=prepared.env,
+            attempt=prepared.env.run_attempt if prepared.env is not None else None,
         )
 
     # -- drive -------------------------------------------------------------------------------

@@ -24,13 +24,6 @@ from harness.backends.base import SandboxBackend
 from harness.config import RunConfig
 from harness.datasets import DatasetsLock, Resolved, materialize, read_lock, resolve
 from harness.datasets.lock import lock_path
-from harness.episodes.prepare import (
-    check_tasks,
-    is_single,
-    model_agent,
-    prepare_env,
-    refuse_executor,
-)
 from harness.episodes.run import EnvSetup
 from harness.errors import CorruptRecordError, ResumeError, UsageError
 from harness.executors.base import TrialExecutor
@@ -39,6 +32,13 @@ from harness.model_access import resolve_model
 from harness.models.selection import ModelChoice
 from harness.plugins import build_agent, open_backend, open_executor
 from harness.records import StoreSnapshot
+from harness.runner.env_check import (
+    check_tasks,
+    is_single,
+    model_agent,
+    prepare_env,
+    refuse_executor,
+)
 from harness.runner.plan import plan_trials, select_tasks, slug
 from harness.runner.resume import DEFAULT_RERUN_STATUSES, ResumePlan, read_for_resume
 from harness.runner.rundir import lock_run_dir, refuse_non_empty

@@ -41,7 +41,7 @@ class AgentPhase(TrialState):
         assert sandbox is not None
         view = self.view
         command = agent.command(view, sandbox)
-        env = self._agent_env(
+        env = self.agent_phase_env(
             {"HARNESS_INSTRUCTION_FILE": sandbox.paths.instruction, **command.env}
         )
         timeout = view.agent_timeout_sec
@@ -64,7 +64,7 @@ class AgentPhase(TrialState):
                 )
             )
         finally:
-            if self._last_agent_phase:
+            if self.last_agent_phase:
                 # The agent is dead: nothing may call the model from here on.
                 self.revoke_model_access()
         # "agent" is the agent process's own lifetime; everything else is harness overhead.
@@ -80,27 +80,27 @@ class AgentPhase(TrialState):
             raise exc_type(f"{kind}: {message}")
         if result.timed_out:
             assert timeout is not None
-            self._fail(
+            self.fail(
                 TrialStatus.AGENT_TIMEOUT,
                 TimeoutError(f"agent did not finish within {timeout:g}s and was killed"),
                 "execute",
             )
         elif result.signal is not None:
-            self._fail(
+            self.fail(
                 TrialStatus.AGENT_ERROR,
                 RuntimeError(f"agent was killed by signal {result.signal}"),
                 "execute",
             )
         elif result.exit_code not in (0, None):
             explained = agent.explain_failure(sandbox, result)
-            self._fail(
+            self.fail(
                 TrialStatus.AGENT_ERROR,
                 AgentRunError(explained or f"agent exited with code {result.exit_code}"),
                 "execute",
             )
 
     @property
-    def _last_agent_phase(self) -> bool:
+    def last_agent_phase(self) -> bool:
         """Whether the view running now is the trial's last (its model access then ends)."""
         views = self.task.steps
         return not views or self.view.step is None or self.view.step.index == len(views) - 1
@@ -115,7 +115,7 @@ class AgentPhase(TrialState):
         if limit - used >= STORAGE_FULL_SLACK:
             return
         self.events.append({"type": "storage_full", "used_bytes": used, "limit_bytes": limit})
-        self._fail(
+        self.fail(
             TrialStatus.AGENT_ERROR,
             StorageLimitReached(
                 f"the agent filled the trial's storage ({limit >> 20} MB, the task's "
@@ -129,7 +129,7 @@ class AgentPhase(TrialState):
         sandbox = self.sandbox
         assert sandbox is not None
         timeout = self.view.agent_timeout_sec
-        env = self._agent_env({"HARNESS_INSTRUCTION_FILE": sandbox.paths.instruction})
+        env = self.agent_phase_env({"HARNESS_INSTRUCTION_FILE": sandbox.paths.instruction})
         gateway, access = self.settings.gateway, self.access
         chat = None
         if gateway is not None and access is not None:
@@ -164,21 +164,21 @@ class AgentPhase(TrialState):
         if timed_out:
             context.expire()
             worker.join(30)  # a running exec ends by its own deadline
-        if self._last_agent_phase:
+        if self.last_agent_phase:
             self.revoke_model_access()
         elapsed = time.monotonic() - start
         self.clock.add("agent", elapsed)
         self.clock.add("agent_phase", elapsed)
         if timed_out:
             assert timeout is not None
-            self._fail(
+            self.fail(
                 TrialStatus.AGENT_TIMEOUT,
                 TimeoutError(f"agent did not finish within {timeout:g}s"),
                 "execute",
             )
         elif failure:
             exc = failure[0]
-            self._fail(
+            self.fail(
                 TrialStatus.AGENT_ERROR, AgentRunError(f"{type(exc).__name__}: {exc}"), "execute"
             )
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from harness.errors import VerifierError
 from harness.failpoints import kill_point
-from harness.grading import read_rewards, trial_reward
 from harness.records.atomic import write_bytes_atomic
 from harness.trial.artifacts import collect_artifacts
 from harness.trial.env import grader_env
+from harness.trial.grading import read_rewards, trial_reward
 from harness.trial.separate import SeparateVerifier
 from harness.trial.state import TrialState
 from sandbox.backend import PhaseRequest, PhaseResult
@@ -52,7 +52,7 @@ class CollectAndGrade(TrialState):
             max_file_bytes=caps.file_bytes,
             max_total_bytes=caps.total_bytes,
         )
-        self._record_events(events)
+        self.record_events(events)
         kill_point("evidence")  # the logs and the workspace's files are out, the manifest not
         # Compact: one line per file of the workspace adds up over thousands of files.
         write_bytes_atomic(manifest, json.dumps(found, separators=(",", ":")).encode())
@@ -78,7 +78,7 @@ class CollectAndGrade(TrialState):
                 timeout_sec=timeout,
                 max_output_bytes=self.settings.max_output_bytes,
                 # Commands the tests run as the agent ($HARNESS_AGENT_EXEC) get its env.
-                agent_env=self._agent_env({"HARNESS_INSTRUCTION_FILE": paths.instruction}),
+                agent_env=self.agent_phase_env({"HARNESS_INSTRUCTION_FILE": paths.instruction}),
                 confidential_env=tuple(self.view.verifier_env),
             )
         )
@@ -92,7 +92,7 @@ class CollectAndGrade(TrialState):
         self._copy(paths.verifier, verifier)
         _raise_for(result, timeout)
         self.reward, self.rewards, events = read_rewards(sandbox)
-        self._record_events(events)
+        self.record_events(events)
 
     def grade_separately(self) -> None:
         """Grade in a fresh container built from ``tests/``, given only the artifacts."""
@@ -108,7 +108,7 @@ class CollectAndGrade(TrialState):
         try:
             result = verifier.run()
         finally:
-            self._record_events(verifier.events)
+            self.record_events(verifier.events)
             self.events.extend(verifier.notes)
         self.verifier_posture = result.posture
         self.clock.add("verifier", result.process_sec or result.duration_sec)
@@ -124,7 +124,7 @@ class CollectAndGrade(TrialState):
         events = collect_artifacts(
             self.sandbox, self.view.artifacts, self.step_evidence / "artifacts", self.caps
         )
-        self._record_events(events)
+        self.record_events(events)
 
 
 def _raise_for(result: PhaseResult, timeout: float) -> None:

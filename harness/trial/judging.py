@@ -37,7 +37,7 @@ class Judging(TrialState):
         self.judge_details = result.details
         self.rewards.update(result.scores)
         for error in result.errors:
-            self._fail(TrialStatus.VERIFIER_ERROR, error, "judge")
+            self.fail(TrialStatus.VERIFIER_ERROR, error, "judge")
         if result.errors:
             self.reward = None
         elif result.gates_failed:

@@ -16,10 +16,9 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
-from harness.errors import VerifierError, agent_fault
+from harness.errors import agent_fault
 from harness.failpoints import kill_point
 from harness.gateway import TrialUsage
-from harness.grading import trial_reward
 from harness.records import (
     AgentRef,
     SandboxRef,
@@ -32,7 +31,9 @@ from harness.records import (
 from harness.tasks import Task
 from harness.transcript import write_transcript
 from harness.trial.agent_phase import AgentPhase
+from harness.trial.failures import failure_status
 from harness.trial.grade import CollectAndGrade
+from harness.trial.grading import trial_reward
 from harness.trial.judging import Judging
 from harness.trial.settings import TrialPlan, TrialSettings
 from harness.trial.staging import Staging
@@ -48,12 +49,39 @@ from sandbox.errors import (
 )
 
 
-class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
-    """One running trial: its steps in order, then the cleanup and the record."""
+class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
+    """One running trial: its steps in order, then the cleanup and the record.
+
+    ``Trial(plan, settings, attempt).run()`` runs it to its record (what :func:`run_trial`
+    does). A subclass changes one part of the life and keeps the rest (the episodes' agent
+    and judge trials, :mod:`harness.episodes.trials`, are the worked example). Its
+    extension points:
+
+    - :meth:`run_phases`: everything between the start and the cleanup (prepare, reset,
+      then each step); replace it for a different life in the same sandbox discipline.
+    - :meth:`execute`: the agent phase (:mod:`~harness.trial.agent_phase`);
+      :meth:`agent_phase_env` is the environment of every agent phase and
+      :attr:`last_agent_phase` says whether the trial's model access ends with this one.
+    - :meth:`artifacts`: after grading, the sandbox still up and the agent dead.
+    - :meth:`judge`: the run's judges on the final state (:mod:`~harness.trial.judging`).
+    - :meth:`cleanup_steps` and :meth:`dispose`: what the cleanup runs, in order.
+
+    What an extension calls to record what happened: :meth:`enter` (a phase starts),
+    :meth:`fail_in` (a phase's failure, its status from the one table,
+    :mod:`~harness.trial.failures`), :meth:`fail` (a failure of a given status: the first
+    one decides the trial's), :meth:`copy_failed` (a copy out of what the agent left
+    failed), :meth:`record_events`. A failure is recorded, never raised past :meth:`run`.
+
+    Args:
+        plan: The trial's task, rollout and id.
+        settings: What every trial of the run shares.
+        attempt: The attempt's number (1 for the first).
+    """
 
     # -- the whole trial ------------------------------------------------------------------
 
     def run(self) -> TrialRecord:
+        """Run the trial to the end and return its record (errors are in the record)."""
         started_at = datetime.now(UTC)
         start = time.perf_counter()
         if self.evidence.exists():
@@ -67,7 +95,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
                     TrialError(type="Cancelled", message="run interrupted", phase="prepare")
                 )
             else:
-                self._run_phases()
+                self.run_phases()
         except BaseException as exc:  # recorded, never lost; re-raised below if fatal
             run_error = exc
             self._escaped(exc)
@@ -106,18 +134,19 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
             raise run_error
         return self._record(started_at)
 
-    def _run_phases(self) -> None:
+    def run_phases(self) -> None:
+        """Prepare and reset the sandbox, then run each step (or the task) in turn."""
         try:
             with self.clock.phase("prepare"):
-                self._enter("prepare")
+                self.enter("prepare")
                 spec = self.prepare()
                 self.sandbox = self.settings.make_sandbox(spec)
                 self.settings.track(self.sandbox, running=True)
             with self.clock.phase("reset"):
-                self._enter("reset")
+                self.enter("reset")
                 self.reset()
         except Exception as exc:
-            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, self.phase)
+            self.fail_in(self.phase, exc)
             return
         for view in self.task.views():
             if not self._run_view(view):
@@ -137,44 +166,42 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
             self.reward, self.rewards = None, {}
             try:
                 with self.clock.phase("setup"):
-                    self._enter("setup")
+                    self.enter("setup")
                     self.stage()
             except Exception as exc:
-                self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "setup")
+                self.fail_in("setup", exc)
                 return self._stop("the step's setup failed")
         start = time.perf_counter()
         try:
             with self.clock.phase("execute"):
-                self._enter("execute")
+                self.enter("execute")
                 slot = self.settings.agent_slot
                 with slot(self.plan.id) if slot is not None else nullcontext():
                     self.execute()
-        except SandboxDied as exc:  # the agent's own processes brought the sandbox down
-            self._fail(TrialStatus.AGENT_ERROR, exc, "execute")
-            # Scored 0 like a wrong answer: left ungraded, the trial would drop out of the
-            # graded mean and pass@k, and running out of memory on purpose when wrong
-            # would beat answering wrong (as breaking the grader would, see _grade).
-            if self.status is TrialStatus.AGENT_ERROR:  # not a run being interrupted
-                self.reward, self.rewards = 0.0, {"reward": 0.0}
-                if step is not None:
-                    self.steps[-1].rewards = {"reward": 0.0}
-            return self._stop("the sandbox died")
-        except (SandboxError, OSError) as exc:
-            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "execute")
-            return self._stop("the environment failed")
         except Exception as exc:
-            self._fail(TrialStatus.AGENT_ERROR, exc, "execute")
+            status = self.fail_in("execute", exc)
+            if isinstance(exc, SandboxDied):  # the agent's own processes brought it down
+                # Scored 0 like a wrong answer: left ungraded, the trial would drop out of
+                # the graded mean and pass@k, and running out of memory on purpose when
+                # wrong would beat answering wrong (as breaking the grader would, _grade).
+                if self.status is TrialStatus.AGENT_ERROR:  # not a run being interrupted
+                    self.reward, self.rewards = 0.0, {"reward": 0.0}
+                    if step is not None:
+                        self.steps[-1].rewards = {"reward": 0.0}
+                return self._stop("the sandbox died")
+            if status is TrialStatus.ENVIRONMENT_ERROR:
+                return self._stop("the environment failed")
         try:
             with self.clock.phase("collect"):
-                self._enter("collect")
+                self.enter("collect")
                 self.collect()
         except Exception as exc:
-            self._kept_what_was_copied(exc, "collect")
+            self.copy_failed(exc, "collect")
         graded = self._grade()
         try:
             self.artifacts()
         except Exception as exc:
-            self._kept_what_was_copied(exc, "artifacts")
+            self.copy_failed(exc, "artifacts")
         if step is None:
             return True
         outcome = self.steps[-1]
@@ -190,21 +217,19 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
     def _grade(self) -> bool:
         try:
             with self.clock.phase("grade"):
-                self._enter("grade")
+                self.enter("grade")
                 self.grade()
             return True
-        except (VerifierError, SandboxDied) as exc:
-            self._fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
-        except (SandboxError, OSError, RecursionError, UnicodeError) as exc:
-            if not self._agents_doing(exc, "grade"):
-                self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, "grade")
-            else:
+        except Exception as exc:
+            if failure_status("grade", exc) is TrialStatus.ENVIRONMENT_ERROR and (
+                self._agents_doing(exc, "grade")
+            ):
                 # What the agent left broke grading (its own storage full, say): a failed
                 # attempt, scored 0 like a wrong answer. Left ungraded, it would drop out of
                 # the graded mean, and breaking the grader would beat answering wrong.
                 self.reward, self.rewards = 0.0, {"reward": 0.0}
-        except Exception as exc:
-            self._fail(TrialStatus.VERIFIER_ERROR, exc, "grade")
+            else:
+                self.fail_in("grade", exc)
         return False
 
     # -- whose fault ----------------------------------------------------------------------
@@ -221,7 +246,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
         why = agent_fault(exc, self.settings.run_dir)
         if why is None:
             return False
-        self._fail(TrialStatus.AGENT_ERROR, exc, phase)
+        self.fail(TrialStatus.AGENT_ERROR, exc, phase)
         self._final(self.errors[-1], why)
         return True
 
@@ -232,7 +257,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
         if in_step and self.view.step is not None and self.steps and self.steps[-1].errors:
             self.steps[-1].errors[-1].update(retryable=False, cause="agent", reason=why)
 
-    def _kept_what_was_copied(self, exc: BaseException, phase: str) -> None:
+    def copy_failed(self, exc: BaseException, phase: str) -> None:
         """A copy out of what the agent left failed: the machine's, or the agent's doing.
 
         The engine failing or the run dir filling up is the machine's (an environment
@@ -242,7 +267,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
         """
         why = None if isinstance(exc, SandboxError) else agent_fault(exc, self.settings.run_dir)
         if isinstance(exc, SandboxError) or (isinstance(exc, OSError) and why is None):
-            self._fail(TrialStatus.ENVIRONMENT_ERROR, exc, phase)
+            self.fail(TrialStatus.ENVIRONMENT_ERROR, exc, phase)
             return
         event: dict[str, Any] = {
             "type": "evidence_incomplete",
@@ -308,7 +333,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
             f"{self.sandbox.paths.session}/{name}", max_bytes=self.settings.max_evidence_file_bytes
         )
         if event is not None:
-            self._record_events([event])
+            self.record_events([event])
             if event.kind == "missing":
                 raise SessionFileMissing(f"Agent produced no session file ({name}).")
             raise SessionFileMissing(
@@ -326,6 +351,7 @@ class _TrialRun(Staging, AgentPhase, CollectAndGrade, Judging):
             self.settings.agent.dispose()
 
     def cleanup_steps(self) -> list[CleanupStep]:
+        """The cleanup, in the contract's order: session snapshot, dispose, remove the root."""
         sandbox = self.sandbox
         return [
             CleanupStep("snapshot_session", self.snapshot_session),
@@ -403,4 +429,4 @@ def _flatten(exc: BaseException) -> list[BaseException]:
 
 def run_trial(plan: TrialPlan, settings: TrialSettings, *, attempt: int = 1) -> TrialRecord:
     """Run one trial to the end and return its record (errors are in the record)."""
-    return _TrialRun(plan, settings, attempt).run()
+    return Trial(plan, settings, attempt).run()

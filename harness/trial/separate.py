@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.grading import read_rewards
 from harness.tasks import Task
 from harness.tasks.model import Artifact
 from harness.trial.artifacts import Caps, prune_excluded
 from harness.trial.env import grader_env
+from harness.trial.grading import read_rewards
 from harness.trial.settings import TrialPlan, TrialSettings
 from sandbox.backend import PhaseRequest, PhaseResult, Resources, Role, Sandbox, SandboxSpec
 from sandbox.errors import EnvironmentStartError, SandboxError

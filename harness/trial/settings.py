@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from harness.agents.kinds import Agent
 from harness.gateway import TrialGateway
+from harness.records import TrialRecord
 from harness.tasks import Task
 from sandbox.backend import Sandbox, SandboxSpec
 from sandbox.evidence import DEFAULT_LIMITS, Limits
@@ -19,7 +20,6 @@ from sandbox.evidence_diff import OBJECTS_DIR, ObjectStore, seed_index
 from sandbox.seeding import Fixture
 
 if TYPE_CHECKING:
-    from harness.episodes.run import EnvSetup
     from harness.judges import JudgePanel
 
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
@@ -99,9 +99,10 @@ class TrialSettings:
     _seeds: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
     #: The run's judges (``harness.judges``), run on each graded trial's evidence.
     judges: JudgePanel | None = None
-    #: The run's episode env (None: the default ``single``, plain trials): the executor
-    #: runs each attempt as an episode of it (docs/episodes.md).
-    episodes: EnvSetup | None = None
+    #: How an executor that runs attempts in this process runs one (None: a plain trial,
+    #: :func:`~harness.trial.run_trial`). The runner sets it to an episode env's
+    #: (docs/episodes.md); the executor calls it without knowing what it runs.
+    attempt: AttemptRunner | None = None
     _active: set[Sandbox] = field(default_factory=set, repr=False)
     _active_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -154,6 +155,10 @@ class TrialSettings:
                 sandbox.abort()
             except Exception:  # best effort: each trial's cleanup still removes it
                 pass
+
+
+AttemptRunner = Callable[[TrialPlan, TrialSettings, int], TrialRecord]
+"""Runs one attempt to its record: ``(plan, settings, attempt number) -> record``."""
 
 
 class Clock:

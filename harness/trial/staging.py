@@ -101,7 +101,7 @@ class Staging(TrialState):
                     f"[environment].skills_dir = {skills!r}: {exc} (it names a directory of "
                     "the task's image)"
                 ) from None
-            self._record_events(events)
+            self.record_events(events)
 
     def stage(self) -> None:
         """A step's own files: nothing of the last step's grading, its workdir, its setup."""
@@ -120,7 +120,7 @@ class Staging(TrialState):
                 PhaseRequest(
                     role="agent",
                     argv=["bash", f"{paths.workspace}/setup.sh"],
-                    env=self._agent_env({}),
+                    env=self.agent_phase_env({}),
                     timeout_sec=self.view.agent_timeout_sec,
                     max_output_bytes=self.settings.max_output_bytes,
                     log_name="setup",

@@ -3,7 +3,7 @@
 :class:`TrialState` is the base of the trial's steps (:mod:`~harness.trial.staging`,
 :mod:`~harness.trial.agent_phase`, :mod:`~harness.trial.grade`), which
 :mod:`~harness.trial.lifecycle` runs top to bottom. A failure is recorded, never raised
-past the trial: :meth:`TrialState._fail` sets the status (the first failure decides it) and
+past the trial: :meth:`TrialState.fail` sets the status (the first failure decides it) and
 appends the error, to the current step's outcome too.
 """
 
@@ -18,6 +18,7 @@ from harness.records import TrialError, TrialStatus
 from harness.tasks import Task
 from harness.trial.artifacts import Caps
 from harness.trial.env import agent_env
+from harness.trial.failures import failure_status
 from harness.trial.settings import Clock, TrialPlan, TrialSettings
 from harness.trial.steps import StepOutcome
 from sandbox.backend import PhaseResult, Sandbox
@@ -70,7 +71,12 @@ class TrialState:
         """The name of the step running now (None for a single-step task)."""
         return self.view.step.name if self.view.step is not None else None
 
-    def _enter(self, phase: str) -> None:
+    def enter(self, phase: str) -> None:
+        """Enter ``phase`` (reported to the run); an interrupted run starts no agent or grading.
+
+        Raises:
+            TrialCancelled: The run is interrupted and ``phase`` is ``execute`` or ``grade``.
+        """
         self.phase = phase
         if self.settings.on_phase is not None:
             self.settings.on_phase(self.plan.id, phase)
@@ -78,7 +84,8 @@ class TrialState:
             # Interrupted: no agent starts and nothing is graded; the cleanup still runs.
             raise TrialCancelled(f"run interrupted before the {phase} phase")
 
-    def _fail(self, status: TrialStatus, exc: BaseException, phase: str) -> None:
+    def fail(self, status: TrialStatus, exc: BaseException, phase: str) -> None:
+        """Record ``exc`` as a failure in ``phase``; the first failure decides the status."""
         if self.status is TrialStatus.COMPLETED:
             # An error while the run is being interrupted is the interruption's doing.
             self.status = TrialStatus.CANCELLED if self.settings.cancel.is_set() else status
@@ -87,7 +94,19 @@ class TrialState:
         if self.view.step is not None:
             self.steps[-1].errors.append(error.model_dump(mode="json"))
 
-    def _record_events(self, events: list[EvidenceEvent]) -> None:
+    def fail_in(self, phase: str, exc: BaseException) -> TrialStatus:
+        """Record ``exc`` as a failure in ``phase``, its status from the one table.
+
+        Returns:
+            The status the table gives the failure (:mod:`~harness.trial.failures`); the
+            trial's own status stays the first failure's.
+        """
+        status = failure_status(phase, exc)
+        self.fail(status, exc, phase)
+        return status
+
+    def record_events(self, events: list[EvidenceEvent]) -> None:
+        """Add what an evidence walk or copy reported to the record's events."""
         self.events.extend(e.as_dict() for e in events)
 
     def _phase_events(self, role: str, result: PhaseResult) -> None:
@@ -122,13 +141,14 @@ class TrialState:
         source = sandbox or self.sandbox
         assert source is not None
         caps = self.caps
-        self._record_events(
+        self.record_events(
             source.copy_out(
                 path, dest, max_file_bytes=caps.file_bytes, max_total_bytes=caps.total_bytes
             )
         )
 
-    def _agent_env(self, extra: dict[str, str]) -> dict[str, str]:
+    def agent_phase_env(self, extra: dict[str, str]) -> dict[str, str]:
+        """The environment of an agent phase in the trial's sandbox, with ``extra`` added."""
         assert self.sandbox is not None
         return agent_env(self.sandbox, self.view, self.plan.id, extra)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.grading import trial_reward
+from harness.trial.grading import trial_reward
 
 
 @dataclass

@@ -22,7 +22,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from harness.agents.registry import build_agent
 from harness.backends.base import BackendOptions, SandboxBackend
+from harness.backends.registry import SANDBOXES
 from harness.backends.tmpdir import remove_tree
 from harness.config import RunConfig
 from harness.errors import TaskError
@@ -35,7 +37,6 @@ from harness.executors.ray.jobs import (
     unpack_dir,
 )
 from harness.executors.ray.relay import DriverLink, RelayedGateway, Watch
-from harness.plugins import SANDBOXES, build_agent
 from harness.records import record_line
 from harness.tasks import Task, load_task
 from harness.tasks.env_templates import map_env_tables

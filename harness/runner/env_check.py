@@ -1,15 +1,24 @@
-"""A run's env, checked before anything is written: its class, parameters and role agents."""
+"""Checking the run's env before anything is written: its class, parameters and role agents.
+
+The runner's part of episodes (docs/episodes.md): it finds the env in its registry, builds an
+agent per role, refuses an executor that cannot run episodes, and checks every selected task
+against the env and each role's agent. What it returns, an
+:class:`~harness.episodes.run.EnvSetup`, runs each attempt as an episode
+(``TrialSettings.attempt``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from harness.agents.kinds import Agent
+from harness.agents.registry import build_agent
 from harness.config import AgentConfig, RunConfig
 from harness.episodes.env import Env
+from harness.episodes.registry import env_class
 from harness.episodes.run import EnvSetup
 from harness.errors import UsageError
-from harness.plugins import EXECUTORS, build_agent, env_class
+from harness.executors.registry import EXECUTORS
 from harness.tasks import Task
 
 SINGLE = "single"

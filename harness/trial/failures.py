@@ -1,0 +1,57 @@
+"""Which status a failure gives, by the phase it happened in: the one table.
+
+The trial (:mod:`~harness.trial.lifecycle`) and the episodes' judge trial
+(:mod:`harness.episodes.trials`) both record a phase's failure through
+:meth:`~harness.trial.state.TrialState.fail_in`, which looks the status up here. The rows
+of a phase are tried in order; the first whose exception types match gives the status. The
+rule behind them (docs/security.md, "Failures"): only a fault of the machine or the engine
+is an ``environment_error`` (retried); what the agent's own processes did is an
+``agent_error``; a verifier that gives no usable reward is a ``verifier_error``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from harness.errors import VerifierError
+from harness.records import TrialStatus
+from sandbox.errors import SandboxDied, SandboxError
+
+Row = tuple[tuple[type[BaseException], ...], TrialStatus]
+
+_MACHINE = ((Exception,), TrialStatus.ENVIRONMENT_ERROR)
+
+FAILURE_STATUS: Mapping[str, tuple[Row, ...]] = {
+    # Getting the sandbox (and a step's files and setup) ready is the machine's part.
+    "prepare": (_MACHINE,),
+    "reset": (_MACHINE,),
+    "setup": (_MACHINE,),
+    "execute": (
+        # The agent's own processes brought the sandbox down (out of memory, say).
+        ((SandboxDied,), TrialStatus.AGENT_ERROR),
+        ((SandboxError, OSError), TrialStatus.ENVIRONMENT_ERROR),
+        ((Exception,), TrialStatus.AGENT_ERROR),
+    ),
+    "grade": (
+        ((VerifierError, SandboxDied), TrialStatus.VERIFIER_ERROR),
+        # Unless what the agent left caused it (the trial checks: agent_fault).
+        ((SandboxError, OSError, RecursionError, UnicodeError), TrialStatus.ENVIRONMENT_ERROR),
+        ((Exception,), TrialStatus.VERIFIER_ERROR),
+    ),
+}
+"""Phase -> ordered (exception types, status) rows."""
+
+
+def failure_status(phase: str, exc: BaseException) -> TrialStatus:
+    """The status a failure ``exc`` in ``phase`` gives (``internal_error`` if no row matches).
+
+    Raises:
+        KeyError: ``phase`` has no row in :data:`FAILURE_STATUS`.
+    """
+    for kinds, status in FAILURE_STATUS[phase]:
+        if isinstance(exc, kinds):
+            return status
+    return TrialStatus.INTERNAL_ERROR
+
+
+__all__ = ["FAILURE_STATUS", "failure_status"]
