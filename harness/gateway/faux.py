@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ProviderError, UsageError
+from harness.gateway import gemini
 from harness.gateway.providers import Provider, ProviderCall, ProviderReply
 from harness.gateway.usage import estimate_tokens, request_chars
 
@@ -137,7 +138,7 @@ def load_faux_script(path: Path) -> FauxScript:
 class FauxProvider(Provider):
     """Answers each trial from its own copy of the script's queue."""
 
-    apis = frozenset({"openai-chat", "openai-responses", "anthropic-messages"})
+    apis = frozenset({"openai-chat", "openai-responses", "anthropic-messages", gemini.GEMINI_API})
 
     def __init__(self, script: FauxScript, model: str) -> None:
         self.script = script
@@ -179,11 +180,14 @@ class FauxProvider(Provider):
         usage = (estimate_tokens(request_chars(call.body)), estimate_tokens(out_chars))
         rendered = _Rendered(call, response, seq, usage, self.model)
         if call.stream:
-            return ProviderReply(200, "text/event-stream", chunks=rendered.stream())
+            kind = gemini.stream_type(call.api, call.path)
+            return ProviderReply(200, kind, chunks=rendered.stream())
         return ProviderReply(200, "application/json", body=json.dumps(rendered.body()).encode())
 
 
 def _error_body(api: str, message: str) -> dict[str, Any]:
+    if api == gemini.GEMINI_API:
+        return gemini.error(400, message)
     if api == "anthropic-messages":
         return {"type": "error", "error": {"type": "faux_error", "message": message}}
     return {"error": {"message": message, "type": "faux_error"}}
@@ -221,6 +225,9 @@ class _Rendered:
 
     def body(self) -> dict[str, Any]:
         api = self.call.api
+        if api == gemini.GEMINI_API:
+            usage = (self.input_tokens, self.output_tokens)
+            return gemini.faux_body(self.response, self.seq, usage, self.model)
         if api == "anthropic-messages":
             return self._anthropic()
         if api == "openai-responses":
@@ -326,7 +333,10 @@ class _Rendered:
 
     async def stream(self) -> AsyncIterator[bytes]:
         api = self.call.api
-        if api == "anthropic-messages":
+        if api == gemini.GEMINI_API:
+            usage = (self.input_tokens, self.output_tokens)
+            events = gemini.faux_stream(self.response, self.seq, usage, self.model, self.call.path)
+        elif api == "anthropic-messages":
             events = self._anthropic_events()
         elif api == "openai-responses":
             events = self._responses_events()

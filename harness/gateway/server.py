@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 import h11
 
 from harness.errors import ProviderError
-from harness.gateway import http
+from harness.gateway import gemini, http
 from harness.gateway.limits import CONNECTION_BYTES, STREAM_BYTES, Hold, Limits, Meter, parse_cost
 from harness.gateway.policy import (
     MODELS_PATHS,
@@ -40,7 +40,7 @@ from harness.gateway.policy import (
     check_target,
     token_of,
 )
-from harness.gateway.providers import ENDPOINTS, Provider, ProviderCall, ProviderReply
+from harness.gateway.providers import Provider, ProviderCall, ProviderReply
 from harness.gateway.recorder import (
     CallRecorder,
     StreamCopy,
@@ -69,6 +69,7 @@ class TrialAccess:
         return {
             "OPENAI_BASE_URL": "http://127.0.0.1:{port}/v1",
             "ANTHROPIC_BASE_URL": "http://127.0.0.1:{port}",
+            "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:{port}",
             "HARNESS_MODEL": self.model.id,
             "HARNESS_PROVIDER": self.model.provider,
             "HARNESS_MODEL_NAME": self.model.upstream,
@@ -77,7 +78,11 @@ class TrialAccess:
 
     def secret_env(self) -> dict[str, str]:
         """The token, under the names clients read keys from (sent on stdin only)."""
-        return {"OPENAI_API_KEY": self.token, "ANTHROPIC_API_KEY": self.token}
+        return {
+            "OPENAI_API_KEY": self.token,
+            "ANTHROPIC_API_KEY": self.token,
+            "GEMINI_API_KEY": self.token,
+        }
 
 
 class TrialGateway(Protocol):
@@ -426,16 +431,25 @@ class Gateway:
         headers = http.headers_of(request)
         api: str | None = None
         try:
-            path = check_target(target, headers)
-            self._tokens.check(token_of(headers), trial.access.token, revoked=trial.revoked)
-            api = ENDPOINTS.get(path)
+            path = gemini.gateway_path(target, check_target(target, headers))
+            given = token_of(headers) or gemini.query_key(target)
+            self._tokens.check(given, trial.access.token, revoked=trial.revoked)
+            api = gemini.endpoint_api(path)
             if method == "GET" and path in MODELS_PATHS:
                 await self._models(trial, conn, writer, path)
+                return
+            local = gemini.local_answer(method, path, raw_body, self.model, self.provider.apis)
+            if local is not None:  # the Gemini API's model listing and countTokens
+                trial.recorder.answered(method, path, local[1])
+                await http.send(
+                    conn, writer, local[0], "application/json", json.dumps(local[1]).encode()
+                )
                 return
             self._hold_parse(trial, hold, raw_body)
             payload = check_call(
                 method, path, api, raw_body, model=self.model, apis=self.provider.apis
             )
+            payload = gemini.as_call(path, payload)
             trial.allowance.check()  # a spent budget is refused without waiting for a turn
             turn = await trial.allowance.turn()
         except Refused as refused:
@@ -560,7 +574,7 @@ class Gateway:
     async def _in_process(
         self, trial: _Trial, path: str, payload: dict[str, Any]
     ) -> tuple[int, Any]:
-        api = ENDPOINTS.get(path)
+        api = gemini.endpoint_api(path)
         try:
             if api is None or api not in self.provider.apis:
                 raise Refused(404, f"POST {path} is not a model endpoint for {self.model.id}")
@@ -578,7 +592,8 @@ class Gateway:
             return refused.status, {"error": {"message": refused.reason}}
         assert api is not None
         with turn, trial.allowance.reserved():  # no await since the budget check
-            call, line = self._prepare_call(trial, path, api, {**payload, "stream": False}, {})
+            payload = {**gemini.as_call(path, payload), "stream": False}
+            call, line = self._prepare_call(trial, path, api, payload, {})
             line["via"] = "in-process"
             started = time.perf_counter()
             reply = await self._send_to_provider(trial, call, line, started)

@@ -29,19 +29,32 @@ from typing import Any, Literal
 
 from harness.errors import UsageError
 
-Api = Literal["openai-chat", "openai-responses", "anthropic-messages"]
-PROVIDERS = ("openai", "anthropic", "faux")
+Api = Literal["openai-chat", "openai-responses", "anthropic-messages", "gemini"]
+PROVIDERS = ("openai", "anthropic", "google", "faux")
 CATALOG_FILENAME = "models.toml"
 
-_DEFAULT_BASE = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
-_DEFAULT_KEY = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_DEFAULT_BASE = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "google": "https://generativelanguage.googleapis.com",
+}
+_DEFAULT_KEY = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "google": "GEMINI_API_KEY",
+}
 _DEFAULT_API: dict[str, Api] = {
     "openai": "openai-chat",
     "anthropic": "anthropic-messages",
+    "google": "gemini",
     "faux": "openai-chat",
 }
 #: Host environment variables that move a provider's default endpoint (a proxy, vLLM).
-BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+BASE_URL_ENV = {
+    "openai": "OPENAI_BASE_URL",
+    "anthropic": "ANTHROPIC_BASE_URL",
+    "google": "GOOGLE_GEMINI_BASE_URL",
+}
 
 
 @dataclass(frozen=True)
@@ -161,8 +174,12 @@ def _parse_entry(path: Path, key: str, entry: Any, *, faux_only: bool) -> ModelS
         if text_key in entry and not isinstance(entry[text_key], str):
             raise UsageError(f"{where}.{text_key} must be a string")
     api = entry.get("api", _DEFAULT_API[provider])
-    if api not in ("openai-chat", "openai-responses", "anthropic-messages"):
-        raise UsageError(f"{where}.api must be openai-chat, openai-responses or anthropic-messages")
+    if api not in ("openai-chat", "openai-responses", "anthropic-messages", "gemini"):
+        raise UsageError(
+            f"{where}.api must be openai-chat, openai-responses, anthropic-messages or gemini"
+        )
+    if provider == "google" and api != "gemini":
+        raise UsageError(f"{where}: google models speak the gemini api only")
     script = None
     if provider == "faux":
         if "script" not in entry:
