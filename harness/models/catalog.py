@@ -132,6 +132,9 @@ BUILTIN_MODELS: tuple[ModelSpec, ...] = (
     _builtin("anthropic", "claude-opus-4-0", 15.00, 75.00, 1.50),
     _builtin("anthropic", "claude-3-5-haiku-latest", 0.80, 4.00, 0.08),
     _builtin("anthropic", "claude-3-7-sonnet-latest", 3.00, 15.00, 0.30),
+    # Prompts up to 200k tokens (longer ones cost more: a catalog file can say so).
+    _builtin("google", "gemini-2.5-pro", 1.25, 10.00, 0.31),
+    _builtin("google", "gemini-2.5-flash", 0.30, 2.50, 0.075),
 )
 
 _ENTRY_KEYS = {
@@ -178,8 +181,8 @@ def _parse_entry(path: Path, key: str, entry: Any, *, faux_only: bool) -> ModelS
         raise UsageError(
             f"{where}.api must be openai-chat, openai-responses, anthropic-messages or gemini"
         )
-    if provider == "google" and api != "gemini":
-        raise UsageError(f"{where}: google models speak the gemini api only")
+    if (provider == "google") != (api == "gemini") and provider != "faux":
+        raise UsageError(f"{where}.api: google models speak gemini, which only they (and faux) do")
     script = None
     if provider == "faux":
         if "script" not in entry:

@@ -57,7 +57,7 @@ SETTINGS: dict[str, Any] = {
 
 
 class GeminiCli(InstalledAgent):
-    """Gemini CLI (npm @google/gemini-cli) on Node from PyPI, through the Gemini API."""
+    """Gemini CLI (npm @google/gemini-cli), through the gateway's Gemini API."""
 
     name = "gemini-cli"
     default_version: ClassVar[str] = "0.61.0"

@@ -55,7 +55,7 @@ def config(model: str) -> dict[str, Any]:
 
 
 class OpenCode(InstalledAgent):
-    """OpenCode (npm opencode-ai), through the gateway's chat completions API."""
+    """OpenCode (npm opencode-ai), through the gateway's chat API."""
 
     name = "opencode"
     default_version: ClassVar[str] = "1.18.33"
