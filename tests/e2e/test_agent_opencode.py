@@ -167,3 +167,20 @@ def test_opencode_is_listed_with_its_version() -> None:
     listed = run_cli("agents", "list", timeout=120)
     assert listed.code == 0, listed
     assert "opencode" in listed.stdout and f"(version {VERSION})" in listed.stdout
+
+
+@pytest.mark.root
+def test_a_failed_opencode_run_is_an_agent_error_with_its_own_message(tmp_path: Path) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    script = {"responses": [{"error": {"status": 400, "message": "scripted refusal"}}]}
+    run_dir = run(tmp_path, "local", task_set(tmp_path, script), canary)
+    result = read_run_dir(run_dir)
+    [record] = result.records
+    assert record["status"] == "agent_error" and record["reward"] == 0
+    message = record["errors"][0]["message"]
+    # The CLI's last error, from its own log, not a bare exit code.
+    assert "agent exited with code" not in message
+    assert "scripted refusal" in message or "No more faux responses queued" in message
+    session = [json.loads(line) for line in (result.evidence(record) / "session.jsonl").open()]
+    assert session[-1]["type"] == "end" and session[-1]["ok"] is False
+    assert _files_holding(run_dir, canary.encode()) == []
