@@ -29,6 +29,7 @@ from urllib.parse import parse_qs
 import httpx
 
 from harness.errors import ProviderError
+from harness.gateway.policy import Refused
 from harness.gateway.providers import (
     ENDPOINTS,
     Provider,
@@ -119,31 +120,34 @@ def upstream_body(payload: dict[str, Any]) -> dict[str, Any]:
 
 def local_answer(
     method: str, path: str, raw_body: bytes, model: ModelSpec, apis: Collection[str]
-) -> tuple[int, dict[str, Any]] | None:
-    """The gateway's own answer to a Gemini side endpoint, or None (not one of them).
+) -> dict[str, Any] | None:
+    """The gateway's own answer (200) to a Gemini side endpoint, or None (not one of them).
 
     ``GET /v1beta/models`` lists the trial's model, ``GET /v1beta/models/<m>`` describes it,
     ``POST …:countTokens`` estimates the request's tokens. A trial whose model does not
     speak Gemini gets None here (its ``/v1beta`` calls are refused like any unknown path).
+
+    Raises:
+        Refused: A countTokens body that is not a JSON object (400).
     """
     if GEMINI_API not in apis or not path.startswith(PREFIX):
         return None
     if method == "GET" and path in (PREFIX, PREFIX + "/"):
-        return 200, {"models": [describe_model(model)]}
+        return {"models": [describe_model(model)]}
     if method == "GET" and _MODEL.match(path):
-        return 200, describe_model(model)
+        return describe_model(model)
     if method == "POST" and _COUNT.match(path):
         try:
             body = strict_json(raw_body or b"{}")
-        except ValueError:
-            return 400, error(400, "request body is not JSON")
+        except ValueError as exc:
+            raise Refused(400, f"request body is not a JSON object: {exc}") from None
         if not isinstance(body, dict):
-            return 400, error(400, "request body is not a JSON object")
+            raise Refused(400, "request body is not a JSON object")
         # countTokens takes contents, or a whole generateContentRequest.
         inner = body.get("generateContentRequest")
         source = inner if isinstance(inner, dict) else body
         chars = text_chars(source.get("contents")) + text_chars(source.get("systemInstruction"))
-        return 200, {"totalTokens": estimate_tokens(chars)}
+        return {"totalTokens": estimate_tokens(chars)}
     return None
 
 

@@ -438,14 +438,12 @@ class Gateway:
             if method == "GET" and path in MODELS_PATHS:
                 await self._models(trial, conn, writer, path)
                 return
+            self._hold_parse(trial, hold, raw_body)
             local = gemini.local_answer(method, path, raw_body, self.model, self.provider.apis)
             if local is not None:  # the Gemini API's model listing and countTokens
-                trial.recorder.answered(method, path, local[1])
-                await http.send(
-                    conn, writer, local[0], "application/json", json.dumps(local[1]).encode()
-                )
+                trial.recorder.answered(method, path, local)
+                await http.send(conn, writer, 200, "application/json", json.dumps(local).encode())
                 return
-            self._hold_parse(trial, hold, raw_body)
             payload = check_call(
                 method, path, api, raw_body, model=self.model, apis=self.provider.apis
             )

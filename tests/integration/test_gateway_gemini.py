@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.gateway import Gateway, make_provider
+from harness.gateway import Budget, Gateway, make_provider
 from harness.models.catalog import ModelSpec, load_catalog_file
 from sandbox.credentials import CredentialStore
 
@@ -239,6 +239,8 @@ def test_count_tokens_and_models_are_answered_and_other_paths_refused(tmp_path: 
             listed = c.get("/v1beta/models")
             assert listed.json()["models"][0]["name"] == "models/gem"
             assert c.get("/v1beta/models/gem").json()["name"] == "models/gem"
+            bad = c.post("/v1beta/models/gem:countTokens", content=b"[1")
+            assert bad.status_code == 400
             embed = c.post("/v1beta/models/gem:embedContent", json={})
             assert embed.status_code == 404
             assert "not a model endpoint" in embed.json()["error"]["message"]
@@ -255,7 +257,7 @@ def test_count_tokens_and_models_are_answered_and_other_paths_refused(tmp_path: 
 
     assert isinstance(gw.provider, FauxProvider)
     statuses = [line["status"] for line in lines(records)]
-    assert statuses == [200, 200, 200, 404, 401, 401]
+    assert statuses == [200, 200, 200, 400, 404, 401, 401]
 
 
 def google_spec(tmp_path: Path, base_url: str) -> ModelSpec:
@@ -314,3 +316,24 @@ def test_google_upstream_gets_the_real_key_never_the_token(
     assert real_key not in records.read_text()
     usage = gw.usage("t1")
     assert usage is not None and usage.calls == 3
+
+
+def test_the_budget_holds_for_gemini_calls(tmp_path: Path) -> None:
+    spec = faux(tmp_path, [{"text": "one"}, {"text": "two"}])
+    store = CredentialStore()
+    gw = Gateway(spec, make_provider(spec, store), budget=Budget(max_calls=1))
+    gw.start()
+    records = tmp_path / "model_calls.jsonl"
+    access = gw.open_trial("t1", "demo", records)
+    try:
+        with client(access, {"x-goog-api-key": access.token}) as c:
+            body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+            assert c.post(f"{STREAM}?alt=sse", json=body).status_code == 200
+            spent = c.post(GEN, json=body)
+            assert spent.status_code == 429
+            assert "budget spent" in spent.json()["error"]["message"]
+    finally:
+        gw.close()
+    usage = gw.usage("t1")
+    assert usage is not None and usage.calls == 1
+    assert [line["outcome"] for line in lines(records)] == ["ok", "budget"]
