@@ -10,10 +10,12 @@ split in deltas, an API error.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+from harness.agents.installed.cache import Platform
 from harness.agents.installed.gemini_cli import convert_stream_json
-from harness.agents.installed.opencode import convert_json_events
+from harness.agents.installed.opencode import convert_json_events, host_has_avx2, native_package
 
 GEMINI_RUN = [
     '{"type":"init","timestamp":"2026-12-01T23:44:53.945Z","session_id":"70acc6a7","model":"m"}',
@@ -124,3 +126,17 @@ def test_opencode_error_event_ends_with_its_message() -> None:
     lines = convert_json_events(OPENCODE_FAILED, model=None)
     assert kinds(lines) == ["session", "end"]
     assert lines[-1] == {"type": "end", "ok": False, "error": "scripted refusal"}
+
+
+def test_opencode_picks_its_build_for_the_cpu_and_libc(tmp_path: Path) -> None:
+    glibc, musl = Platform("x86_64", "glibc"), Platform("x86_64", "musl")
+    assert native_package(glibc) == "opencode-linux-x64"
+    assert native_package(glibc, baseline=True) == "opencode-linux-x64-baseline"
+    assert native_package(musl, baseline=True) == "opencode-linux-x64-baseline-musl"
+    assert native_package(Platform("aarch64", "musl"), baseline=True) == "opencode-linux-arm64-musl"
+    old = tmp_path / "cpuinfo"
+    old.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx\n")
+    assert host_has_avx2(old) is False
+    old.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2\n")
+    assert host_has_avx2(old) is True
+    assert host_has_avx2(tmp_path / "missing") is True

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.agents.installed.base import InstalledAgent
@@ -66,7 +67,8 @@ class OpenCode(InstalledAgent):
     def executable(self) -> str:
         """The native executable of the host's platform, inside the sandbox."""
         plat = self.install_spec().platform
-        return self.bin_path(f"npm/node_modules/{native_package(plat)}/bin/opencode")
+        package = native_package(plat, baseline=not host_has_avx2())
+        return self.bin_path(f"npm/node_modules/{package}/bin/opencode")
 
     def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
         assert self.model is not None
@@ -105,10 +107,27 @@ class OpenCode(InstalledAgent):
         return convert_json_events(log, model=self.model.id if self.model else None)
 
 
-def native_package(plat: Platform) -> str:
-    """The optional dependency holding the executable for ``plat``."""
-    suffix = "-musl" if plat.libc == "musl" else ""
-    return f"{PACKAGE.removesuffix('-ai')}-linux-{plat.npm_cpu}{suffix}"
+def native_package(plat: Platform, *, baseline: bool = False) -> str:
+    """The optional dependency holding the executable for ``plat``.
+
+    Args:
+        plat: The sandbox's platform.
+        baseline: The x86_64 build for CPUs without AVX2 (npm installs both).
+    """
+    name = f"{PACKAGE.removesuffix('-ai')}-linux-{plat.npm_cpu}"
+    if baseline and plat.arch == "x86_64":
+        name += "-baseline"
+    return name + ("-musl" if plat.libc == "musl" else "")
+
+
+def host_has_avx2(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this host's CPU has AVX2 (sandboxes run on it); True when unknown."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return True
+    flags = [line for line in text.splitlines() if line.startswith("flags")]
+    return not flags or "avx2" in flags[0].split()
 
 
 def convert_json_events(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:
@@ -212,4 +231,4 @@ def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["PACKAGE", "OpenCode", "convert_json_events", "native_package"]
+__all__ = ["PACKAGE", "OpenCode", "convert_json_events", "host_has_avx2", "native_package"]
