@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from harness.gateway.faux import NO_MORE_RESPONSES, FauxProvider, load_faux_script
+from harness.gateway.gemini import GoogleProvider
 from harness.gateway.limits import Limits
 from harness.gateway.policy import Budget, TrialUsage
 from harness.gateway.providers import HTTPProvider, Provider, ProviderCall, ProviderReply
@@ -22,6 +23,8 @@ def make_provider(spec: ModelSpec, credentials: CredentialStore) -> Provider:
         assert spec.script is not None
         return FauxProvider(load_faux_script(spec.script), spec.upstream)
     key = credentials.get(spec.api_key_env) if spec.api_key_env else None
+    if spec.provider == "google":
+        return GoogleProvider(spec, key)
     provider = HTTPProvider(spec, key)
     if spec.serves is not None and "openai-responses" not in spec.serves:
         return ResponsesOverChat(provider, frozenset(spec.serves))

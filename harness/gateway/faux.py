@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
+from harness.gateway import gemini
 from harness.gateway.faux_match import When, parse_when
 from harness.gateway.providers import Provider, ProviderCall, ProviderReply
 from harness.gateway.usage import estimate_tokens, request_chars
@@ -199,7 +200,7 @@ class _Queue:
 class FauxProvider(Provider):
     """Answers each trial from its own copy of the script's queue."""
 
-    apis = frozenset({"openai-chat", "openai-responses", "anthropic-messages"})
+    apis = frozenset({"openai-chat", "openai-responses", "anthropic-messages", gemini.GEMINI_API})
 
     def __init__(self, script: FauxScript, model: str) -> None:
         self.script = script
@@ -271,9 +272,8 @@ class FauxProvider(Provider):
         usage = (estimate_tokens(request_chars(call.body)), estimate_tokens(out_chars))
         rendered = _Rendered(call, response, seq, usage, self.model)
         if call.stream:
-            return ProviderReply(
-                200, "text/event-stream", chunks=rendered.stream(), record={"faux": note}
-            )
+            kind = gemini.stream_type(call.api, call.path)
+            return ProviderReply(200, kind, chunks=rendered.stream(), record={"faux": note})
         return ProviderReply(
             200,
             "application/json",
@@ -283,6 +283,8 @@ class FauxProvider(Provider):
 
 
 def _error_body(api: str, message: str) -> dict[str, Any]:
+    if api == gemini.GEMINI_API:
+        return gemini.error(400, message)
     if api == "anthropic-messages":
         return {"type": "error", "error": {"type": "faux_error", "message": message}}
     return {"error": {"message": message, "type": "faux_error"}}
@@ -344,6 +346,9 @@ class _Rendered:
 
     def body(self) -> dict[str, Any]:
         api = self.call.api
+        if api == gemini.GEMINI_API:
+            usage = (self.input_tokens, self.output_tokens)
+            return gemini.faux_body(self.response, self.seq, usage, self.model)
         if api == "anthropic-messages":
             return self._anthropic()
         if api == "openai-responses":
@@ -457,7 +462,10 @@ class _Rendered:
 
     async def stream(self) -> AsyncIterator[bytes]:
         api = self.call.api
-        if api == "anthropic-messages":
+        if api == gemini.GEMINI_API:
+            usage = (self.input_tokens, self.output_tokens)
+            events = gemini.faux_stream(self.response, self.seq, usage, self.model, self.call.path)
+        elif api == "anthropic-messages":
             events = self._anthropic_events()
         elif api == "openai-responses":
             events = self._responses_events()

@@ -90,8 +90,8 @@ class Tokens:
 
 
 def token_of(headers: Mapping[str, str]) -> str:
-    """The token a request carries (``x-api-key``, or ``Authorization: Bearer``)."""
-    token = headers.get("x-api-key", "")
+    """The token a request carries (``x-api-key``, ``x-goog-api-key``, or a Bearer)."""
+    token = headers.get("x-api-key", "") or headers.get("x-goog-api-key", "")
     auth = headers.get("authorization", "")
     if not token and auth.lower().startswith("bearer "):
         token = auth[7:].strip()

@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from harness.gateway.gemini import endpoint_api
 from harness.gateway.policy import TrialUsage
-from harness.gateway.providers import ENDPOINTS
 from harness.gateway.usage import CallUsage, StreamUsage, sse_data, strict_json
 from harness.models.catalog import ModelSpec
 
@@ -174,7 +174,7 @@ class CallRecorder:
             "latency_ms": None,
             "method": method,
             "path": path,
-            "api": ENDPOINTS.get(path),
+            "api": endpoint_api(path),
             "provider": self.model.provider,
             "model": self.model.name,
             "requested_model": None,

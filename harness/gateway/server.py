@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 import h11
 
 from harness.errors import ProviderError
-from harness.gateway import http, side
+from harness.gateway import gemini, http, side
 from harness.gateway.limits import CONNECTION_BYTES, STREAM_BYTES, Hold, Limits, Meter, parse_cost
 from harness.gateway.policy import (
     Allowance,
@@ -39,7 +39,7 @@ from harness.gateway.policy import (
     check_target,
     token_of,
 )
-from harness.gateway.providers import ENDPOINTS, Provider, ProviderCall, ProviderReply
+from harness.gateway.providers import Provider, ProviderCall, ProviderReply
 from harness.gateway.recorder import (
     CallRecorder,
     StreamCopy,
@@ -68,6 +68,7 @@ class TrialAccess:
         return {
             "OPENAI_BASE_URL": "http://127.0.0.1:{port}/v1",
             "ANTHROPIC_BASE_URL": "http://127.0.0.1:{port}",
+            "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:{port}",
             "HARNESS_MODEL": self.model.id,
             "HARNESS_PROVIDER": self.model.provider,
             "HARNESS_MODEL_NAME": self.model.upstream,
@@ -76,7 +77,11 @@ class TrialAccess:
 
     def secret_env(self) -> dict[str, str]:
         """The token, under the names clients read keys from (sent on stdin only)."""
-        return {"OPENAI_API_KEY": self.token, "ANTHROPIC_API_KEY": self.token}
+        return {
+            "OPENAI_API_KEY": self.token,
+            "ANTHROPIC_API_KEY": self.token,
+            "GEMINI_API_KEY": self.token,
+        }
 
 
 class TrialGateway(Protocol):
@@ -429,17 +434,24 @@ class Gateway:
             if method == "OPTIONS" and target == "*":
                 await self._local(trial, conn, writer, method, "*", self._options("*"))
                 return
-            path = check_target(target, headers)
+            path = gemini.gateway_path(target, check_target(target, headers))
             if method == "OPTIONS":
                 await self._local(trial, conn, writer, method, path, self._options(path))
                 return
             if path not in side.PUBLIC_PATHS:
-                self._tokens.check(token_of(headers), trial.access.token, revoked=trial.revoked)
-            api = ENDPOINTS.get(path)
+                given = token_of(headers) or gemini.query_key(target)
+                self._tokens.check(given, trial.access.token, revoked=trial.revoked)
+            api = gemini.endpoint_api(path)
             if api is None:
-                if path == side.COUNT_TOKENS_PATH:
+                if path == side.COUNT_TOKENS_PATH or gemini.counts_tokens(path):
                     self._hold_parse(trial, hold, raw_body)
                 local = side.answer(method, path, raw_body, self.model, self.provider.apis)
+                if local is None:  # the Gemini API's model listing and countTokens
+                    read = "GET" if head else method
+                    found = gemini.local_answer(
+                        read, path, raw_body, self.model, self.provider.apis
+                    )
+                    local = side.Local(200, found) if found is not None else None
                 if local is not None:
                     await self._local(trial, conn, writer, method, path, local, head=head)
                     return
@@ -447,6 +459,7 @@ class Gateway:
             payload = check_call(
                 method, path, api, raw_body, model=self.model, apis=self.provider.apis
             )
+            payload = gemini.as_call(path, payload)
             trial.allowance.check()  # a spent budget is refused without waiting for a turn
             turn = await trial.allowance.turn()
         except Refused as refused:
@@ -481,7 +494,7 @@ class Gateway:
         Raises:
             Refused: The gateway serves no such path (404).
         """
-        local = side.options(path)
+        local = side.options(path, extra=(path,) if gemini.takes_post(path) else ())
         if local is None:
             raise Refused(404, f"OPTIONS {path}: the gateway serves no such path")
         return local
@@ -599,7 +612,7 @@ class Gateway:
     async def _in_process(
         self, trial: _Trial, path: str, payload: dict[str, Any]
     ) -> tuple[int, Any]:
-        api = ENDPOINTS.get(path)
+        api = gemini.endpoint_api(path)
         try:
             if api is None or api not in self.provider.apis:
                 raise Refused(404, f"POST {path} is not a model endpoint for {self.model.id}")
@@ -617,7 +630,8 @@ class Gateway:
             return refused.status, {"error": {"message": refused.reason}}
         assert api is not None
         with turn, trial.allowance.reserved():  # no await since the budget check
-            call, line = self._prepare_call(trial, path, api, {**payload, "stream": False}, {})
+            payload = {**gemini.as_call(path, payload), "stream": False}
+            call, line = self._prepare_call(trial, path, api, payload, {})
             line["via"] = "in-process"
             started = time.perf_counter()
             reply = await self._send_to_provider(trial, call, line, started)

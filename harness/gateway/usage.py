@@ -16,7 +16,14 @@ from typing import Any
 #: A stream event longer than this is not parsed for usage (its bytes count as text).
 MAX_EVENT_BYTES = 1 << 20
 #: Keys of a request whose strings are the text a model reads.
-_REQUEST_TEXT_KEYS = ("messages", "input", "system", "instructions")
+_REQUEST_TEXT_KEYS = (
+    "messages",
+    "input",
+    "system",
+    "instructions",
+    "contents",  # Gemini
+    "systemInstruction",
+)
 #: Keys whose strings are names, not text (skipped when counting text).
 _NOT_TEXT_KEYS = frozenset({"type", "role", "id"})
 
@@ -85,8 +92,22 @@ def _anthropic(usage: dict[str, Any]) -> CallUsage:
     return CallUsage(total_in, _int(usage.get("output_tokens")), read)
 
 
+def _gemini(usage: dict[str, Any]) -> CallUsage:
+    # Thinking tokens are billed as output, apart from the candidates'.
+    out = _int(usage.get("candidatesTokenCount"))
+    thoughts = _int(usage.get("thoughtsTokenCount"))
+    if out is not None or thoughts is not None:
+        out = (out or 0) + (thoughts or 0)
+    return CallUsage(
+        _int(usage.get("promptTokenCount")), out, _int(usage.get("cachedContentTokenCount"))
+    )
+
+
 def usage_from_body(api: str, body: Any) -> CallUsage | None:
     """Usage of a non-streamed response body, or None when it has none."""
+    if api == "gemini":
+        metadata = body.get("usageMetadata") if isinstance(body, dict) else None
+        return _gemini(metadata) if isinstance(metadata, dict) else None
     if not isinstance(body, dict) or not isinstance(body.get("usage"), dict):
         return None
     usage = body["usage"]
@@ -175,6 +196,9 @@ def _delta_chars(api: str, event: Any) -> int:
     if api == "openai-responses":
         delta = event.get("delta")
         return len(delta) if isinstance(delta, str) else 0
+    if api == "gemini":
+        candidates = event.get("candidates")
+        return text_chars(candidates) if isinstance(candidates, list) else 0
     if event.get("type") == "content_block_delta":
         return text_chars(event.get("delta"))
     if event.get("type") == "content_block_start":
@@ -204,6 +228,8 @@ def usage_from_stream(api: str, payloads: Iterable[Any]) -> CallUsage | None:
             response = event.get("response")
             if isinstance(response, dict) and isinstance(response.get("usage"), dict):
                 found = _openai_responses(response["usage"])
+        elif api == "gemini" and isinstance(event.get("usageMetadata"), dict):
+            found = _gemini(event["usageMetadata"])
         elif api == "anthropic-messages":
             message = event.get("message")
             if isinstance(message, dict) and isinstance(message.get("usage"), dict):

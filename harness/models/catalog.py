@@ -30,19 +30,32 @@ from typing import Any, Literal
 
 from harness.errors import UsageError
 
-Api = Literal["openai-chat", "openai-responses", "anthropic-messages"]
-PROVIDERS = ("openai", "anthropic", "faux")
+Api = Literal["openai-chat", "openai-responses", "anthropic-messages", "gemini"]
+PROVIDERS = ("openai", "anthropic", "google", "faux")
 CATALOG_FILENAME = "models.toml"
 
-_DEFAULT_BASE = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
-_DEFAULT_KEY = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_DEFAULT_BASE = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "google": "https://generativelanguage.googleapis.com",
+}
+_DEFAULT_KEY = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "google": "GEMINI_API_KEY",
+}
 _DEFAULT_API: dict[str, Api] = {
     "openai": "openai-chat",
     "anthropic": "anthropic-messages",
+    "google": "gemini",
     "faux": "openai-chat",
 }
 #: Host environment variables that move a provider's default endpoint (a proxy, vLLM).
-BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+BASE_URL_ENV = {
+    "openai": "OPENAI_BASE_URL",
+    "anthropic": "ANTHROPIC_BASE_URL",
+    "google": "GOOGLE_GEMINI_BASE_URL",
+}
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,9 @@ BUILTIN_MODELS: tuple[ModelSpec, ...] = (
     _builtin("anthropic", "claude-opus-4-0", 15.00, 75.00, 1.50),
     _builtin("anthropic", "claude-3-5-haiku-latest", 0.80, 4.00, 0.08),
     _builtin("anthropic", "claude-3-7-sonnet-latest", 3.00, 15.00, 0.30),
+    # Prompts up to 200k tokens (longer ones cost more: a catalog file can say so).
+    _builtin("google", "gemini-2.5-pro", 1.25, 10.00, 0.31),
+    _builtin("google", "gemini-2.5-flash", 0.30, 2.50, 0.075),
 )
 
 _ENTRY_KEYS = {
@@ -166,8 +182,12 @@ def _parse_entry(path: Path, key: str, entry: Any, *, faux_only: bool) -> ModelS
         if text_key in entry and not isinstance(entry[text_key], str):
             raise UsageError(f"{where}.{text_key} must be a string")
     api = entry.get("api", _DEFAULT_API[provider])
-    if api not in ("openai-chat", "openai-responses", "anthropic-messages"):
-        raise UsageError(f"{where}.api must be openai-chat, openai-responses or anthropic-messages")
+    if api not in ("openai-chat", "openai-responses", "anthropic-messages", "gemini"):
+        raise UsageError(
+            f"{where}.api must be openai-chat, openai-responses, anthropic-messages or gemini"
+        )
+    if (provider == "google") != (api == "gemini") and provider != "faux":
+        raise UsageError(f"{where}.api: google models speak gemini, which only they (and faux) do")
     script = None
     if provider == "faux":
         if "script" not in entry:

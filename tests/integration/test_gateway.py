@@ -1740,6 +1740,7 @@ def test_trial_access_environment_and_secret_env(h: Harness, oa: Upstream) -> No
     assert access.agent_env() == {
         "OPENAI_BASE_URL": "http://127.0.0.1:{port}/v1",
         "ANTHROPIC_BASE_URL": "http://127.0.0.1:{port}",
+        "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:{port}",
         "HARNESS_MODEL": "openai/gpt-test",
         "HARNESS_PROVIDER": "openai",
         "HARNESS_MODEL_NAME": "gpt-upstream-v1",
@@ -1748,6 +1749,7 @@ def test_trial_access_environment_and_secret_env(h: Harness, oa: Upstream) -> No
     assert access.secret_env() == {
         "OPENAI_API_KEY": access.token,
         "ANTHROPIC_API_KEY": access.token,
+        "GEMINI_API_KEY": access.token,
     }
     other = h.trial(gw, "u")
     assert other.token != access.token and other.access.socket_path != access.socket_path

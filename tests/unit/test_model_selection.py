@@ -296,7 +296,7 @@ def test_every_builtin_has_a_price_and_no_faux_model_is_built_in() -> None:
     assert catalog.ids() == sorted(spec.id for spec in BUILTIN_MODELS)
     assert len(catalog.ids()) == len(BUILTIN_MODELS) >= 10
     for spec in BUILTIN_MODELS:
-        assert spec.provider in ("openai", "anthropic")
+        assert spec.provider in ("openai", "anthropic", "google")
         assert spec.prices.input > 0 and spec.prices.output > 0
         assert spec.prices.cached_input is not None
     assert catalog.get("faux/demo") is None and catalog.get("gpt-4o") is None
@@ -361,7 +361,7 @@ api = "anthropic-messages"
         ),
         (
             '[models."acme/x"]\n',
-            "{p}: models.acme/x: unknown provider 'acme' (known: openai, anthropic, faux)",
+            "{p}: models.acme/x: unknown provider 'acme' (known: openai, anthropic, google, faux)",
         ),
         ('[models."gpt-4o"]\n', "{p}: models.gpt-4o: a model is named provider/name"),
         ('[models."openai/"]\n', "{p}: models.openai/: a model is named provider/name"),
@@ -384,8 +384,17 @@ api = "anthropic-messages"
         ),
         ('[models."openai/x"]\nmodel = 4\n', "{p}: models.openai/x.model must be a string"),
         (
+            '[models."openai/x"]\napi = "bogus"\n',
+            "{p}: models.openai/x.api must be openai-chat, openai-responses, anthropic-messages "
+            "or gemini",
+        ),
+        (
             '[models."openai/x"]\napi = "gemini"\n',
-            "{p}: models.openai/x.api must be openai-chat, openai-responses or anthropic-messages",
+            "{p}: models.openai/x.api: google models speak gemini, which only they (and faux) do",
+        ),
+        (
+            '[models."google/x"]\napi = "openai-chat"\n',
+            "{p}: models.google/x.api: google models speak gemini, which only they (and faux) do",
         ),
         (
             '[models."faux/x"]\n',
@@ -444,7 +453,11 @@ def test_base_url_environment_moves_builtin_models_of_that_provider() -> None:
             assert default_base_url(spec) == "http://127.0.0.1:9999/v1"
         else:
             assert spec.base_url is None
-            assert default_base_url(spec) == "https://api.anthropic.com"
+            default = {
+                "anthropic": "https://api.anthropic.com",
+                "google": "https://generativelanguage.googleapis.com",
+            }
+            assert default_base_url(spec) == default[spec.provider]
         assert spec.prices.known  # moving a model keeps its prices
     moved = ModelCatalog.load(environ={"ANTHROPIC_BASE_URL": "http://proxy:1/"}).get(
         "anthropic/claude-opus-4-0"
