@@ -58,7 +58,7 @@ def cluster(caches: tuple[Path, Path, Path]) -> Iterator[RayCluster]:
     ray_cluster = RayCluster()
     try:
         ray_cluster.add_node(0)  # the head: the driver's node, no room for trials
-        ray_cluster.add_node(2, env={"HARNESS_AGENT_CACHE": str(caches[1])})
+        ray_cluster.add_node(2, env={"HARNESS_AGENT_CACHE": str(caches[1])}, timeout=180)
         yield ray_cluster
     finally:
         ray_cluster.stop()

@@ -36,8 +36,7 @@ class ClaudeCode(InstalledAgent):
 
     def executable(self) -> str:
         """The native executable of the host's platform, inside the sandbox."""
-        plat = self.install_spec().platform
-        return self.bin_path(f"npm/node_modules/{native_package(plat)}/claude")
+        return self.bin_path(f"npm/node_modules/{native_package(self.platform)}/claude")
 
     def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
         assert self.model is not None
