@@ -4,8 +4,8 @@ Its root holds Debian's ``musl`` package's loader and C library (as Alpine lays 
 ``/lib/ld-musl-<arch>.so.1``, ``/lib/libc.musl-<arch>.so.1``), a static busybox
 (``busybox-static``) with a link per applet, and a static ``bash`` (``bash-static``:
 Claude Code's Bash tool wants a bash, as on an Alpine with ``apk add bash``). No glibc
-loader or library, no python, no node. The packages are fetched with ``apt-get download`` from Debian's
-mirror; the tarball is imported with ``docker import``.
+loader or library, no python, no node. The packages are fetched with ``apt-get download``
+from Debian's mirror; the tarball is imported with ``docker import``.
 """
 
 from __future__ import annotations

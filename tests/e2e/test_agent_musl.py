@@ -1,12 +1,12 @@
 """``--agent claude-code`` on a musl image (Alpine-like): the CLI's musl build, reward 1.
 
 The image (tests/e2e/musl_image.py) has musl's loader and C library, a static busybox, a
-static bash and nothing else: no glibc loader or library, no python, no node. With ``agent.kwargs.libc = "musl"`` the
-harness fetches Claude Code's ``linux-x64-musl`` native package on the host into its own
-cache entry, mounts it read-only, and the real CLI runs there under docker (runc),
-driven by a faux script in its own tool protocol (``Bash``). Judged from outside: the
-record (reward, the entry's platform), the workspace, and the image itself (a glibc CLI
-could not start in it).
+static bash and nothing else: no glibc loader or library, no python, no node. With
+``agent.kwargs.libc = "musl"`` the harness fetches Claude Code's ``linux-x64-musl``
+native package on the host into its own cache entry, mounts it read-only, and the real
+CLI runs there under docker (runc), driven by a faux script in its own tool protocol
+(``Bash``). Judged from outside: the record (reward, the entry's platform), the
+workspace, and the image itself (no glibc loader in it).
 """
 
 from __future__ import annotations

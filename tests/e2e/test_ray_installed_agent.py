@@ -57,8 +57,11 @@ def caches(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 def cluster(caches: tuple[Path, Path, Path]) -> Iterator[RayCluster]:
     ray_cluster = RayCluster()
     try:
-        ray_cluster.add_node(0)  # the head: the driver's node, no room for trials
-        ray_cluster.add_node(2, env={"HARNESS_AGENT_CACHE": str(caches[1])}, timeout=180)
+        # A loaded machine registers nodes slowly: Ray's own wait, made longer.
+        slow = {"RAY_raylet_start_wait_time_s": "180"}
+        ray_cluster.add_node(0, env=slow, timeout=240)  # the head: no room for trials
+        worker_env = {**slow, "HARNESS_AGENT_CACHE": str(caches[1])}
+        ray_cluster.add_node(2, env=worker_env, timeout=240)
         yield ray_cluster
     finally:
         ray_cluster.stop()
