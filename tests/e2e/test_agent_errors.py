@@ -95,6 +95,16 @@ def test_a_provider_error_is_typed_in_the_record(
         assert "too long" in error["last_error"], error
 
 
+def test_a_refusal_is_typed_in_the_record(tmp_path: Path) -> None:
+    # Anthropic's API ends a refused answer with stop_reason "refusal"; the CLI notes it
+    # and goes on once, and then meets the end of the script.
+    script = {"responses": [{"text": "I can't help with that.", "stop_reason": "refusal"}]}
+    [record] = _run(tmp_path, script, "retry.max_retries=0")
+    error = _agent_error(record)
+    assert error["cause"] == "refusal" and error["cause_source"] == "log", error
+    assert "refused" in error["last_error"]
+
+
 def test_a_spent_budget_is_typed_in_the_record(tmp_path: Path) -> None:
     script = {
         "responses": [

@@ -190,3 +190,26 @@ def test_a_session_reached_through_a_link_is_not_read(tmp_path: Path) -> None:
     evidence.mkdir()
     (evidence / "session.jsonl").symlink_to(outside)
     assert conversation(evidence, Limits())["exists"] is False
+
+
+def test_claude_codes_safeguard_notice_marks_the_refused_turn() -> None:
+    from harness.agents.installed.claude_code import convert_stream_json
+
+    log = [
+        json.dumps({"type": "system", "subtype": "init", "tools": []}),
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {"content": [{"type": "text", "text": "I can't."}], "stop_reason": None},
+            }
+        ),
+        json.dumps(
+            {
+                "type": "system",
+                "subtype": "informational",
+                "content": "m's safeguards stopped the response above · continuing once",
+            }
+        ),
+    ]
+    [_session, turn] = convert_stream_json(log, model="faux/x")
+    assert turn["stop_reason"] == "refusal"

@@ -245,16 +245,18 @@ class InstalledAgent(SandboxAgent):
         data, event = sandbox.read_file(f"{sandbox.paths.logs}/agent.stdout", max_bytes=16 << 20)
         if data is None or event is not None:
             return None
-        stop = None
+        refused, error = None, None
         for line in self.convert(data.decode("utf-8", "replace").splitlines()):
             if line.get("type") == "end" and line.get("error"):
-                return str(line["error"])
-            if line.get("type") == "message" and line.get("role") == "assistant":
-                stop = line.get("stop_reason")
-        if stop in ("refusal", "content_filter"):
-            # The model declined; the CLI may say nothing more (errors.md: refusal).
-            return f"the model refused to answer (stop_reason {stop})"
-        return None
+                error = str(line["error"])
+            stop = line.get("stop_reason")
+            if line.get("type") == "message" and stop in ("refusal", "content_filter"):
+                refused = str(stop)
+        if refused is not None:
+            # The model declined earlier; what failed last may only follow from that.
+            note = f"the model refused to answer (stop_reason {refused})"
+            return f"{error} (after {note})" if error else note
+        return error
 
     def describe(self) -> dict[str, Any]:  # noqa: D102
         facts: dict[str, Any] = {"name": self.name, "version": self.version}
