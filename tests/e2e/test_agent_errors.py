@@ -1,10 +1,11 @@
 """End-to-end: a failed installed CLI is data: exit code, last error line, typed cause.
 
-The real Claude Code CLI (installed by the harness) runs against faux scripts that make
-the gateway answer as a provider would when the key is bad (401), the context is full (a
-``prompt is too long`` 400), the rate limit is hit (429), and against the trial's own
-budget (``budget.max_calls``), which the gateway enforces. The record's error must carry
-the CLI's exit code, its own last error line and the cause; ``retry.on_causes`` must retry
+The real Claude Code CLI (and Codex, for 401 and 429), installed by the harness, runs
+against faux scripts that make the gateway answer as a provider would when the key is bad
+(401), the context is full (a ``prompt is too long`` 400), the rate limit is hit (429),
+the model refuses (``stop_reason`` ``refusal``), and against the trial's own budget
+(``budget.max_calls``), which the gateway enforces. The record's error must carry the
+CLI's exit code, its own last error line and the cause; ``retry.on_causes`` must retry
 exactly the attempts whose cause it names. Judged from the record.
 """
 
@@ -24,26 +25,36 @@ pytestmark = pytest.mark.root  # the local sandbox's root view binds the CLI's c
 RUN_TIMEOUT = 900.0
 
 
-def _tasks(tmp_path: Path, script: dict[str, Any]) -> Path:
+APIS = {"claude-code": "anthropic-messages", "codex": "openai-responses"}
+
+
+def _tasks(tmp_path: Path, script: dict[str, Any], api: str = "anthropic-messages") -> Path:
     tasks = tmp_path / "tasks"
     shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
     (tasks / "script.json").write_text(json.dumps(script))
     (tasks / "models.toml").write_text(
-        '[models."faux/err"]\nscript = "script.json"\napi = "anthropic-messages"\n'
+        f'[models."faux/err"]\nscript = "script.json"\napi = "{api}"\n'
     )
     return tasks
 
 
-def _run(tmp_path: Path, script: dict[str, Any], *sets: str) -> list[dict[str, Any]]:
+def _run(
+    tmp_path: Path, script: dict[str, Any], *sets: str, cli: str = "claude-code"
+) -> list[dict[str, Any]]:
     out = tmp_path / "runs"
-    args: list[Any] = ["run", _tasks(tmp_path, script), "--agent", "claude-code"]
+    args: list[Any] = ["run", _tasks(tmp_path, script, APIS[cli]), "--agent", cli]
     args += ["--model", "faux/err", "--sandbox", "local", "-o", out]
     for item in sets:
         args += ["--set", item]
     canary = "sk-ant-canary-" + secrets.token_hex(16)
     result = run_cli(
         *args,
-        env={"ANTHROPIC_API_KEY": canary, "HARNESS_PROVIDER": "", "HARNESS_MODEL": ""},
+        env={
+            "ANTHROPIC_API_KEY": canary,
+            "OPENAI_API_KEY": canary,
+            "HARNESS_PROVIDER": "",
+            "HARNESS_MODEL": "",
+        },
         timeout=RUN_TIMEOUT,
     )
     assert result.code in (0, 1), result
@@ -93,6 +104,21 @@ def test_a_provider_error_is_typed_in_the_record(
     assert error["cause_source"] == source, error
     if source == "log":
         assert "too long" in error["last_error"], error
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "cause"),
+    [
+        pytest.param(401, "Incorrect API key provided", "authentication", id="authentication"),
+        pytest.param(429, "Rate limit reached for requests", "rate_limit", id="rate_limit"),
+    ],
+)
+def test_codexs_provider_errors_are_typed_in_the_record(
+    tmp_path: Path, status: int, message: str, cause: str
+) -> None:
+    [record] = _run(tmp_path, _errors(status, message), "retry.max_retries=0", cli="codex")
+    error = _agent_error(record)
+    assert error["cause"] == cause and error["cause_source"] == "gateway", error
 
 
 def test_a_refusal_is_typed_in_the_record(tmp_path: Path) -> None:
