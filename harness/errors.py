@@ -203,8 +203,29 @@ class TrialFailure(HarnessError):
     """Something that ended a trial; it goes into the trial's record, never out of a run."""
 
 
+AGENT_ERROR_CAUSES = (
+    "authentication",
+    "context_window",
+    "rate_limit",
+    "refusal",
+    "budget_spent",
+    "unknown",
+)
+"""Typed causes of an agent's failure (``errors[].cause``; docs/errors.md)."""
+
+
 class AgentRunError(TrialFailure):
-    """The agent ran and failed; the message is the agent's own when it gave one."""
+    """The agent ran and failed; the message is the agent's own when it gave one.
+
+    Args:
+        message: The agent's own last error, else what the harness saw.
+        fields: Facts about the failure for the record's error (``exit_code``,
+            ``last_error``, ``cause``, ``cause_source``), never a secret.
+    """
+
+    def __init__(self, message: str, fields: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.record_fields: dict[str, Any] = dict(fields or {})
 
 
 class StorageLimitReached(TrialFailure):
@@ -378,6 +399,7 @@ class ProviderError(HarnessError):
 
 
 __all__ = [
+    "AGENT_ERROR_CAUSES",
     "AGENT_TREE_ERRNOS",
     "EXIT_DISK_FULL",
     "EXIT_ENGINE_OUTAGE",

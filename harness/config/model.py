@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from harness.config.judges import JudgeSpec
 from harness.config.legacy import sectioned
+from harness.errors import AGENT_ERROR_CAUSES
 from sandbox.evidence import DEFAULT_LIMITS as _EVIDENCE_DEFAULTS
 from sandbox.evidence import Limits
 from sandbox.local import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
@@ -251,6 +252,10 @@ class RetryConfig(BaseModel):
         max_retries: Retries per trial and invocation (0 disables retries).
         include: Statuses or error type names that make an attempt retryable.
         exclude: Statuses or error type names that make an attempt final.
+        on_causes: Typed causes of an agent's failure (``errors[].cause``:
+            ``rate_limit``, ``authentication``, ``context_window``, ``refusal``,
+            ``budget_spent``, ``unknown``) that make an ``agent_error`` attempt retryable,
+            as if its status were in :attr:`include`; :attr:`exclude` still wins.
         backoff_sec: Wait before the first retry, in seconds.
         backoff_max_sec: Longest wait between attempts.
         backoff_multiplier: Growth of the wait from one retry to the next.
@@ -265,6 +270,7 @@ class RetryConfig(BaseModel):
     max_retries: int = Field(default=2, ge=0, le=100)
     include: list[str] = Field(default_factory=lambda: ["environment_error"])
     exclude: list[str] = Field(default_factory=list)
+    on_causes: list[str] = Field(default_factory=list)
     backoff_sec: float = Field(default=1.0, ge=0, le=3600)
     backoff_max_sec: float = Field(default=60.0, ge=0, le=86400)
     backoff_multiplier: float = Field(default=2.0, ge=1, le=100)
@@ -282,20 +288,38 @@ class RetryConfig(BaseModel):
             )
         return value
 
-    def retryable(self, status: str, error_types: Iterable[str]) -> bool:
+    @field_validator("on_causes")
+    @classmethod
+    def _known_causes(cls, value: list[str]) -> list[str]:
+        bad = [name for name in value if name not in AGENT_ERROR_CAUSES]
+        if bad:
+            raise ValueError(
+                f"unknown cause(s) {', '.join(bad)}: retry.on_causes takes "
+                f"{', '.join(AGENT_ERROR_CAUSES)}"
+            )
+        return value
+
+    def retryable(
+        self, status: str, error_types: Iterable[str], causes: Iterable[str] = ()
+    ) -> bool:
         """Whether an attempt that ended with ``status`` and these errors is retried.
 
         Args:
             status: The attempt's status (e.g. ``environment_error``).
             error_types: The ``type`` of each of its errors.
+            causes: The typed ``cause`` of each of its errors that has one.
 
         Returns:
-            True when a name matches :attr:`include` and none matches :attr:`exclude`.
+            True when a name matches :attr:`include` (or an ``agent_error``'s cause matches
+            :attr:`on_causes`) and none matches :attr:`exclude`.
         """
         if status in _NEVER_RETRIED:
             return False
         names = {status, *error_types}
-        return bool(names.intersection(self.include)) and not names.intersection(self.exclude)
+        if names.intersection(self.exclude):
+            return False
+        by_cause = status == "agent_error" and bool(set(causes).intersection(self.on_causes))
+        return by_cause or bool(names.intersection(self.include))
 
     def delay(self, retry: int, random_fraction: float) -> float:
         """Seconds to wait before retry number ``retry`` (1-based).

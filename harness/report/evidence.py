@@ -21,6 +21,7 @@ from harness.records import TrialRecord
 from harness.records.workspace import read_manifest
 from harness.report.changes import WORKSPACE_DIRNAME, agent_changes
 from harness.report.clip import Limits, clip_deep, clip_text, read_text_capped
+from harness.report.conversation import conversation
 from harness.report.rundata import evidence_path
 from harness.transcript import (
     MODEL_CALLS_FILENAME,
@@ -134,8 +135,9 @@ def attempt_evidence(
         limits: Report limits.
 
     Returns:
-        ``dir``, ``exists``, ``transcript``, ``model_calls``, ``verifier``, ``logs`` and
-        ``changes`` (see :func:`~harness.report.changes.agent_changes`).
+        ``dir``, ``exists``, ``transcript``, ``conversation`` (see
+        :func:`~harness.report.conversation.conversation`), ``model_calls``, ``verifier``,
+        ``logs`` and ``changes`` (see :func:`~harness.report.changes.agent_changes`).
     """
     directory = evidence_path(run_dir, relative, record.id)
     shown = relative or f"trials/{record.id}"
@@ -147,6 +149,7 @@ def attempt_evidence(
         "exists": True,
         "safe": True,
         "transcript": _transcript(directory, limits),
+        "conversation": conversation(directory, limits),
         "model_calls": _model_calls(directory, limits),
         "verifier": verifier,
         "verifier_omitted": verifier_omitted,

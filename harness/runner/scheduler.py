@@ -318,11 +318,13 @@ class TrialRunner:
 
     def _retries(self, record: TrialRecord, retries: int) -> bool:
         """Whether a failed attempt is retried (retries left, its errors retryable)."""
-        names = [error.type for error in failure_errors(record)]
+        failures = failure_errors(record)
+        names = [error.type for error in failures]
+        causes = [str((error.model_extra or {}).get("cause")) for error in failures]
         return (
             retries < self.retry.max_retries
             and not self._stopping()
-            and self.retry.retryable(str(record.status), names)
+            and self.retry.retryable(str(record.status), names, causes)
             # A failure that cannot change on a retry is final, whatever the rules say.
             and all(error.retryable for error in record.errors)
         )

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from harness.agents.context import AgentContext
+from harness.agents.failure import failure_fields, one_line
 from harness.agents.kinds import HarnessAgent, SandboxAgent
 from harness.errors import AgentRunError, StorageLimitReached
 from harness.records import TrialStatus
@@ -93,11 +94,26 @@ class AgentPhase(TrialState):
             )
         elif result.exit_code not in (0, None):
             explained = agent.explain_failure(sandbox, result)
+            stderr = one_line(self._agent_stderr())
+            fields = failure_fields(
+                result.exit_code,
+                explained or stderr,
+                self.evidence / "model_calls.jsonl",
+                also=[stderr],
+            )
             self.fail(
                 TrialStatus.AGENT_ERROR,
-                AgentRunError(explained or f"agent exited with code {result.exit_code}"),
+                AgentRunError(explained or f"agent exited with code {result.exit_code}", fields),
                 "execute",
             )
+
+    def _agent_stderr(self) -> str | None:
+        """The agent's stderr, as the supervisor kept it (None: absent or unreadable)."""
+        assert self.sandbox is not None
+        data, event = self.sandbox.read_file(
+            f"{self.sandbox.paths.logs}/agent.stderr", max_bytes=16 << 20
+        )
+        return None if data is None or event is not None else data.decode("utf-8", "replace")
 
     @property
     def last_agent_phase(self) -> bool:

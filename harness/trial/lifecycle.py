@@ -39,6 +39,7 @@ from harness.trial.settings import TrialPlan, TrialSettings
 from harness.trial.staging import Staging
 from harness.trial.state import trial_error
 from harness.trial.steps import StepOutcome, aggregate_rewards
+from harness.trial.usage_precedence import with_usage_source
 from sandbox.cleanup import CleanupStep, run_cleanup
 from sandbox.errors import (
     CLEANUP_FAILED,
@@ -391,7 +392,7 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
             rewards=self.rewards,
             errors=self.errors,
             timings=self.clock.timings,
-            usage=usage_of(self.model_usage),
+            usage=with_usage_source(usage_of(self.model_usage), self.evidence),
             versions=dict(self.settings.versions),
             started_at=started_at,
             finished_at=datetime.now(UTC),

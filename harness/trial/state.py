@@ -32,6 +32,8 @@ def trial_error(exc: BaseException, phase: str, step: str | None = None) -> Tria
         fields["retryable"] = False
     if step is not None:
         fields["step"] = step
+    # Typed facts an error carries (an agent's exit code and cause): the record's too.
+    fields.update(getattr(exc, "record_fields", None) or {})
     return TrialError.model_validate({**fields, "phase": phase})
 
 

@@ -77,8 +77,14 @@ class RayCluster:
             "RAY_AUTH_TOKEN_PATH": str(self.token_path),
         }
 
-    def add_node(self, cpus: float, *, timeout: float = 60) -> Node:
-        """Start a node (the head first) with ``cpus`` CPUs; return once it is alive."""
+    def add_node(
+        self, cpus: float, *, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> Node:
+        """Start a node (the head first) with ``cpus`` CPUs; return once it is alive.
+
+        ``env`` is added to the node's environment (its workers inherit it): a node of its
+        own, e.g. with its own agent cache (``HARNESS_AGENT_CACHE``).
+        """
         ip = f"127.0.0.{2 + len(self.nodes)}"
         args = [
             str(RAY),
@@ -99,7 +105,7 @@ class RayCluster:
             args += [f"--address={self.address}"]
         proc = subprocess.Popen(
             args,
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,

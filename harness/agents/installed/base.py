@@ -23,6 +23,7 @@ A plug-in adds one by subclassing and registering it under ``harness.agents``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from abc import abstractmethod
@@ -30,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.agents.installed.cache import AgentCache, CacheEntry, InstallSpec
+from harness.agents.installed.cache import AgentCache, CacheEntry, InstallSpec, Platform
 from harness.agents.kinds import AgentCommand, SandboxAgent, reject_command
 from harness.config import AgentConfig
 from harness.errors import AgentConfigError, UsageError
@@ -48,6 +49,8 @@ AGENT_LOGS = "agent-logs"
 LOG_FILE_BYTES = 32 << 20
 LOG_TOTAL_BYTES = 128 << 20
 SESSION = "session.jsonl"
+#: The C libraries an image may have (``agent.kwargs.libc``; default: the host's).
+LIBCS = ("glibc", "musl")
 
 
 class InstalledAgent(SandboxAgent):
@@ -66,10 +69,24 @@ class InstalledAgent(SandboxAgent):
     #: Providers whose models the gateway serves in that API (``faux`` answers in any).
     providers: ClassVar[tuple[str, ...]] = ("anthropic", "faux")
 
-    def __init__(self, *, version: str | None = None, cache: AgentCache | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        version: str | None = None,
+        cache: AgentCache | None = None,
+        libc: str | None = None,
+    ) -> None:
         self.version = version or self.default_version
         if not self.version:
             raise AgentConfigError(f"agent {self.name} has no version to install")
+        if libc is not None and libc not in LIBCS:
+            raise AgentConfigError(
+                f"--agent {self.name}: agent.kwargs.libc is {libc!r}; it takes "
+                f"{' or '.join(LIBCS)} (the C library of the sandbox's image)"
+            )
+        host = Platform.host()
+        #: The platform the CLI is fetched for: the host's CPU, the image's C library.
+        self.platform = Platform(arch=host.arch, libc=libc or host.libc)
         self.cache = cache
         self.entry: CacheEntry | None = None
 
@@ -81,12 +98,16 @@ class InstalledAgent(SandboxAgent):
             AgentConfigError: A command line, or an option it does not take.
         """
         reject_command(config)
-        if config.kwargs:
+        options = dict(config.kwargs)
+        libc = options.pop("libc", None)
+        if options:
             raise AgentConfigError(
-                f"--agent {config.name} has no option {', '.join(config.kwargs)} "
-                "(it takes agent.version)"
+                f"--agent {config.name} has no option {', '.join(options)} "
+                "(it takes agent.version and agent.kwargs.libc)"
             )
-        return cls(version=config.version)
+        if libc is not None and not isinstance(libc, str):
+            raise AgentConfigError(f"--agent {config.name}: agent.kwargs.libc must be a string")
+        return cls(version=config.version, libc=libc)
 
     # -- install --------------------------------------------------------------------------
 
@@ -107,7 +128,10 @@ class InstalledAgent(SandboxAgent):
                 "way overrides install_spec"
             )
         return InstallSpec(
-            agent=self.name, version=self.version, npm=(f"{self.npm_package}@{self.version}",)
+            agent=self.name,
+            version=self.version,
+            npm=(f"{self.npm_package}@{self.version}",),
+            platform=self.platform,
         )
 
     def check(self, task: Task) -> None:
@@ -132,7 +156,9 @@ class InstalledAgent(SandboxAgent):
             InstallError: It cannot be had (offline, an unknown version): one message.
         """
         if self.entry is None:
-            self.entry = (self.cache or AgentCache()).ensure(self.install_spec())
+            # Every agent's spec is fetched for :attr:`platform`, whatever it left default.
+            spec = dataclasses.replace(self.install_spec(), platform=self.platform)
+            self.entry = (self.cache or AgentCache()).ensure(spec)
         return self.entry
 
     def sandbox_mounts(self) -> Mapping[str, Path]:
@@ -219,10 +245,18 @@ class InstalledAgent(SandboxAgent):
         data, event = sandbox.read_file(f"{sandbox.paths.logs}/agent.stdout", max_bytes=16 << 20)
         if data is None or event is not None:
             return None
+        refused, error = None, None
         for line in self.convert(data.decode("utf-8", "replace").splitlines()):
             if line.get("type") == "end" and line.get("error"):
-                return str(line["error"])
-        return None
+                error = str(line["error"])
+            stop = line.get("stop_reason")
+            if line.get("type") == "message" and stop in ("refusal", "content_filter"):
+                refused = str(stop)
+        if refused is not None:
+            # The model declined earlier; what failed last may only follow from that.
+            note = f"the model refused to answer (stop_reason {refused})"
+            return f"{error} (after {note})" if error else note
+        return error
 
     def describe(self) -> dict[str, Any]:  # noqa: D102
         facts: dict[str, Any] = {"name": self.name, "version": self.version}

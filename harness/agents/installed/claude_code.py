@@ -13,6 +13,7 @@ reporting, auto-update and non-essential traffic off. Its stream-json (stdout, k
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -22,6 +23,8 @@ from harness.tasks import Task
 from sandbox.backend import Sandbox
 
 PACKAGE = "@anthropic-ai/claude-code"
+#: What its ``system``/``informational`` notice says when the model refused (2.1.x).
+REFUSAL_NOTICE = re.compile(r"safeguards stopped|safety classifier", re.I)
 
 
 class ClaudeCode(InstalledAgent):
@@ -36,8 +39,7 @@ class ClaudeCode(InstalledAgent):
 
     def executable(self) -> str:
         """The native executable of the host's platform, inside the sandbox."""
-        plat = self.install_spec().platform
-        return self.bin_path(f"npm/node_modules/{native_package(plat)}/claude")
+        return self.bin_path(f"npm/node_modules/{native_package(self.platform)}/claude")
 
     def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
         assert self.model is not None
@@ -120,6 +122,14 @@ def convert_stream_json(log: Iterable[str], *, model: str | None) -> list[dict[s
             )
         elif kind == "assistant":
             lines.append(_assistant(event.get("message") or {}, names))
+        elif kind == "system" and event.get("subtype") == "informational":
+            # Its notice that the model's safeguards stopped the answer before: a refusal
+            # (it then continues once, telling the model so).
+            if REFUSAL_NOTICE.search(str(event.get("content", ""))):
+                for line in reversed(lines):
+                    if line.get("type") == "message" and line.get("role") == "assistant":
+                        line["stop_reason"] = "refusal"
+                        break
         elif kind == "user":
             lines.extend(_tool_results(event.get("message") or {}, names))
         elif kind == "result":

@@ -808,7 +808,7 @@
       guarded("rewards", "Rewards", () => rewardsSection(rec)),
       guarded("timings", "Timings", () => timingsSection(rec)),
       guarded("trial-errors", "Errors", () => errorsSection(rec.errors, attempts)),
-      evidenceSections(run, ev),
+      evidenceSections(run, ev, rec),
       guarded("security", "Security", () => securitySection(rec)),
       guarded("attempts", "Earlier attempts", () => attemptsSection(run, rec, attempts)),
       guarded("other", "Other fields", () => otherFields(rec)),
@@ -834,7 +834,7 @@
         h("p", null, h("a", { href: trialHref(run.index, rec.id) }, "\u2190 the final attempt (#" + plain(rec.attempt) + ")"))
       ),
       guarded("trial-errors", "Errors", () => errorsSection(s.errors, [])),
-      evidenceSections(run, found.evidence || {}),
+      evidenceSections(run, found.evidence || {}, s),
     ];
   }
 
@@ -890,12 +890,13 @@
     );
   }
 
-  function evidenceSections(run, ev) {
+  function evidenceSections(run, ev, rec) {
     if (!ev.exists) {
       return section("evidence", "Evidence", h("p", { class: "muted" }, ev.safe === false ? "The evidence dir lies outside the run dir; not shown." : "No evidence kept for this attempt (" + plain(ev.dir) + ")."));
     }
     const raw = (name) => (state.live ? "/api/raw?run=" + run.index + "&path=" + encodeURIComponent(ev.dir + "/" + name) : null);
     return [
+      guarded("conversation", "Conversation", () => conversationSection(ev.conversation || {}, rec)),
       guarded("transcript", "Transcript", () => transcriptSection(ev.transcript || {})),
       guarded("model-calls", "Model calls", () => modelCallsSection(ev.model_calls || {})),
       guarded("verifier", "Verifier output", () =>
@@ -950,6 +951,88 @@
       default:
         return h("div", { class: "event other" }, h("div", { class: "who" }, visible(plain(e.type))), genericView(e));
     }
+  }
+
+  // ---------------------------------------------------------------- conversation
+  // session.jsonl as the agent lived it: turns, each tool call with its arguments and its
+  // result, usage. Every string is the agent's: drawn as text (textBlock, visible).
+  function usageText(u) {
+    return u && typeof u === "object" ? "in " + int(u.input_tokens) + " / out " + int(u.output_tokens) + " tokens" : "";
+  }
+  function toolCallView(c) {
+    const r = c.result;
+    return h(
+      "div",
+      { class: "event tool-call" },
+      h("div", { class: "who" }, "tool call ", h("code", null, visible(plain(c.name))), c.id ? h("span", { class: "muted" }, " " + short(c.id, 80)) : null),
+      textBlock(typeof c.arguments === "string" || isClip(c.arguments) ? c.arguments : JSON.stringify(c.arguments, null, 2)),
+      r && typeof r === "object"
+        ? h("div", { class: "event tool-result" + (r.is_error ? " failed" : "") }, h("div", { class: "who" }, r.is_error ? "tool error" : "tool result"), textBlock(r.content))
+        : h("p", { class: "muted" }, "no result in the session")
+    );
+  }
+  function turnView(t) {
+    if (!t || typeof t !== "object") return h("div", { class: "event" }, textBlock(plain(t)));
+    switch (t.kind) {
+      case "session":
+        return h("p", { class: "muted turn-session" }, "session of ", h("code", null, visible(plain(t.agent))), t.cli_version ? " " + visible(plain(t.cli_version)) : null, t.model ? " \u00b7 model " + visible(plain(t.model)) : null);
+      case "user":
+        return h("div", { class: "event msg role-user turn" }, h("div", { class: "who" }, "user"), textBlock(t.content));
+      case "assistant": {
+        const calls = Array.isArray(t.tool_calls) ? t.tool_calls : [];
+        const facts = [t.stop_reason ? "stop " + visible(plain(t.stop_reason)) : null, t.usage ? usageText(t.usage) : null].filter(Boolean).join(" \u00b7 ");
+        return h(
+          "div",
+          { class: "event msg role-assistant turn" },
+          h("div", { class: "who" }, "assistant", facts ? h("span", { class: "muted turn-facts" }, " \u00b7 " + facts) : null),
+          textOf(t.content).trim() ? textBlock(t.content) : null,
+          calls.map(toolCallView)
+        );
+      }
+      case "tool_result":
+        return h("div", { class: "event tool-result" + (t.is_error ? " failed" : "") }, h("div", { class: "who" }, "tool result ", h("code", null, visible(plain(t.name)))), textBlock(t.content));
+      case "end":
+        return h("div", { class: "event turn-end" + (t.ok === false ? " failed" : "") }, h("div", { class: "who" }, t.ok === false ? "ended with an error" : "ended", isNum(t.turns) ? " after " + plain(t.turns) + " turns" : ""), t.error ? textBlock(t.error) : null);
+      default:
+        return h("div", { class: "event other" }, genericView(t));
+    }
+  }
+  function usageNote(conv, rec) {
+    const u = (rec && rec.usage) || {};
+    if (u.source !== "gateway") return conv.usage ? h("p", { class: "muted" }, "The agent's log counts " + usageText(conv.usage) + ".") : null;
+    const logged = u.agent_log && typeof u.agent_log === "object" ? u.agent_log : null;
+    return h(
+      "p",
+      { class: logged ? "warn usage-note" : "muted usage-note" },
+      "Usage is the gateway's count: " + usageText(u) + " in " + int(u.calls) + " calls.",
+      logged ? " The agent's own log says " + usageText(logged) + "; the gateway's count is the record's." : null
+    );
+  }
+  function conversationSection(conv, rec) {
+    const entries = Array.isArray(conv.entries) ? conv.entries : [];
+    if (!conv.exists) return section("conversation", "Conversation", h("p", { class: "muted" }, "This agent left no session.jsonl."));
+    const list = h("div", { class: "conversation" });
+    let shown = 0;
+    const more = h("button", { type: "button", class: "more" });
+    function show() {
+      const part = entries.slice(shown, shown + EVENT_STEP);
+      list.append(...part.map(turnView));
+      shown += part.length;
+      if (shown < entries.length) more.textContent = "Show " + Math.min(EVENT_STEP, entries.length - shown) + " more turns (" + (entries.length - shown) + " left)";
+      else more.remove();
+    }
+    more.addEventListener("click", show);
+    show();
+    return section(
+      "conversation",
+      "Conversation",
+      usageNote(conv, rec),
+      entries.length ? null : h("p", { class: "muted" }, "The session is empty."),
+      list,
+      shown < entries.length ? more : null,
+      conv.omitted ? h("p", { class: "clipped" }, conv.omitted + " more turns left out by the report.") : null,
+      conv.unreadable ? h("p", { class: "warn" }, conv.unreadable + " lines of session.jsonl are not JSON objects.") : null
+    );
   }
 
   function transcriptSection(tr) {

@@ -1,0 +1,92 @@
+"""A minimal musl (Alpine-like) image, built locally: no registry is reachable here.
+
+Its root holds Debian's ``musl`` package's loader and C library (as Alpine lays them out:
+``/lib/ld-musl-<arch>.so.1``, ``/lib/libc.musl-<arch>.so.1``), a static busybox
+(``busybox-static``) with a link per applet, and a static ``bash`` (``bash-static``:
+Claude Code's Bash tool wants a bash, as on an Alpine with ``apk add bash``). No glibc
+loader or library, no python, no node. The packages are fetched with ``apt-get download``
+from Debian's mirror; the tarball is imported with ``docker import``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import docker
+
+PACKAGES = ("musl", "busybox-static", "bash-static")
+REPOSITORY = "harness-test/musl"
+
+
+def _extract(debs: Path, name: str, into: Path) -> Path:
+    [deb] = sorted(debs.glob(f"{name}_*.deb"))
+    target = into / name
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(target)], check=True)
+    return target
+
+
+def _file(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), mode
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _link(tar: tarfile.TarFile, name: str, target: str) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = tarfile.SYMTYPE, target, 0o777
+    tar.addfile(info)
+
+
+def _dir(tar: tarfile.TarFile, name: str, mode: int = 0o755) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, mode
+    tar.addfile(info)
+
+
+def rootfs_tarball(work: Path) -> bytes:
+    """The image's root as a tar (built from the two Debian packages)."""
+    debs = work / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    if not all(list(debs.glob(f"{name}_*.deb")) for name in PACKAGES):
+        subprocess.run(["apt-get", "download", *PACKAGES], cwd=debs, check=True, timeout=300)
+    musl = _extract(debs, "musl", work)
+    busybox = _extract(debs, "busybox-static", work)
+    libc = next((musl / "lib").rglob("libc.so")).read_bytes()
+    box = (busybox / "bin" / "busybox").read_bytes()
+    bash = (_extract(debs, "bash-static", work) / "bin" / "bash-static").read_bytes()
+    applets = subprocess.run(
+        [str(busybox / "bin" / "busybox"), "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name in ("bin", "lib", "etc", "usr", "usr/bin", "root", "app"):
+            _dir(tar, name)
+        _dir(tar, "tmp", 0o1777)
+        _file(tar, "lib/ld-musl-x86_64.so.1", libc, 0o755)
+        _link(tar, "lib/libc.musl-x86_64.so.1", "ld-musl-x86_64.so.1")
+        _file(tar, "bin/busybox", box, 0o755)
+        for applet in applets:
+            if applet not in ("busybox", "bash"):
+                _link(tar, f"bin/{applet}", "busybox")
+        _file(tar, "bin/bash", bash, 0o755)  # static: needs no loader
+        _file(tar, "etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644)
+        _file(tar, "etc/group", b"root:x:0:\n", 0o644)
+    return out.getvalue()
+
+
+def build_musl_image(client: docker.DockerClient, work: Path) -> str:
+    """``docker import`` of :func:`rootfs_tarball`; the image's name (content-tagged)."""
+    data = rootfs_tarball(work)
+    tag = hashlib.sha256(data).hexdigest()[:16]
+    name = f"{REPOSITORY}:{tag}"
+    try:
+        client.images.get(name)
+    except docker.errors.ImageNotFound:
+        client.api.import_image_from_data(
+            data, repository=REPOSITORY, tag=tag, changes=["WORKDIR /app", "ENV PATH=/usr/bin:/bin"]
+        )
+    return name
