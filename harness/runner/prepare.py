@@ -18,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-import harness
+from harness._version import __version__
 from harness.agents.kinds import Agent
 from harness.backends.base import SandboxBackend
 from harness.config import RunConfig
@@ -108,7 +108,7 @@ def run_name(taskset: str, model: str | None, agent: str) -> str:
 def versions(config: RunConfig) -> dict[str, str]:
     """Versions that make a record reproducible."""
     return {
-        "harness": harness.__version__,
+        "harness": __version__,
         "python": platform.python_version(),
         "sandbox": config.sandbox.backend,
         "platform": platform.platform(),
