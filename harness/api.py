@@ -33,13 +33,13 @@ from harness.config import (
     refuse_changes,
     secret_keys,
 )
-from harness.metrics import Summary, summarize
 from harness.records import TrialRecord, TrialStore, latest_by_id
+from harness.records.metrics import Summary, summarize
+from harness.records.status import read_status
 from harness.runner import RunEvents, RunOutcome, execute_run, prepare_run
 from harness.runner.interrupts import interruptible
 from harness.runner.resume import rerun_statuses
 from harness.runner.rundir import SUMMARY_FILENAME
-from harness.status import read_status
 from harness.trial import TrialPlan
 from sandbox.beneath import read_beneath
 from sandbox.credentials import CredentialStore

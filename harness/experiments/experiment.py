@@ -34,9 +34,9 @@ from harness.experiments.overlays import apply_overlay
 from harness.experiments.pairing import Observation, compare
 from harness.experiments.report import ExperimentReport
 from harness.experiments.text import experiment_text
-from harness.metrics import trial_duration
 from harness.records import TRIALS_FILENAME, TrialRecord
 from harness.records.atomic import write_bytes_atomic
+from harness.records.metrics import trial_duration
 from harness.runner import RunEvents
 from harness.runner.plan import slug
 

@@ -31,9 +31,9 @@ from harness.config.judges import JudgeSpec
 from harness.errors import UsageError
 from harness.records import TrialRecord
 from harness.records.atomic import write_bytes_atomic
+from harness.records.transcript import SESSION_FILENAME
 from harness.records.workspace import damaged, workspace_kept
 from harness.runner import RunEvents, RunOutcome
-from harness.transcript import SESSION_FILENAME
 from sandbox.beneath import is_dir_beneath, is_file_beneath, safe_relative
 
 __all__ = ["REGRADE_FILENAME", "RegradeOutcome", "not_regradable", "regrade", "regrade_config"]

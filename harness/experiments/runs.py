@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.api import RunResults, load_run
 from harness.config import CONFIG_FILENAME
 from harness.errors import UsageError
-from harness.metrics import trial_duration
 from harness.records import TRIALS_FILENAME, TrialRecord
+from harness.records.metrics import trial_duration
 from harness.report.rundata import SUMMARY_FILENAME, task_category
 
 __all__ = [

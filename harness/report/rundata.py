@@ -20,7 +20,6 @@ from typing import Any
 
 from harness.config import CONFIG_FILENAME
 from harness.errors import UsageError
-from harness.metrics import summarize
 from harness.records import (
     TRIALS_FILENAME,
     CorruptRecordError,
@@ -28,7 +27,8 @@ from harness.records import (
     TrialStore,
     latest_by_id,
 )
-from harness.status import STATUS_FILENAME, read_status
+from harness.records.metrics import summarize
+from harness.records.status import STATUS_FILENAME, read_status
 from harness.tasks import TASK_TOML
 from sandbox.beneath import is_file_beneath, read_beneath, safe_relative
 

@@ -35,10 +35,10 @@ from harness.episodes.run import EnvSetup
 from harness.errors import CorruptRecordError, ResumeError, UsageError
 from harness.executors.base import TrialExecutor
 from harness.judges import JudgePanel, build_panel
-from harness.model_access import resolve_model
 from harness.models.selection import ModelChoice
 from harness.plugins import build_agent, open_backend, open_executor
 from harness.records import StoreSnapshot
+from harness.runner.model_access import resolve_model
 from harness.runner.plan import plan_trials, select_tasks, slug
 from harness.runner.resume import DEFAULT_RERUN_STATUSES, ResumePlan, read_for_resume
 from harness.runner.rundir import lock_run_dir, refuse_non_empty

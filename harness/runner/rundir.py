@@ -32,10 +32,10 @@ from filelock import FileLock, Timeout
 from harness.backends.base import SandboxBackend
 from harness.config import RunConfig
 from harness.errors import UsageError
-from harness.metrics import Summary, summarize
 from harness.records import CompactReport, StoreSnapshot, TrialRecord, TrialStore, write_json_atomic
+from harness.records.metrics import Summary, summarize
+from harness.records.status import STATUS_FILENAME
 from harness.runner.events import RunEvents
-from harness.status import STATUS_FILENAME
 
 LOCK_FILENAME = "run.lock"
 """Held (flock) by the harness process working on a run dir."""

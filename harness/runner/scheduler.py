@@ -48,9 +48,9 @@ from harness.records import (
     TrialStatus,
     TrialStore,
 )
+from harness.records.status import RunState
 from harness.runner.faults import DiskGuard, Halting, disk_error
 from harness.runner.outage import EngineWatch
-from harness.status import RunState
 from harness.trial import TrialPlan, TrialSettings, run_trial
 from sandbox.pathnames import escape
 
