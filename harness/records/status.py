@@ -45,10 +45,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.records.atomic import write_json_atomic
+from harness.records.layout import STATUS_FILENAME
 from harness.records.model import TrialRecord, TrialStatus
-
-STATUS_FILENAME = "status.json"
-"""Name of the live status file inside a run directory."""
 
 RunStateName = Literal["running", "finished", "interrupted", "stopped"]
 

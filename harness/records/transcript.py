@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records.atomic import write_bytes_atomic
+from harness.records.layout import MODEL_CALLS_FILENAME, SESSION_FILENAME, TRANSCRIPT_FILENAME
 from harness.records.model import Usage
 
 __all__ = [
@@ -48,15 +49,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-SESSION_FILENAME = "session.jsonl"
-"""The agent's session file inside a trial's evidence dir."""
-
-MODEL_CALLS_FILENAME = "model_calls.jsonl"
-"""The gateway's model-call log inside a trial's evidence dir."""
-
-TRANSCRIPT_FILENAME = "transcript.jsonl"
-"""The derived transcript inside a trial's evidence dir."""
 
 
 # --------------------------------------------------------------------------------------------
