@@ -61,12 +61,12 @@ JUDGES_DIRNAME = "judges"
 """The judges' verdicts in a trial's evidence dir."""
 
 
-def trial_evidence(trial_id: str) -> str:
+def trial_evidence_dir(trial_id: str) -> str:
     """A trial's default evidence dir, relative to the run dir (``trials/<id>``)."""
     return f"{TRIALS_DIRNAME}/{trial_id}"
 
 
-def attempt_evidence(trial_id: str, attempt: int | str) -> Path:
+def attempt_evidence_dir(trial_id: str, attempt: int | str) -> Path:
     """An earlier attempt's evidence dir, relative to the run dir (``attempts/<id>/<n>``)."""
     return Path(ATTEMPTS_DIRNAME) / trial_id / str(attempt)
 
@@ -89,6 +89,6 @@ __all__ = [
     "TRIALS_LOCK_FILENAME",
     "VERIFIER_DIRNAME",
     "WORKSPACE_DIRNAME",
-    "attempt_evidence",
-    "trial_evidence",
+    "attempt_evidence_dir",
+    "trial_evidence_dir",
 ]

@@ -25,7 +25,7 @@ from harness.records.layout import (
     STATUS_FILENAME,
     SUMMARY_FILENAME,
     TRIALS_FILENAME,
-    trial_evidence,
+    trial_evidence_dir,
 )
 from harness.records.model import TrialRecord, latest_by_id
 from harness.records.status import read_status
@@ -194,7 +194,7 @@ def evidence_path(run_dir: Path, relative: str | None, trial_id: str) -> Path | 
     if relative is None:
         if not _safe_component(trial_id):
             return None
-        relative = trial_evidence(trial_id)
+        relative = trial_evidence_dir(trial_id)
     if safe_relative(relative.rstrip("/")) is None:  # absolute, "..", "." or empty parts
         return None
     return Path(run_dir) / relative.rstrip("/")

@@ -47,7 +47,7 @@ from harness.records import (
     TrialStatus,
     TrialStore,
 )
-from harness.records.layout import ATTEMPTS_DIRNAME, attempt_evidence, trial_evidence
+from harness.records.layout import ATTEMPTS_DIRNAME, attempt_evidence_dir, trial_evidence_dir
 from harness.records.status import RunState
 from harness.runner.faults import DiskGuard, Halting, disk_error
 from harness.runner.outage import EngineWatch
@@ -166,8 +166,8 @@ class TrialRunner:
     def _keep_evidence(self, trial_id: str, attempt: int) -> str | None:
         """Move ``trials/<id>`` to ``attempts/<id>/<attempt>``; return it (run-dir relative)."""
         run_dir = self.settings.run_dir
-        source = run_dir / trial_evidence(trial_id)
-        relative = attempt_evidence(trial_id, attempt)
+        source = run_dir / trial_evidence_dir(trial_id)
+        relative = attempt_evidence_dir(trial_id, attempt)
         target = run_dir / relative
         if target.exists():
             # Kept by an invocation that died before recording the next attempt.
