@@ -31,7 +31,7 @@ from harness.config.judges import JudgeSpec
 from harness.errors import UsageError
 from harness.records import TrialRecord
 from harness.records.atomic import write_bytes_atomic
-from harness.records.layout import SESSION_FILENAME, trial_evidence_dir
+from harness.records.layout import SESSION_FILENAME, WORKSPACE_DIRNAME, trial_evidence_dir
 from harness.records.workspace import damaged, workspace_kept
 from harness.runner import RunEvents, RunOutcome
 from sandbox.beneath import is_dir_beneath, is_file_beneath, safe_relative
@@ -123,7 +123,7 @@ def not_regradable(source: Path, record: TrialRecord) -> str | None:
     evidence = source / trial_evidence_dir(record.id)
     if damaged(evidence):
         return "a damaged workspace manifest (an entry with an invalid path or sha256)"
-    if not workspace_kept(evidence, Path(record.task.path) / "workspace"):
+    if not workspace_kept(evidence, Path(record.task.path) / WORKSPACE_DIRNAME):
         return "no saved workspace (or, with --evidence none, only its manifest)"
     return None
 
