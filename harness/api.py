@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +32,14 @@ from harness.config import (
     refuse_changes,
     secret_keys,
 )
-from harness.metrics import Summary, summarize
-from harness.records import TrialRecord, TrialStore, latest_by_id
+from harness.records import TrialRecord
+from harness.records.layout import TRIALS_FILENAME
+from harness.records.metrics import Summary, summarize
+from harness.records.run import read_run
 from harness.runner import RunEvents, RunOutcome, execute_run, prepare_run
 from harness.runner.interrupts import interruptible
 from harness.runner.resume import rerun_statuses
-from harness.runner.rundir import SUMMARY_FILENAME
-from harness.status import read_status
 from harness.trial import TrialPlan
-from sandbox.beneath import read_beneath
 from sandbox.credentials import CredentialStore
 
 
@@ -182,7 +180,7 @@ class RunResults:
         config: Its saved config.
         records: The latest record of every trial, in the order trials first appear.
         summary: Metrics over ``records`` (what ``summary.json`` holds once the run ends).
-        status: Its ``status.json`` (live state, see :mod:`harness.status`), if any.
+        status: Its ``status.json`` (live state, see :mod:`harness.records.status`), if any.
     """
 
     run_dir: Path
@@ -209,29 +207,13 @@ def load_run(run_dir: str | Path) -> RunResults:
     path = Path(run_dir)
     config = load_saved_config(path)
     try:
-        loaded = TrialStore(path).load_report()
+        read = read_run(path, summary_cap=MAX_SUMMARY_BYTES)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read trials.jsonl: {exc}") from None
-    records = list(latest_by_id(loaded.records).values())
-    summary = summarize(records, threshold=config.threshold, planned=_planned(path))
-    return RunResults(path, config, records, summary, read_status(path))
-
-
-def _planned(run_dir: Path) -> int | None:
-    """How many trials the run planned, as its ``summary.json`` says (None: unknown).
-
-    Read beneath the run dir without following a link, as a regular file only: a forged
-    run dir's ``summary.json`` that is a FIFO hung ``regrade`` for ever.
-    """
-    read = read_beneath(run_dir, SUMMARY_FILENAME, MAX_SUMMARY_BYTES)
-    if read is None or read.size > len(read.data):
-        return None
-    try:
-        data = json.loads(read.data.decode("utf-8"))
-    except ValueError:
-        return None
-    planned = data.get("planned") if isinstance(data, dict) else None
-    return planned if isinstance(planned, int) and not isinstance(planned, bool) else None
+        raise ConfigError(f"{path}: cannot read {TRIALS_FILENAME}: {exc}") from None
+    # The planned count is read beneath the run dir, as a regular file only: a forged run
+    # dir's summary.json that is a FIFO hung ``regrade`` for ever.
+    summary = summarize(read.records, threshold=config.threshold, planned=read.planned)
+    return RunResults(path, config, read.records, summary, read.status)
 
 
 __all__ = ["RunResults", "check", "load_run", "refuse_credentials", "resume", "run"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.agents.kinds import AgentCommand, SandboxAgent
 from harness.errors import AgentConfigError, AgentRunError
+from harness.records.layout import TRIALS_DIRNAME, trial_evidence_dir
 from harness.records.workspace import WORKSPACE_DIRNAME, final_workspace, workspace_kept
 from harness.tasks import Task
 from harness.transcript import SESSION_FILENAME
@@ -92,10 +93,10 @@ class ReplayAgent(SandboxAgent):
                 f"{self.source}: trials/{trial_id} is not a directory of the run dir (missing, "
                 "or a symlink, which a run dir never holds)"
             )
-        return self.source / "trials" / trial_id
+        return self.source / trial_evidence_dir(trial_id)
 
     def check(self, task: Task) -> None:  # noqa: D102
-        if not (self.source / "trials").is_dir():
+        if not (self.source / TRIALS_DIRNAME).is_dir():
             raise AgentConfigError(f"replay: {self.source} holds no trials/ evidence to replay")
 
     def prepare(self, task: Task, sandbox: Sandbox) -> None:  # noqa: D102

@@ -33,10 +33,8 @@ from harness.config.model import NO_TASKS, RunConfig
 from harness.config.toml import to_toml
 from harness.errors import ConfigError
 from harness.records.atomic import write_bytes_atomic
+from harness.records.layout import CONFIG_FILENAME
 from sandbox.beneath import is_file_beneath
-
-CONFIG_FILENAME = "config.toml"
-"""Name of the resolved config inside a run dir."""
 
 RESUME_FREE_KEYS: tuple[str, ...] = (
     "concurrency",

@@ -15,9 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.datasets.cache import write_json_atomic
 from harness.datasets.model import DatasetError
+from harness.records.layout import DATASETS_LOCK_FILENAME
 
-#: The lock's name in a run dir.
-DATASETS_LOCK_FILENAME = "datasets.lock.json"
 LOCK_VERSION = 1
 
 

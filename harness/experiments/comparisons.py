@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.experiments.experiment import REPORT_JSON, RUNS_DIRNAME, ExperimentReport
+from harness.experiments.experiment import REPORT_JSON, RUNS_DIRNAME
 from harness.experiments.pairing import Comparison as Paired
+from harness.experiments.report import ExperimentReport
 from harness.experiments.stats import Stats
 from harness.experiments.text import READING_THE_SPREAD, number
 from harness.experiments.trials import SUMMARY_FILENAME, TrialsSummary
@@ -41,7 +42,6 @@ _TRIAL_METRICS = (
     ("tokens", "tokens", "count"),
     ("cost_usd", "cost (USD)", "usd"),
 )
-
 
 
 def _by_task(records: Sequence[TrialRecord]) -> dict[str, list[TrialRecord]]:

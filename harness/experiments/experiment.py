@@ -26,18 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 import harness
 from harness.config import RunConfig
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS, ConfigError, UsageError
 from harness.experiments.design import ExperimentDesign, PlannedRun, plan_runs
 from harness.experiments.overlays import apply_overlay
-from harness.experiments.pairing import Comparison, Observation, compare
+from harness.experiments.pairing import Observation, compare
+from harness.experiments.report import ExperimentReport
 from harness.experiments.text import experiment_text
-from harness.metrics import trial_duration
 from harness.records import TRIALS_FILENAME, TrialRecord
 from harness.records.atomic import write_bytes_atomic
+from harness.records.metrics import trial_duration
 from harness.runner import RunEvents
 from harness.runner.plan import slug
 
@@ -59,42 +58,6 @@ RUNS_DIRNAME = "runs"
 STABILITY_NOTE = "One repetition cannot establish stability."
 NO_MODEL = "-"
 """The model axis value of an experiment without ``[experiment] models``."""
-
-
-class ExperimentReport(BaseModel):
-    """``experiment_report.json``.
-
-    Attributes:
-        schema_version: 1.
-        name: The experiment.
-        protocol_digest: sha256 of the plan (``experiment_plan.json`` without its digest).
-        control: The control variant.
-        treatments: The treatments.
-        runs_per_variant: Repetitions.
-        models: The model axis (``["-"]`` without one).
-        threshold: Reward at or above which an arm passed.
-        comparisons: One per treatment.
-        operational_totals: Per variant: runs and each measured figure's total.
-        runs: Every planned arm: where it is, whether it ran.
-        notes: ``One repetition cannot establish stability.``, interrupted arms...
-        published: Whether every comparison's headline is published.
-    """
-
-    model_config = ConfigDict(extra="allow")
-
-    schema_version: int = 1
-    name: str
-    protocol_digest: str
-    control: str
-    treatments: list[str]
-    runs_per_variant: int
-    models: list[str]
-    threshold: float
-    comparisons: list[Comparison]
-    operational_totals: list[dict[str, Any]] = Field(default_factory=list)
-    runs: list[dict[str, Any]] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-    published: bool = False
 
 
 @dataclass

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.metrics import bootstrap_ci
+from harness.records.metrics import bootstrap_ci
 
 __all__ = [
     "PAIRED_METRICS",

@@ -31,9 +31,9 @@ from harness.config.judges import JudgeSpec
 from harness.errors import UsageError
 from harness.records import TrialRecord
 from harness.records.atomic import write_bytes_atomic
+from harness.records.layout import SESSION_FILENAME, WORKSPACE_DIRNAME, trial_evidence_dir
 from harness.records.workspace import damaged, workspace_kept
 from harness.runner import RunEvents, RunOutcome
-from harness.transcript import SESSION_FILENAME
 from sandbox.beneath import is_dir_beneath, is_file_beneath, safe_relative
 
 __all__ = ["REGRADE_FILENAME", "RegradeOutcome", "not_regradable", "regrade", "regrade_config"]
@@ -96,7 +96,7 @@ def regrade_config(
             f"{source}: no trial can be regraded ({'; '.join(reasons) or 'no trials'})"
         )
     session = any(
-        _safe_id(r.id) and is_file_beneath(source, f"trials/{r.id}/{SESSION_FILENAME}")
+        _safe_id(r.id) and is_file_beneath(source, f"{trial_evidence_dir(r.id)}/{SESSION_FILENAME}")
         for r in records
     )
     return config.model_copy(
@@ -118,12 +118,12 @@ def not_regradable(source: Path, record: TrialRecord) -> str | None:
     """
     if (record.model_extra or {}).get("steps"):
         return "a multi-step trial (only its last step's workspace is kept)"
-    if not _safe_id(record.id) or not is_dir_beneath(source, f"trials/{record.id}"):
+    if not _safe_id(record.id) or not is_dir_beneath(source, trial_evidence_dir(record.id)):
         return "no evidence dir (trials/<id> missing, or a symlink)"
-    evidence = source / "trials" / record.id
+    evidence = source / trial_evidence_dir(record.id)
     if damaged(evidence):
         return "a damaged workspace manifest (an entry with an invalid path or sha256)"
-    if not workspace_kept(evidence, Path(record.task.path) / "workspace"):
+    if not workspace_kept(evidence, Path(record.task.path) / WORKSPACE_DIRNAME):
         return "no saved workspace (or, with --evidence none, only its manifest)"
     return None
 

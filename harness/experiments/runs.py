@@ -19,23 +19,22 @@ looked up in the task's ``task.toml`` (``uncategorized`` when it is not there).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.api import RunResults, load_run
-from harness.config import CONFIG_FILENAME
 from harness.errors import UsageError
-from harness.metrics import trial_duration
-from harness.records import TRIALS_FILENAME, TrialRecord
-from harness.report.rundata import SUMMARY_FILENAME, task_category
+from harness.records import TrialRecord
+from harness.records.layout import CONFIG_FILENAME, TRIALS_FILENAME
+from harness.records.metrics import trial_duration
+from harness.records.run import read_summary
+from harness.report.rundata import task_category
 
 __all__ = [
     "UNCATEGORIZED",
@@ -228,12 +227,13 @@ def _usage(results: RunResults) -> _Usage:
 
 
 def _interrupted(run_dir: Path) -> bool:
-    """Whether the run's ``summary.json`` says it was interrupted."""
-    try:
-        data: Any = json.loads((run_dir / SUMMARY_FILENAME).read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(isinstance(data, dict) and data.get("interrupted"))
+    """Whether the run's ``summary.json`` says it was interrupted.
+
+    Read by the run-dir reader (beneath the run dir, a regular file only, capped): a forged
+    run dir's ``summary.json`` that is a FIFO or a link is as good as none.
+    """
+    data = read_summary(run_dir)
+    return bool(data is not None and data.get("interrupted"))
 
 
 def run_row(run_dir: Path, index: int) -> RunRow:

@@ -13,7 +13,7 @@ from harness.experiments.stats import Stats
 from harness.experiments.trials import TrialsSummary
 
 if TYPE_CHECKING:
-    from harness.experiments.experiment import ExperimentReport
+    from harness.experiments.report import ExperimentReport
 
 __all__ = ["READING_THE_SPREAD", "experiment_text", "number", "stats_table", "trials_text"]
 

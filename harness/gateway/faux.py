@@ -348,7 +348,7 @@ class _Rendered:
         api = self.call.api
         if api == gemini.GEMINI_API:
             usage = (self.input_tokens, self.output_tokens)
-            return gemini.faux_body(self.response, self.seq, usage, self.model)
+            return gemini_body(self.response, self.seq, usage, self.model)
         if api == "anthropic-messages":
             return self._anthropic()
         if api == "openai-responses":
@@ -464,7 +464,7 @@ class _Rendered:
         api = self.call.api
         if api == gemini.GEMINI_API:
             usage = (self.input_tokens, self.output_tokens)
-            events = gemini.faux_stream(self.response, self.seq, usage, self.model, self.call.path)
+            events = gemini_stream(self.response, self.seq, usage, self.model, self.call.path)
         elif api == "anthropic-messages":
             events = self._anthropic_events()
         elif api == "openai-responses":
@@ -578,3 +578,57 @@ class _Rendered:
             events.append(event("response.output_item.done", {"output_index": index, "item": item}))
         events.append(event("response.completed", {"response": self._responses()}))
         return events
+
+
+#: Our stop reasons as Gemini finish reasons (a tool call ends a turn with STOP there).
+_GEMINI_FINISH = {"stop": "STOP", "tool_use": "STOP", "length": "MAX_TOKENS"}
+
+
+def gemini_candidate(response: FauxResponse, *, final: bool = True) -> dict[str, Any]:
+    """A scripted answer as one Gemini candidate: text and ``functionCall`` parts."""
+    parts: list[dict[str, Any]] = []
+    if response.text:
+        parts.append({"text": response.text})
+    for call in response.tool_calls:
+        function: dict[str, Any] = {"name": call.name, "args": call.arguments}
+        if call.id:
+            function["id"] = call.id
+        parts.append({"functionCall": function})
+    if not parts:
+        parts.append({"text": ""})
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if final:
+        candidate["finishReason"] = _GEMINI_FINISH.get(response.stop, "STOP")
+    return candidate
+
+
+def gemini_body(
+    response: FauxResponse, seq: int, usage: tuple[int, int], model: str
+) -> dict[str, Any]:
+    """A scripted answer as a whole ``GenerateContentResponse``."""
+    return {
+        "candidates": [gemini_candidate(response)],
+        "usageMetadata": gemini.usage_metadata(*usage),
+        "modelVersion": model,
+        "responseId": f"faux-{seq}",
+    }
+
+
+def gemini_stream(
+    response: FauxResponse, seq: int, usage: tuple[int, int], model: str, path: str
+) -> list[bytes]:
+    """A scripted answer as a stream: its text first, then its calls with the finish.
+
+    Server-sent events for ``?alt=sse`` (in ``path``), else one JSON array.
+    """
+    base = {"modelVersion": model, "responseId": f"faux-{seq}"}
+    chunks: list[dict[str, Any]] = []
+    if response.text and response.tool_calls:
+        text_only = type(response)(text=response.text)
+        chunks.append({**base, "candidates": [gemini_candidate(text_only, final=False)]})
+        rest = type(response)(tool_calls=response.tool_calls, stop_reason=response.stop_reason)
+        last = gemini_candidate(rest)
+    else:
+        last = gemini_candidate(response)
+    chunks.append({**base, "candidates": [last], "usageMetadata": gemini.usage_metadata(*usage)})
+    return gemini.frame(chunks, sse=path.endswith("?alt=sse"))

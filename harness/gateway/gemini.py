@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs
 
 import httpx
@@ -40,9 +40,6 @@ from harness.gateway.providers import (
 from harness.gateway.usage import estimate_tokens, sse_payloads, strict_json, text_chars
 from harness.models.catalog import ModelSpec, default_base_url
 
-if TYPE_CHECKING:
-    from harness.gateway.faux import FauxResponse
-
 #: The API name of the Gemini routes (``ModelSpec.api``, ``ProviderCall.api``).
 GEMINI_API = "gemini"
 #: Where the Gemini API lives under the gateway (and under Google's endpoint).
@@ -53,7 +50,6 @@ _CALL = re.compile(
 )
 _COUNT = re.compile(r"^/v1beta/models/(?P<model>[A-Za-z0-9._@-]+):countTokens$")
 _MODEL = re.compile(r"^/v1beta/models/(?P<model>[A-Za-z0-9._@-]+)$")
-_FINISH = {"stop": "STOP", "tool_use": "STOP", "length": "MAX_TOKENS"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,24 +190,6 @@ def error(status: int, message: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def faux_candidate(response: FauxResponse, *, final: bool = True) -> dict[str, Any]:
-    """A scripted answer as one Gemini candidate: text and ``functionCall`` parts."""
-    parts: list[dict[str, Any]] = []
-    if response.text:
-        parts.append({"text": response.text})
-    for call in response.tool_calls:
-        function: dict[str, Any] = {"name": call.name, "args": call.arguments}
-        if call.id:
-            function["id"] = call.id
-        parts.append({"functionCall": function})
-    if not parts:
-        parts.append({"text": ""})
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
-    if final:
-        candidate["finishReason"] = _FINISH.get(response.stop, "STOP")
-    return candidate
-
-
 def usage_metadata(input_tokens: int, output_tokens: int) -> dict[str, int]:
     """A Gemini ``usageMetadata`` object."""
     return {
@@ -219,38 +197,6 @@ def usage_metadata(input_tokens: int, output_tokens: int) -> dict[str, int]:
         "candidatesTokenCount": output_tokens,
         "totalTokenCount": input_tokens + output_tokens,
     }
-
-
-def faux_body(
-    response: FauxResponse, seq: int, usage: tuple[int, int], model: str
-) -> dict[str, Any]:
-    """A scripted answer as a whole ``GenerateContentResponse``."""
-    return {
-        "candidates": [faux_candidate(response)],
-        "usageMetadata": usage_metadata(*usage),
-        "modelVersion": model,
-        "responseId": f"faux-{seq}",
-    }
-
-
-def faux_stream(
-    response: FauxResponse, seq: int, usage: tuple[int, int], model: str, path: str
-) -> list[bytes]:
-    """A scripted answer as a stream: its text first, then its calls with the finish.
-
-    Server-sent events for ``?alt=sse`` (in ``path``), else one JSON array.
-    """
-    base = {"modelVersion": model, "responseId": f"faux-{seq}"}
-    chunks: list[dict[str, Any]] = []
-    if response.text and response.tool_calls:
-        text_only = type(response)(text=response.text)
-        chunks.append({**base, "candidates": [faux_candidate(text_only, final=False)]})
-        rest = type(response)(tool_calls=response.tool_calls, stop_reason=response.stop_reason)
-        last = faux_candidate(rest)
-    else:
-        last = faux_candidate(response)
-    chunks.append({**base, "candidates": [last], "usageMetadata": usage_metadata(*usage)})
-    return frame(chunks, sse=path.endswith("?alt=sse"))
 
 
 def frame(chunks: Sequence[Any], *, sse: bool) -> list[bytes]:
@@ -389,8 +335,6 @@ __all__ = [
     "describe_model",
     "endpoint_api",
     "error",
-    "faux_body",
-    "faux_stream",
     "gateway_path",
     "local_answer",
     "query_key",

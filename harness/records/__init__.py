@@ -1,5 +1,9 @@
 """Trial records (:mod:`.model`) and the run dir's ``trials.jsonl`` (:mod:`.store`).
 
+Beside them: every run-dir path (:mod:`.layout`), the one run-dir reader (:mod:`.run`),
+the run's metrics (:mod:`.metrics`), its live status (:mod:`.status`) and the trial
+transcript (:mod:`.transcript`).
+
 See docs/run-dir.md for the record schema (a contract: fields are added, never renamed).
 """
 

@@ -25,16 +25,14 @@ from pydantic import ValidationError
 
 from harness.errors import CorruptRecordError
 from harness.records.atomic import fsync_dir, write_bytes_atomic
+from harness.records.layout import TRIALS_FILENAME, TRIALS_LOCK_FILENAME
 from harness.records.lines import parse_record, record_line
 from harness.records.model import TrialRecord
 
 logger = logging.getLogger(__name__)
 
-TRIALS_FILENAME = "trials.jsonl"
-"""Name of the trial-record file inside a run directory."""
-
-LOCK_FILENAME = "trials.jsonl.lock"
-"""Name of the lock file guarding :data:`TRIALS_FILENAME`."""
+LOCK_FILENAME = TRIALS_LOCK_FILENAME
+"""The lock file guarding :data:`TRIALS_FILENAME` (this module's name for it, kept public)."""
 
 
 @dataclass(frozen=True)

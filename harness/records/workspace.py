@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.records.store import TRIALS_FILENAME
+from harness.records.layout import TRIALS_FILENAME, WORKSPACE_DIRNAME
 from sandbox.beneath import (
     SHA256_RE,
     ReadResult,
@@ -43,8 +43,6 @@ from sandbox.beneath import (
     walk_beneath,
 )
 from sandbox.evidence_diff import MANIFEST_NAME, OBJECTS_DIR
-
-WORKSPACE_DIRNAME = "workspace"
 
 #: How deep an evidence dir lies under its run dir (``trials/<id>/agents/<name>``).
 _MAX_NESTING = 4

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import TrialRecord
+from harness.records.layout import VERIFIER_DIRNAME
 from harness.records.workspace import read_manifest
 from harness.report.changes import WORKSPACE_DIRNAME, agent_changes
 from harness.report.clip import Limits, clip_deep, clip_text, read_text_capped
@@ -35,8 +36,6 @@ from sandbox.beneath import is_dir_beneath, is_file_beneath, walk_beneath
 
 __all__ = ["VERIFIER_DIRNAME", "attempt_evidence", "trial_detail"]
 
-VERIFIER_DIRNAME = "verifier"
-"""The verifier's output dir inside an evidence dir."""
 
 _STRUCTURED = {TRANSCRIPT_FILENAME, SESSION_FILENAME, MODEL_CALLS_FILENAME}
 

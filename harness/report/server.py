@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from harness.records.layout import ATTEMPTS_DIRNAME, TRIALS_DIRNAME
 from harness.report.bundle import build_index
 from harness.report.clip import Limits
 from harness.report.evidence import trial_detail
@@ -36,7 +37,7 @@ from sandbox.beneath import read_beneath
 
 __all__ = ["ViewServer", "make_server"]
 
-RAW_ROOTS = ("trials", "attempts")
+RAW_ROOTS = (TRIALS_DIRNAME, ATTEMPTS_DIRNAME)
 """The run-dir folders whose files ``/api/raw`` serves (the evidence, nothing else)."""
 
 RAW_LIMIT = 64 * 1024 * 1024

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.metrics import Summary
 from harness.records import TrialRecord
+from harness.records.metrics import Summary
+from harness.records.status import RunState
 from harness.runner.resume import ResumePlan
-from harness.status import RunState
 
 
 @dataclass(frozen=True)

@@ -26,21 +26,22 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from harness.config import CONFIG_FILENAME, RunConfig, save_config
+from harness.config import RunConfig, save_config
 from harness.datasets import write_lock
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS, DiskFull
 from harness.failpoints import kill_point
 from harness.gateway import Gateway
-from harness.metrics import Summary, summarize
-from harness.model_access import start_gateway
 from harness.records import TrialRecord, TrialStore, latest_by_id
+from harness.records.layout import CONFIG_FILENAME, STATUS_FILENAME, SUMMARY_FILENAME
+from harness.records.metrics import Summary, summarize
+from harness.records.status import RunState, StatusWriter
 from harness.runner.events import RunEvents, RunOutcome, RunStart
 from harness.runner.faults import DiskGuard, Halt, Halting, disk_error, disk_halt
 from harness.runner.interrupts import Interrupts
+from harness.runner.model_access import start_gateway
 from harness.runner.outage import EngineWatch, watch_engine
 from harness.runner.prepare import PreparedRun, versions
 from harness.runner.rundir import (
-    SUMMARY_FILENAME,
     RunLog,
     close_backend,
     create_run_dir,
@@ -51,7 +52,6 @@ from harness.runner.rundir import (
     write_summary,
 )
 from harness.runner.scheduler import AgentGate, NotRun, TrialRunner
-from harness.status import STATUS_FILENAME, RunState, StatusWriter
 from harness.trial import TrialCountdown, TrialPlan, TrialSettings
 
 ABORT_GRACE_SEC = 10.0

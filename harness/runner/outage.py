@@ -25,9 +25,9 @@ from pathlib import Path
 from harness.backends.base import SandboxBackend
 from harness.episodes.records import failure_errors
 from harness.records import TrialRecord
+from harness.records.status import RunState
 from harness.runner.events import RunEvents
 from harness.runner.faults import Halting, engine_halt
-from harness.status import RunState
 
 HEARTBEAT_SEC = 1.0
 """How often the engine is asked whether it answers while it does."""

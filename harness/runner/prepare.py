@@ -18,19 +18,20 @@ from pathlib import Path
 
 from filelock import FileLock
 
-import harness
+from harness._version import __version__
 from harness.agents.kinds import Agent
+from harness.agents.registry import build_agent
 from harness.backends.base import SandboxBackend
+from harness.backends.registry import open_backend
 from harness.config import RunConfig
 from harness.datasets import DatasetsLock, Resolved, materialize, read_lock, resolve
 from harness.datasets.lock import lock_path
 from harness.episodes.run import EnvSetup
 from harness.errors import CorruptRecordError, ResumeError, UsageError
 from harness.executors.base import TrialExecutor
+from harness.executors.registry import open_executor
 from harness.judges import JudgePanel, build_panel
-from harness.model_access import resolve_model
 from harness.models.selection import ModelChoice
-from harness.plugins import build_agent, open_backend, open_executor
 from harness.records import StoreSnapshot
 from harness.runner.env_check import (
     check_tasks,
@@ -39,6 +40,7 @@ from harness.runner.env_check import (
     prepare_env,
     refuse_executor,
 )
+from harness.runner.model_access import resolve_model
 from harness.runner.plan import plan_trials, select_tasks, slug
 from harness.runner.resume import DEFAULT_RERUN_STATUSES, ResumePlan, read_for_resume
 from harness.runner.rundir import lock_run_dir, refuse_non_empty
@@ -108,7 +110,7 @@ def run_name(taskset: str, model: str | None, agent: str) -> str:
 def versions(config: RunConfig) -> dict[str, str]:
     """Versions that make a record reproducible."""
     return {
-        "harness": harness.__version__,
+        "harness": __version__,
         "python": platform.python_version(),
         "sandbox": config.sandbox.backend,
         "platform": platform.platform(),

@@ -1,6 +1,6 @@
 """Run dir housekeeping: the lock, one log per invocation, tidying before trials, summary.
 
-Layout (see ``docs/run-dir.md``)::
+The paths are named in :mod:`harness.records.layout`. Layout (see ``docs/run-dir.md``)::
 
     <output-dir>/<run-name>/
       config.toml        the resolved config ([run]) and [versions]; never a secret
@@ -32,19 +32,19 @@ from filelock import FileLock, Timeout
 from harness.backends.base import SandboxBackend
 from harness.config import RunConfig
 from harness.errors import UsageError
-from harness.metrics import Summary, summarize
 from harness.records import CompactReport, StoreSnapshot, TrialRecord, TrialStore, write_json_atomic
+from harness.records.layout import (
+    LOG_FILENAME,
+    LOGS_DIRNAME,
+    RUN_LOCK_FILENAME,
+    STATUS_FILENAME,
+    SUMMARY_FILENAME,
+)
+from harness.records.metrics import Summary, summarize
 from harness.runner.events import RunEvents
-from harness.status import STATUS_FILENAME
 
-LOCK_FILENAME = "run.lock"
-"""Held (flock) by the harness process working on a run dir."""
-LOGS_DIRNAME = "logs"
-"""Per-invocation logs live in ``logs/invocation_N/``."""
-SUMMARY_FILENAME = "summary.json"
-"""The run's metrics."""
-LOG_FILENAME = "eval.log"
-"""One invocation's log (``eval.log`` at the top follows the latest)."""
+LOCK_FILENAME = RUN_LOCK_FILENAME
+"""Held (flock) by the harness process working on a run dir (this module's name, kept public)."""
 
 #: ``invocation_N``, or harness 0.1's ``attempt_N`` (the same thing, under an older name).
 _INVOCATION_DIR = re.compile(r"^(?:invocation|attempt)_(\d+)$")

@@ -32,7 +32,6 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 
 from harness.config import RetryConfig
 from harness.episodes.records import failure_errors, with_history
@@ -48,17 +47,16 @@ from harness.records import (
     TrialStatus,
     TrialStore,
 )
+from harness.records.layout import ATTEMPTS_DIRNAME, attempt_evidence_dir, trial_evidence_dir
+from harness.records.status import RunState
 from harness.runner.faults import DiskGuard, Halting, disk_error
 from harness.runner.outage import EngineWatch
-from harness.status import RunState
 from harness.trial import TrialPlan, TrialSettings, run_trial
 from sandbox.pathnames import escape
 
 AttemptRunner = Callable[[TrialPlan, TrialSettings, int], TrialRecord]
 """Runs one attempt of a trial to its record (the run's executor)."""
 
-ATTEMPTS_DIRNAME = "attempts"
-"""Where retried attempts' evidence is kept inside a run dir."""
 RECORD_NOT_WRITTEN = "RecordNotWritten"
 """The error type of a fallback record: the attempt's own record could not be written."""
 ATTEMPT_RAISED = "AttemptRaised"
@@ -168,8 +166,8 @@ class TrialRunner:
     def _keep_evidence(self, trial_id: str, attempt: int) -> str | None:
         """Move ``trials/<id>`` to ``attempts/<id>/<attempt>``; return it (run-dir relative)."""
         run_dir = self.settings.run_dir
-        source = run_dir / "trials" / trial_id
-        relative = Path(ATTEMPTS_DIRNAME) / trial_id / str(attempt)
+        source = run_dir / trial_evidence_dir(trial_id)
+        relative = attempt_evidence_dir(trial_id, attempt)
         target = run_dir / relative
         if target.exists():
             # Kept by an invocation that died before recording the next attempt.

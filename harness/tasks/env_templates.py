@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
-    from harness.tasks.loader import Task
+    from harness.tasks.task import Task
 
 __all__ = [
     "EnvTemplateError",

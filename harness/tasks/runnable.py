@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import TaskError, TaskSetError, UsageError
 from harness.tasks.env_templates import EnvTemplateError, resolve_task_env
-from harness.tasks.loader import Task, TaskError, TaskSetError, check_tasks
+from harness.tasks.loader import check_tasks
+from harness.tasks.task import Task
 from sandbox.credentials import CredentialStore
 
 __all__ = ["SkippedTasks", "load_runnable_tasks", "resolve_tasks_env"]

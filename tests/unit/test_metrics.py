@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness.metrics import (
+from harness.records import AgentRef, SandboxRef, TaskRef, TrialRecord, TrialStatus, Usage
+from harness.records.metrics import (
     _binomial,
     _multinomial,
     bootstrap_ci,
@@ -19,7 +20,6 @@ from harness.metrics import (
     pass_hat_k,
     summarize,
 )
-from harness.records import AgentRef, SandboxRef, TaskRef, TrialRecord, TrialStatus, Usage
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 

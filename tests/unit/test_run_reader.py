@@ -1,0 +1,104 @@
+"""The one run-dir reader (harness.records.run): what every caller sees of a forged run dir.
+
+The API's ``load_run``, the report and the experiments read through it; these tests plant
+hostile files in a real run dir (FIFOs, links out of it, oversized files) and check what is
+read, from outside: a FIFO that were opened would hang the test, a followed link would leak
+the canary's value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from harness.records import (
+    AgentRef,
+    SandboxRef,
+    TaskRef,
+    TrialRecord,
+    TrialStatus,
+    TrialStore,
+    layout,
+)
+from harness.records.run import evidence_path, read_run, read_summary
+
+T0 = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
+
+
+def _record(trial_id: str) -> TrialRecord:
+    return TrialRecord(
+        id=trial_id,
+        task=TaskRef(name="t", key="t", hash="h", path="/nonexistent"),
+        agent=AgentRef(name="nop"),
+        sandbox=SandboxRef(backend="local"),
+        status=TrialStatus.COMPLETED,
+        ok=True,
+        reward=1.0,
+        started_at=T0,
+        finished_at=T0 + timedelta(seconds=1),
+    )
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / layout.CONFIG_FILENAME).write_text(
+        '[run]\nthreshold = 0.5\n[versions]\nharness = "x"\n'
+    )
+    store = TrialStore(run_dir)
+    store.append(_record("a"))
+    store.append(_record("b"))
+    return run_dir
+
+
+def test_reads_an_honest_run_dir(tmp_path: Path) -> None:
+    run_dir = _run_dir(tmp_path)
+    (run_dir / layout.SUMMARY_FILENAME).write_text(json.dumps({"planned": 3}))
+    (run_dir / layout.STATUS_FILENAME).write_text(json.dumps({"state": "running"}))
+    read = read_run(run_dir)
+    assert [r.id for r in read.records] == ["a", "b"]
+    assert read.config == {"threshold": 0.5} and read.versions == {"harness": "x"}
+    assert read.planned == 3 and read.running
+
+
+def test_forged_own_files_read_as_missing(tmp_path: Path) -> None:
+    run_dir = _run_dir(tmp_path)
+    canary = tmp_path / "canary.json"
+    canary.write_text(json.dumps({"state": "running", "planned": 99}))
+    os.mkfifo(run_dir / layout.SUMMARY_FILENAME)  # opened, it would block for ever
+    (run_dir / layout.STATUS_FILENAME).symlink_to(canary)  # followed, it would leak
+    read = read_run(run_dir)
+    assert read.summary is None and read.planned is None
+    assert read.status is None and not read.running
+    assert read_summary(run_dir) is None
+
+
+def test_summary_over_the_cap_reads_as_missing(tmp_path: Path) -> None:
+    run_dir = _run_dir(tmp_path)
+    (run_dir / layout.SUMMARY_FILENAME).write_text(json.dumps({"planned": 2, "pad": "x" * 4096}))
+    assert read_run(run_dir, summary_cap=1024).summary is None
+    assert read_run(run_dir).planned == 2
+
+
+def test_linked_trials_file_is_refused(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(_record("x").model_dump_json() + "\n")
+    (run_dir / layout.TRIALS_FILENAME).symlink_to(outside)
+    with pytest.raises(OSError):
+        read_run(run_dir)
+
+
+@pytest.mark.parametrize("relative", ["/etc", "../x", "trials/../../x", "a/./b"])
+def test_forged_evidence_dirs_lie_nowhere(tmp_path: Path, relative: str) -> None:
+    assert evidence_path(tmp_path, relative, "t") is None
+
+
+def test_default_evidence_dir_is_the_layouts(tmp_path: Path) -> None:
+    assert evidence_path(tmp_path, None, "t1") == tmp_path / layout.trial_evidence_dir("t1")
+    assert evidence_path(tmp_path, None, "..") is None
