@@ -306,3 +306,27 @@ def test_a_failed_cli_run_is_an_agent_error_with_the_clis_own_message(
     assert "scripted refusal" in message or "No more faux responses queued" in message
     session = [json.loads(line) for line in (run.evidence(record) / "session.jsonl").open()]
     assert session[-1]["type"] == "end" and session[-1]["ok"] is False
+
+
+@pytest.mark.parametrize("cli", CLI_PARAMS)
+def test_an_instruction_that_looks_like_an_option_is_the_prompt(cli: str, tmp_path: Path) -> None:
+    """An instruction starting with "-" reaches the model as the prompt, not as a flag."""
+    spec = CLIS[cli]
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    script = {
+        "responses": [
+            spec.shell_call("printf 'Hello, world!\\n' > hello.txt"),
+            {"text": "Created hello.txt."},
+        ]
+    }
+    tasks = _task_set(tmp_path, script, spec.api)
+    instruction = "--version -p: write hello.txt containing 'Hello, world!'\n"
+    (tasks / "hello-file" / "instruction.md").write_text(instruction)
+    run_dir = _run(tmp_path, "local", cli, tasks, canary)
+    run = read_run_dir(run_dir)
+    [record] = run.records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 1
+    evidence = run.evidence(record)
+    [first, *_] = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
+    assert "--version -p: write hello.txt" in json.dumps(first["request"]), first

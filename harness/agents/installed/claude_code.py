@@ -46,7 +46,6 @@ class ClaudeCode(InstalledAgent):
         return [
             self.executable(),
             "-p",
-            task.instruction,
             "--output-format",
             "stream-json",
             "--verbose",
@@ -54,6 +53,9 @@ class ClaudeCode(InstalledAgent):
             "--dangerously-skip-permissions",
             "--model",
             self.model.upstream,
+            # After "--": an instruction starting with "-" is the prompt, never an option.
+            "--",
+            task.instruction,
         ]
 
     def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
