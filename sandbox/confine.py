@@ -1,5 +1,63 @@
-"""Moved to :mod:`sandbox.inside.confine` (the in-sandbox folder); re-exported here."""
+"""Moved to :mod:`sandbox.inside.confine` (the in-sandbox folder); re-exported here.
 
-from sandbox.inside.confine import PostureError, erase_environ
+The file shipped into a sandbox is ``sandbox/inside/confine.py``; this module only keeps
+the old import path.
+"""
 
-__all__ = ["PostureError", "erase_environ"]
+from sandbox.inside.confine import (
+    FILTER_ERROR,
+    FILTER_PROGRAM,
+    LIBC,
+    PR_CAP_AMBIENT,
+    PR_CAP_AMBIENT_IS_SET,
+    PR_CAPBSET_DROP,
+    PR_GET_NO_NEW_PRIVS,
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    PR_SET_NO_NEW_PRIVS,
+    PR_SET_PDEATHSIG,
+    PostureError,
+    check,
+    check_unreadable,
+    confine,
+    drop_bounding_set,
+    drop_privileges,
+    erase_environ,
+    install_filter,
+    last_cap,
+    observe,
+    prctl,
+    read_status,
+    set_rlimits,
+    verify_dropped,
+    verify_seccomp,
+)
+
+__all__ = [
+    "FILTER_ERROR",
+    "FILTER_PROGRAM",
+    "LIBC",
+    "PR_CAPBSET_DROP",
+    "PR_CAP_AMBIENT",
+    "PR_CAP_AMBIENT_IS_SET",
+    "PR_GET_NO_NEW_PRIVS",
+    "PR_SET_CHILD_SUBREAPER",
+    "PR_SET_DUMPABLE",
+    "PR_SET_NO_NEW_PRIVS",
+    "PR_SET_PDEATHSIG",
+    "PostureError",
+    "check",
+    "check_unreadable",
+    "confine",
+    "drop_bounding_set",
+    "drop_privileges",
+    "erase_environ",
+    "install_filter",
+    "last_cap",
+    "observe",
+    "prctl",
+    "read_status",
+    "set_rlimits",
+    "verify_dropped",
+    "verify_seccomp",
+]

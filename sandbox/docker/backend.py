@@ -50,6 +50,9 @@ from sandbox.docker.container import (
     ContainerSite,
     create_args,
 )
+from sandbox.docker.container import (
+    SUPERVISOR_CAPS as SUPERVISOR_CAPS,  # re-exported: its old home
+)
 from sandbox.docker.gpus import no_gpu_error
 from sandbox.docker.images import ImageRequest
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
