@@ -1,8 +1,9 @@
 """A Python runtime of the harness's own for Python agent CLIs (mini-swe-agent, aider).
 
 A Python agent must not run on the image's Python: a task image may have none, or one of
-another version, or one the task planted. PyPI hosts no relocatable CPython interpreter
-(its packages that "install Python" download one from elsewhere at run time), so the
+another version, or one the task planted. no PyPI package we found ships a relocatable
+CPython interpreter (``pbs-installer``, ``getpybs`` and ``portable-python`` download or
+build one from GitHub at run time), so the
 runtime is the host's own CPython, the one the harness runs on, *relocated* into the
 agent's cache entry with everything it loads:
 
