@@ -62,8 +62,6 @@ def test_aider_solves_the_task_through_the_gateway(
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [_whole("hello.txt", "Hello, world!\n")]}
     tasks = _task_set(tmp_path, script, "openai-chat")
-    # A workspace config must not reconfigure aider (its gateway, its key, its commands).
-    workspace = tasks / "hello-file" / "environment"
     run_dir = _run(tmp_path, backend, AGENT, tasks, canary)
     run = read_run_dir(run_dir)
     [record] = run.records
@@ -73,7 +71,6 @@ def test_aider_solves_the_task_through_the_gateway(
     assert agent["name"] == AGENT and agent["version"] == VERSION
     assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
     evidence = run.evidence(record)
-    assert workspace.is_dir()
 
     # Its own chat and LLM histories are kept, and converted: the transcript holds the edit.
     history = (evidence / "agent-logs" / AGENT / "chat-history.md").read_text()
@@ -83,6 +80,11 @@ def test_aider_solves_the_task_through_the_gateway(
     first = transcript[0]
     assert first["type"] == "message" and first["role"] == "user"
     assert first["content"] == (EXAMPLES / "hello-file" / "instruction.md").read_text()
+    replies = [e for e in transcript if e["type"] == "message" and e["role"] == "assistant"]
+    # The model's reply, and nothing of aider's start-up output (its echoed command line).
+    assert [r["content"] for r in replies if r["content"]] == [
+        "I will create hello.txt.\n\nhello.txt\n```\nHello, world!\n```"
+    ]
     calls = [e for e in transcript if e["type"] == "tool_call"]
     assert [c["name"] for c in calls] == ["edit"]
     assert calls[0]["arguments"] == {"path": "hello.txt", "content": "Hello, world!\n"}

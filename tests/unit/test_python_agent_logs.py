@@ -92,6 +92,8 @@ CHAT_MD = """\
 # aider chat started at 2026-12-01 23:53:25
 
 > Detected dumb terminal, disabling fancy input and pretty output.<br>
+> aider/__main__.py --model openai/x --message Create a file named `hello.txt`
+containing exactly Hello.<br>
 > Aider v0.86.2<br>
 
 #### Create a file named `hello.txt`<br>

@@ -114,7 +114,8 @@ def convert_chat_history(log: Iterable[str], *, model: str | None) -> list[dict[
     """Aider's chat history (markdown) as ``session.jsonl`` lines.
 
     ``#### `` lines are the user's (the first block, the instruction, is dropped: the
-    harness opens the session with it), ``> `` lines aider's own output (``Applied edit
+    harness opens the session with it; what precedes it is aider's start-up output),
+    ``> `` lines aider's own output (``Applied edit
     to PATH`` an ``edit`` tool call and its result; an error line the end's error), and
     the rest the model's replies.
     """
@@ -180,7 +181,10 @@ def convert_chat_history(log: Iterable[str], *, model: str | None) -> list[dict[
             elif _ERROR.match(said):
                 error = said
             continue
-        text.append(line)
+        if users or user:
+            text.append(line)
+        # else: aider's own start-up output (its command line echoed, the instruction's
+        # lines unquoted after the first), never the model's
     flush_text()
     flush_user()
     lines.append({"type": "end", "ok": error is None, "error": error})
