@@ -21,7 +21,11 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLES, read_run_dir, run_cli
-from docker_support import docker_client, require_image
+
+try:  # issue 23 moves the tests' helpers into tests/support/
+    from support.docker import docker_client, require_image
+except ImportError:
+    from docker_support import docker_client, require_image
 from test_installed_agents import (
     BACKEND_PARAMS,
     CANARY_PREFIX,
