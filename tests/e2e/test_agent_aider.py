@@ -1,0 +1,136 @@
+"""End-to-end: aider, installed by the harness from PyPI, in every sandbox backend.
+
+``harness run TASK --agent aider --model faux/...`` with the real CLI (PyPI ``aider-chat``)
+on the harness's own relocated Python, in the cache shown read-only to the sandbox. The
+faux scripts are written in aider's protocol: its model answers in aider's ``whole`` edit
+format (the file's path on a line, then its whole new content in a fence) through OpenAI
+chat completions, and aider applies the edit. Judged from outside: the record, the
+evidence, the ATIF export, every file of the run dir, and a host listener the sandbox
+must not reach.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import EXAMPLES, read_run_dir, run_cli
+from test_installed_agents import (
+    BACKEND_PARAMS,
+    CANARY_PREFIX,
+    HostListener,
+    _files_holding,
+    _run,
+    listener,
+)
+from test_installed_agents import _task_set as _cli_task_set
+
+AGENT = "aider"
+VERSION = "0.86.2"
+
+#: The agent's own timeout in these tests: a Python CLI that imports litellm starts in
+#: seconds on an idle host, in minutes on a loaded CI machine (never asserted on).
+AGENT_TIMEOUT_SEC = 900
+
+__all__ = ["listener"]  # the fixture, shared with test_installed_agents
+
+
+def _task_set(tmp_path: Path, script: dict[str, Any], api: str) -> Path:
+    """The CLI tests' hello-file copy, with room for the interpreter's start."""
+    tasks = _cli_task_set(tmp_path, script, api)
+    toml = tasks / "hello-file" / "task.toml"
+    text = toml.read_text().replace(
+        "[agent]\ntimeout_sec = 60", f"[agent]\ntimeout_sec = {AGENT_TIMEOUT_SEC}"
+    )
+    assert str(AGENT_TIMEOUT_SEC) in text
+    toml.write_text(text)
+    return tasks
+
+
+def _whole(path: str, content: str) -> dict[str, Any]:
+    """A faux reply in aider's ``whole`` edit format: the path, then the file in a fence."""
+    return {"text": f"I will create {path}.\n\n{path}\n```\n{content}```\n"}
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_aider_solves_the_task_through_the_gateway(
+    backend: str, tmp_path: Path, listener: HostListener
+) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    script = {"responses": [_whole("hello.txt", "Hello, world!\n")]}
+    tasks = _task_set(tmp_path, script, "openai-chat")
+    run_dir = _run(tmp_path, backend, AGENT, tasks, canary)
+    run = read_run_dir(run_dir)
+    [record] = run.records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 1
+    agent = record["agent"]
+    assert agent["name"] == AGENT and agent["version"] == VERSION
+    assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
+    evidence = run.evidence(record)
+
+    # Its own chat and LLM histories are kept, and converted: the transcript holds the edit.
+    history = (evidence / "agent-logs" / AGENT / "chat-history.md").read_text()
+    assert "Applied edit to hello.txt" in history
+    assert (evidence / "agent-logs" / AGENT / "llm-history.txt").stat().st_size
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    first = transcript[0]
+    assert first["type"] == "message" and first["role"] == "user"
+    assert first["content"] == (EXAMPLES / "hello-file" / "instruction.md").read_text()
+    replies = [e for e in transcript if e["type"] == "message" and e["role"] == "assistant"]
+    # The model's reply, and nothing of aider's start-up output (its echoed command line).
+    assert [r["content"] for r in replies if r["content"]] == [
+        "I will create hello.txt.\n\nhello.txt\n```\nHello, world!\n```"
+    ]
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["edit"]
+    assert calls[0]["arguments"] == {"path": "hello.txt", "content": "Hello, world!\n"}
+    assert [e["type"] for e in transcript].count("model_call") == 1
+    results = [e for e in transcript if e["type"] == "tool_result"]
+    assert len(results) == 1 and "error" not in results[0]
+
+    exported = run_cli("export", "--format", "atif", run_dir, timeout=120)
+    assert exported.code == 0, exported
+    atif = json.loads((evidence / "agent" / "trajectory.json").read_text())
+    assert atif["steps"][0]["source"] == "user"
+    tool_steps = [s for s in atif["steps"] if s.get("tool_calls")]
+    assert tool_steps[0]["tool_calls"][0]["function_name"] == "edit"
+    assert "hello.txt" in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])
+
+    # The model was reached only through the gateway (chat completions): aider's own
+    # traffic (analytics, update and model-metadata checks) is off or had no network.
+    model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
+    assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
+        ("POST", "/v1/chat/completions", 200)
+    }
+    assert listener.accepted == 0
+    cache = Path(agent["install"]["path"])
+    assert (cache / "manifest.json").is_file()
+    assert _files_holding(run_dir, canary.encode()) == []
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_aider_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    tasks = _task_set(tmp_path, {"responses": [{"text": "I will not do anything."}]}, "openai-chat")
+    run_dir = _run(tmp_path, backend, AGENT, tasks, canary)
+    [record] = read_run_dir(run_dir).records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 0
+    evidence = read_run_dir(run_dir).evidence(record)
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    assert [e for e in transcript if e["type"] == "tool_call"] == []
+    assert any(
+        e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
+    )
+    assert not (evidence / "workspace" / "hello.txt").exists()
+    assert _files_holding(run_dir, canary.encode()) == []
+
+
+def test_aider_is_listed_with_its_version() -> None:
+    result = run_cli("agents", "list", timeout=120)
+    assert result.code == 0, result
+    assert AGENT in result.stdout and f"(version {VERSION})" in result.stdout

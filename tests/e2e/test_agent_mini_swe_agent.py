@@ -1,0 +1,227 @@
+"""End-to-end: mini-swe-agent, installed by the harness from PyPI, in every sandbox backend.
+
+``harness run TASK --agent mini-swe-agent --model faux/...`` with the real CLI (PyPI
+``mini-swe-agent``) on the harness's own relocated Python, in the cache
+(``$HARNESS_AGENT_CACHE``, else the user's cache dir) shown read-only to the sandbox. The
+faux scripts are written in mini-swe-agent's protocol: its model calls the ``bash`` tool
+(``{"command": ...}``) through OpenAI chat completions, and ends the run by running
+``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` alone. Judged from outside: the record, the
+evidence, the ATIF export, every file of the run dir, and a host listener the sandbox must
+not reach. One case runs it on a task image with no Python at all.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import EXAMPLES, read_run_dir, run_cli
+
+try:  # issue 23 moves the tests' helpers into tests/support/
+    from support.docker import docker_client, require_image
+except ImportError:
+    from support.docker import docker_client, require_image
+from test_installed_agents import (
+    BACKEND_PARAMS,
+    CANARY_PREFIX,
+    HostListener,
+    _files_holding,
+    _probe,
+    _run,
+    listener,
+)
+from test_installed_agents import _task_set as _cli_task_set
+
+AGENT = "mini-swe-agent"
+VERSION = "2.4.6"
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+NO_PYTHON_IMAGE = "harness-test/no-python:bookworm"
+
+#: The agent's own timeout in these tests: a Python CLI that imports litellm starts in
+#: seconds on an idle host, in minutes on a loaded CI machine (never asserted on).
+AGENT_TIMEOUT_SEC = 900
+
+__all__ = ["listener"]  # the fixture, shared with test_installed_agents
+
+
+def _task_set(tmp_path: Path, script: dict[str, Any], api: str) -> Path:
+    """The CLI tests' hello-file copy, with room for the interpreter's start."""
+    tasks = _cli_task_set(tmp_path, script, api)
+    toml = tasks / "hello-file" / "task.toml"
+    text = toml.read_text().replace(
+        "[agent]\ntimeout_sec = 60", f"[agent]\ntimeout_sec = {AGENT_TIMEOUT_SEC}"
+    )
+    assert str(AGENT_TIMEOUT_SEC) in text
+    toml.write_text(text)
+    return tasks
+
+
+def _bash(command: str) -> dict[str, Any]:
+    """A faux response calling mini-swe-agent's ``bash`` tool."""
+    return {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
+
+
+def _solving_script(port: int) -> dict[str, Any]:
+    # mini-swe-agent runs each action with /bin/sh; the probe needs bash's /dev/tcp.
+    return {
+        "responses": [
+            _bash("printf 'Hello, world!\\n' > hello.txt"),
+            _bash(f"bash -c {shlex.quote(_probe(port))}"),
+            _bash(SUBMIT),
+        ]
+    }
+
+
+def _no_python_image() -> str:
+    """harness/base:bookworm with every python3 removed (built here, from local layers)."""
+    client = docker_client()
+    require_image(client)
+    try:
+        client.images.get(NO_PYTHON_IMAGE)
+    except Exception:  # noqa: BLE001 - docker's NotFound; build it
+        dockerfile = (
+            "FROM harness/base:bookworm\n"
+            "RUN rm -rf /usr/bin/python3* /usr/lib/python3* /usr/local/lib/python3* "
+            "&& ! command -v python3\n"
+        )
+        import io
+
+        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=NO_PYTHON_IMAGE, rm=True)
+    return NO_PYTHON_IMAGE
+
+
+#: The hello-file check without python3: the file holds the text, one newline allowed.
+CHECK_WITHOUT_PYTHON = """#!/bin/bash
+VD=${HARNESS_VERIFIER_DIR:-/logs/verifier}
+WS=${HARNESS_WORKSPACE:-$PWD}
+mkdir -p "$VD"
+if [ -f "$WS/hello.txt" ] && [ ! -L "$WS/hello.txt" ] && \\
+   [ "$(cat "$WS/hello.txt")" = "$EXPECTED_TEXT" ]; then echo 1 > "$VD/reward.txt"
+else echo 0 > "$VD/reward.txt"; fi
+"""
+
+
+def _on_image(tasks: Path, image: str) -> None:
+    """Make the task's environment that image, and its check one that needs no python."""
+    task = tasks / "hello-file"
+    (task / "environment" / "Dockerfile").write_text(f"FROM {image}\n")
+    (task / "tests" / "test.sh").write_text(CHECK_WITHOUT_PYTHON)
+
+
+def _check_solved(run_dir: Path, listener: HostListener, canary: str) -> dict[str, Any]:
+    run = read_run_dir(run_dir)
+    [record] = run.records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 1
+    agent = record["agent"]
+    assert agent["name"] == AGENT and agent["version"] == VERSION
+    assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
+    evidence = run.evidence(record)
+
+    # Its own trajectory is kept, and converted: the transcript holds the bash calls.
+    trajectory = json.loads((evidence / "agent-logs" / AGENT / "trajectory.json").read_text())
+    assert trajectory["info"]["exit_status"] == "Submitted"
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    first = transcript[0]
+    assert first["type"] == "message" and first["role"] == "user"
+    assert first["content"] == (EXAMPLES / "hello-file" / "instruction.md").read_text()
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["bash"] * 3
+    assert "hello.txt" in calls[0]["arguments"]["command"]
+    assert calls[2]["arguments"]["command"] == SUBMIT
+    assert [e["type"] for e in transcript].count("model_call") == 3
+    results = [e for e in transcript if e["type"] == "tool_result"]
+    assert len(results) == 3 and "error" not in results[0]
+
+    exported = run_cli("export", "--format", "atif", run_dir, timeout=120)
+    assert exported.code == 0, exported
+    atif = json.loads((evidence / "agent" / "trajectory.json").read_text())
+    assert atif["steps"][0]["source"] == "user"
+    tool_steps = [s for s in atif["steps"] if s.get("tool_calls")]
+    assert tool_steps[0]["tool_calls"][0]["function_name"] == "bash"
+    assert "hello.txt" in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])
+
+    # The model was reached only through the gateway (chat completions), with the token.
+    model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
+    assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
+        ("POST", "/v1/chat/completions", 200)
+    }
+    probe = (evidence / "workspace" / "probe.txt").read_text()
+    assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
+    assert "OPENAI_API_KEY=hgw-" in probe and "LITELLM_LOCAL_MODEL_COST_MAP=True" in probe
+    # The harness's interpreter leaks nothing into the agent's commands.
+    assert "PYTHONHOME=" not in probe and "LD_LIBRARY_PATH=" not in probe
+    assert listener.accepted == 0
+    assert "CACHE-WRITTEN" not in probe
+    cache = Path(agent["install"]["path"])
+    assert (cache / "manifest.json").is_file() and not (cache / "planted").exists()
+    assert _files_holding(run_dir, canary.encode()) == []
+    return record
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_mini_swe_agent_solves_the_task_through_the_gateway(
+    backend: str, tmp_path: Path, listener: HostListener
+) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    tasks = _task_set(tmp_path, _solving_script(listener.port), "openai-chat")
+    _check_solved(_run(tmp_path, backend, AGENT, tasks, canary), listener, canary)
+
+
+@pytest.mark.docker
+def test_mini_swe_agent_runs_on_an_image_with_no_python(
+    tmp_path: Path, listener: HostListener
+) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    tasks = _task_set(tmp_path, _solving_script(listener.port), "openai-chat")
+    _on_image(tasks, _no_python_image())
+    _check_solved(_run(tmp_path, "docker", AGENT, tasks, canary), listener, canary)
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_mini_swe_agent_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    # No tool call is a format error to mini-swe-agent; three in a row end its run.
+    nothing = {"text": "I will not do anything."}
+    tasks = _task_set(tmp_path, {"responses": [nothing] * 3}, "openai-chat")
+    run_dir = _run(tmp_path, backend, AGENT, tasks, canary)
+    [record] = read_run_dir(run_dir).records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 0
+    evidence = read_run_dir(run_dir).evidence(record)
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    assert [e for e in transcript if e["type"] == "tool_call"] == []
+    assert any(
+        e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
+    )
+    assert not (evidence / "workspace" / "hello.txt").exists()
+    assert _files_holding(run_dir, canary.encode()) == []
+
+
+def test_mini_swe_agent_is_listed_with_its_version() -> None:
+    result = run_cli("agents", "list", timeout=120)
+    assert result.code == 0, result
+    assert AGENT in result.stdout and f"(version {VERSION})" in result.stdout
+
+
+def test_a_mini_swe_agent_version_that_cannot_be_had_fails_before_any_trial(
+    tmp_path: Path,
+) -> None:
+    tasks = _task_set(tmp_path, {"responses": [{"text": "x"}]}, "openai-chat")
+    out = tmp_path / "runs"
+    result = run_cli(
+        "run", tasks, "--agent", AGENT, "--model", "faux/cli-script",
+        "--set", "agent.version=0.0.0.999", "-o", out,
+        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""}, timeout=600,
+    )  # fmt: skip
+    assert result.code == 2, result
+    errors = result.error_lines()
+    assert len([line for line in errors if f"cannot install agent {AGENT}" in line]) == 1
+    assert "mini-swe-agent==0.0.0.999" in result.stderr and "agent.version" in result.stderr
+    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+    shutil.rmtree(out, ignore_errors=True)
