@@ -36,6 +36,8 @@ from harness.gateway.providers import (
     ProviderCall,
     ProviderReply,
     json_bytes,
+    relay,
+    whole_reply,
 )
 from harness.gateway.usage import estimate_tokens, sse_payloads, strict_json, text_chars
 from harness.models.catalog import ModelSpec, default_base_url
@@ -270,37 +272,19 @@ class GoogleProvider(Provider):
         content_type = response.headers.get("content-type", "application/json")
         if call.stream and response.status_code < 400 and "event-stream" in content_type:
             if call.path.endswith("?alt=sse"):
-                chunks = self._chunks(response)
+                chunks = relay(response, "google")
             else:
                 chunks, content_type = self._as_array(response), "application/json"
             return ProviderReply(
                 response.status_code, content_type, chunks=chunks, aclose=response.aclose
             )
-        try:
-            body = await _read_capped(response, call.max_response_bytes)
-        except httpx.HTTPError as exc:
-            raise ProviderError(f"google endpoint broke off: {exc}") from None
-        finally:
-            await response.aclose()
-        if body is None:
-            raise ProviderError(
-                f"google answer over the trial's gateway memory cap "
-                f"({call.max_response_bytes} bytes left, gateway.max_memory_mb): not taken in"
-            )
-        return ProviderReply(response.status_code, content_type, body=body)
-
-    async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in response.aiter_bytes():
-                yield chunk
-        except httpx.HTTPError as exc:
-            raise ProviderError(f"google stream broke off: {exc}") from None
+        return await whole_reply(response, content_type, call.max_response_bytes, "google")
 
     async def _as_array(self, response: httpx.Response) -> AsyncIterator[bytes]:
         """The upstream's events re-framed as one JSON array, event by event."""
         pending = b""
         first = True
-        async for chunk in self._chunks(response):
+        async for chunk in relay(response, "google"):
             pending = (pending + chunk).replace(b"\r\n", b"\n")
             blocks = pending.split(b"\n\n")
             pending = blocks.pop()
@@ -314,18 +298,6 @@ class GoogleProvider(Provider):
 
     async def aclose(self) -> None:  # noqa: D102
         await self._client.aclose()
-
-
-async def _read_capped(response: httpx.Response, limit: int | None) -> bytes | None:
-    """The whole body of ``response``, or None once it passes ``limit`` bytes."""
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if limit is not None and size > limit:
-            return None
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 __all__ = [

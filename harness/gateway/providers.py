@@ -149,28 +149,12 @@ class HTTPProvider(Provider):
             return ProviderReply(
                 response.status_code,
                 content_type,
-                chunks=self._chunks(response),
+                chunks=relay(response, self.spec.provider),
                 aclose=response.aclose,
             )
-        try:
-            body = await _read_capped(response, call.max_response_bytes)
-        except httpx.HTTPError as exc:
-            raise ProviderError(f"{self.spec.provider} endpoint broke off: {exc}") from None
-        finally:
-            await response.aclose()
-        if body is None:
-            raise ProviderError(
-                f"{self.spec.provider} answer over the trial's gateway memory cap "
-                f"({call.max_response_bytes} bytes left, gateway.max_memory_mb): not taken in"
-            )
-        return ProviderReply(response.status_code, content_type, body=body)
-
-    async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in response.aiter_bytes():
-                yield chunk
-        except httpx.HTTPError as exc:
-            raise ProviderError(f"{self.spec.provider} stream broke off: {exc}") from None
+        return await whole_reply(
+            response, content_type, call.max_response_bytes, self.spec.provider
+        )
 
     async def aclose(self) -> None:  # noqa: D102
         await self._client.aclose()
@@ -188,6 +172,37 @@ def json_bytes(body: Any) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+async def whole_reply(
+    response: httpx.Response, content_type: str, limit: int | None, who: str
+) -> ProviderReply:
+    """An upstream's whole answer, read within the trial's memory cap, then closed.
+
+    Raises:
+        ProviderError: The upstream broke off, or its answer passed ``limit`` bytes.
+    """
+    try:
+        body = await _read_capped(response, limit)
+    except httpx.HTTPError as exc:
+        raise ProviderError(f"{who} endpoint broke off: {exc}") from None
+    finally:
+        await response.aclose()
+    if body is None:
+        raise ProviderError(
+            f"{who} answer over the trial's gateway memory cap "
+            f"({limit} bytes left, gateway.max_memory_mb): not taken in"
+        )
+    return ProviderReply(response.status_code, content_type, body=body)
+
+
+async def relay(response: httpx.Response, who: str) -> AsyncIterator[bytes]:
+    """An upstream's stream, chunk by chunk; its breaking off is a :class:`ProviderError`."""
+    try:
+        async for chunk in response.aiter_bytes():
+            yield chunk
+    except httpx.HTTPError as exc:
+        raise ProviderError(f"{who} stream broke off: {exc}") from None
 
 
 async def _read_capped(response: httpx.Response, limit: int | None) -> bytes | None:
