@@ -34,20 +34,20 @@ def _source(info: PluginInfo) -> str:
 
 @agents_app.command("list")
 def agents_list() -> None:
-    """List installed agents: name, kind, model use, package, description."""
-    table = _table("name", "kind", "model", "from", "description")
+    """List installed agents: name, kind, model use, pinned version, package, description."""
+    table = _table("name", "kind", "model", "version", "from", "description")
     for info in AGENTS.describe():
         kind = getattr(info.loaded, "kind", "-")
         model = getattr(info.loaded, "model_use", "-")
         summary = info.error or info.summary
-        pinned = getattr(info.loaded, "default_version", "")
-        if pinned and not info.error:
-            summary = f"{summary} (version {pinned})"
-        table.add_row(info.plugin.name, kind, model, _source(info), summary)
+        # An installed CLI's pinned version (agent.version overrides it); "-" for the others.
+        pinned = getattr(info.loaded, "default_version", "") or "-"
+        table.add_row(info.plugin.name, kind, model, pinned, _source(info), summary)
     table.add_row(
         "python:MODULE:CLASS",
         "harness",
         "optional",
+        "-",
         "your code",
         "Trusted Python run in the "
         "harness: its run(context) acts through context.exec and context.chat",

@@ -18,15 +18,17 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLES, read_run_dir, run_cli
-from test_installed_agents import (
+from support.installed_agents import (
     BACKEND_PARAMS,
-    CANARY_PREFIX,
     HostListener,
-    _files_holding,
-    _run,
+    assert_atif_tool_call,
+    files_holding,
+    listed_with_version,
     listener,
+    run_agent,
+    task_set,
 )
-from test_installed_agents import _task_set as _cli_task_set
+from test_installed_agents import CANARY_PREFIX
 
 AGENT = "aider"
 VERSION = "0.86.2"
@@ -35,19 +37,12 @@ VERSION = "0.86.2"
 #: seconds on an idle host, in minutes on a loaded CI machine (never asserted on).
 AGENT_TIMEOUT_SEC = 900
 
-__all__ = ["listener"]  # the fixture, shared with test_installed_agents
+__all__ = ["listener"]  # the fixture, from tests/support/installed_agents.py
 
 
 def _task_set(tmp_path: Path, script: dict[str, Any], api: str) -> Path:
     """The CLI tests' hello-file copy, with room for the interpreter's start."""
-    tasks = _cli_task_set(tmp_path, script, api)
-    toml = tasks / "hello-file" / "task.toml"
-    text = toml.read_text().replace(
-        "[agent]\ntimeout_sec = 60", f"[agent]\ntimeout_sec = {AGENT_TIMEOUT_SEC}"
-    )
-    assert str(AGENT_TIMEOUT_SEC) in text
-    toml.write_text(text)
-    return tasks
+    return task_set(tmp_path, script, api, agent_timeout_sec=AGENT_TIMEOUT_SEC)
 
 
 def _whole(path: str, content: str) -> dict[str, Any]:
@@ -62,7 +57,7 @@ def test_aider_solves_the_task_through_the_gateway(
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [_whole("hello.txt", "Hello, world!\n")]}
     tasks = _task_set(tmp_path, script, "openai-chat")
-    run_dir = _run(tmp_path, backend, AGENT, tasks, canary)
+    run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
     run = read_run_dir(run_dir)
     [record] = run.records
     assert record["status"] == "completed", record["errors"]
@@ -92,13 +87,7 @@ def test_aider_solves_the_task_through_the_gateway(
     results = [e for e in transcript if e["type"] == "tool_result"]
     assert len(results) == 1 and "error" not in results[0]
 
-    exported = run_cli("export", "--format", "atif", run_dir, timeout=120)
-    assert exported.code == 0, exported
-    atif = json.loads((evidence / "agent" / "trajectory.json").read_text())
-    assert atif["steps"][0]["source"] == "user"
-    tool_steps = [s for s in atif["steps"] if s.get("tool_calls")]
-    assert tool_steps[0]["tool_calls"][0]["function_name"] == "edit"
-    assert "hello.txt" in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])
+    assert_atif_tool_call(run_dir, evidence, "edit", "hello.txt")
 
     # The model was reached only through the gateway (chat completions): aider's own
     # traffic (analytics, update and model-metadata checks) is off or had no network.
@@ -109,14 +98,14 @@ def test_aider_solves_the_task_through_the_gateway(
     assert listener.accepted == 0
     cache = Path(agent["install"]["path"])
     assert (cache / "manifest.json").is_file()
-    assert _files_holding(run_dir, canary.encode()) == []
+    assert files_holding(run_dir, canary.encode()) == []
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 def test_aider_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     tasks = _task_set(tmp_path, {"responses": [{"text": "I will not do anything."}]}, "openai-chat")
-    run_dir = _run(tmp_path, backend, AGENT, tasks, canary)
+    run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
     [record] = read_run_dir(run_dir).records
     assert record["status"] == "completed", record["errors"]
     assert record["reward"] == 0
@@ -127,10 +116,10 @@ def test_aider_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None
         e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
     )
     assert not (evidence / "workspace" / "hello.txt").exists()
-    assert _files_holding(run_dir, canary.encode()) == []
+    assert files_holding(run_dir, canary.encode()) == []
 
 
 def test_aider_is_listed_with_its_version() -> None:
     result = run_cli("agents", "list", timeout=120)
     assert result.code == 0, result
-    assert AGENT in result.stdout and f"(version {VERSION})" in result.stdout
+    assert listed_with_version(result.stdout, AGENT, VERSION), result.stdout

@@ -21,21 +21,19 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLES, read_run_dir, run_cli
-
-try:  # issue 23 moves the tests' helpers into tests/support/
-    from support.docker import docker_client, require_image
-except ImportError:
-    from support.docker import docker_client, require_image
-from test_installed_agents import (
+from support.docker import docker_client, require_image
+from support.installed_agents import (
     BACKEND_PARAMS,
-    CANARY_PREFIX,
     HostListener,
-    _files_holding,
-    _probe,
-    _run,
+    assert_atif_tool_call,
+    files_holding,
+    listed_with_version,
     listener,
+    probe_command,
+    run_agent,
+    task_set,
 )
-from test_installed_agents import _task_set as _cli_task_set
+from test_installed_agents import CANARY_PREFIX
 
 AGENT = "mini-swe-agent"
 VERSION = "2.4.6"
@@ -46,19 +44,12 @@ NO_PYTHON_IMAGE = "harness-test/no-python:bookworm"
 #: seconds on an idle host, in minutes on a loaded CI machine (never asserted on).
 AGENT_TIMEOUT_SEC = 900
 
-__all__ = ["listener"]  # the fixture, shared with test_installed_agents
+__all__ = ["listener"]  # the fixture, from tests/support/installed_agents.py
 
 
 def _task_set(tmp_path: Path, script: dict[str, Any], api: str) -> Path:
     """The CLI tests' hello-file copy, with room for the interpreter's start."""
-    tasks = _cli_task_set(tmp_path, script, api)
-    toml = tasks / "hello-file" / "task.toml"
-    text = toml.read_text().replace(
-        "[agent]\ntimeout_sec = 60", f"[agent]\ntimeout_sec = {AGENT_TIMEOUT_SEC}"
-    )
-    assert str(AGENT_TIMEOUT_SEC) in text
-    toml.write_text(text)
-    return tasks
+    return task_set(tmp_path, script, api, agent_timeout_sec=AGENT_TIMEOUT_SEC)
 
 
 def _bash(command: str) -> dict[str, Any]:
@@ -71,7 +62,7 @@ def _solving_script(port: int) -> dict[str, Any]:
     return {
         "responses": [
             _bash("printf 'Hello, world!\\n' > hello.txt"),
-            _bash(f"bash -c {shlex.quote(_probe(port))}"),
+            _bash(f"bash -c {shlex.quote(probe_command(port))}"),
             _bash(SUBMIT),
         ]
     }
@@ -138,13 +129,7 @@ def _check_solved(run_dir: Path, listener: HostListener, canary: str) -> dict[st
     results = [e for e in transcript if e["type"] == "tool_result"]
     assert len(results) == 3 and "error" not in results[0]
 
-    exported = run_cli("export", "--format", "atif", run_dir, timeout=120)
-    assert exported.code == 0, exported
-    atif = json.loads((evidence / "agent" / "trajectory.json").read_text())
-    assert atif["steps"][0]["source"] == "user"
-    tool_steps = [s for s in atif["steps"] if s.get("tool_calls")]
-    assert tool_steps[0]["tool_calls"][0]["function_name"] == "bash"
-    assert "hello.txt" in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])
+    assert_atif_tool_call(run_dir, evidence, "bash", "hello.txt")
 
     # The model was reached only through the gateway (chat completions), with the token.
     model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
@@ -160,7 +145,7 @@ def _check_solved(run_dir: Path, listener: HostListener, canary: str) -> dict[st
     assert "CACHE-WRITTEN" not in probe
     cache = Path(agent["install"]["path"])
     assert (cache / "manifest.json").is_file() and not (cache / "planted").exists()
-    assert _files_holding(run_dir, canary.encode()) == []
+    assert files_holding(run_dir, canary.encode()) == []
     return record
 
 
@@ -170,7 +155,7 @@ def test_mini_swe_agent_solves_the_task_through_the_gateway(
 ) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     tasks = _task_set(tmp_path, _solving_script(listener.port), "openai-chat")
-    _check_solved(_run(tmp_path, backend, AGENT, tasks, canary), listener, canary)
+    _check_solved(run_agent(tmp_path, backend, AGENT, tasks, canary), listener, canary)
 
 
 @pytest.mark.docker
@@ -180,7 +165,7 @@ def test_mini_swe_agent_runs_on_an_image_with_no_python(
     canary = CANARY_PREFIX + secrets.token_hex(20)
     tasks = _task_set(tmp_path, _solving_script(listener.port), "openai-chat")
     _on_image(tasks, _no_python_image())
-    _check_solved(_run(tmp_path, "docker", AGENT, tasks, canary), listener, canary)
+    _check_solved(run_agent(tmp_path, "docker", AGENT, tasks, canary), listener, canary)
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
@@ -189,7 +174,7 @@ def test_mini_swe_agent_that_does_nothing_gets_zero(backend: str, tmp_path: Path
     # No tool call is a format error to mini-swe-agent; three in a row end its run.
     nothing = {"text": "I will not do anything."}
     tasks = _task_set(tmp_path, {"responses": [nothing] * 3}, "openai-chat")
-    run_dir = _run(tmp_path, backend, AGENT, tasks, canary)
+    run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
     [record] = read_run_dir(run_dir).records
     assert record["status"] == "completed", record["errors"]
     assert record["reward"] == 0
@@ -200,13 +185,13 @@ def test_mini_swe_agent_that_does_nothing_gets_zero(backend: str, tmp_path: Path
         e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
     )
     assert not (evidence / "workspace" / "hello.txt").exists()
-    assert _files_holding(run_dir, canary.encode()) == []
+    assert files_holding(run_dir, canary.encode()) == []
 
 
 def test_mini_swe_agent_is_listed_with_its_version() -> None:
     result = run_cli("agents", "list", timeout=120)
     assert result.code == 0, result
-    assert AGENT in result.stdout and f"(version {VERSION})" in result.stdout
+    assert listed_with_version(result.stdout, AGENT, VERSION), result.stdout
 
 
 def test_a_mini_swe_agent_version_that_cannot_be_had_fails_before_any_trial(

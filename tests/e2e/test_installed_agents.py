@@ -13,31 +13,27 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
-import socket
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, only_run_dir, read_run_dir, run_cli
-from support.docker import docker_client, require_image, unavailable
+from conftest import EXAMPLES, read_run_dir, run_cli
+from support.installed_agents import (
+    BACKEND_PARAMS,
+    HostListener,
+    assert_atif_tool_call,
+    files_holding,
+    listed_with_version,
+    listener,
+    probe_command,
+    run_agent,
+    task_set,
+)
 
-#: backend id -> (--sandbox, --runtime)
-BACKENDS = {
-    "local": ("local", None),
-    "docker": ("docker", None),
-    "runsc": ("docker", "runsc"),
-}
-BACKEND_PARAMS = [
-    pytest.param("local", marks=pytest.mark.root, id="local"),
-    pytest.param("docker", marks=pytest.mark.docker, id="docker"),
-    pytest.param("runsc", marks=pytest.mark.docker, id="runsc"),
-]
+__all__ = ["listener"]  # the fixture
+
 CANARY_PREFIX = "sk-ant-canary-"
-RUN_TIMEOUT = 900.0  # the first run fetches the CLI from npm
 
 
 @dataclass(frozen=True)
@@ -85,92 +81,6 @@ CLIS = {
 CLI_PARAMS = [pytest.param(cli, id=cli) for cli in CLIS]
 
 
-class HostListener:
-    """A TCP listener on the host's 127.0.0.1 that counts the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _addr = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-@pytest.fixture
-def listener() -> Iterator[HostListener]:
-    server = HostListener()
-    yield server
-    server.close()
-
-
-def _probe(port: int) -> str:
-    """A Bash command (run by Claude Code's Bash tool) that tries the network and dumps env."""
-    host = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo HOST-OPEN || echo HOST-CLOSED"
-    net = (
-        "(exec 3<>/dev/tcp/registry.npmjs.org/443) 2>/dev/null && echo NET-OPEN || echo NET-CLOSED"
-    )
-    # The CLI's cache entry is shown read-only (and root-owned): planting a file must fail.
-    plant = "(echo x > /opt/harness-agent/planted) 2>/dev/null && echo CACHE-WRITTEN"
-    return (
-        f"{{ {host}; {net}; {plant}; env; }} > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt"
-    )
-
-
-def _task_set(tmp_path: Path, script: dict[str, Any], api: str = "anthropic-messages") -> Path:
-    """A copy of examples/tasks/hello-file with a faux model replaying ``script``."""
-    tasks = tmp_path / "tasks"
-    shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
-    (tasks / "script.json").write_text(json.dumps(script))
-    (tasks / "models.toml").write_text(
-        f'[models."faux/cli-script"]\nscript = "script.json"\napi = "{api}"\n'
-    )
-    return tasks
-
-
-def _run(tmp_path: Path, backend: str, cli: str, tasks: Path, canary: str) -> Path:
-    sandbox, runtime = BACKENDS[backend]
-    if sandbox == "docker":
-        client = docker_client()
-        require_image(client)
-        if runtime and runtime not in (client.info().get("Runtimes") or {}):
-            unavailable(f"runtime {runtime} is not registered (docker/start-engine.sh does it)")
-    out = tmp_path / "runs"
-    args = ["run", tasks, "--agent", cli, "--model", "faux/cli-script"]
-    args += ["--sandbox", sandbox, "-o", out]
-    if runtime:
-        args += ["--runtime", runtime]
-    result = run_cli(
-        *args,
-        env={
-            "ANTHROPIC_API_KEY": canary,
-            "OPENAI_API_KEY": canary,
-            "HARNESS_PROVIDER": "",
-            "HARNESS_MODEL": "",
-        },
-        timeout=RUN_TIMEOUT,
-    )
-    assert result.code in (0, 1), result
-    return only_run_dir(out)
-
-
-def _files_holding(root: Path, needle: bytes) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
-
-
 @pytest.mark.parametrize("cli", CLI_PARAMS)
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 def test_cli_solves_the_task_through_the_gateway(
@@ -182,12 +92,12 @@ def test_cli_solves_the_task_through_the_gateway(
     script = {
         "responses": [
             spec.shell_call(write),
-            spec.shell_call(_probe(listener.port)),
+            spec.shell_call(probe_command(listener.port)),
             {"text": "Created hello.txt."},
         ]
     }
-    tasks = _task_set(tmp_path, script, spec.api)
-    run_dir = _run(tmp_path, backend, cli, tasks, canary)
+    tasks = task_set(tmp_path, script, spec.api)
+    run_dir = run_agent(tmp_path, backend, cli, tasks, canary)
     run = read_run_dir(run_dir)
     [record] = run.records
     assert record["status"] == "completed", record["errors"]
@@ -212,13 +122,7 @@ def test_cli_solves_the_task_through_the_gateway(
     results = [e for e in transcript if e["type"] == "tool_result"]
     assert len(results) == 2 and "error" not in results[0]
 
-    exported = run_cli("export", "--format", "atif", run_dir, timeout=120)
-    assert exported.code == 0, exported
-    trajectory = json.loads((evidence / "agent" / "trajectory.json").read_text())
-    assert trajectory["steps"][0]["source"] == "user"
-    tool_steps = [s for s in trajectory["steps"] if s.get("tool_calls")]
-    assert tool_steps[0]["tool_calls"][0]["function_name"] == spec.logged_tool
-    assert "hello.txt" in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])
+    assert_atif_tool_call(run_dir, evidence, spec.logged_tool, "hello.txt")
 
     # The model was reached only through the gateway, with the trial token.
     model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
@@ -234,7 +138,7 @@ def test_cli_solves_the_task_through_the_gateway(
     cache = Path(agent["install"]["path"])
     assert (cache / "manifest.json").is_file() and not (cache / "planted").exists()
     # No file of the run holds the real key (the canary the harness was given).
-    assert _files_holding(run_dir, canary.encode()) == []
+    assert files_holding(run_dir, canary.encode()) == []
 
 
 @pytest.mark.parametrize("cli", CLI_PARAMS)
@@ -242,8 +146,8 @@ def test_cli_solves_the_task_through_the_gateway(
 def test_cli_that_does_nothing_gets_zero(backend: str, cli: str, tmp_path: Path) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [{"text": "I will not do anything."}]}
-    tasks = _task_set(tmp_path, script, CLIS[cli].api)
-    run_dir = _run(tmp_path, backend, cli, tasks, canary)
+    tasks = task_set(tmp_path, script, CLIS[cli].api)
+    run_dir = run_agent(tmp_path, backend, cli, tasks, canary)
     [record] = read_run_dir(run_dir).records
     assert record["status"] == "completed", record["errors"]
     assert record["reward"] == 0
@@ -254,11 +158,11 @@ def test_cli_that_does_nothing_gets_zero(backend: str, cli: str, tmp_path: Path)
         e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
     )
     assert not (evidence / "workspace" / "hello.txt").exists()
-    assert _files_holding(run_dir, canary.encode()) == []
+    assert files_holding(run_dir, canary.encode()) == []
 
 
 def test_a_cli_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path) -> None:
-    tasks = _task_set(tmp_path, {"responses": [{"text": "x"}]})
+    tasks = task_set(tmp_path, {"responses": [{"text": "x"}]}, "anthropic-messages")
     out = tmp_path / "runs"
     result = run_cli(
         "run",
@@ -285,8 +189,7 @@ def test_the_installed_agents_are_listed_with_their_versions() -> None:
     result = run_cli("agents", "list", timeout=120)
     assert result.code == 0, result
     for name, spec in CLIS.items():
-        assert name in result.stdout
-        assert f"(version {spec.version})" in result.stdout
+        assert listed_with_version(result.stdout, name, spec.version), result.stdout
 
 
 @pytest.mark.root
@@ -296,7 +199,7 @@ def test_a_failed_cli_run_is_an_agent_error_with_the_clis_own_message(
 ) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [{"error": {"status": 400, "message": "scripted refusal"}}]}
-    run_dir = _run(tmp_path, "local", cli, _task_set(tmp_path, script, CLIS[cli].api), canary)
+    run_dir = run_agent(tmp_path, "local", cli, task_set(tmp_path, script, CLIS[cli].api), canary)
     run = read_run_dir(run_dir)
     [record] = run.records
     assert record["status"] == "agent_error" and record["reward"] == 0
@@ -319,10 +222,10 @@ def test_an_instruction_that_looks_like_an_option_is_the_prompt(cli: str, tmp_pa
             {"text": "Created hello.txt."},
         ]
     }
-    tasks = _task_set(tmp_path, script, spec.api)
+    tasks = task_set(tmp_path, script, spec.api)
     instruction = "--version -p: write hello.txt containing 'Hello, world!'\n"
     (tasks / "hello-file" / "instruction.md").write_text(instruction)
-    run_dir = _run(tmp_path, "local", cli, tasks, canary)
+    run_dir = run_agent(tmp_path, "local", cli, tasks, canary)
     run = read_run_dir(run_dir)
     [record] = run.records
     assert record["status"] == "completed", record["errors"]

@@ -1,0 +1,176 @@
+"""What the installed-agent tests share: a hello-file copy for a faux script, one run, probes.
+
+Every e2e test of an installed agent (tests/e2e/test_installed_agents.py and
+test_agent_<name>.py) drives the real CLI the same way: a copy of
+``examples/tasks/hello-file`` whose faux model replays a script written in the CLI's own
+tool protocol (:func:`task_set`), one ``harness run`` with canary keys in the harness's
+environment (:func:`run_agent`), then judges from outside: the run dir, the ATIF export
+(:func:`assert_atif_tool_call`), the files holding a canary (:func:`files_holding`), and a
+host listener the sandbox must not reach (:class:`HostListener`, :func:`probe_command`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import EXAMPLES, only_run_dir, run_cli
+
+from support.docker import docker_client, require_image, unavailable
+
+#: backend id -> (--sandbox, --runtime)
+BACKENDS = {
+    "local": ("local", None),
+    "docker": ("docker", None),
+    "runsc": ("docker", "runsc"),
+}
+BACKEND_PARAMS = [
+    pytest.param("local", marks=pytest.mark.root, id="local"),
+    pytest.param("docker", marks=pytest.mark.docker, id="docker"),
+    pytest.param("runsc", marks=pytest.mark.docker, id="runsc"),
+]
+RUN_TIMEOUT = 900.0  # the first run fetches the CLI from its registry
+#: The provider keys the harness is given, each set to the test's canary: none may leak.
+CANARY_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+FAUX_MODEL = "faux/cli-script"
+
+
+class HostListener:
+    """A TCP listener on the host's 127.0.0.1 that counts the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _addr = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[HostListener]:
+    server = HostListener()
+    yield server
+    server.close()
+
+
+def probe_command(port: int) -> str:
+    """A bash command that tries the host and the internet, plants a file, and dumps env.
+
+    Its findings go to ``probe.txt`` in the workspace (kept in the evidence).
+    """
+    host = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo HOST-OPEN || echo HOST-CLOSED"
+    net = (
+        "(exec 3<>/dev/tcp/registry.npmjs.org/443) 2>/dev/null && echo NET-OPEN || echo NET-CLOSED"
+    )
+    # The CLI's cache entry is shown read-only (and root-owned): planting a file must fail.
+    plant = "(echo x > /opt/harness-agent/planted) 2>/dev/null && echo CACHE-WRITTEN"
+    return (
+        f"{{ {host}; {net}; {plant}; env; }} > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt"
+    )
+
+
+def files_holding(root: Path, needle: bytes) -> list[Path]:
+    """Every file under ``root`` whose bytes contain ``needle``."""
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def task_set(
+    tmp_path: Path,
+    script: dict[str, Any],
+    api: str,
+    *,
+    memory_mb: int | None = None,
+    agent_timeout_sec: int | None = None,
+) -> Path:
+    """A copy of examples/tasks/hello-file whose model :data:`FAUX_MODEL` replays ``script``.
+
+    Args:
+        tmp_path: Where the task set goes (``tasks/``).
+        script: The faux script (docs/model-access.md §5), in the CLI's tool protocol.
+        api: The API the faux model speaks (the CLI's).
+        memory_mb: The task's memory instead of the example's 512 MB (Node or Bun CLIs).
+        agent_timeout_sec: The agent's timeout instead of the example's 60 s (CLIs that
+            start slowly on a loaded machine; never asserted on).
+    """
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
+    toml = tasks / "hello-file" / "task.toml"
+    text = toml.read_text()
+    if memory_mb is not None:
+        assert "memory_mb = 512" in text
+        text = text.replace("memory_mb = 512", f"memory_mb = {memory_mb}")
+    if agent_timeout_sec is not None:
+        assert "[agent]\ntimeout_sec = 60" in text
+        text = text.replace(
+            "[agent]\ntimeout_sec = 60", f"[agent]\ntimeout_sec = {agent_timeout_sec}"
+        )
+    toml.write_text(text)
+    (tasks / "script.json").write_text(json.dumps(script))
+    (tasks / "models.toml").write_text(
+        f'[models."{FAUX_MODEL}"]\nscript = "script.json"\napi = "{api}"\n'
+    )
+    return tasks
+
+
+def run_agent(tmp_path: Path, backend: str, agent: str, tasks: Path, canary: str) -> Path:
+    """One ``harness run TASKS --agent AGENT`` on ``backend``; its run dir.
+
+    Every provider key of :data:`CANARY_KEYS` is ``canary`` in the harness's environment.
+    """
+    sandbox, runtime = BACKENDS[backend]
+    if sandbox == "docker":
+        client = docker_client()
+        require_image(client)
+        if runtime and runtime not in (client.info().get("Runtimes") or {}):
+            unavailable(f"runtime {runtime} is not registered (docker/start-engine.sh does it)")
+    out = tmp_path / "runs"
+    args: list[str | Path] = ["run", tasks, "--agent", agent, "--model", FAUX_MODEL]
+    args += ["--sandbox", sandbox, "-o", out]
+    if runtime:
+        args += ["--runtime", runtime]
+    env = dict.fromkeys(CANARY_KEYS, canary) | {"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""}
+    result = run_cli(*args, env=env, timeout=RUN_TIMEOUT)
+    assert result.code in (0, 1), result
+    return only_run_dir(out)
+
+
+def assert_atif_tool_call(run_dir: Path, evidence: Path, tool: str, needle: str) -> None:
+    """``harness export --format atif`` gives the trial a trajectory whose first tool step
+    calls ``tool`` with ``needle`` in its arguments, after the user's instruction."""
+    exported = run_cli("export", "--format", "atif", run_dir, timeout=120)
+    assert exported.code == 0, exported
+    trajectory = json.loads((evidence / "agent" / "trajectory.json").read_text())
+    assert trajectory["steps"][0]["source"] == "user"
+    tool_steps = [s for s in trajectory["steps"] if s.get("tool_calls")]
+    assert tool_steps, trajectory["steps"]
+    assert tool_steps[0]["tool_calls"][0]["function_name"] == tool
+    assert needle in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])
+
+
+def listed_with_version(listing: str, name: str, version: str) -> bool:
+    """Whether ``harness agents list`` shows ``name`` with ``version`` in its version column."""
+    for line in listing.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) > 3 and cells[0] == name and cells[3] == version:
+            return True
+    return False
