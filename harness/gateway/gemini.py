@@ -37,6 +37,7 @@ from harness.gateway.providers import (
     ProviderReply,
     json_bytes,
     relay,
+    upstream_client,
     whole_reply,
 )
 from harness.gateway.usage import estimate_tokens, sse_payloads, strict_json, text_chars
@@ -243,12 +244,7 @@ class GoogleProvider(Provider):
         self.spec = spec
         self.base_url = base.removesuffix("/v1beta")
         self._auth = {"x-goog-api-key": api_key} if api_key else {}
-        self._client = httpx.AsyncClient(
-            transport=transport,
-            timeout=httpx.Timeout(timeout_sec, connect=30.0),
-            follow_redirects=False,
-            trust_env=False,  # never send the key through a proxy from the environment
-        )
+        self._client = upstream_client(transport, timeout_sec)
 
     def url(self, stream: bool) -> str:
         """The upstream URL of a (streamed) call to the model."""

@@ -117,12 +117,7 @@ class HTTPProvider(Provider):
                 self._auth["authorization"] = f"Bearer {api_key}"
             else:
                 self._auth["x-api-key"] = api_key
-        self._client = httpx.AsyncClient(
-            transport=transport,
-            timeout=httpx.Timeout(timeout_sec, connect=30.0),
-            follow_redirects=False,
-            trust_env=False,  # never send the key through a proxy from the environment
-        )
+        self._client = upstream_client(transport, timeout_sec)
 
     def url(self, path: str) -> str:
         """The upstream URL of a gateway path."""
@@ -158,6 +153,18 @@ class HTTPProvider(Provider):
 
     async def aclose(self) -> None:  # noqa: D102
         await self._client.aclose()
+
+
+def upstream_client(
+    transport: httpx.AsyncBaseTransport | None, timeout_sec: float
+) -> httpx.AsyncClient:
+    """The HTTP client of an upstream: no redirects, and no proxy from the environment."""
+    return httpx.AsyncClient(
+        transport=transport,
+        timeout=httpx.Timeout(timeout_sec, connect=30.0),
+        follow_redirects=False,
+        trust_env=False,  # never send the key through a proxy from the environment
+    )
 
 
 def json_bytes(body: Any) -> bytes:
