@@ -35,7 +35,10 @@ def test_an_unknown_name_lists_what_is_installed() -> None:
     with pytest.raises(PluginError) as info:
         SANDBOXES.get("nosuch")
     assert "unknown sandbox backend 'nosuch'; installed: docker, local" in str(info.value)
-    listed = "builtin, claude-code, codex, command, nop, oracle"
+    listed = (
+        "aider, builtin, claude-code, codex, command, gemini-cli, mini-swe-agent, nop, opencode, "
+        "oracle, replay"
+    )
     with pytest.raises(PluginError, match=f"unknown agent 'nosuch'.*{listed}"):
         build_agent(AgentConfig(name="nosuch"))
 
