@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import EXAMPLES, read_run_dir, run_cli
 from support.installed_agents import (
-    BACKEND_PARAMS,
+    RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
     files_holding,
@@ -50,7 +50,7 @@ def _whole(path: str, content: str) -> dict[str, Any]:
     return {"text": f"I will create {path}.\n\n{path}\n```\n{content}```\n"}
 
 
-@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("backend", RUNC_PARAMS)
 def test_aider_solves_the_task_through_the_gateway(
     backend: str, tmp_path: Path, listener: HostListener
 ) -> None:
@@ -101,7 +101,7 @@ def test_aider_solves_the_task_through_the_gateway(
     assert files_holding(run_dir, canary.encode()) == []
 
 
-@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("backend", RUNC_PARAMS)
 def test_aider_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     tasks = _task_set(tmp_path, {"responses": [{"text": "I will not do anything."}]}, "openai-chat")

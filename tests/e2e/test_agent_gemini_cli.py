@@ -20,6 +20,7 @@ import pytest
 from conftest import EXAMPLES, read_run_dir, run_cli
 from support.installed_agents import (
     BACKEND_PARAMS,
+    RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
     files_holding,
@@ -107,7 +108,7 @@ def test_gemini_cli_solves_the_task_through_the_gateway(
     assert files_holding(run_dir, canary.encode()) == []
 
 
-@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("backend", RUNC_PARAMS)
 def test_gemini_cli_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [{"text": "I will not do anything."}]}

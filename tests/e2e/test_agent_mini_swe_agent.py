@@ -24,6 +24,7 @@ from conftest import EXAMPLES, read_run_dir, run_cli
 from support.docker import docker_client, require_image
 from support.installed_agents import (
     BACKEND_PARAMS,
+    RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
     files_holding,
@@ -168,7 +169,7 @@ def test_mini_swe_agent_runs_on_an_image_with_no_python(
     _check_solved(run_agent(tmp_path, "docker", AGENT, tasks, canary), listener, canary)
 
 
-@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("backend", RUNC_PARAMS)
 def test_mini_swe_agent_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     # No tool call is a format error to mini-swe-agent; three in a row end its run.

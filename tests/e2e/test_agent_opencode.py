@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import EXAMPLES, read_run_dir, run_cli
 from support.installed_agents import (
-    BACKEND_PARAMS,
+    RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
     files_holding,
@@ -55,7 +55,7 @@ def run(tmp_path: Path, backend: str, tasks: Path, canary: str) -> Path:
     return run_agent(tmp_path, backend, "opencode", tasks, canary)
 
 
-@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("backend", RUNC_PARAMS)
 def test_opencode_solves_the_task_through_the_gateway(
     backend: str, tmp_path: Path, listener: HostListener
 ) -> None:
@@ -109,7 +109,7 @@ def test_opencode_solves_the_task_through_the_gateway(
     assert files_holding(run_dir, canary.encode()) == []
 
 
-@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("backend", RUNC_PARAMS)
 def test_opencode_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [{"text": "I will not do anything."}]}

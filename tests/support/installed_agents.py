@@ -35,6 +35,10 @@ BACKEND_PARAMS = [
     pytest.param("docker", marks=pytest.mark.docker, id="docker"),
     pytest.param("runsc", marks=pytest.mark.docker, id="runsc"),
 ]
+#: Local and docker (runc) only. gVisor runs the solving test of one Node-based agent
+#: (gemini-cli, claude-code, codex) and one Python-based agent (mini-swe-agent); a CLI's
+#: other tests add suite time there, not coverage of a different path.
+RUNC_PARAMS = BACKEND_PARAMS[:2]
 RUN_TIMEOUT = 900.0  # the first run fetches the CLI from its registry
 #: The provider keys the harness is given, each set to the test's canary: none may leak.
 CANARY_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
