@@ -35,13 +35,14 @@ from harness.gateway.providers import (
     Provider,
     ProviderCall,
     ProviderReply,
+    endpoint_of,
     json_bytes,
     relay,
     upstream_client,
     whole_reply,
 )
 from harness.gateway.usage import estimate_tokens, sse_payloads, strict_json, text_chars
-from harness.models.catalog import ModelSpec, default_base_url
+from harness.models.catalog import ModelSpec
 
 #: The API name of the Gemini routes (``ModelSpec.api``, ``ProviderCall.api``).
 GEMINI_API = "gemini"
@@ -238,11 +239,8 @@ class GoogleProvider(Provider):
         transport: httpx.AsyncBaseTransport | None = None,
         timeout_sec: float = 600.0,
     ) -> None:
-        base = default_base_url(spec)
-        if base is None:
-            raise ValueError(f"{spec.id} has no endpoint")
         self.spec = spec
-        self.base_url = base.removesuffix("/v1beta")
+        self.base_url = endpoint_of(spec).removesuffix("/v1beta")
         self._auth = {"x-goog-api-key": api_key} if api_key else {}
         self._client = upstream_client(transport, timeout_sec)
 

@@ -101,11 +101,8 @@ class HTTPProvider(Provider):
         transport: httpx.AsyncBaseTransport | None = None,
         timeout_sec: float = 600.0,
     ) -> None:
-        base = default_base_url(spec)
-        if base is None:
-            raise ValueError(f"{spec.id} has no endpoint")
         self.spec = spec
-        self.base_url = base
+        self.base_url = endpoint_of(spec)
         self.apis = (
             frozenset(spec.serves or ("openai-chat", "openai-responses"))
             if spec.provider == "openai"
@@ -153,6 +150,18 @@ class HTTPProvider(Provider):
 
     async def aclose(self) -> None:  # noqa: D102
         await self._client.aclose()
+
+
+def endpoint_of(spec: ModelSpec) -> str:
+    """The base URL of ``spec``'s upstream.
+
+    Raises:
+        ValueError: It has none (a faux model).
+    """
+    base = default_base_url(spec)
+    if base is None:
+        raise ValueError(f"{spec.id} has no endpoint")
+    return base
 
 
 def upstream_client(

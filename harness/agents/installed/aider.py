@@ -107,7 +107,7 @@ class Aider(PythonInstalledAgent):
         }
 
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
-        return convert_chat_history(log, model=self.model.id if self.model else None)
+        return convert_chat_history(log, model=self.model_id)
 
 
 def convert_chat_history(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:

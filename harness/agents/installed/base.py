@@ -264,6 +264,11 @@ class InstalledAgent(SandboxAgent):
             facts["install"] = self.entry.describe()
         return facts
 
+    @property
+    def model_id(self) -> str | None:
+        """The trial's model id, as the converted log names it (None: no model bound)."""
+        return self.model.id if self.model else None
+
     def bin_path(self, rel: str) -> str:
         """The in-sandbox path of a file of the cache entry."""
         return f"{INSTALL_MOUNT}/{rel}"

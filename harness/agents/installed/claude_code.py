@@ -36,7 +36,6 @@ class ClaudeCode(InstalledAgent):
     providers: ClassVar[tuple[str, ...]] = ("anthropic", "faux")
     npm_package: ClassVar[str] = PACKAGE
 
-
     def executable(self) -> str:
         """The native executable of the host's platform, inside the sandbox."""
         return self.bin_path(f"npm/node_modules/{native_package(self.platform)}/claude")
@@ -82,7 +81,7 @@ class ClaudeCode(InstalledAgent):
         return {"claude-projects": f"{sandbox.paths.home}/.claude/projects"}
 
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
-        return convert_stream_json(log, model=self.model.id if self.model else None)
+        return convert_stream_json(log, model=self.model_id)
 
 
 def native_package(plat: Platform) -> str:

@@ -72,7 +72,6 @@ class Codex(InstalledAgent):
     providers: ClassVar[tuple[str, ...]] = ("openai", "faux")
     npm_package: ClassVar[str] = PACKAGE
 
-
     def executable(self) -> str:
         """The static executable of the host's CPU, inside the sandbox."""
         plat = self.install_spec().platform
@@ -98,7 +97,7 @@ class Codex(InstalledAgent):
         return {"codex-sessions": f"{sandbox.paths.home}/.codex/sessions"}
 
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
-        return convert_exec_json(log, model=self.model.id if self.model else None)
+        return convert_exec_json(log, model=self.model_id)
 
 
 def native_package(plat: Platform) -> str:

@@ -112,7 +112,7 @@ class GeminiCli(InstalledAgent):
         return {"gemini-tmp": f"{sandbox.paths.home}/.gemini/tmp"}
 
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
-        return convert_stream_json(log, model=self.model.id if self.model else None)
+        return convert_stream_json(log, model=self.model_id)
 
 
 def convert_stream_json(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:

@@ -74,7 +74,7 @@ class MiniSweAgent(PythonInstalledAgent):
         }
 
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
-        return convert_trajectory("\n".join(log), model=self.model.id if self.model else None)
+        return convert_trajectory("\n".join(log), model=self.model_id)
 
 
 def convert_trajectory(text: str, *, model: str | None) -> list[dict[str, Any]]:

@@ -104,7 +104,7 @@ class OpenCode(InstalledAgent):
         return {"opencode-data": f"{sandbox.paths.home}/.local/share/opencode"}
 
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
-        return convert_json_events(log, model=self.model.id if self.model else None)
+        return convert_json_events(log, model=self.model_id)
 
 
 def native_package(plat: Platform, *, baseline: bool = False) -> str:
