@@ -14,6 +14,8 @@ from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from sandbox.errors import SandboxError, SupervisorError
 from sandbox.inside.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits
+from sandbox.network_policy import NO_NETWORK, NetworkPolicy
+from sandbox.root_changes import RootChanges
 from sandbox.seeding import Fixture
 
 if TYPE_CHECKING:
@@ -93,6 +95,17 @@ class SandboxSpec:
     #: Trials still to start in this run after this one, of any task (a backend may make
     #: sandboxes ahead for those that need one like this trial's).
     upcoming: int = 0
+    #: Each phase's network (issue 24): ``agent`` (the oracle's too) and ``verifier``.
+    #: A role missing here gets ``no-network``. ``allow_internet`` stays the union.
+    networks: Mapping[str, NetworkPolicy] = field(default_factory=dict)
+    #: Who the agent may be (``sandbox.agent_root``): ``never`` (an unprivileged uid),
+    #: ``isolated`` (the task's or image's user, root included, behind gVisor or a
+    #: remapped user namespace) or ``allow`` (the task's or image's user anywhere).
+    agent_root: Literal["never", "isolated", "allow"] = "never"
+
+    def network_for(self, role: str) -> NetworkPolicy:
+        """The network policy of a phase of ``role``."""
+        return self.networks.get(role, NO_NETWORK)
 
 
 @dataclass(frozen=True)
@@ -531,6 +544,14 @@ class Sandbox(ABC):
 
     def storage_usage(self) -> tuple[int, int] | None:
         """(bytes used, limit) of the trial's storage, or None when it has no limit."""
+        return None
+
+    def root_changes(self) -> RootChanges | None:
+        """What the phases so far changed in the image root, outside the trial's dirs.
+
+        None where the root is not a writable image layer (the local backend, a read-only
+        root). Called between phases, when no process of the last phase is alive.
+        """
         return None
 
     def environment_env(self) -> dict[str, str]:
