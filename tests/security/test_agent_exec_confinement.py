@@ -105,19 +105,21 @@ def test_what_agent_exec_started_dies_with_it_whatever_it_detached(
 ) -> None:
     """Attack: agent code run by the verifier detaches workers that answer after 7 s.
 
-    The verifier runs the agent's ``worker.sh`` with ``--timeout 5``; the script starts a
+    The verifier runs the agent's ``worker.sh`` with ``--timeout 4``; the script starts a
     setsid, a double-forked, a nohup and a non-dumpable double-forked worker, each of
-    which waits 7 s and then writes the answer the verifier checks 9 s after the command
-    returned, and itself sleeps past the timeout. From outside: while the verifier's
-    checkpoint process runs (after the command returned) no worker is alive; the workers
-    were seen before (the sampler can see them); the reward is 0 and the answer is the
-    agent's own.
+    which waits 10 s and then writes the answer the verifier checks 10 s after the command
+    returned, and itself sleeps past the timeout. (The 6 s between the timeout and the
+    workers' write keep a kill that a loaded machine delays from passing for an escape;
+    the verifier prints how long the command took, to tell the two apart.) From outside:
+    while the verifier's checkpoint process runs (after the command returned) no worker is
+    alive; the workers were seen before (the sampler can see them); the reward is 0 and the
+    answer is the agent's own.
     """
     tag = secrets.token_hex(5)
     worker, checkpoint = f"worker-{tag}", f"checkpoint-{tag}"
     script = rf"""
 ws=$(pwd)
-job="sleep 7; echo right > '$ws/answer.txt'"
+job="sleep 10; echo right > '$ws/answer.txt'"
 setsid bash -c "$job" {worker} </dev/null >/dev/null 2>&1 &
 ( ( bash -c "$job" {worker} </dev/null >/dev/null 2>&1 & ) & )
 nohup bash -c "$job" {worker} </dev/null >/dev/null 2>&1 &
@@ -127,7 +129,7 @@ if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
-        time.sleep(7)
+        time.sleep(10)
         with open(os.path.join(os.environ["WS"], "answer.txt"), "w") as fh:
             fh.write("right\n")
     os._exit(0)
@@ -140,12 +142,14 @@ sleep 30
     )
     test_sh = (
         'cd "$HARNESS_WORKSPACE"\n'
-        '"$HARNESS_AGENT_EXEC" --timeout 5 -- bash worker.sh; echo "exec-status=$?"\n'
+        "t0=$(date +%s%N)\n"
+        '"$HARNESS_AGENT_EXEC" --timeout 4 -- bash worker.sh; echo "exec-status=$?"\n'
+        'echo "exec-took-ms=$(( ($(date +%s%N) - t0) / 1000000 ))"\n'
         # What the container holds right after the command (a root verifier sees all of it).
         "for p in /proc/[0-9]*; do\n"
         "  echo \"PS $(awk '/^Uid:/ {print $2}' $p/status) $(tr '\\0' ' ' < $p/cmdline)\"\n"
         "done\n"
-        f"(exec -a {checkpoint} sleep 9)\n"
+        f"(exec -a {checkpoint} sleep 10)\n"
         'ok=0; [ "$(cat answer.txt)" = right ] && ok=1\n'
         'echo "$ok" > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
     )
@@ -177,7 +181,8 @@ sleep 30
             if any(checkpoint in c for c in s) and any(worker in c for c in s)
         ]
         assert overlap == [], f"workers outlived $HARNESS_AGENT_EXEC: {overlap[:2]}"
-    assert record["reward"] == 0, "a detached worker wrote the answer after the command"
+    took = [line for line in stdout.splitlines() if line.startswith("exec-took-ms=")]
+    assert record["reward"] == 0, f"a detached worker wrote the answer after the command {took}"
     assert (run.evidence(record) / "workspace" / "answer.txt").read_text().strip() == "wrong"
 
 
