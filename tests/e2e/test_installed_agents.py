@@ -84,8 +84,19 @@ CLIS = {
 CLI_PARAMS = [pytest.param(cli, id=cli) for cli in CLIS]
 
 
-@pytest.mark.parametrize("cli", CLI_PARAMS)
-@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+#: Debian 12's gVisor (runsc 20221219) now and then never wakes Codex's child-reaper
+#: thread for its finished shell command (a zombie child, Codex asleep: docs/agents.md,
+#: "Known issues"), so Codex solves under runc here; its runsc trial is the do-nothing one.
+SOLVE_PARAMS = [
+    pytest.param(backend, cli, marks=bp.marks, id=f"{bp.id}-{cli}")
+    for bp in BACKEND_PARAMS
+    for cli in CLIS
+    for backend in bp.values
+    if not (backend == "runsc" and cli == "codex")
+]
+
+
+@pytest.mark.parametrize(("backend", "cli"), SOLVE_PARAMS)
 def test_cli_solves_the_task_through_the_gateway(
     backend: str, cli: str, tmp_path: Path, listener: HostListener
 ) -> None:
