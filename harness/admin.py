@@ -9,9 +9,10 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 from harness.backends.tmpdir import RUN_TMP_PREFIX, remove_private_dir
@@ -30,7 +31,7 @@ from sandbox.docker.images import (
     parse_aliases,
 )
 from sandbox.docker.labels import IMAGE_HASH, MANAGED
-from sandbox.docker.sdk import EngineRequestError, ImageMissing, call
+from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, ImageMissing, call
 from sandbox.errors import EngineUnavailable, EnvironmentStartError
 from sandbox.removal import remove_tree
 from sandbox.storage import release_leftovers
@@ -69,10 +70,32 @@ class ImageResult:
     task: str
     image: str | None = None
     error: str | None = None
+    #: ``built``, ``cached`` or ``pulled``.
+    source: str | None = None
 
 
-def build_images(paths: Sequence[Path], base_aliases: Sequence[str] = ()) -> list[ImageResult]:
+@dataclass
+class BuildReport:
+    """``harness images build``: each task's image, and warnings (an unused alias)."""
+
+    results: list[ImageResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def build_images(
+    paths: Sequence[Path],
+    base_aliases: Sequence[str] = (),
+    *,
+    force_build: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> BuildReport:
     """Build (or reuse) the content-addressed image of every task with a Dockerfile.
+
+    Args:
+        paths: Task dirs or task-set folders.
+        base_aliases: ``FROM=LOCAL`` pairs.
+        force_build: Build a task's Dockerfile even when it names a ``docker_image``.
+        progress: Where build progress goes ("building image of <task>", its steps).
 
     Raises:
         UsageError: An invalid task or alias, or no engine.
@@ -82,20 +105,27 @@ def build_images(paths: Sequence[Path], base_aliases: Sequence[str] = ()) -> lis
         aliases = parse_aliases(list(base_aliases))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    resolver = ImageResolver(engine(), aliases=aliases)
-    results = []
+    resolver = ImageResolver(engine(), aliases=aliases, force_build=force_build, progress=progress)
+    report = BuildReport()
     for task in tasks:
         request = ImageRequest(
             name=task.name,
             image=task.config.environment.docker_image,
             dockerfile=task.dockerfile,
             build_timeout_sec=task.config.environment.build_timeout_sec,
+            force_build=force_build,
         )
         try:
-            results.append(ImageResult(task.key, image=resolver.resolve(request)))
+            resolved = resolver.resolve_image(request)
+            report.results.append(
+                ImageResult(task.key, image=resolved.reference, source=resolved.source)
+            )
         except (ImageBuildError, EnvironmentStartError) as exc:
-            results.append(ImageResult(task.key, error=str(exc)))
-    return results
+            report.results.append(ImageResult(task.key, error=str(exc)))
+    warning = resolver.alias_use.warning()
+    if warning is not None:
+        report.warnings.append(warning)
+    return report
 
 
 @dataclass(frozen=True)
@@ -108,19 +138,32 @@ class ImageRow:
     content_hash: str
 
 
+def _managed_images(client: docker.DockerClient) -> list[dict[str, Any]]:
+    """Every image (intermediate layers included) carrying the harness label, as listed."""
+    found: list[dict[str, Any]] = call(
+        client.api.images, all=True, filters={"label": f"{MANAGED}=1"}
+    )
+    return found
+
+
 def list_images() -> tuple[list[ImageRow], bool]:
-    """Task images built by the harness, then the base image.
+    """Task images built by the harness (each tag whole), then the base image.
+
+    Untagged ones are what failed builds left (``harness images prune`` removes them).
 
     Returns:
         The images, and whether the base image is there.
     """
     client = engine()
     rows = []
-    for image in call(client.images.list, filters={"label": f"{MANAGED}=1"}):
-        labels = image.labels or {}
-        size = (image.attrs.get("Size") or 0) / 1e6
-        for tag in image.tags or ["<untagged>"]:
-            rows.append(ImageRow(tag, image.short_id, size, labels.get(IMAGE_HASH, "-")))
+    for image in call(client.api.images, filters={"label": f"{MANAGED}=1"}):
+        labels = image.get("Labels") or {}
+        size = (image.get("Size") or 0) / 1e6
+        short = str(image["Id"]).removeprefix("sha256:")[:12]
+        tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+        for tag in tags or ["<untagged>"]:
+            rows.append(ImageRow(tag, short, size, labels.get(IMAGE_HASH, "-")))
+    rows.sort(key=lambda row: (row.tag == "<untagged>", row.tag))
     try:
         base = call(client.images.get, DEFAULT_IMAGE)
     except ImageMissing:
@@ -129,21 +172,66 @@ def list_images() -> tuple[list[ImageRow], bool]:
     return rows, True
 
 
-def prune_images() -> tuple[int, list[str]]:
-    """Remove every task image the harness built (they are rebuilt on demand).
+def _remove_images(
+    client: docker.DockerClient, images: list[dict[str, Any]]
+) -> tuple[list[str], list[str]]:
+    """Remove ``images``, children before parents; (removed ids, why each kept one was kept).
+
+    An image that the engine already removed (an untagged parent goes with its last child)
+    counts as removed; one a container uses, or whose child is not ours, is kept.
+    """
+    by_id = {str(image["Id"]): image for image in images}
+    # Children first: an image whose parent is in the set goes before that parent.
+    depth: dict[str, int] = {}
+
+    def level(image_id: str) -> int:
+        if image_id not in depth:
+            parent = str(by_id[image_id].get("ParentId") or "")
+            depth[image_id] = 0
+            depth[image_id] = level(parent) + 1 if parent in by_id else 0
+        return depth[image_id]
+
+    order = sorted(by_id, key=level, reverse=True)
+    removed, kept = [], []
+    for image_id in order:
+        image = by_id[image_id]
+        tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+        try:
+            for tag in tags[1:]:
+                call(client.api.remove_image, tag)
+            call(client.api.remove_image, tags[0] if tags else image_id)
+            removed.append(image_id)
+        except EngineObjectMissing:
+            removed.append(image_id)  # went with its last child
+        except EngineRequestError as exc:
+            if exc.status_code == 404:
+                removed.append(image_id)
+            else:
+                kept.append(f"kept {tags or image_id[7:19]}: {exc.explanation}")
+    return removed, kept
+
+
+def prune_images(*, untagged_only: bool = False) -> tuple[int, list[str]]:
+    """Remove every image the harness built, and every layer its failed builds left.
+
+    Args:
+        untagged_only: Only the untagged ones (what failed builds left); the task images
+            stay.
 
     Returns:
-        How many were removed, and why each kept one was kept.
+        How many images (tags and untagged layers) were removed, and why each kept one was
+        kept.
     """
     client = engine()
-    removed, kept = 0, []
-    for image in call(client.images.list, filters={"label": f"{MANAGED}=1"}):
-        try:
-            call(client.images.remove, str(image.id), force=False)
-            removed += 1
-        except EngineRequestError as exc:
-            kept.append(f"kept {image.tags or image.short_id}: {exc.explanation}")
-    return removed, kept
+    images = _managed_images(client)
+    if untagged_only:
+        images = [
+            image
+            for image in images
+            if not [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+        ]
+    removed, kept = _remove_images(client, images)
+    return len(removed), kept
 
 
 @dataclass
@@ -155,12 +243,14 @@ class CleanupReport:
         temp_dirs: The temp dirs removed.
         cgroups: The local sandbox's trial cgroups removed (their processes killed).
         cgroup_errors: The trial cgroups that could not be removed, and why.
+        images: The untagged image layers failed builds left (without ``run`` only).
     """
 
     leaks: LeakReport
     temp_dirs: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     cgroup_errors: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
 
 
 def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
@@ -189,7 +279,17 @@ def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
         if node.exists():
             remove_tree(node)
             report.temp_dirs.append(str(node))
-    elif temp:
+    else:
+        # What failed builds left: untagged layers with the harness's labels. A layer a
+        # running build still uses is kept by the engine (it has a child or a container).
+        client = engine()
+        leftovers = [
+            image
+            for image in _managed_images(client)
+            if not [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+        ]
+        report.images = _remove_images(client, leftovers)[0]
+    if run is None and temp:
         report.temp_dirs.extend(str(path) for path in remove_stale_socket_dirs())
         for pattern in TEMP_PATTERNS:
             for path in glob.glob(os.path.join(base, pattern)):
@@ -274,6 +374,7 @@ __all__ = [
     "TEMP_PATTERNS",
     "CleanupReport",
     "DoctorReport",
+    "BuildReport",
     "ImageResult",
     "ImageRow",
     "build_images",
