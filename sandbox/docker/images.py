@@ -47,12 +47,11 @@ _TAG_UNSAFE = re.compile(r"[^a-z0-9._-]+")
 LOG_TAIL_LINES = 40
 #: The most of a build's log kept (its start and its end; the middle is cut, saying so).
 LOG_MAX_BYTES = 2 * 1024 * 1024
-#: Least time between two progress messages of one build.
-PROGRESS_EVERY_SEC = 2.0
 _ANSI = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _BANNER_START = "DEPRECATED: The legacy builder is deprecated"
 _BANNER_LINES = ("Install the buildx component", "https://docs.docker.com/go/buildx/")
 _LEGACY_STEP = re.compile(r"^Step \d+/\d+ : ")
+_SYNTAX = re.compile(r"^#\s*syntax\s*=\s*(\S+)\s*$", re.IGNORECASE)
 _BUILDKIT_STEP = re.compile(r"^#\d+ \[[^\]]*\d+/\d+\] ")
 
 ImageSource = Literal["built", "cached", "pulled"]
@@ -385,6 +384,11 @@ class ImageResolver:
             ]
             log = _Log()
             log.add(chosen.note)
+            if chosen.buildkit:
+                text, note = self._local_frontend(dockerfile.read_text())
+                if note is not None:
+                    dockerfile.write_text(text)
+                    log.add(note)
             started = time.monotonic()
             self._say(f"building image of {request.name}")
             code, timed_out = self._stream(command, chosen, log, request, started)
@@ -414,6 +418,32 @@ class ImageResolver:
             builder="buildkit" if chosen.buildkit else "legacy",
         )
 
+    def _local_frontend(self, dockerfile: str) -> tuple[str, str | None]:
+        """Drop a ``# syntax=IMAGE`` directive whose frontend image is not local.
+
+        BuildKit would pull the frontend from its registry before building anything, which
+        fails offline; the engine's built-in frontend builds the file instead (as the
+        legacy builder, which ignores the directive, would). An alias applies to it too.
+        """
+        lines = dockerfile.splitlines(keepends=True)
+        for index, line in enumerate(lines):
+            match = _SYNTAX.match(line.strip())
+            if match is None:
+                if line.strip().startswith("#") or not line.strip():
+                    continue  # another parser directive, or a comment before any
+                break
+            image = self.alias_use.lookup(match.group(1))
+            if self._id(image) is not None:
+                lines[index] = f"# syntax={image}\n"
+                return "".join(lines), None
+            del lines[index]
+            return "".join(lines), (
+                f"# syntax={match.group(1)} left out: its frontend image is not local, so "
+                "the engine's built-in Dockerfile frontend builds the file (--base-alias "
+                f"{match.group(1)}=LOCAL names a local one)"
+            )
+        return dockerfile, None
+
     def _stream(
         self,
         command: list[str],
@@ -432,20 +462,21 @@ class ImageResolver:
             start_new_session=True,
         )
         assert proc.stdout is not None
-        step: list[str] = []
-        said = [0.0]
+        seen: set[str] = set()
 
         def read() -> None:
             assert proc.stdout is not None
             for raw in proc.stdout:
                 line = log.add(raw.decode("utf-8", "replace"))
+                # Each step once, as it starts (BuildKit repeats a step's header when
+                # parallel stages interleave).
                 if line and (_LEGACY_STEP.match(line) or _BUILDKIT_STEP.match(line)):
-                    step[:] = [line]
-                    now = time.monotonic()
-                    if now - said[0] >= PROGRESS_EVERY_SEC:
-                        said[0] = now
+                    step = line.split(" ", 1)[1] if line.startswith("#") else line
+                    if step not in seen:
+                        seen.add(step)
+                        elapsed = time.monotonic() - started
                         self._say(
-                            f"building image of {request.name} ({now - started:.0f}s): {line[:160]}"
+                            f"building image of {request.name} ({elapsed:.0f}s): {step[:160]}"
                         )
 
         reader = threading.Thread(target=read, name="image-build-log", daemon=True)
