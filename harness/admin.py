@@ -138,12 +138,27 @@ class ImageRow:
     content_hash: str
 
 
-def _managed_images(client: docker.DockerClient) -> list[dict[str, Any]]:
-    """Every image (intermediate layers included) carrying the harness label, as listed."""
+def _tags(image: dict[str, Any]) -> list[str]:
+    return [tag for tag in image.get("RepoTags") or [] if tag != "<none>:<none>"]
+
+
+def _managed_images(client: docker.DockerClient, *, untagged: bool) -> list[dict[str, Any]]:
+    """The labelled images to remove: tagged ones, and untagged leaves (failed builds').
+
+    Never a layer another image builds on: removing an image also removes the untagged
+    layers under it that nothing else uses, so a failed build's chain goes with its last
+    layer.
+    """
     found: list[dict[str, Any]] = call(
         client.api.images, all=True, filters={"label": f"{MANAGED}=1"}
     )
-    return found
+    every: list[dict[str, Any]] = call(client.api.images, all=True)
+    parents = {str(image.get("ParentId") or "") for image in every}
+    leaves = [image for image in found if str(image["Id"]) not in parents]
+    if untagged:
+        return [image for image in leaves if not _tags(image)]
+    # Leaves first: a tagged image another of ours builds on goes after it.
+    return leaves + [image for image in found if _tags(image) and image not in leaves]
 
 
 def list_images() -> tuple[list[ImageRow], bool]:
@@ -160,8 +175,7 @@ def list_images() -> tuple[list[ImageRow], bool]:
         labels = image.get("Labels") or {}
         size = (image.get("Size") or 0) / 1e6
         short = str(image["Id"]).removeprefix("sha256:")[:12]
-        tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
-        for tag in tags or ["<untagged>"]:
+        for tag in _tags(image) or ["<untagged>"]:
             rows.append(ImageRow(tag, short, size, labels.get(IMAGE_HASH, "-")))
     rows.sort(key=lambda row: (row.tag == "<untagged>", row.tag))
     try:
@@ -175,39 +189,23 @@ def list_images() -> tuple[list[ImageRow], bool]:
 def _remove_images(
     client: docker.DockerClient, images: list[dict[str, Any]]
 ) -> tuple[list[str], list[str]]:
-    """Remove ``images``, children before parents; (removed ids, why each kept one was kept).
+    """Remove ``images`` (every tag of each); (removed ids, why each kept one was kept).
 
-    An image that the engine already removed (an untagged parent goes with its last child)
-    counts as removed; one a container uses, or whose child is not ours, is kept.
+    An image the engine already removed counts as removed; one a container uses, or that
+    an image which is not the harness's builds on, is kept.
     """
-    by_id = {str(image["Id"]): image for image in images}
-    # Children first: an image whose parent is in the set goes before that parent.
-    depth: dict[str, int] = {}
-
-    def level(image_id: str) -> int:
-        if image_id not in depth:
-            parent = str(by_id[image_id].get("ParentId") or "")
-            depth[image_id] = 0
-            depth[image_id] = level(parent) + 1 if parent in by_id else 0
-        return depth[image_id]
-
-    order = sorted(by_id, key=level, reverse=True)
     removed, kept = [], []
-    for image_id in order:
-        image = by_id[image_id]
-        tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+    for image in images:
+        image_id, tags = str(image["Id"]), _tags(image)
         try:
             for tag in tags[1:]:
                 call(client.api.remove_image, tag)
             call(client.api.remove_image, tags[0] if tags else image_id)
             removed.append(image_id)
         except EngineObjectMissing:
-            removed.append(image_id)  # went with its last child
+            removed.append(image_id)  # went with another tag or its child
         except EngineRequestError as exc:
-            if exc.status_code == 404:
-                removed.append(image_id)
-            else:
-                kept.append(f"kept {tags or image_id[7:19]}: {exc.explanation}")
+            kept.append(f"kept {tags or image_id[7:19]}: {exc.explanation}")
     return removed, kept
 
 
@@ -223,14 +221,7 @@ def prune_images(*, untagged_only: bool = False) -> tuple[int, list[str]]:
         kept.
     """
     client = engine()
-    images = _managed_images(client)
-    if untagged_only:
-        images = [
-            image
-            for image in images
-            if not [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
-        ]
-    removed, kept = _remove_images(client, images)
+    removed, kept = _remove_images(client, _managed_images(client, untagged=untagged_only))
     return len(removed), kept
 
 
@@ -283,12 +274,7 @@ def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
         # What failed builds left: untagged layers with the harness's labels. A layer a
         # running build still uses is kept by the engine (it has a child or a container).
         client = engine()
-        leftovers = [
-            image
-            for image in _managed_images(client)
-            if not [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
-        ]
-        report.images = _remove_images(client, leftovers)[0]
+        report.images = _remove_images(client, _managed_images(client, untagged=True))[0]
     if run is None and temp:
         report.temp_dirs.extend(str(path) for path in remove_stale_socket_dirs())
         for pattern in TEMP_PATTERNS:

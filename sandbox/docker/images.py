@@ -366,8 +366,10 @@ class ImageResolver:
         with tempfile.TemporaryDirectory(prefix="harness-build-") as tmp:
             context = Path(tmp) / "context"
             shutil.copytree(source, context, symlinks=True)
-            relative = request.dockerfile.resolve().relative_to(source.resolve())
-            dockerfile = context / relative
+            try:
+                dockerfile = context / request.dockerfile.resolve().relative_to(source.resolve())
+            except ValueError:  # a sidecar's build.dockerfile outside its context
+                dockerfile = Path(tmp) / "Dockerfile"
             # Every stage labelled from its first layer (a failed build's layers included).
             dockerfile.write_text(label_stages(rewritten, labels))
             command = [
