@@ -269,8 +269,8 @@ class DockerSandbox(Sandbox):
             ImageBuildError: a build failed (its ``build_log`` holds every log so far).
             ImagePullError: an image is not local and cannot be pulled.
         """
-        if self.image is not None:
-            return None
+        if self.image is not None or self.spec.os != "linux":
+            return None  # nothing is built for a task that start() refuses
         spec = self.spec
         resolver = self.runtime.resolver
         logs: list[str] = []
