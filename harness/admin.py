@@ -182,7 +182,8 @@ def list_images() -> tuple[list[ImageRow], bool]:
         base = call(client.images.get, DEFAULT_IMAGE)
     except ImageMissing:
         return rows, False
-    rows.append(ImageRow(DEFAULT_IMAGE, base.short_id, (base.attrs.get("Size") or 0) / 1e6, "base"))
+    short = str(base.id).removeprefix("sha256:")[:12]
+    rows.append(ImageRow(DEFAULT_IMAGE, short, (base.attrs.get("Size") or 0) / 1e6, "base"))
     return rows, True
 
 

@@ -78,6 +78,8 @@ def images_list(
     table = _table("image", "id", "size MB", "content hash")
     table.columns[0].overflow = "fold"  # a tag is never cut: its hash tells images apart
     table.columns[0].min_width = 20
+    for column in table.columns[1:]:
+        column.no_wrap = True
     for row in rows:
         table.add_row(row.tag, row.short_id, f"{row.size_mb:.0f}", row.content_hash)
     out.print(table)

@@ -167,6 +167,8 @@ def test_force_build_over_an_unreachable_docker_image_is_recorded_and_watchable(
     listed = harness("images", "list", "--plain")
     assert listed.returncode == 0, listed.stderr
     assert first["sandbox"]["image"] in listed.stdout.split()
+    narrow = harness("images", "list", env={"COLUMNS": "80"})
+    assert narrow.returncode == 0 and "…" not in narrow.stdout  # folded, never cut
 
 
 COMPOSE = """\
