@@ -22,6 +22,7 @@ from harness.gateway.sockets import remove_stale_socket_dirs
 from harness.tasks import load_tasks
 from sandbox import cgroups
 from sandbox.docker import hostguard
+from sandbox.docker.aliases import mark_task_images
 from sandbox.docker.engine import LeakReport, connect, engine_facts, remove_leaks
 from sandbox.docker.images import (
     DEFAULT_IMAGE,
@@ -122,6 +123,15 @@ def build_images(
             )
         except (ImageBuildError, EnvironmentStartError) as exc:
             report.results.append(ImageResult(task.key, error=str(exc)))
+    # What the builds matched, and what the tasks' compose sidecars would (not built here).
+    for task in tasks:
+        mark_task_images(
+            resolver.alias_use,
+            image=task.config.environment.docker_image,
+            dockerfile=task.dockerfile,
+            force_build=force_build,
+            compose_file=task.compose_file,
+        )
     warning = resolver.alias_use.warning()
     if warning is not None:
         report.warnings.append(warning)

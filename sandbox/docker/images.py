@@ -287,8 +287,12 @@ class ImageResolver:
         extra = "\0".join(
             [*(f"{k}={v}" for k, v in request.build_args), f"target={request.target or ''}"]
         )
+        # Only the aliases this Dockerfile uses: another task's alias changes nothing here.
+        applied = AliasUse(dict(self.aliases))
+        rewrite_dockerfile(request.dockerfile.read_text(errors="replace"), applied)
+        used = {source: self.aliases[source] for source in applied.used}
         digest = context_hash(
-            context, request.dockerfile, self.aliases, extra if extra != "target=" else ""
+            context, request.dockerfile, used, extra if extra != "target=" else ""
         )
         name = _TAG_UNSAFE.sub("-", request.name.lower()).strip("-.") or "task"
         return f"{request.repository}/{name[:100]}:{digest[:12]}"

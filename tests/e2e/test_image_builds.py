@@ -272,3 +272,28 @@ def _buildkit() -> bool:
     from sandbox.docker.builder import builder
 
     return builder().buildkit
+
+
+def test_images_build_forces_the_build_and_warns_of_an_unused_alias(tmp_path: Path) -> None:
+    marker = secrets.token_hex(8)
+    _task(
+        tmp_path / "tasks",
+        "cli",
+        dockerfile=f"FROM debian:bookworm\nRUN echo {marker} > /marker\n",
+        toml_env=f'docker_image = "{UNREACHABLE}"\n',
+    )
+    args = ("images", "build", tmp_path / "tasks", "--base-alias", f"debian:bookworm={BASE}")
+    built = harness(*args, "--force-build", "--base-alias", f"nothing-here:1={BASE}")
+    assert built.returncode == 0, built.stderr
+    assert "buildtest/cli: harness-task/buildtest-cli:" in built.stdout
+    assert built.stdout.rstrip().endswith("(built)")
+    assert "building image of buildtest/cli" in built.stderr
+    (warning,) = [line for line in built.stderr.splitlines() if "matched no image" in line]
+    assert "nothing-here:1" in warning and "debian:bookworm" not in warning
+    # Built once: the next build of the same context reuses the tag.
+    again = harness(*args, "--force-build")
+    assert again.returncode == 0 and again.stdout.rstrip().endswith("(cached)")
+    assert "matched no image" not in again.stderr
+    # Without --force-build the unreachable docker_image is what the task names.
+    pulled = harness(*args)
+    assert pulled.returncode == 1 and UNREACHABLE in pulled.stderr
