@@ -9,9 +9,10 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 from harness.backends.tmpdir import RUN_TMP_PREFIX, remove_private_dir
@@ -21,6 +22,7 @@ from harness.gateway.sockets import remove_stale_socket_dirs
 from harness.tasks import load_tasks
 from sandbox import cgroups
 from sandbox.docker import hostguard
+from sandbox.docker.aliases import mark_task_images
 from sandbox.docker.engine import LeakReport, connect, engine_facts, remove_leaks
 from sandbox.docker.images import (
     DEFAULT_IMAGE,
@@ -30,7 +32,7 @@ from sandbox.docker.images import (
     parse_aliases,
 )
 from sandbox.docker.labels import IMAGE_HASH, MANAGED
-from sandbox.docker.sdk import EngineRequestError, ImageMissing, call
+from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, ImageMissing, call
 from sandbox.errors import EngineUnavailable, EnvironmentStartError
 from sandbox.removal import remove_tree
 from sandbox.storage import release_leftovers
@@ -69,10 +71,32 @@ class ImageResult:
     task: str
     image: str | None = None
     error: str | None = None
+    #: ``built``, ``cached`` or ``pulled``.
+    source: str | None = None
 
 
-def build_images(paths: Sequence[Path], base_aliases: Sequence[str] = ()) -> list[ImageResult]:
+@dataclass
+class BuildReport:
+    """``harness images build``: each task's image, and warnings (an unused alias)."""
+
+    results: list[ImageResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def build_images(
+    paths: Sequence[Path],
+    base_aliases: Sequence[str] = (),
+    *,
+    force_build: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> BuildReport:
     """Build (or reuse) the content-addressed image of every task with a Dockerfile.
+
+    Args:
+        paths: Task dirs or task-set folders.
+        base_aliases: ``FROM=LOCAL`` pairs.
+        force_build: Build a task's Dockerfile even when it names a ``docker_image``.
+        progress: Where build progress goes ("building image of <task>", its steps).
 
     Raises:
         UsageError: An invalid task or alias, or no engine.
@@ -82,20 +106,36 @@ def build_images(paths: Sequence[Path], base_aliases: Sequence[str] = ()) -> lis
         aliases = parse_aliases(list(base_aliases))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    resolver = ImageResolver(engine(), aliases=aliases)
-    results = []
+    resolver = ImageResolver(engine(), aliases=aliases, force_build=force_build, progress=progress)
+    report = BuildReport()
     for task in tasks:
         request = ImageRequest(
             name=task.name,
             image=task.config.environment.docker_image,
             dockerfile=task.dockerfile,
             build_timeout_sec=task.config.environment.build_timeout_sec,
+            force_build=force_build,
         )
         try:
-            results.append(ImageResult(task.key, image=resolver.resolve(request)))
+            resolved = resolver.resolve_image(request)
+            report.results.append(
+                ImageResult(task.key, image=resolved.reference, source=resolved.source)
+            )
         except (ImageBuildError, EnvironmentStartError) as exc:
-            results.append(ImageResult(task.key, error=str(exc)))
-    return results
+            report.results.append(ImageResult(task.key, error=str(exc)))
+    # What the builds matched, and what the tasks' compose sidecars would (not built here).
+    for task in tasks:
+        mark_task_images(
+            resolver.alias_use,
+            image=task.config.environment.docker_image,
+            dockerfile=task.dockerfile,
+            force_build=force_build,
+            compose_file=task.compose_file,
+        )
+    warning = resolver.alias_use.warning()
+    if warning is not None:
+        report.warnings.append(warning)
+    return report
 
 
 @dataclass(frozen=True)
@@ -108,42 +148,92 @@ class ImageRow:
     content_hash: str
 
 
+def _tags(image: dict[str, Any]) -> list[str]:
+    return [tag for tag in image.get("RepoTags") or [] if tag != "<none>:<none>"]
+
+
+def _managed_images(client: docker.DockerClient, *, untagged: bool) -> list[dict[str, Any]]:
+    """The labelled images to remove: tagged ones, and untagged leaves (failed builds').
+
+    Never a layer another image builds on: removing an image also removes the untagged
+    layers under it that nothing else uses, so a failed build's chain goes with its last
+    layer.
+    """
+    found: list[dict[str, Any]] = call(
+        client.api.images, all=True, filters={"label": f"{MANAGED}=1"}
+    )
+    every: list[dict[str, Any]] = call(client.api.images, all=True)
+    parents = {str(image.get("ParentId") or "") for image in every}
+    leaves = [image for image in found if str(image["Id"]) not in parents]
+    if untagged:
+        return [image for image in leaves if not _tags(image)]
+    # Leaves first: a tagged image another of ours builds on goes after it.
+    return leaves + [image for image in found if _tags(image) and image not in leaves]
+
+
 def list_images() -> tuple[list[ImageRow], bool]:
-    """Task images built by the harness, then the base image.
+    """Task images built by the harness (each tag whole), then the base image.
+
+    Untagged ones are what failed builds left (``harness images prune`` removes them).
 
     Returns:
         The images, and whether the base image is there.
     """
     client = engine()
     rows = []
-    for image in call(client.images.list, filters={"label": f"{MANAGED}=1"}):
-        labels = image.labels or {}
-        size = (image.attrs.get("Size") or 0) / 1e6
-        for tag in image.tags or ["<untagged>"]:
-            rows.append(ImageRow(tag, image.short_id, size, labels.get(IMAGE_HASH, "-")))
+    for image in call(client.api.images, filters={"label": f"{MANAGED}=1"}):
+        labels = image.get("Labels") or {}
+        size = (image.get("Size") or 0) / 1e6
+        short = str(image["Id"]).removeprefix("sha256:")[:12]
+        for tag in _tags(image) or ["<untagged>"]:
+            rows.append(ImageRow(tag, short, size, labels.get(IMAGE_HASH, "-")))
+    rows.sort(key=lambda row: (row.tag == "<untagged>", row.tag))
     try:
         base = call(client.images.get, DEFAULT_IMAGE)
     except ImageMissing:
         return rows, False
-    rows.append(ImageRow(DEFAULT_IMAGE, base.short_id, (base.attrs.get("Size") or 0) / 1e6, "base"))
+    short = str(base.id).removeprefix("sha256:")[:12]
+    rows.append(ImageRow(DEFAULT_IMAGE, short, (base.attrs.get("Size") or 0) / 1e6, "base"))
     return rows, True
 
 
-def prune_images() -> tuple[int, list[str]]:
-    """Remove every task image the harness built (they are rebuilt on demand).
+def _remove_images(
+    client: docker.DockerClient, images: list[dict[str, Any]]
+) -> tuple[list[str], list[str]]:
+    """Remove ``images`` (every tag of each); (removed ids, why each kept one was kept).
+
+    An image the engine already removed counts as removed; one a container uses, or that
+    an image which is not the harness's builds on, is kept.
+    """
+    removed, kept = [], []
+    for image in images:
+        image_id, tags = str(image["Id"]), _tags(image)
+        try:
+            for tag in tags[1:]:
+                call(client.api.remove_image, tag)
+            call(client.api.remove_image, tags[0] if tags else image_id)
+            removed.append(image_id)
+        except EngineObjectMissing:
+            removed.append(image_id)  # went with another tag or its child
+        except EngineRequestError as exc:
+            kept.append(f"kept {tags or image_id[7:19]}: {exc.explanation}")
+    return removed, kept
+
+
+def prune_images(*, untagged_only: bool = False) -> tuple[int, list[str]]:
+    """Remove every image the harness built, and every layer its failed builds left.
+
+    Args:
+        untagged_only: Only the untagged ones (what failed builds left); the task images
+            stay.
 
     Returns:
-        How many were removed, and why each kept one was kept.
+        How many images (tags and untagged layers) were removed, and why each kept one was
+        kept.
     """
     client = engine()
-    removed, kept = 0, []
-    for image in call(client.images.list, filters={"label": f"{MANAGED}=1"}):
-        try:
-            call(client.images.remove, str(image.id), force=False)
-            removed += 1
-        except EngineRequestError as exc:
-            kept.append(f"kept {image.tags or image.short_id}: {exc.explanation}")
-    return removed, kept
+    removed, kept = _remove_images(client, _managed_images(client, untagged=untagged_only))
+    return len(removed), kept
 
 
 @dataclass
@@ -155,12 +245,14 @@ class CleanupReport:
         temp_dirs: The temp dirs removed.
         cgroups: The local sandbox's trial cgroups removed (their processes killed).
         cgroup_errors: The trial cgroups that could not be removed, and why.
+        images: The untagged image layers failed builds left (without ``run`` only).
     """
 
     leaks: LeakReport
     temp_dirs: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     cgroup_errors: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
 
 
 def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
@@ -189,7 +281,12 @@ def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
         if node.exists():
             remove_tree(node)
             report.temp_dirs.append(str(node))
-    elif temp:
+    else:
+        # What failed builds left: untagged layers with the harness's labels. A layer a
+        # running build still uses is kept by the engine (it has a child or a container).
+        client = engine()
+        report.images = _remove_images(client, _managed_images(client, untagged=True))[0]
+    if run is None and temp:
         report.temp_dirs.extend(str(path) for path in remove_stale_socket_dirs())
         for pattern in TEMP_PATTERNS:
             for path in glob.glob(os.path.join(base, pattern)):
@@ -274,6 +371,7 @@ __all__ = [
     "TEMP_PATTERNS",
     "CleanupReport",
     "DoctorReport",
+    "BuildReport",
     "ImageResult",
     "ImageRow",
     "build_images",

@@ -397,6 +397,17 @@ class Sandbox(ABC):
     def paths(self) -> SandboxPaths:
         """In-sandbox paths of this trial."""
 
+    def build_image(self) -> str | None:
+        """Make the trial's image ready (build or pull it) before :meth:`start`.
+
+        Timed as the trial's ``build`` phase, apart from the container's start. Returns the
+        whole build log when this call built an image (the trial keeps it as
+        ``build.log``), else None. A failed build raises an error whose ``build_log``
+        attribute holds the log. Where nothing is built (the default) it does nothing;
+        :meth:`start` must work without it.
+        """
+        return None
+
     @abstractmethod
     def start(self) -> None:
         """Create a fresh root (and container) and seed the workspace."""

@@ -20,6 +20,7 @@ from harness.errors import UsageError
 from harness.tasks import Task
 from sandbox.backend import Capacity, SandboxSpec
 from sandbox.docker import hostguard
+from sandbox.docker.aliases import AliasUse, mark_task_images
 from sandbox.docker.backend import DockerSandbox
 from sandbox.docker.engine import (
     connect,
@@ -63,7 +64,13 @@ class DockerBackend(SandboxBackend):
                 )
         self.runtime = DockerRuntime(
             client,
-            ImageResolver(client, aliases=aliases, puller=ImagePuller(client, config.pull)),
+            ImageResolver(
+                client,
+                aliases=aliases,
+                puller=ImagePuller(client, config.pull),
+                builder_choice=config.builder,
+                force_build=config.force_build,
+            ),
             runtime=config.runtime,
             run_label=options.run_name,
             tmp_dir=self.tmp_dir,
@@ -76,8 +83,9 @@ class DockerBackend(SandboxBackend):
         return DockerSandbox(spec, self.runtime)
 
     def report_progress(self, report: Callable[[str], None]) -> None:
-        """Image pulls say how they are getting on through ``report``."""
+        """Image pulls and builds say how they are getting on through ``report``."""
         self.runtime.resolver.puller.progress = report
+        self.runtime.resolver.progress = report
 
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory."""
@@ -91,6 +99,7 @@ class DockerBackend(SandboxBackend):
         refused before the run, unless ``sandbox.compose_host_access = "allow"``.
         """
         problems = super().task_problems(tasks)
+        self._warn_unused_aliases(tasks)
         if self.options.config.compose_host_access == "allow":
             return problems
         for task in tasks:
@@ -100,6 +109,24 @@ class DockerBackend(SandboxBackend):
             if reason is not None:
                 problems.append(f"{task.compose_file}: {hostguard.refusal(reason)}")
         return problems
+
+    def _warn_unused_aliases(self, tasks: Sequence[Task]) -> None:
+        """One warning naming each ``--base-alias`` that no image of the run's tasks matches."""
+        aliases = self.runtime.resolver.aliases
+        if not aliases:
+            return
+        use = AliasUse(dict(aliases))
+        for task in tasks:
+            mark_task_images(
+                use,
+                image=task.config.environment.docker_image,
+                dockerfile=task.dockerfile,
+                force_build=self.runtime.resolver.force_build,
+                compose_file=task.compose_file,
+            )
+        warning = use.warning()
+        if warning is not None and warning not in self.warnings:
+            self.warnings.append(warning)
 
     def health(self) -> str | None:
         """None while the Docker engine answers a ping (5 s at most), else why not."""

@@ -29,33 +29,73 @@ def images_build(
     base_alias: Annotated[
         list[str] | None, typer.Option("--base-alias", help="FROM=LOCAL (repeatable).")
     ] = None,
+    force_build: Annotated[
+        bool,
+        typer.Option(
+            "--force-build", help="Build environment/Dockerfile even when docker_image is set."
+        ),
+    ] = False,
 ) -> None:
     """Build (or reuse) the content-addressed image of every task with a Dockerfile."""
-    results = engine.build_images(paths, base_alias or [])
-    for result in results:
+    report = engine.build_images(
+        paths,
+        base_alias or [],
+        force_build=force_build,
+        progress=lambda text: err.print(text, markup=False, highlight=False),
+    )
+    for result in report.results:
         if result.error is None:
-            out.print(f"{result.task}: {result.image}")
+            out.print(f"{result.task}: {result.image} ({result.source})", markup=False)
         else:
             err.print(f"[red]{escape(result.task)}: {escape(result.error)}[/red]")
-    raise typer.Exit(1 if any(r.error for r in results) else 0)
+    for warning in report.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    raise typer.Exit(1 if any(r.error for r in report.results) else 0)
 
 
 @images_app.command("list")
-def images_list() -> None:
-    """List task images built by the harness, and the base image."""
+def images_list(
+    plain: Annotated[
+        bool,
+        typer.Option(
+            "--plain", help="One tab-separated line per image: tag, id, size MB, content hash."
+        ),
+    ] = False,
+) -> None:
+    """List task images built by the harness (whole tags), and the base image."""
     rows, has_base = engine.list_images()
-    table = _table("image", "id", "size MB", "content hash")
-    for row in rows:
-        table.add_row(row.tag, row.short_id, f"{row.size_mb:.0f}", row.content_hash)
     if not has_base:
         err.print(f"base image {engine.DEFAULT_IMAGE} is missing: `bash images/bootstrap-base.sh`")
+    if plain:
+        for row in rows:
+            out.print(
+                f"{row.tag}\t{row.short_id}\t{row.size_mb:.0f}\t{row.content_hash}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        return
+    table = _table("image", "id", "size MB", "content hash")
+    table.columns[0].overflow = "fold"  # a tag is never cut: its hash tells images apart
+    table.columns[0].min_width = 20
+    for column in table.columns[1:]:
+        column.no_wrap = True
+    for row in rows:
+        table.add_row(row.tag, row.short_id, f"{row.size_mb:.0f}", row.content_hash)
     out.print(table)
 
 
 @images_app.command("prune")
-def images_prune() -> None:
-    """Remove every task image the harness built (they are rebuilt on demand)."""
-    removed, kept = engine.prune_images()
+def images_prune(
+    untagged: Annotated[
+        bool,
+        typer.Option(
+            "--untagged", help="Only the untagged layers failed builds left; keep task images."
+        ),
+    ] = False,
+) -> None:
+    """Remove every image the harness built and the layers its failed builds left."""
+    removed, kept = engine.prune_images(untagged_only=untagged)
     for line in kept:
         err.print(f"[yellow]{escape(line)}[/yellow]")
     out.print(f"removed {removed} image(s)")
@@ -85,6 +125,7 @@ def sandbox_cleanup(
         f"removed {len(leaks.containers)} container(s), {len(leaks.volumes)} volume(s), "
         f"{len(leaks.networks)} network(s), {len(leaks.rules)} firewall rule(s), "
         f"{len(report.temp_dirs)} temp dir(s), {len(report.cgroups)} cgroup(s)"
+        + (f", {len(report.images)} failed-build image layer(s)" if report.images else "")
     )
     for error in [*leaks.errors, *report.cgroup_errors]:
         err.print(f"[red]error:[/red] {escape(error)}")

@@ -151,7 +151,7 @@ class RichDisplay(PlainDisplay):
             table.add_row(
                 trial.id,
                 str(trial.attempt),
-                trial.phase,
+                "building image" if trial.phase == "build" else trial.phase,
                 _ago(trial.phase_started_at, now),
                 _ago(trial.started_at, now),
             )

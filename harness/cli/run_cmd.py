@@ -101,6 +101,7 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         sandbox__runtime=values.get("runtime"),
         sandbox__base_aliases=values.get("base_alias"),
         sandbox__pull=values.get("pull"),
+        sandbox__force_build=values.get("force_build"),
         env__id=values.get("env"),
         executor__name=values.get("executor"),
         executor__ray_address=values.get("ray_address"),
@@ -247,6 +248,13 @@ def run(
         typer.Option(
             "--pull",
             help="When to pull a task's docker_image: missing (default), always or never.",
+        ),
+    ] = None,
+    force_build: Annotated[
+        bool | None,
+        typer.Option(
+            "--force-build/--no-force-build",
+            help="Build a task's environment/Dockerfile even when it names a docker_image.",
         ),
     ] = None,
     skip_invalid: Annotated[

@@ -46,6 +46,12 @@ def tasks_check(
                 "Harbor key this harness does not know)"
             )
             err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        if task.config.environment.docker_image and task.dockerfile is not None:
+            note = escape(
+                f"{task.path / 'task.toml'}: docker_image and environment/Dockerfile: the "
+                "image is pulled; --force-build builds it"
+            )
+            err.print(f"[cyan]note:[/cyan] {note}", highlight=False)
     if problems:
         err.print(f"{len(problems)} problem(s); {len(tasks)} valid task(s)")
         raise typer.Exit(EXIT_USAGE)

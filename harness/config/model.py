@@ -64,6 +64,10 @@ class SandboxConfig(BaseModel):
             ``docker_image``).
         pull: When to pull a task's ``docker_image``: ``missing`` (default), ``always``,
             ``never``.
+        force_build: Build a task's ``environment/Dockerfile`` even when it names a
+            ``docker_image`` (which is then neither pulled nor used).
+        builder: Which image builder: ``auto`` (BuildKit where the engine and a docker CLI
+            have it, else the legacy builder), ``buildkit``, ``legacy``.
         uid: First uid of the local sandbox's per-trial identities.
         gid: First gid of the local sandbox's per-trial identities.
         expose: Host paths the local sandbox's agents see read-only (at the same path), e.g.
@@ -86,6 +90,8 @@ class SandboxConfig(BaseModel):
     runtime: str | None = None
     base_aliases: list[str] = Field(default_factory=list)
     pull: Literal["missing", "always", "never"] = "missing"
+    force_build: bool = False
+    builder: Literal["auto", "buildkit", "legacy"] = "auto"
     uid: int = Field(default=DEFAULT_SANDBOX_UID, gt=0)
     gid: int = Field(default=DEFAULT_SANDBOX_GID, gt=0)
     expose: list[str] = Field(default_factory=list)

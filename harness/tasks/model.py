@@ -203,7 +203,8 @@ class EnvironmentSection(Section):
     """The ``[environment]`` table: the container the task runs in.
 
     Attributes:
-        docker_image: A prebuilt image; when set, ``environment/Dockerfile`` is not built.
+        docker_image: A prebuilt image; when set, ``environment/Dockerfile`` is not built
+            (unless the run forces the build: ``--force-build``).
         os: ``linux`` or ``windows`` (windows is refused per trial: unsupported).
         cpus: CPU limit (may be fractional).
         memory_mb: Memory limit in MiB.

@@ -24,6 +24,8 @@ _MACHINE = ((Exception,), TrialStatus.ENVIRONMENT_ERROR)
 FAILURE_STATUS: Mapping[str, tuple[Row, ...]] = {
     # Getting the sandbox (and a step's files and setup) ready is the machine's part.
     "prepare": (_MACHINE,),
+    # A failed build or pull (the errors a retry cannot change say so: retryable false).
+    "build": (_MACHINE,),
     "reset": (_MACHINE,),
     "setup": (_MACHINE,),
     "execute": (

@@ -1,10 +1,11 @@
 """One trial's life, top to bottom (docs/harbor.md).
 
-prepare → reset (start the sandbox, wait for the healthcheck) → for each step (one for a
-single-step task): stage (the step's files and setup, its healthcheck) → execute (the
-agent) → collect (logs, workspace) → grade (in the agent's sandbox or a separate one) →
-artifacts; a step below its ``min_reward`` ends the steps → cleanup, which always runs in
-the contract order, its errors reported with the run's → the transcript, the judges (on the
+prepare → build (the image, where the backend builds one) → reset (start the sandbox,
+wait for the healthcheck) → for each step (one for a single-step task): stage (the step's
+files and setup, its healthcheck) → execute (the agent) → collect (logs, workspace) →
+grade (in the agent's sandbox or a separate one) → artifacts; a step below its
+``min_reward`` ends the steps → cleanup, which always runs in the contract order, its
+errors reported with the run's → the transcript, the judges (on the
 trial's final state) → persist (the record).
 """
 
@@ -143,6 +144,10 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
                 spec = self.prepare()
                 self.sandbox = self.settings.make_sandbox(spec)
                 self.settings.track(self.sandbox, running=True)
+            if self.sandbox.builds_images:  # timed apart from the container's start
+                with self.clock.phase("build"):
+                    self.enter("build")
+                    self.build()
             with self.clock.phase("reset"):
                 self.enter("reset")
                 self.reset()

@@ -71,6 +71,27 @@ class Staging(TrialState):
             return self.settings.trials_left.start_one()
         return max(0, self.settings.rollouts - 1 - self.plan.rollout)
 
+    def build(self) -> None:
+        """Build (or pull) the sandbox's image; a build's log goes to ``build.log``.
+
+        A failed build's log is kept too: it is the evidence of why the trial failed.
+        """
+        sandbox = self.sandbox
+        assert sandbox is not None
+        try:
+            log = sandbox.build_image()
+        except Exception as exc:
+            failed_log = getattr(exc, "build_log", None)
+            if isinstance(failed_log, str) and failed_log:
+                self._write_build_log(failed_log)
+            raise
+        if log:
+            self._write_build_log(log)
+
+    def _write_build_log(self, log: str) -> None:
+        self.evidence.mkdir(parents=True, exist_ok=True)
+        (self.evidence / "build.log").write_text(log, encoding="utf-8", errors="replace")
+
     def reset(self) -> None:
         """Start the sandbox, wait for the healthcheck, copy the skills in."""
         sandbox = self.sandbox

@@ -54,7 +54,7 @@ from sandbox.docker.container import (
     SUPERVISOR_CAPS as SUPERVISOR_CAPS,  # re-exported: its old home
 )
 from sandbox.docker.gpus import no_gpu_error
-from sandbox.docker.images import ImageRequest
+from sandbox.docker.images import ImageBuildError, ImageRequest, ResolvedImage
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
 from sandbox.docker.runtime import SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
@@ -130,6 +130,9 @@ class DockerSandbox(Sandbox):
         self.workload_command: list[str] | None = None
         self._workload_env: dict[str, str] = {}
         self._compose: ComposeProject | None = None
+        #: How the image was had (built, pulled, cached), once :meth:`build_image` ran.
+        self._resolved: ResolvedImage | None = None
+        self._sidecar_images: dict[str, ResolvedImage] = {}
         self._network = "bridge" if spec.allow_internet else "none"
         #: Held while the main supervisor channel serves a request.
         self._idle = threading.Lock()
@@ -223,14 +226,9 @@ class DockerSandbox(Sandbox):
                 f'[environment].os = "{spec.os}" is not supported: the harness runs Linux '
                 "containers only"
             )
-        self.image = self.runtime.resolver.resolve(
-            ImageRequest(
-                name=spec.task_name,
-                image=spec.image,
-                dockerfile=spec.dockerfile,
-                build_timeout_sec=spec.build_timeout_sec,
-            )
-        )
+        if self.image is None:
+            self.build_image()
+        assert self.image is not None
         volume_name, arch = self.runtime.python_volume()
         self._check_arch(arch)
         attrs = self.runtime.image_attrs(self.image)
@@ -260,6 +258,60 @@ class DockerSandbox(Sandbox):
             raise error(f"cannot start the trial container: {exc}") from exc
         except EngineError as exc:
             raise EnvironmentStartError(f"cannot start the trial container: {exc}") from exc
+
+    def build_image(self) -> str | None:
+        """Build or pull the trial's image and its compose sidecars' images.
+
+        Returns:
+            The build logs of what this call built (None when nothing was built).
+
+        Raises:
+            ImageBuildError: a build failed (its ``build_log`` holds every log so far).
+            ImagePullError: an image is not local and cannot be pulled.
+        """
+        if self.image is not None or self.spec.os != "linux":
+            return None  # nothing is built for a task that start() refuses
+        spec = self.spec
+        resolver = self.runtime.resolver
+        logs: list[str] = []
+        try:
+            self._resolved = resolver.resolve_image(
+                ImageRequest(
+                    name=spec.task_name,
+                    image=spec.image,
+                    dockerfile=spec.dockerfile,
+                    build_timeout_sec=spec.build_timeout_sec,
+                    force_build=resolver.force_build,
+                )
+            )
+            if self._resolved.build_log:
+                logs.append(self._resolved.build_log)
+            self.image = self._resolved.reference
+            if spec.compose_file is not None:
+                self._compose = self._compose_project(self._labels(spec.trial_id))
+                for name, resolved in self._compose.prepare_images(resolver, spec.task_name):
+                    self._sidecar_images[name] = resolved
+                    if resolved.build_log:
+                        logs.append(f"=== sidecar {name} ===\n{resolved.build_log}")
+        except ImageBuildError as exc:
+            exc.build_log = "".join([*logs, exc.build_log or ""]) or None
+            raise
+        return "".join(logs) or None
+
+    def _compose_project(self, labels: dict[str, str]) -> ComposeProject:
+        spec = self.spec
+        assert spec.compose_file is not None and self.image is not None
+        return ComposeProject(
+            spec.compose_file,
+            trial_id=spec.trial_id,
+            labels=labels,
+            allow_internet=spec.allow_internet,
+            main_image=self.image,
+            build_timeout_sec=spec.build_timeout_sec,
+            run_label=self.runtime.run_label,
+            host_problem=hostguard.problem(self.client),
+            allow_host_access=self.runtime.compose_host_access == "allow",
+        )
 
     def _labels(self, trial: str) -> dict[str, str]:
         return {MANAGED: "1", TRIAL: trial, RUN: self.runtime.run_label, **self.spec.labels}
@@ -360,17 +412,8 @@ class DockerSandbox(Sandbox):
         if spec.compose_file is None:
             return plain
         assert self.image is not None
-        self._compose = ComposeProject(
-            spec.compose_file,
-            trial_id=spec.trial_id,
-            labels=labels,
-            allow_internet=spec.allow_internet,
-            main_image=self.image,
-            build_timeout_sec=spec.build_timeout_sec,
-            run_label=self.runtime.run_label,
-            host_problem=hostguard.problem(self.client),
-            allow_host_access=self.runtime.compose_host_access == "allow",
-        )
+        if self._compose is None:
+            self._compose = self._compose_project(labels)
         plan = self._compose.plan
         self.workload_command = plan.main_command
         self._workload_env = plan.main_environment
@@ -967,6 +1010,12 @@ class DockerSandbox(Sandbox):
         return {
             "backend": self.backend,
             "image": self.image,
+            **({"image_build": self._resolved.describe()} if self._resolved is not None else {}),
+            **(
+                {"sidecar_images": {n: r.describe() for n, r in self._sidecar_images.items()}}
+                if self._sidecar_images
+                else {}
+            ),
             "runtime": self.runtime.runtime or "runc",
             "container": self._container.short_id if self._container is not None else None,
             "warm": self._warm,

@@ -14,7 +14,10 @@ binary, driven by python-on-whales' compose API) in a project of their own:
   allows host access (``sandbox.compose_host_access = "allow"``, insecure);
 - with the harness labels on every service, network and volume, so they are removed like
   everything else (``down --volumes``, and leak sweeps by label);
-- a sidecar built from a context gets a content-addressed image (built once, reused);
+- a sidecar built from a context gets a content-addressed image, built once and reused by
+  the harness's own builder before compose starts anything, with the run's
+  ``--base-alias`` applied to its Dockerfile; a sidecar's ``image:`` is aliased too, and
+  pulled per the run's pull policy (:meth:`ComposeProject.prepare_images`);
 - ``main``'s own keys are not applied to the main container: its ``command`` and
   ``environment`` feed the image's workload, ``depends_on`` is honoured by starting the
   sidecars first (waiting for their healthchecks), and every other key is listed in the
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.docker.hostguard import HostGuard, HostGuardUnavailable, bridge_name, refusal
-from sandbox.docker.images import context_hash
+from sandbox.docker.images import ImageRequest, ImageResolver, ResolvedImage, context_hash
 from sandbox.docker.labels import MANAGED
 from sandbox.docker.sdk import CommandError, command
 from sandbox.errors import EnvironmentStartError, PermanentStartError
@@ -282,6 +285,8 @@ class ComposeProject:
         self.build_timeout_sec = build_timeout_sec
         self._dir = Path(tempfile.mkdtemp(prefix="harness-compose-"))
         self._client: Any = None
+        #: Sidecar name -> the local image it runs (:meth:`prepare_images`).
+        self.images: dict[str, str] = {}
         self.started = False
         try:
             self.data = self._config()
@@ -362,7 +367,9 @@ class ComposeProject:
             spec = self.data["services"][name] or {}
             entry: dict[str, Any] = {"labels": self.labels}
             build = spec.get("build")
-            if isinstance(build, dict) and "image" not in spec:
+            if name in self.images:
+                entry["image"] = self.images[name]
+            elif isinstance(build, dict) and "image" not in spec:
                 entry["image"] = self._sidecar_tag(name, build)
             services[name] = entry
         network: dict[str, Any] = {
@@ -384,6 +391,45 @@ class ComposeProject:
         dockerfile = context_dir / str(build.get("dockerfile", "Dockerfile"))
         digest = context_hash(context_dir, dockerfile, {})
         return f"harness-sidecar/{_UNSAFE.sub('-', name.lower())}:{digest[:12]}"
+
+    def prepare_images(
+        self, resolver: ImageResolver, task_name: str
+    ) -> list[tuple[str, ResolvedImage]]:
+        """Build each sidecar's image (aliases applied), alias and pull each ``image:``.
+
+        Compose then finds every image local and neither builds nor pulls.
+
+        Raises:
+            ImageBuildError: a sidecar's build failed.
+            ImagePullError: a sidecar's image is not local and cannot be pulled.
+        """
+        done: list[tuple[str, ResolvedImage]] = []
+        for name in self.plan.sidecars:
+            spec = self.data["services"][name] or {}
+            build = spec.get("build")
+            if isinstance(build, dict) and "://" not in str(build.get("context") or "."):
+                context = (self.file.parent / str(build.get("context") or ".")).resolve()
+                args = build.get("args") or {}
+                request = ImageRequest(
+                    name=f"{task_name} sidecar {name}",
+                    dockerfile=context / str(build.get("dockerfile") or "Dockerfile"),
+                    context=context,
+                    repository="harness-sidecar",
+                    build_args=tuple(
+                        (str(k), "" if v is None else str(v)) for k, v in sorted(args.items())
+                    ),
+                    target=str(build["target"]) if build.get("target") else None,
+                    build_timeout_sec=self.build_timeout_sec,
+                )
+                resolved = resolver.resolve_image(request)
+            elif spec.get("image"):
+                resolved = resolver.resolve_image(ImageRequest(name=name, image=str(spec["image"])))
+            else:
+                continue
+            self.images[name] = resolved.reference
+            done.append((name, resolved))
+        self._client = None  # its override names the images
+        return done
 
     def client(self) -> Any:
         """The python-on-whales client of this project."""

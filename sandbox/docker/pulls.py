@@ -54,8 +54,8 @@ class ImagePuller:
         self._locks: dict[str, threading.Lock] = {}
         self._done: dict[str, ImagePullError | None] = {}
 
-    def ensure(self, image: str) -> None:
-        """Make ``image`` local as the policy says.
+    def ensure(self, image: str) -> bool:
+        """Make ``image`` local as the policy says; whether this call pulled it.
 
         Raises:
             ImagePullError: naming the image and why it cannot be had (also on every later
@@ -68,13 +68,14 @@ class ImagePuller:
                 failure = self._done[image]
                 if failure is not None:
                     raise failure
-                return
+                return False
             try:
-                self._ensure(image)
+                pulled = self._ensure(image)
             except ImagePullError as exc:
                 self._done[image] = exc
                 raise
             self._done[image] = None
+            return pulled
 
     def _local(self, image: str) -> bool:
         try:
@@ -83,15 +84,16 @@ class ImagePuller:
             return False
         return True
 
-    def _ensure(self, image: str) -> None:
+    def _ensure(self, image: str) -> bool:
         if self.policy != "always" and self._local(image):
-            return
+            return False
         if self.policy == "never":
             raise ImagePullError(
                 f"image {image} is not present locally and pulls are off (--pull never); "
                 "build or load it first (`docker load`), or use --pull missing"
             )
         self.pull(image)
+        return True
 
     def _say(self, text: str) -> None:
         if self.progress is not None:

@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 from support.docker import docker_client, require_image
 
 from sandbox.docker.images import ImageRequest, ImageResolver, parse_aliases, rewrite_from_lines
+from sandbox.docker.labels import IMAGE_HASH
 
 pytestmark = pytest.mark.docker
 
@@ -95,8 +97,22 @@ def test_failed_build_is_an_environment_error_with_the_log_tail_and_the_run_goes
     assert "building the image of task dockertest/broken failed" in message
     assert "build log (tail)" in message and "42" in message
     assert by_name["dockertest/fine"]["status"] == "completed"
-    # The failed build's intermediate container is removed too (--force-rm).
-    assert {c["Id"] for c in client.api.containers(all=True, quiet=True)} <= before
+    # The failed build's intermediate container is removed too (--force-rm). Other runs
+    # share this engine, so only containers of this build's layers (every layer carries
+    # the build's content hash, sandbox/docker/images.py) count.
+    request = ImageRequest(
+        name="dockertest/broken", dockerfile=tasks / "broken" / "environment" / "Dockerfile"
+    )
+    content = ImageResolver(client).tag_for(request).rsplit(":", 1)[1]
+    ours = set()
+    for cid in {c["Id"] for c in client.api.containers(all=True, quiet=True)} - before:
+        try:
+            image = client.api.inspect_image(client.api.inspect_container(cid)["Image"])
+        except docker.errors.NotFound:
+            continue  # gone already: not left behind
+        if (image["Config"].get("Labels") or {}).get(IMAGE_HASH) == content:
+            ours.add(cid)
+    assert not ours
 
 
 def test_unreachable_engine_is_one_clear_error_and_exit_2(tmp_path: Path) -> None:

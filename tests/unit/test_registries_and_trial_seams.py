@@ -153,7 +153,7 @@ def test_the_phase_status_table(phase: str, exc: BaseException, status: TrialSta
 
 
 def test_the_table_names_every_phase_the_trial_runs() -> None:
-    assert set(FAILURE_STATUS) == {"prepare", "reset", "setup", "execute", "grade"}
+    assert set(FAILURE_STATUS) == {"prepare", "build", "reset", "setup", "execute", "grade"}
 
 
 class _TrueAgent(SandboxAgent):

@@ -774,7 +774,7 @@
 
   const KNOWN_RECORD_KEYS = new Set(["id", "task", "agent", "sandbox", "rollout", "attempt", "status", "ok", "reward", "rewards", "errors", "previous_attempts", "timings", "usage", "versions", "started_at", "finished_at", "evidence_dir", "events", "posture"]);
   const PER_PART_KEYS = ["steps", "judges", "episodes"];
-  const PHASES = ["prepare", "reset", "waiting", "execute", "agent_phase", "agent", "collect", "grade", "verifier_phase", "verifier", "cleanup"];
+  const PHASES = ["prepare", "build", "reset", "waiting", "execute", "agent_phase", "agent", "collect", "grade", "verifier_phase", "verifier", "cleanup"];
 
   function trialHeader(run, rec, attemptLinks) {
     const agent = rec.agent || {};
