@@ -156,7 +156,7 @@ def test_tasks_the_cluster_cannot_hold_or_that_want_a_network_are_refused(
     out = tmp_path / "runs"
     code, output = harness(cluster, tasks, "--agent", "oracle", "-o", out, timeout=120)
     assert code == 2, output
-    assert "allow_internet = true is refused with --executor ray" in output
+    assert "network_mode = 'public' is refused with --executor ray" in output
     assert "cpus = 64, but no node of the Ray cluster has more than 2 CPUs" in output
     assert "gpus = 1, but no node of the Ray cluster has more than 0 GPUs" in output
     assert "docker-compose.yaml: compose sidecars (and MCP servers among them) are" in output
