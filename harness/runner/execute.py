@@ -39,6 +39,7 @@ from harness.runner.events import RunEvents, RunOutcome, RunStart
 from harness.runner.faults import DiskGuard, Halt, Halting, disk_error, disk_halt
 from harness.runner.interrupts import Interrupts
 from harness.runner.model_access import start_gateway
+from harness.runner.network import run_network
 from harness.runner.outage import EngineWatch, watch_engine
 from harness.runner.prepare import PreparedRun, versions
 from harness.runner.rundir import (
@@ -358,6 +359,7 @@ class Invocation:
             trials_left=TrialCountdown(len(self.jobs)),
             judges=prepared.judges,
             attempt=prepared.env.run_attempt if prepared.env is not None else None,
+            network=run_network(self.config.network, prepared.backend.capacity()),
         )
 
     # -- drive -------------------------------------------------------------------------------
