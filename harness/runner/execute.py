@@ -39,7 +39,6 @@ from harness.runner.events import RunEvents, RunOutcome, RunStart
 from harness.runner.faults import DiskGuard, Halt, Halting, disk_error, disk_halt
 from harness.runner.interrupts import Interrupts
 from harness.runner.model_access import start_gateway
-from harness.runner.network import run_network
 from harness.runner.outage import EngineWatch, watch_engine
 from harness.runner.prepare import PreparedRun, versions
 from harness.runner.rundir import (
@@ -53,6 +52,7 @@ from harness.runner.rundir import (
     write_summary,
 )
 from harness.runner.scheduler import AgentGate, NotRun, TrialRunner
+from harness.tasks.networks import run_network
 from harness.trial import TrialCountdown, TrialPlan, TrialSettings
 
 ABORT_GRACE_SEC = 10.0

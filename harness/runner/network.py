@@ -14,31 +14,18 @@ from collections.abc import Sequence
 from harness.executors.base import TrialExecutor
 from harness.tasks import Task
 from harness.tasks.model import StepSection
-from harness.tasks.networks import RunNetwork, refusal, task_networks, trial_networks
+from harness.tasks.networks import (
+    RunNetwork,
+    declarable,
+    refusal,
+    run_network,
+    task_networks,
+    trial_networks,
+)
 from sandbox.backend import Capacity
 
 _SHOWN = 5
 """Tasks named in a line before it just counts the rest."""
-
-
-def run_network(agent: str, capacity: Capacity | None) -> RunNetwork:
-    """The run's :class:`RunNetwork`: ``--network`` and what the backend enforces."""
-    return RunNetwork(
-        agent=agent, enforced=capacity.network_modes if capacity is not None else None
-    )
-
-
-def declarable(capacity: Capacity | None) -> frozenset[str]:
-    """The modes a task may declare on this backend.
-
-    The backend's own list when it gives one; else the runtime's network as it always
-    was: ``public`` (the engine's network) when it has one, ``no-network`` always.
-    """
-    if capacity is not None and capacity.network_modes is not None:
-        return capacity.network_modes
-    if capacity is not None and not capacity.network:
-        return frozenset({"no-network"})
-    return frozenset({"no-network", "public"})
 
 
 def network_problems(

@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.tasks.model import StepSection, TaskConfig
 from harness.tasks.network_keys import NetworkKeys
+from sandbox.backend import Capacity
 from sandbox.network_policy import NetworkMode, NetworkPolicy
 
 #: The mode of a phase no table speaks about: Harbor's default. It gives every unstated
@@ -159,6 +160,26 @@ def with_network(posture: dict[str, Any] | None, policy: NetworkPolicy) -> dict[
     return {**(posture or {}), "network": policy.to_json()}
 
 
+def run_network(agent: str, capacity: Capacity | None) -> RunNetwork:
+    """The run's :class:`RunNetwork`: ``--network`` and what the backend enforces."""
+    return RunNetwork(
+        agent=agent, enforced=capacity.network_modes if capacity is not None else None
+    )
+
+
+def declarable(capacity: Capacity | None) -> frozenset[str]:
+    """The modes a task may declare on this backend.
+
+    The backend's own list when it gives one; else the runtime's network as it always
+    was: ``public`` (the engine's network) when it has one, ``no-network`` always.
+    """
+    if capacity is not None and capacity.network_modes is not None:
+        return capacity.network_modes
+    if capacity is not None and not capacity.network:
+        return frozenset({"no-network"})
+    return frozenset({"no-network", "public"})
+
+
 def refusal(
     policies: Mapping[str, NetworkPolicy], enforced: frozenset[str], backend: str
 ) -> str | None:
@@ -178,9 +199,11 @@ __all__ = [
     "DEFAULT_NETWORK_MODE",
     "ROLES",
     "RunNetwork",
+    "declarable",
     "effective_networks",
     "enforceable",
     "refusal",
+    "run_network",
     "step_problems",
     "task_networks",
     "trial_networks",

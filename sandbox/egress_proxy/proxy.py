@@ -39,6 +39,7 @@ from sandbox.egress_proxy.rules import (
     parse_ip,
 )
 from sandbox.egress_proxy.tls import NotTls, read_client_hello
+from sandbox.errors import SandboxError
 from sandbox.network_events import NetworkEventLog, NetworkRefused
 
 _HOP_BY_HOP = frozenset(
@@ -68,7 +69,7 @@ class ProxyLimits:
     connect_sec: float = 10.0
 
 
-class Refused(Exception):
+class Refused(SandboxError):
     """A destination the policy does not allow (the message is the reason)."""
 
     def __init__(self, reason: str, *, host: str | None = None, ip: str | None = None) -> None:
@@ -76,7 +77,7 @@ class Refused(Exception):
         self.reason, self.host, self.ip = reason, host, ip
 
 
-class Unreachable(Exception):
+class Unreachable(SandboxError):
     """An allowed destination that did not answer (the message says which and why)."""
 
 

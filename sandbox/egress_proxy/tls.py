@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 
+from sandbox.errors import SandboxError
+
 #: The most ClientHello bytes read before giving up (a large post-quantum hello is ~2 KiB).
 MAX_HELLO = 64 * 1024
 
 
-class NotTls(ValueError):
+class NotTls(SandboxError):
     """The bytes are not a TLS ClientHello (or one this reader cannot parse)."""
 
 

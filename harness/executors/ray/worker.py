@@ -38,9 +38,9 @@ from harness.executors.ray.jobs import (
 )
 from harness.executors.ray.relay import DriverLink, RelayedGateway, Watch
 from harness.records import record_line
-from harness.runner.network import run_network
 from harness.tasks import Task, load_task
 from harness.tasks.env_templates import map_env_tables
+from harness.tasks.networks import run_network
 from harness.trial import TrialPlan, TrialSettings, run_trial
 
 
