@@ -9,7 +9,7 @@ reach the internet and which tasks run without the network Harbor would have giv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from harness.executors.base import TrialExecutor
 from harness.tasks import Task
@@ -23,6 +23,7 @@ from harness.tasks.networks import (
     trial_networks,
 )
 from sandbox.backend import Capacity
+from sandbox.network_policy import NetworkPolicy
 
 _SHOWN = 5
 """Tasks named in a line before it just counts the rest."""
@@ -41,6 +42,8 @@ def network_problems(
     for task in tasks:
         policies = trial_networks(task.config, run, _steps(task))
         why = refusal(policies, allowed, backend)
+        if why is None and (capacity is None or capacity.network_modes is None):
+            why = _one_network_only(policies, backend)
         if why is not None and capacity is not None and not capacity.network:
             why += "; this runtime is registered with --network=none and gives no trial a network"
         for role, policy in policies.items():
@@ -49,6 +52,25 @@ def network_problems(
         if why is not None:
             problems.append(f"{task.path / 'task.toml'}: {why}")
     return problems
+
+
+def _one_network_only(policies: Mapping[str, NetworkPolicy], backend: str) -> str | None:
+    """Why a backend giving a trial ONE network cannot keep these phases apart (None: it can).
+
+    A backend that does not say which modes it enforces (``Capacity.network_modes``) gives
+    every phase the union (``SandboxSpec.allow_internet``): a phase kept off the internet
+    while another phase has it would get it too.
+    """
+    online = sorted(role for role, policy in policies.items() if policy.internet)
+    offline = sorted(role for role, policy in policies.items() if not policy.internet)
+    if not online or not offline:
+        return None
+    return (
+        f"the {offline[0]} phase's network_mode = 'no-network' cannot be kept while the "
+        f"{online[0]} phase has {policies[online[0]].mode!r}: the {backend} backend gives all "
+        "phases of a trial one network here; run the task where per-phase policies are "
+        "enforced, or with --network none if only the agent phase has the internet"
+    )
 
 
 def network_lines(tasks: Sequence[Task], run: RunNetwork) -> list[str]:

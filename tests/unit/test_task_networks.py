@@ -213,3 +213,21 @@ def test_backends_refuse_what_they_cannot_enforce_and_the_run_says_what_it_gives
         "network: the agent phase of 3 task(s) reaches the internet: online (public), "
         "listed (allowlist: pypi.org), unsaid (public) (--network none forbids it)"
     ]
+
+
+def test_a_backend_with_one_network_per_trial_refuses_phases_it_cannot_keep_apart(
+    tmp_path: Path,
+) -> None:
+    """Terminal-Bench 2's shape (no-network agent, public verifier) on today's docker."""
+    tb2 = '[environment]\nnetwork_mode = "no-network"\n[verifier]\nnetwork_mode = "public"\n'
+    tasks = [load_task(write_task(tmp_path / "tb2", tb2))]
+    legacy = Capacity(cpus=2, memory_mb=1024)  # network_modes unset: one network per trial
+    problems = network_problems(tasks, RunNetwork(), legacy, "docker")
+    assert (
+        len(problems) == 1
+        and "the agent phase's network_mode = 'no-network' cannot be" in (problems[0])
+    )
+    assert "gives all phases of a trial one network here" in problems[0]
+    per_phase = frozenset({"public", "no-network"})
+    capacity = Capacity(cpus=2, memory_mb=1024, network_modes=per_phase)
+    assert network_problems(tasks, RunNetwork(enforced=per_phase), capacity, "docker") == []
