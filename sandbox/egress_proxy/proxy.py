@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -122,6 +123,16 @@ class EgressProxy:
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
         """Listen on ``host:port`` (0: any free port); the caller closes the server."""
         return await asyncio.start_server(self._client, host, port, limit=self.limits.header_bytes)
+
+    async def serve_unix(self, path: str) -> asyncio.Server:
+        """Listen on the unix socket ``path`` (for a forwarder into a sandbox's namespace).
+
+        The socket is made mode 0600: only the host's root (the supervisor relaying for
+        the sandbox) connects, never a sandbox user directly.
+        """
+        server = await asyncio.start_unix_server(self._client, path, limit=self.limits.header_bytes)
+        os.chmod(path, 0o600)
+        return server
 
     # -- one client ------------------------------------------------------------------------
 

@@ -51,6 +51,8 @@ class ProxyServer:
         overrides: Names resolved from this table before the host's resolver.
         limits: The proxy's bounds.
         ports: The destination ports an ``allowlist`` reaches.
+        unix_path: Also serve the proxy on this unix socket (mode 0600), for a forwarder
+            into the sandbox's namespace as the model gateway's is.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class ProxyServer:
         overrides: Mapping[str, Sequence[str]] | None = None,
         limits: ProxyLimits | None = None,
         ports: Iterable[int] = DEFAULT_PORTS,
+        unix_path: str | None = None,
     ) -> None:
         self.log = NetworkEventLog()
         self._ports = tuple(ports)
@@ -76,6 +79,7 @@ class ProxyServer:
             limits=limits,
         )
         self._host, self._port, self._dns_port = host, port, dns_port
+        self._unix_path = unix_path
         self._resolver = resolver
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="egress")
@@ -103,6 +107,8 @@ class ProxyServer:
         self._closers.append(server)
         sockname = server.sockets[0].getsockname()
         self.address = (str(sockname[0]), int(sockname[1]))
+        if self._unix_path is not None:
+            self._closers.append(await self.proxy.serve_unix(self._unix_path))
         if self._dns_port is not None:
             proxy = self.proxy
             transport, _protocol = await asyncio.get_running_loop().create_datagram_endpoint(

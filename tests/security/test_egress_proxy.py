@@ -17,6 +17,7 @@ import ssl
 import struct
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -201,10 +202,16 @@ def test_the_proxy_lets_through_exactly_the_listed_hosts(public: PublicNet) -> N
     assert any(e["protocol"] == "dns" and e.get("port") == 53 for e in refusals)
 
 
-def test_the_proxy_is_bounded_and_switches_with_the_phase(public: PublicNet) -> None:
+def test_the_proxy_is_bounded_and_switches_with_the_phase(
+    public: PublicNet, tmp_path: Path
+) -> None:
     """Connections at once, head size and time are capped; a phase switch changes the rules."""
     limits = ProxyLimits(connections=2, header_bytes=2048, head_sec=1.0)
-    with Listener() as listener, proxy_for(public, listener, limits=limits) as proxy:
+    unix_path = str(tmp_path / "proxy.sock")
+    with (
+        Listener() as listener,
+        proxy_for(public, listener, limits=limits, unix_path=unix_path) as proxy,
+    ):
         assert proxy.address is not None
         huge = b"GET http://pub.test/ HTTP/1.1\r\nHost: pub.test\r\nX: " + b"a" * 4096
         huge += b"\r\n\r\n"
@@ -217,6 +224,13 @@ def test_the_proxy_is_bounded_and_switches_with_the_phase(public: PublicNet) -> 
             conn.close()
         get = b"GET http://pub.test/ HTTP/1.1\r\nHost: pub.test\r\n\r\n"
         assert b"PUBLIC-OK" in ask(proxy, get)
+        # The same proxy on its unix socket (a forwarder's way in), root-only.
+        assert (tmp_path / "proxy.sock").stat().st_mode & 0o777 == 0o600
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
+            unix.settimeout(15)
+            unix.connect(str(tmp_path / "proxy.sock"))
+            unix.sendall(get)
+            assert b"PUBLIC-OK host=pub.test" in _read_all(unix)
         proxy.switch(NetworkPolicy("no-network"), "verifier")
         time.sleep(0.1)
         assert ask(proxy, get).startswith(b"HTTP/1.1 403")
