@@ -19,6 +19,7 @@ from harness.tasks.networks import (
     declarable,
     refusal,
     run_network,
+    sandbox_networks,
     task_networks,
     trial_networks,
 )
@@ -43,7 +44,8 @@ def network_problems(
         policies = trial_networks(task.config, run, _steps(task))
         why = refusal(policies, allowed, backend)
         if why is None and (capacity is None or capacity.network_modes is None):
-            why = _one_network_only(policies, backend)
+            # The trial's own sandbox only: a separate verifier has a container of its own.
+            why = _one_network_only(sandbox_networks(task.config, run, _steps(task)), backend)
         if why is not None and capacity is not None and not capacity.network:
             why += "; this runtime is registered with --network=none and gives no trial a network"
         for role, policy in policies.items():

@@ -155,6 +155,24 @@ def trial_networks(
     return effective_networks(config, run, first)
 
 
+def sandbox_networks(
+    config: TaskConfig, run: RunNetwork, steps: Iterable[StepSection] = ()
+) -> dict[str, NetworkPolicy]:
+    """The policies of the trial's own sandbox (its spec's ``networks``).
+
+    As :func:`trial_networks`, except that with a separate verifier the verifier role's
+    phases in this sandbox (the healthcheck) get the environment's policy: the
+    ``[verifier]`` policy is the separate container's.
+    """
+    first = next(iter(steps), None)
+    networks = effective_networks(config, run, first)
+    if config.verifier_mode(first) == "separate":
+        stated = _environment(config, "agent", first)
+        default = NetworkPolicy(DEFAULT_NETWORK_MODE, declared=False)
+        networks["verifier"] = enforceable(stated or default, run, "verifier")
+    return networks
+
+
 def with_network(posture: dict[str, Any] | None, policy: NetworkPolicy) -> dict[str, Any]:
     """A record's ``posture`` (or ``verifier_posture``) with the phase's ``network``."""
     return {**(posture or {}), "network": policy.to_json()}
@@ -204,6 +222,7 @@ __all__ = [
     "enforceable",
     "refusal",
     "run_network",
+    "sandbox_networks",
     "step_problems",
     "task_networks",
     "trial_networks",

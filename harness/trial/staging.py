@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from harness.tasks.networks import trial_networks
+from harness.tasks.networks import sandbox_networks
 from harness.trial.env import grader_env
 from harness.trial.healthcheck import wait_healthy
 from harness.trial.state import TrialState
@@ -31,7 +31,7 @@ class Staging(TrialState):
         if self.task.workspace_dir is not None:
             fixtures = collect_fixture_dir(self.task.workspace_dir)
         env_cfg = self.task.config.environment
-        networks = trial_networks(
+        networks = sandbox_networks(
             self.task.config, self.settings.network, (step.config for step in self.task.steps)
         )
         gateway, agent = self.settings.gateway, self.settings.agent

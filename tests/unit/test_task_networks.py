@@ -15,6 +15,7 @@ from harness.tasks.networks import (
     DEFAULT_NETWORK_MODE,
     RunNetwork,
     effective_networks,
+    sandbox_networks,
     task_networks,
     with_network,
 )
@@ -231,3 +232,17 @@ def test_a_backend_with_one_network_per_trial_refuses_phases_it_cannot_keep_apar
     per_phase = frozenset({"public", "no-network"})
     capacity = Capacity(cpus=2, memory_mb=1024, network_modes=per_phase)
     assert network_problems(tasks, RunNetwork(enforced=per_phase), capacity, "docker") == []
+
+
+def test_a_separate_verifiers_policy_is_its_own_containers() -> None:
+    """The trial's sandbox keeps the environment's policy; the separate one the verifier's."""
+    cfg = config(
+        '[environment]\nnetwork_mode = "no-network"\n'
+        '[verifier]\nenvironment_mode = "separate"\nnetwork_mode = "public"\n'
+    )
+    run = RunNetwork(enforced=frozenset({"public", "no-network"}))
+    assert sandbox_networks(cfg, run) == {
+        "agent": NetworkPolicy("no-network"),
+        "verifier": NetworkPolicy("no-network"),
+    }
+    assert effective_networks(cfg, run)["verifier"] == NetworkPolicy("public")
