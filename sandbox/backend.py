@@ -360,9 +360,12 @@ class Capacity:
     #: False when the runtime can give a trial no network at all (allow_internet refused).
     network: bool = True
     #: The network modes (``sandbox.network_policy``) this backend enforces as
-    #: docs/security.md promises them, the filtered ``public`` included. None: not said; the
-    #: harness then runs a declared ``public`` as the backend always did (``network``) and
-    #: an undeclared one (Harbor's default) as ``no-network``.
+    #: docs/security.md promises them, ``no-network`` included, and PER PHASE (the
+    #: ``networks`` of a spec: a trial's agent and verifier may differ). None: not said;
+    #: the harness then runs a declared ``public`` as the backend always did (``network``,
+    #: one network for every phase, so a task whose phases differ is refused) and an
+    #: undeclared one (Harbor's default) as ``no-network``. With ``public`` listed, every
+    #: task that leaves its network unstated gets the filtered internet.
     network_modes: frozenset[str] | None = None
 
 
