@@ -252,7 +252,7 @@ def test_hash_of_a_task_without_new_keys_is_unchanged() -> None:
 
 
 def test_unknown_keys_are_not_problems_but_unsupported_ones_are(tmp_path: Path) -> None:
-    toml = '[environment]\nfancy = 1\n[[verifier.collect]]\nx = 1\n'
+    toml = "[environment]\nfancy = 1\n[[verifier.collect]]\nx = 1\n"
     root = write(tmp_path / "t", {"task.toml": toml, "instruction.md": "x\n", "tests/test.sh": ""})
     tasks, problems = check_tasks([root])
     assert tasks == []
