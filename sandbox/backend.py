@@ -359,6 +359,14 @@ class Capacity:
     memory_mb: int
     #: False when the runtime can give a trial no network at all (allow_internet refused).
     network: bool = True
+    #: The network modes (``sandbox.network_policy``) this backend enforces as
+    #: docs/security.md promises them, ``no-network`` included, and PER PHASE (the
+    #: ``networks`` of a spec: a trial's agent and verifier may differ). None: not said;
+    #: the harness then runs a declared ``public`` as the backend always did (``network``,
+    #: one network for every phase, so a task whose phases differ is refused) and an
+    #: undeclared one (Harbor's default) as ``no-network``. With ``public`` listed, every
+    #: task that leaves its network unstated gets the filtered internet.
+    network_modes: frozenset[str] | None = None
 
 
 class BackendRuntime(Protocol):
@@ -564,6 +572,14 @@ class Sandbox(ABC):
         root). Called between phases, when no process of the last phase is alive.
         """
         return None
+
+    def network_events(self) -> list[dict[str, Any]]:
+        """The connections its network filter refused since the last call (bounded).
+
+        Each entry is a ``network_refused`` event (:mod:`sandbox.network_events`). Default:
+        none (a backend whose filter logs nothing). Called before the sandbox is stopped.
+        """
+        return []
 
     def environment_env(self) -> dict[str, str]:
         """Variables the environment defines for its processes (compose ``main.environment``).

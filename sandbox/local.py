@@ -4,7 +4,8 @@ Started as root, every concurrent trial gets two identities of its own, locked h
 the agent's (``base + slot``) and the grader's (``base + max_slots + slot``). Each phase — the
 agent, the verifier, and every command the verifier runs as the agent — runs under the
 supervisor in fresh mount, pid, ipc and uts namespaces (and a network namespace with only
-loopback unless the task allows internet), in a root view that shows the host's system dirs
+loopback and the model gateway's forwarder, whatever the task asks: ``NETWORK_MODES``), in a
+root view that shows the host's system dirs
 read-only and the trial's own dirs at ``/trial/...``, and nothing else: no other trial, no
 task set, no run dir, no ``/root`` or ``/home``, no host process. Everything the trial can
 write lives on its own size-limited filesystem (:mod:`sandbox.storage`), including its
@@ -73,6 +74,15 @@ VIEW_ROOT = "/trial"
 NOT_A_BOUNDARY = (
     "the local sandbox is not running as root, so it cannot drop privileges: it is NOT a "
     "security boundary (run as root, or use --sandbox docker, for untrusted agents)"
+)
+#: The network modes a local phase can get: its own network namespace, with loopback and
+#: the model gateway's forwarder. The host's network namespace is never shared with a phase
+#: (its listeners on 127.0.0.1 would be the agent's), and no egress filter runs here.
+NETWORK_MODES = frozenset({"no-network"})
+INTERNET_REFUSED = (
+    "the {role} phase's network_mode = {mode!r}: the local sandbox gives a phase loopback and "
+    "the model gateway only (its own network namespace; no egress filter runs here); run "
+    "the task with --sandbox docker, or with --network none for the agent phase"
 )
 ROOT_VERIFIER_REFUSED = (
     "the local sandbox never runs task code as host root, and this task's [verifier].user "
@@ -442,6 +452,12 @@ class LocalSandbox(Sandbox):
                 f"the task needs {self.spec.gpus} GPU(s) and the local sandbox gives none; "
                 "run it with --sandbox docker on an engine with GPUs"
             )
+        for role in ("agent", "verifier"):
+            policy = self.spec.network_for(role)
+            if policy.mode not in NETWORK_MODES:
+                raise PermanentStartError(INTERNET_REFUSED.format(role=role, mode=policy.mode))
+        if self.spec.allow_internet:
+            raise PermanentStartError(INTERNET_REFUSED.format(role="agent", mode="public"))
         try:
             if is_root():
                 self._identity = self._identities.acquire()
@@ -681,7 +697,7 @@ class LocalSandbox(Sandbox):
         """Give a request the agent's user, namespaces and protected paths."""
         assert self._identity is not None
         payload["user"] = {"uid": self._identity.uid, "gid": self._identity.gid}
-        payload["namespaces"] = {"net": not self.spec.allow_internet, "view": self._agent_view()}
+        payload["namespaces"] = {"net": True, "view": self._agent_view()}
         payload["unreadable"] = [
             f"{VIEW_ROOT}/tests",
             f"{VIEW_ROOT}/verifier",
@@ -711,7 +727,7 @@ class LocalSandbox(Sandbox):
             grader = {"uid": identity.grader_uid, "gid": identity.grader_gid}
             payload["user"] = {"uid": identity.grader_uid, "gid": identity.grader_gid}
             payload["namespaces"] = {
-                "net": not self.spec.allow_internet,
+                "net": True,
                 "view": self._verifier_view(),
             }
             payload["rlimits"]["nproc"] = self.spec.resources.pids

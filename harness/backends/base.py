@@ -69,7 +69,8 @@ class SandboxBackend(ABC):
         """What keeps each task from running on this backend at all (checked before the run).
 
         A limit the engine cannot satisfy fails the same way on every attempt, so it is
-        refused up front (exit 2). Backends add their own checks.
+        refused up front (exit 2). Backends add their own checks. Network policies are
+        checked by the run against :meth:`capacity` (``harness.runner.network``).
         """
         capacity = self.capacity()
         if capacity is None:
@@ -87,12 +88,6 @@ class SandboxBackend(ABC):
                     f"{where}: [environment].memory_mb = {env.memory_mb} is more than the "
                     f"{self.name} engine's {capacity.memory_mb} MB; lower it or run on a "
                     "bigger machine"
-                )
-            if env.allow_internet and not capacity.network:
-                problems.append(
-                    f"{where}: [environment].allow_internet = true, but this runtime is "
-                    "registered with --network=none and can give no trial a network; run the "
-                    "task with the default runtime, or register the runtime with networking"
                 )
         return problems
 

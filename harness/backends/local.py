@@ -30,6 +30,9 @@ from harness.tasks import Task
 from sandbox.backend import Capacity, SandboxSpec
 from sandbox.cgroups import Support, probe, sweep
 from sandbox.local import (
+    NETWORK_MODES as LOCAL_NETWORK_MODES,
+)
+from sandbox.local import (
     NOT_A_BOUNDARY,
     ROOT_VERIFIER_REFUSED,
     IdentityPool,
@@ -83,13 +86,19 @@ class LocalBackend(SandboxBackend):
         """The host's CPUs (those this process may run on) and memory (``MemTotal``).
 
         A task asking for more is refused before the run, as on docker: no trial of it
-        could get what it asks for.
+        could get what it asks for. Networks: ``no-network`` only (docs/tasks.md).
         """
         try:
             cpus = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
-        return Capacity(cpus=float(cpus), memory_mb=_mem_total_mb() or 1 << 40)
+        return Capacity(
+            cpus=float(cpus),
+            memory_mb=_mem_total_mb() or 1 << 40,
+            # A phase gets its own network namespace with loopback and the gateway only:
+            # the host's network is never shared, so neither internet mode is offered.
+            network_modes=LOCAL_NETWORK_MODES,
+        )
 
     def _limits_support(self, policy: str) -> Support:
         """How trials' limits are enforced here; refused (or warned) where they cannot be.

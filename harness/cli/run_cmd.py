@@ -115,6 +115,7 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         run_name=values.get("run_name"),
         fail_under=values.get("fail_under"),
         evidence=values.get("evidence"),
+        network=values.get("network"),
         judges=judges or None,
     )
 
@@ -341,12 +342,21 @@ def run(
             "once per run), full (a full copy) or none (the manifest only).",
         ),
     ] = None,
+    network: Annotated[
+        str | None,
+        typer.Option(
+            "--network",
+            help="task (default: each phase gets its task's network policy) or none (no "
+            "agent phase reaches the internet, whatever the task says; verifiers keep "
+            "theirs). docs/tasks.md.",
+        ),
+    ] = None,
     judge: Annotated[
         list[str] | None,
         typer.Option(
             "--judge",
             help="A judge for every trial, as a TOML inline table or JSON object, e.g. "
-            "'{type = \"tool-call\", tool = \"write\"}' (docs/judges.md). Repeatable.",
+            '\'{type = "tool-call", tool = "write"}\' (docs/judges.md). Repeatable.',
         ),
     ] = None,
     display: Annotated[

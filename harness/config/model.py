@@ -460,6 +460,8 @@ class RunConfig(BaseModel):
             file, the changed ones stored once per run), ``full`` (a full copy) or
             ``none`` (the manifest only).
         evidence_caps: Caps on what the evidence walks keep (``[evidence_caps]``).
+        network: ``task`` (each phase gets its task's network policy) or ``none`` (no
+            agent phase gets the internet, whatever its task says; ``--network``).
         judges: Judges every trial of the run gets besides its task's ``[[verifier.judges]]``
             (a run judge replaces a task judge of the same name); see ``harness.judges``.
     """
@@ -485,6 +487,7 @@ class RunConfig(BaseModel):
     threshold: float = 1.0
     evidence: Literal["full", "diff", "none"] = "diff"
     evidence_caps: EvidenceCapsConfig = Field(default_factory=EvidenceCapsConfig)
+    network: Literal["task", "none"] = "task"
     judges: list[JudgeSpec] = Field(default_factory=list)
 
     @model_validator(mode="before")

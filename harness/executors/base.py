@@ -59,6 +59,20 @@ class TrialExecutor(ABC):
         """What keeps a task from running on this executor at all (checked before the run)."""
         return []
 
+    def network_refusal(self, role: str, mode: str, enforced: frozenset[str] | None) -> str | None:
+        """Why a phase of ``role`` with network ``mode`` cannot run on this executor.
+
+        Args:
+            role: ``agent`` or ``verifier``.
+            mode: The phase's effective ``network_mode`` on this run.
+            enforced: The modes the run's backend enforces (``Capacity.network_modes``;
+                None: it did not say).
+
+        Returns:
+            None when it can (the default: trials run where the backend runs them).
+        """
+        return None
+
     def start(  # noqa: B027 - most executors need no start
         self, settings: TrialSettings, log: Callable[[str], None]
     ) -> None:

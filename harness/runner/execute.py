@@ -52,6 +52,7 @@ from harness.runner.rundir import (
     write_summary,
 )
 from harness.runner.scheduler import AgentGate, NotRun, TrialRunner
+from harness.tasks.networks import run_network
 from harness.trial import TrialCountdown, TrialPlan, TrialSettings
 
 ABORT_GRACE_SEC = 10.0
@@ -358,6 +359,7 @@ class Invocation:
             trials_left=TrialCountdown(len(self.jobs)),
             judges=prepared.judges,
             attempt=prepared.env.run_attempt if prepared.env is not None else None,
+            network=run_network(self.config.network, prepared.backend.capacity()),
         )
 
     # -- drive -------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from harness.runner.env_check import (
     refuse_executor,
 )
 from harness.runner.model_access import resolve_model
+from harness.runner.network import network_lines, network_problems, run_network
 from harness.runner.plan import plan_trials, select_tasks, slug
 from harness.runner.resume import DEFAULT_RERUN_STATUSES, ResumePlan, read_for_resume
 from harness.runner.rundir import lock_run_dir, refuse_non_empty
@@ -158,13 +159,17 @@ def _open_places(
     except BaseException:
         backend.close()
         raise
+    capacity = backend.capacity()
+    run = run_network(config.network, capacity)
     problems = backend.task_problems(tasks) + executor.task_problems(tasks)
+    problems += network_problems(tasks, run, capacity, backend.name, executor)
     if problems:
         try:
             backend.close()
         finally:
             executor.close()
         raise UsageError("\n".join(problems))
+    backend.warnings.extend(network_lines(tasks, run))
     return backend, executor
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from harness.tasks.network_keys import NetworkKeys
 from harness.tasks.section import NAME_PATTERN, UNSUPPORTED_KEYS, Section, User, size_to_mb
 from sandbox.storage import RESERVE_MB
 
@@ -62,7 +63,7 @@ class TaskSection(Section):
     keywords: list[str] = Field(default_factory=list)
 
 
-class AgentSection(Section):
+class AgentSection(NetworkKeys):
     """The ``[agent]`` table: how the agent phase runs.
 
     Attributes:
@@ -70,6 +71,9 @@ class AgentSection(Section):
             ≤ Jan 2026); TOML has no null, so ``None`` only arises programmatically and means
             "no limit", as in Harbor ≥ 0.7.
         user: User to run the agent as (name or uid); None means the image's default user.
+        network_mode: The agent phase's network (the oracle's too), over the
+            environment's (:mod:`harness.tasks.networks`).
+        allowed_hosts: What its ``allowlist`` lets through.
     """
 
     timeout_sec: float | None = Field(default=600.0, gt=0)
@@ -199,7 +203,7 @@ def system_dir(path: str) -> bool:
     return any(normal == top or normal.startswith(top + "/") for top in _SYSTEM_TREES)
 
 
-class EnvironmentSection(Section):
+class EnvironmentSection(NetworkKeys):
     """The ``[environment]`` table: the container the task runs in.
 
     Attributes:
@@ -212,9 +216,12 @@ class EnvironmentSection(Section):
         gpus: GPUs the task needs (device requests; an engine without GPUs fails the
             trial).
         gpu_types: Acceptable GPU types (``["H100", "A100"]``); None means any.
-        allow_internet: Whether the task's container may reach the network. **Defaults to
-            False here, deliberately: Harbor defaults to true.** Tasks that need the network
-            must say so with ``allow_internet = true``.
+        allow_internet: The older spelling of ``network_mode``: ``true`` is ``public``,
+            ``false`` is ``no-network`` (both given and disagreeing: a task error). Read it
+            through :mod:`harness.tasks.networks`, never alone: unset, the field is False,
+            and the policy is Harbor's default.
+        network_mode: Every phase's network unless a phase's table says otherwise.
+        allowed_hosts: What its ``allowlist`` lets through.
         mcp_servers: MCP servers the agent may use.
         workdir: Working directory for the agent and the tests; overrides the image's
             WORKDIR.
@@ -281,6 +288,18 @@ class EnvironmentSection(Section):
         return value
 
     @model_validator(mode="after")
+    def _internet_agrees(self) -> EnvironmentSection:
+        if "allow_internet" in self.model_fields_set and self.network_mode is not None:
+            said = "public" if self.allow_internet else "no-network"
+            if said != self.network_mode:
+                raise ValueError(
+                    f"allow_internet = {str(self.allow_internet).lower()} (network_mode = "
+                    f"{said!r}) contradicts network_mode = {self.network_mode!r}; drop "
+                    "allow_internet (network_mode replaces it)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _unique_mcp_names(self) -> EnvironmentSection:
         names = [server.name for server in self.mcp_servers]
         if len(names) != len(set(names)):
@@ -288,7 +307,7 @@ class EnvironmentSection(Section):
         return self
 
 
-class VerifierSection(Section):
+class VerifierSection(NetworkKeys):
     """The ``[verifier]`` table: how ``tests/test.sh`` runs.
 
     Attributes:
@@ -302,6 +321,8 @@ class VerifierSection(Section):
         judges: ``[[verifier.judges]]``: judges that score the trial's final state after
             the tests (a harness extension Harbor ignores). Each table is checked as a
             judge by ``harness.judges`` (``harness tasks check``, and before a run).
+        network_mode: The verifier phase's network, over the environment's.
+        allowed_hosts: What its ``allowlist`` lets through.
     """
 
     timeout_sec: float = Field(default=600.0, gt=0)
@@ -337,19 +358,21 @@ class SolutionSection(Section):
     env: dict[str, str] = Field(default_factory=dict)
 
 
-class StepAgent(Section):
+class StepAgent(NetworkKeys):
     """A step's ``agent`` table; unset values fall back to the task's ``[agent]``.
 
     Attributes:
         timeout_sec: The step's agent time limit.
         user: The step's agent user.
+        network_mode: The step's agent network, over the task's ``[agent]``.
+        allowed_hosts: What its ``allowlist`` lets through.
     """
 
     timeout_sec: float | None = Field(default=None, gt=0)
     user: User = None
 
 
-class StepVerifier(Section):
+class StepVerifier(NetworkKeys):
     """A step's ``verifier`` table; unset values fall back to the task's ``[verifier]``.
 
     Attributes:
@@ -358,6 +381,8 @@ class StepVerifier(Section):
         user: The step's verifier user.
         environment_mode: As ``[verifier].environment_mode``, for this step.
         environment: As ``[verifier.environment]``, for this step.
+        network_mode: The step's verifier network, over the task's ``[verifier]``.
+        allowed_hosts: What its ``allowlist`` lets through.
     """
 
     timeout_sec: float | None = Field(default=None, gt=0)

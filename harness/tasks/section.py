@@ -40,15 +40,6 @@ _STRICT = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=Fals
 #: Keys Harbor defines that this harness knows and does not implement, with the reason. A
 #: task using one is invalid (dropping the key would silently change what the trial means).
 UNSUPPORTED_KEYS: dict[str, str] = {
-    "environment.network_mode": (
-        "per-phase network policies (Harbor >= 0.18) are not implemented; use "
-        "allow_internet = true or false"
-    ),
-    "environment.allowed_hosts": (
-        "egress allowlists are not implemented; use allow_internet = true or false"
-    ),
-    "agent.network_mode": "per-phase network policies are not implemented",
-    "verifier.network_mode": "per-phase network policies are not implemented",
     "verifier.collect": "[[verifier.collect]] hooks (schema 1.4) are not implemented",
     # Judges score the trial's final state (its whole transcript and last workspace), not
     # a step's: a step's judges would silently never run.
@@ -133,6 +124,11 @@ class Section(BaseModel):
             value = getattr(self, name)
             if isinstance(value, Section):
                 data[name] = value.hash_dump()
+            elif isinstance(value, list) and any(isinstance(item, Section) for item in value):
+                data[name] = [
+                    item.hash_dump() if isinstance(item, Section) else dumped
+                    for item, dumped in zip(value, data[name], strict=True)
+                ]
         return data
 
 
@@ -150,11 +146,16 @@ def _unsupported(key: str) -> str | None:
 
 
 #: Per model, the fields that did not exist in the first release (see ``hash_dump``).
+_NETWORK_FIELDS = ("network_mode", "allowed_hosts")
 _ADDED_FIELDS: dict[str, tuple[str, ...]] = {
     "TaskSection": ("authors", "keywords"),
     "TaskConfig": ("source", "multi_step_reward_strategy", "steps", "artifacts"),
-    "VerifierSection": ("environment_mode", "environment", "judges"),
+    "AgentSection": _NETWORK_FIELDS,
+    "StepAgent": _NETWORK_FIELDS,
+    "StepVerifier": _NETWORK_FIELDS,
+    "VerifierSection": ("environment_mode", "environment", "judges", *_NETWORK_FIELDS),
     "EnvironmentSection": (
+        *_NETWORK_FIELDS,
         "os",
         "gpus",
         "gpu_types",

@@ -30,6 +30,7 @@ from harness.records import (
     Usage,
 )
 from harness.tasks import Task
+from harness.tasks.networks import trial_networks, with_network
 from harness.transcript import write_transcript
 from harness.trial.agent_phase import AgentPhase
 from harness.trial.failures import failure_status
@@ -356,13 +357,21 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
         finally:
             self.settings.agent.dispose()
 
+    def remove_root(self) -> None:
+        """Stop the sandbox, its network filter's refusals kept in the record's events first."""
+        if self.sandbox is None:
+            return
+        try:
+            self.events.extend(self.sandbox.network_events())
+        finally:
+            self.sandbox.stop()
+
     def cleanup_steps(self) -> list[CleanupStep]:
         """The cleanup, in the contract's order: session snapshot, dispose, remove the root."""
-        sandbox = self.sandbox
         return [
             CleanupStep("snapshot_session", self.snapshot_session),
             CleanupStep("dispose", self.dispose),
-            CleanupStep("remove_root", sandbox.stop if sandbox is not None else lambda: None),
+            CleanupStep("remove_root", self.remove_root),
         ]
 
     # -- persist --------------------------------------------------------------------------
@@ -382,6 +391,9 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
         backend = str(info.pop("backend", "unknown"))
         image = info.pop("image", None)
         extra: dict[str, Any] = self.judge_fields()
+        networks = trial_networks(
+            task.config, self.settings.network, (step.config for step in task.steps)
+        )
         if task.steps:
             extra["steps"] = [step.as_record() for step in self.steps]
         return TrialRecord(
@@ -403,8 +415,8 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
             finished_at=datetime.now(UTC),
             evidence_dir=str(self.evidence.relative_to(self.settings.run_dir)),
             events=self.events,
-            posture=self.posture,
-            verifier_posture=self.verifier_posture,
+            posture=with_network(self.posture, networks["agent"]),
+            verifier_posture=with_network(self.verifier_posture, networks["verifier"]),
             **extra,
         )
 

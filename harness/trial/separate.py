@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.tasks import Task
 from harness.tasks.model import Artifact
+from harness.tasks.networks import effective_networks
 from harness.trial.artifacts import Caps, prune_excluded
 from harness.trial.env import grader_env
 from harness.trial.grading import read_rewards
@@ -58,10 +59,15 @@ class SeparateVerifier:
         env = view.config.verifier_environment(view.step.config if view.step else None)
         context = view.verifier_context
         dockerfile = context / "Dockerfile"
+        # The container runs verifier phases only: the agent role gets nothing.
+        verifier = effective_networks(
+            view.config, self.settings.network, view.step.config if view.step else None
+        )["verifier"]
         return SandboxSpec(
             trial_id=f"{self.plan.id}-verifier",
             resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb, storage_mb=env.storage_mb),
-            allow_internet=env.allow_internet,
+            allow_internet=verifier.internet,
+            networks={"verifier": verifier},
             image=env.docker_image,
             dockerfile=dockerfile if dockerfile.is_file() else None,
             task_name=f"{view.name}-verifier",
@@ -102,6 +108,7 @@ class SeparateVerifier:
             result = self._grade(sandbox)
         finally:
             self.settings.track(sandbox, running=False)
+            self.notes.extend(sandbox.network_events())
             sandbox.stop()
         return result
 

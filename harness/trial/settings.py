@@ -14,6 +14,7 @@ from harness.agents.kinds import Agent
 from harness.gateway import TrialGateway
 from harness.records import TrialRecord
 from harness.tasks import Task
+from harness.tasks.networks import RunNetwork
 from sandbox.backend import Sandbox, SandboxSpec
 from sandbox.evidence import DEFAULT_LIMITS, Limits
 from sandbox.evidence_diff import OBJECTS_DIR, ObjectStore, seed_index
@@ -97,6 +98,9 @@ class TrialSettings:
     #: to come): a backend may make sandboxes ahead while trials of any task are to come.
     trials_left: TrialCountdown | None = None
     _seeds: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+    #: What the run does with the tasks' network policies (``--network``, the modes the
+    #: backend enforces): :mod:`harness.tasks.networks`.
+    network: RunNetwork = field(default_factory=RunNetwork)
     #: The run's judges (``harness.judges``), run on each graded trial's evidence.
     judges: JudgePanel | None = None
     #: How an executor that runs attempts in this process runs one (None: a plain trial,

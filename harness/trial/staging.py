@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from harness.tasks.networks import sandbox_networks
 from harness.trial.env import grader_env
 from harness.trial.healthcheck import wait_healthy
 from harness.trial.state import TrialState
@@ -30,6 +31,9 @@ class Staging(TrialState):
         if self.task.workspace_dir is not None:
             fixtures = collect_fixture_dir(self.task.workspace_dir)
         env_cfg = self.task.config.environment
+        networks = sandbox_networks(
+            self.task.config, self.settings.network, (step.config for step in self.task.steps)
+        )
         gateway, agent = self.settings.gateway, self.settings.agent
         if gateway is not None and agent.model_use != "none":
             self.access = gateway.open_trial(
@@ -44,7 +48,8 @@ class Staging(TrialState):
             resources=Resources(
                 cpus=env_cfg.cpus, memory_mb=env_cfg.memory_mb, storage_mb=env_cfg.storage_mb
             ),
-            allow_internet=env_cfg.allow_internet,
+            allow_internet=any(policy.internet for policy in networks.values()),
+            networks=networks,
             image=env_cfg.docker_image,
             dockerfile=self.task.dockerfile,
             task_name=self.task.name,

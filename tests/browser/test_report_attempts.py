@@ -75,8 +75,21 @@ def crafted_run(root: Path) -> Path:
                     "kind": "symlink",
                     "path": "workspace/escape",
                     "target": "/etc/shadow",
-                }
+                },
+                {
+                    "type": "network_refused",
+                    "phase": "agent",
+                    "protocol": "connect",
+                    "host": "exfil.example",
+                    "port": 443,
+                    "reason": "the host is not listed",
+                },
             ],
+            "posture": {
+                "dropped": True,
+                "network": {"mode": "allowlist", "declared": True, "allowed_hosts": ["pypi.org"]},
+            },
+            "verifier_posture": {"network": {"mode": "public", "declared": False}},
             "evidence_dir": f"trials/{TRIAL}",
             "steps": [{"name": "build", "reward": 1.0}, {"name": "test", "reward": 0.5}],
             "judges": [{"judge": "style-critic", "score": 0.5, "rationale": "long lines"}],
@@ -112,7 +125,10 @@ def test_earlier_attempts_cleanup_errors_events_and_newer_fields(
     assert "could not remove the root" in w.text("#trial-errors")
     assert w.page.locator("#trial-errors li.cleanup .badge.cleanup").count() == 1
     assert "container died" in w.text("#trial-errors")  # the earlier attempt's error
-    assert "/etc/shadow" in w.text("#security") and "1 security event" in w.text("#security")
+    security = w.text("#security")
+    assert "/etc/shadow" in security and "2 security event" in security
+    assert "allowlist: pypi.org" in security and "public (not stated by the task)" in security
+    assert "1 connection(s) refused by the network filter" in security
     assert "a_field_from_2030" in w.text("#other")
     assert "second attempt succeeded" in w.text("#transcript")
     assert "-before" in w.text("#changes") and "+after" in w.text("#changes")

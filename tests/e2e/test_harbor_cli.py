@@ -17,10 +17,11 @@ def test_check_warns_about_unknown_keys_and_refuses_unsupported_ones(
         f"warning: {fine / 'task.toml'}: environment.shiny_new_key: unknown key (ignored; a "
         "typo, or a newer Harbor key this harness does not know)"
     ], result
-    e2e.make_task(tmp_path / "set", "policy", toml='[environment]\nnetwork_mode = "allowlist"\n')
+    toml = '[environment]\nallow_internet = false\nnetwork_mode = "public"\n'
+    e2e.make_task(tmp_path / "set", "policy", toml=toml)
     result = e2e.run("tasks", "check", tmp_path / "set")
     assert result.code == 2, result
-    assert "environment.network_mode: not supported: per-phase network policies" in result.stderr
+    assert "allow_internet = false (network_mode = 'no-network') contradicts" in result.stderr
 
 
 def test_skip_invalid_runs_the_valid_tasks_and_lists_the_others(e2e: Any, tmp_path: Path) -> None:

@@ -252,13 +252,12 @@ def test_hash_of_a_task_without_new_keys_is_unchanged() -> None:
 
 
 def test_unknown_keys_are_not_problems_but_unsupported_ones_are(tmp_path: Path) -> None:
-    toml = '[environment]\nfancy = 1\nnetwork_mode = "allowlist"\nallowed_hosts = ["x"]\n'
+    toml = "[environment]\nfancy = 1\n[[verifier.collect]]\nx = 1\n"
     root = write(tmp_path / "t", {"task.toml": toml, "instruction.md": "x\n", "tests/test.sh": ""})
     tasks, problems = check_tasks([root])
     assert tasks == []
     text = [str(p) for p in problems]
-    assert any("environment.network_mode: not supported: per-phase network" in p for p in text)
-    assert any("environment.allowed_hosts: not supported: egress allowlists" in p for p in text)
+    assert any("verifier.collect: not supported: [[verifier.collect]] hooks" in p for p in text)
     ok = write(
         tmp_path / "u",
         {"task.toml": "[environment]\nfancy = 1\n", "instruction.md": "x\n", "tests/test.sh": ""},

@@ -176,7 +176,8 @@ def test_defaults_and_optional_parts(tmp_path: Path) -> None:
     assert env.cpus == 1.0
     assert env.memory_mb == 2048
     assert env.storage_mb is None
-    assert env.allow_internet is False  # secure default (Harbor's is true)
+    # The field's default; the phases' policy is Harbor's (test_task_networks.py).
+    assert env.allow_internet is False and env.network_mode is None
     assert env.workdir is None
     assert env.build_timeout_sec == 600.0
     assert task.name == "plain"

@@ -121,11 +121,29 @@ class RayExecutor(TrialExecutor):
 
     # -- before the run ----------------------------------------------------------------------
 
+    def network_refusal(self, role: str, mode: str, enforced: frozenset[str] | None) -> str | None:
+        """An internet phase runs on a worker only behind a filter its backend enforces.
+
+        The workers open the run's backend as the driver does; a mode it enforces keeps
+        the host and the private ranges out (docs/security.md), the nodes' Ray ports among
+        them. Where the backend enforces no filter, a phase with the internet could reach
+        those ports, which take jobs without authentication: refused.
+        """
+        if mode == "no-network" or (enforced is not None and mode in enforced):
+            return None
+        return (
+            f"the {role} phase's network_mode = {mode!r} is refused with --executor ray: "
+            "the sandbox backend enforces no egress filter for it here, and a phase with "
+            "the internet could reach the cluster's Ray ports, which take jobs without "
+            "authentication (docs/scale-out.md); run it with --executor local, or with "
+            "--network none if only the agent phase has it"
+        )
+
     def _nodes(self) -> list[dict[str, Any]]:
         return [node for node in self._ray.nodes() if node.get("Alive")]
 
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
-        """Tasks no node can hold, and tasks whose sandbox would have a network."""
+        """Tasks no node can hold, and tasks with compose sidecars (networks: below)."""
         nodes = self._nodes()
         most = {
             resource: max((float(n["Resources"].get(resource, 0)) for n in nodes), default=0.0)
@@ -372,15 +390,11 @@ def _unplaceable(task: Task, cpus: float, memory_mb: int, gpus: float) -> list[s
 
 
 def _networked(task: Task) -> list[str]:
-    """Why ``task``'s sandbox would have a network on a worker node (refused: Ray's ports)."""
-    where = task.path / "task.toml"
+    """Why ``task``'s containers would share a network on a worker (refused: Ray's ports).
+
+    A phase's internet is checked with the run's policies (:meth:`network_refusal`).
+    """
     problems = []
-    if task.config.environment.allow_internet:
-        problems.append(
-            f"{where}: [environment].allow_internet = true is refused with --executor ray: a "
-            "sandbox with a network could reach the cluster's Ray ports, which take jobs "
-            "without authentication (docs/scale-out.md); run it with --executor local"
-        )
     if task.compose_file is not None:
         problems.append(
             f"{task.compose_file}: compose sidecars (and MCP servers among them) are refused "

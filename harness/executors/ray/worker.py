@@ -40,6 +40,7 @@ from harness.executors.ray.relay import DriverLink, RelayedGateway, Watch
 from harness.records import record_line
 from harness.tasks import Task, load_task
 from harness.tasks.env_templates import map_env_tables
+from harness.tasks.networks import run_network
 from harness.trial import TrialPlan, TrialSettings, run_trial
 
 
@@ -138,6 +139,7 @@ def run_job(job: TrialJob, archive: bytes) -> TrialResult:
         max_evidence_file_bytes=config.evidence_caps.file_bytes,
         max_evidence_total_bytes=config.evidence_caps.total_bytes,
         evidence_limits=config.evidence_caps.limits(),
+        network=run_network(config.network, backend.capacity()),
     )
     watch = Watch(link, on_signal=lambda _signal: settings.abort_all())
     settings.on_phase = watch.phase

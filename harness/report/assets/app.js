@@ -772,7 +772,7 @@
     return holder;
   }
 
-  const KNOWN_RECORD_KEYS = new Set(["id", "task", "agent", "sandbox", "rollout", "attempt", "status", "ok", "reward", "rewards", "errors", "previous_attempts", "timings", "usage", "versions", "started_at", "finished_at", "evidence_dir", "events", "posture"]);
+  const KNOWN_RECORD_KEYS = new Set(["id", "task", "agent", "sandbox", "rollout", "attempt", "status", "ok", "reward", "rewards", "errors", "previous_attempts", "timings", "usage", "versions", "started_at", "finished_at", "evidence_dir", "events", "posture", "verifier_posture"]);
   const PER_PART_KEYS = ["steps", "judges", "episodes"];
   const PHASES = ["prepare", "build", "reset", "waiting", "execute", "agent_phase", "agent", "collect", "grade", "verifier_phase", "verifier", "cleanup"];
 
@@ -1161,14 +1161,35 @@
   }
 
   // ---------------------------------------------------------------- security, attempts, rest
+  // Each phase's effective network policy (posture.network, verifier_posture.network) and
+  // how many connections its filter refused (network_refused events).
+  function networkView(rec, events) {
+    const policy = (posture) => (posture && typeof posture === "object" && posture.network && typeof posture.network === "object" ? posture.network : null);
+    const rows = [["agent", policy(rec.posture)], ["verifier", policy(rec.verifier_posture)]].filter(([, p]) => p);
+    if (!rows.length) return h("p", { class: "muted" }, "No network policy recorded.");
+    const refused = events.filter((e) => e && e.type === "network_refused");
+    const text = (p) => {
+      let out = String(p.mode) + (p.declared === false ? " (not stated by the task)" : "");
+      if (Array.isArray(p.allowed_hosts)) out += ": " + (p.allowed_hosts.length ? p.allowed_hosts.map(String).join(", ") : "no host");
+      return out;
+    };
+    return [
+      kvTable(rows.map(([phase, p]) => [phase, h("span", { class: "network-policy" }, visible(text(p)))])),
+      refused.length ? h("p", { class: "warn" }, refused.length + " connection(s) refused by the network filter") : null,
+    ];
+  }
+
   function securitySection(rec) {
     const events = Array.isArray(rec.events) ? rec.events : [];
     return section(
       "security",
       "Tampering and posture",
       events.length ? [h("p", { class: "warn" }, events.length + " security event(s)"), genericView(events)] : h("p", { class: "ok" }, "No tampering or other security events."),
+      h("h3", null, "network"),
+      networkView(rec, events),
       h("h3", null, "posture self-check"),
-      rec.posture ? genericView(rec.posture) : h("p", { class: "muted" }, "Not recorded.")
+      rec.posture ? genericView(rec.posture) : h("p", { class: "muted" }, "Not recorded."),
+      rec.verifier_posture ? [h("h3", null, "verifier posture"), genericView(rec.verifier_posture)] : null
     );
   }
 

@@ -1,0 +1,150 @@
+"""A network namespace a test makes, joined to the host by a veth pair, with servers in it.
+
+``PublicNet`` plays "a host on the internet": an address outside every range the egress
+rules forbid (a /30 of TEST-NET-3, 203.0.113.0/24, picked at random and checked unused),
+an HTTP server on 80, a TLS server on 443 (a self-signed certificate; it records the SNI
+each handshake named) and a plain TCP listener on 8443. Every connection a server accepts
+and every request it reads is appended to ``log``, so a test judges from outside whether
+a refused attempt ever reached it. Needs root (``ip netns``); removed at exit.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+SERVER = r"""
+import socket, ssl, sys, threading
+log = open(sys.argv[1], "a", buffering=1)
+cert, key = sys.argv[2], sys.argv[3]
+def note(text):
+    log.write(text + "\n")
+def http():
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 80)); s.listen(64)
+    while True:
+        c, peer = s.accept()
+        data = c.recv(65536)
+        lines = data.decode("latin-1").split("\r\n")
+        host = [l.split(":", 1)[1].strip() for l in lines if l.lower().startswith("host:")]
+        note("http " + repr(data[:200]))
+        body = ("PUBLIC-OK host=%s" % (host[0] if host else "-")).encode()
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+        c.sendall(head % len(body) + body)
+        c.close()
+def tls():
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(cert, key)
+    seen = {}
+    def sni(sock, name, _ctx):
+        seen[id(sock)] = name
+        note("sni " + str(name))
+    ctx.sni_callback = sni
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 443)); s.listen(64)
+    while True:
+        c, peer = s.accept()
+        note("tcp443")
+        def serve(c=c):
+            try:
+                t = ctx.wrap_socket(c, server_side=True)
+                t.sendall(("TLS-OK sni=%s" % seen.get(id(t), seen.get(id(c)))).encode())
+                t.close()
+            except Exception as exc:
+                note("tls-error " + type(exc).__name__)
+                c.close()
+        threading.Thread(target=serve, daemon=True).start()
+def plain():
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 8443)); s.listen(64)
+    while True:
+        c, peer = s.accept(); note("tcp8443"); c.close()
+for f in (http, tls, plain):
+    threading.Thread(target=f, daemon=True).start()
+note("ready")
+threading.Event().wait()
+"""
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    for _ in range(50):
+        subnet = ipaddress.ip_network(f"203.0.113.{secrets.randbelow(64) * 4}/30")
+        if str(subnet.network_address) not in routes:
+            return subnet
+    raise RuntimeError("no free /30 in 203.0.113.0/24 on this host")
+
+
+class PublicNet:
+    """The namespace, its veth pair and its servers (a context manager)."""
+
+    def __init__(self, workdir: Path) -> None:
+        tag = secrets.token_hex(4)
+        self.name = f"hx-pub-{tag}"
+        self.host_if, self.ns_if = f"hxh{tag}", f"hxn{tag}"
+        subnet = _free_subnet()
+        first, second = list(subnet.hosts())
+        self.host_ip, self.ip = str(first), str(second)
+        self.prefix = subnet.prefixlen
+        self.workdir = workdir
+        self.log = workdir / "public-net.log"
+        self._server: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> PublicNet:
+        _ip("netns", "add", self.name)
+        try:
+            _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+            _ip("link", "set", self.ns_if, "netns", self.name)
+            _ip("addr", "add", f"{self.host_ip}/{self.prefix}", "dev", self.host_if)
+            _ip("link", "set", self.host_if, "up")
+            ns = ("netns", "exec", self.name, "ip")
+            _ip(*ns, "addr", "add", f"{self.ip}/{self.prefix}", "dev", self.ns_if)
+            _ip(*ns, "link", "set", self.ns_if, "up")
+            _ip(*ns, "link", "set", "lo", "up")
+            cert, key = self.workdir / "cert.pem", self.workdir / "key.pem"
+            subprocess.run(
+                ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                 "-subj", "/CN=pub.test", "-keyout", str(key), "-out", str(cert)],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            script = self.workdir / "public_server.py"
+            script.write_text(SERVER)
+            self._server = subprocess.Popen(
+                ["ip", "netns", "exec", self.name, sys.executable, str(script), str(self.log),
+                 str(cert), str(key)],
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            for _ in range(200):
+                if self.log.exists() and "ready" in self.log.read_text():
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError("the namespace's servers did not start")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def seen(self) -> str:
+        """Everything the servers logged so far."""
+        return self.log.read_text() if self.log.exists() else ""
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._server is not None:
+            self._server.kill()
+            self._server.wait(timeout=10)
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)

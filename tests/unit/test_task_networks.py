@@ -1,0 +1,248 @@
+"""Harbor's network keys: per-phase policies, allow_internet, defaults, the run's override,
+what each backend accepts, and the lines a run prints (issue 24)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from harness.runner.network import declarable, network_lines, network_problems
+from harness.tasks import TaskConfig, check_tasks, load_task
+from harness.tasks.networks import (
+    DEFAULT_NETWORK_MODE,
+    RunNetwork,
+    effective_networks,
+    sandbox_networks,
+    task_networks,
+    with_network,
+)
+from sandbox.backend import Capacity
+from sandbox.network_policy import NetworkPolicy
+
+
+def config(text: str) -> TaskConfig:
+    return TaskConfig.model_validate(tomllib.loads(text))
+
+
+def modes(text: str, step: int | None = None) -> dict[str, tuple[str, tuple[str, ...], bool]]:
+    cfg = config(text)
+    chosen = None if step is None else (cfg.steps or [])[step]
+    return {
+        role: (p.mode, p.allowed_hosts, p.declared)
+        for role, p in task_networks(cfg, chosen).items()
+    }
+
+
+def write_task(root: Path, toml: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "task.toml").write_text(toml)
+    (root / "instruction.md").write_text("x\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test.sh").write_text("exit 0\n")
+    return root
+
+
+def test_nothing_said_is_harbors_public_undeclared() -> None:
+    assert DEFAULT_NETWORK_MODE == "public"
+    assert modes("") == {"agent": ("public", (), False), "verifier": ("public", (), False)}
+
+
+@pytest.mark.parametrize(
+    ("toml", "agent", "verifier"),
+    [
+        ("[environment]\nallow_internet = true\n", "public", "public"),
+        ("[environment]\nallow_internet = false\n", "no-network", "no-network"),
+        ('[environment]\nnetwork_mode = "no-network"\n', "no-network", "no-network"),
+        # Harbor's SWE-bench adapter: public agent and verifier.
+        (
+            '[agent]\nnetwork_mode = "public"\n[verifier]\nnetwork_mode = "public"\n',
+            "public",
+            "public",
+        ),
+        # Terminal-Bench 2: tools fetched at test time, the agent kept off.
+        (
+            '[environment]\nnetwork_mode = "no-network"\n[verifier]\nnetwork_mode = "public"\n',
+            "no-network",
+            "public",
+        ),
+        (
+            '[environment]\nallow_internet = false\n[verifier]\nnetwork_mode = "public"\n',
+            "no-network",
+            "public",
+        ),  # fmt: skip
+    ],
+)
+def test_a_phase_overrides_the_environment(toml: str, agent: str, verifier: str) -> None:
+    got = modes(toml)
+    assert (got["agent"][0], got["verifier"][0]) == (agent, verifier)
+    assert got["agent"][2] is True and got["verifier"][2] is True
+
+
+def test_allowlists_normalise_and_inherit() -> None:
+    toml = (
+        '[environment]\nnetwork_mode = "allowlist"\n'
+        'allowed_hosts = ["PyPI.org.", "*.GitHub.com", "10.0.0.0/8", "[2001:db8::1]", "1.2.3.4"]\n'
+        '[agent]\nnetwork_mode = "allowlist"\n'
+        '[verifier]\nallowed_hosts = ["files.pythonhosted.org"]\n'
+    )
+    got = modes(toml)
+    listed = ("pypi.org", "*.github.com", "10.0.0.0/8", "2001:db8::1", "1.2.3.4")
+    assert got["agent"] == ("allowlist", listed, True)  # the mode restated: the hosts below
+    assert got["verifier"] == ("allowlist", ("files.pythonhosted.org",), True)
+    empty = modes('[agent]\nnetwork_mode = "allowlist"\n')
+    assert empty["agent"] == ("allowlist", (), True)  # nothing listed: nothing gets out
+    assert empty["verifier"] == ("public", (), False)
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[environment]\nallow_internet = false\nnetwork_mode = "public"\n', "contradicts"),
+        ('[environment]\nallow_internet = true\nnetwork_mode = "allowlist"\n', "contradicts"),
+        ('[agent]\nnetwork_mode = "public"\nallowed_hosts = ["a.com"]\n', "only applies"),
+        ('[agent]\nnetwork_mode = "open"\n', "network_mode"),
+        (
+            '[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["https://a.com/x"]\n',
+            "host alone",
+        ),
+        ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["a.com:443"]\n', "without ports"),
+        ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["a.*.com"]\n', "wildcard"),
+        ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["*.com"]\n', "top-level"),
+        ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["*"]\n', "wildcard"),
+        ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["10.0.0.0/33"]\n', "CIDR"),
+        ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = [""]\n', "empty"),
+    ],
+)
+def test_bad_network_keys_are_task_errors(toml: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        config(toml)
+
+
+def test_steps_restate_but_never_change_a_policy(tmp_path: Path) -> None:
+    base = '[environment]\nnetwork_mode = "no-network"\n[[steps]]\nname = "one"\n'
+    same = base + '[[steps]]\nname = "two"\nagent = { network_mode = "no-network" }\n'
+    changed = base + '[[steps]]\nname = "two"\nverifier = { network_mode = "public" }\n'
+    for name, toml in (("same", same), ("changed", changed)):
+        root = write_task(tmp_path / name, toml)
+        for step in ("one", "two"):
+            (root / "steps" / step).mkdir(parents=True)
+            (root / "steps" / step / "instruction.md").write_text("x\n")
+    assert modes(changed, 1)["verifier"][0] == "public"
+    _tasks, problems = check_tasks([tmp_path / "same"])
+    assert problems == []
+    _tasks, problems = check_tasks([tmp_path / "changed"])
+    text = " ".join(str(p) for p in problems)
+    assert "steps[1].verifier.network_mode" in text and "differs from the first step's" in text
+
+
+def test_the_task_hash_is_unchanged_while_the_keys_are_unset(tmp_path: Path) -> None:
+    plain = load_task(write_task(tmp_path / "a", "[agent]\ntimeout_sec = 5\n"))
+    assert "network_mode" not in plain.config.normalized_json()
+    stated = load_task(
+        write_task(tmp_path / "b", '[agent]\ntimeout_sec = 5\nnetwork_mode = "public"\n')
+    )
+    assert '"network_mode":"public"' in stated.config.normalized_json()
+    assert plain.hash != stated.hash
+
+
+def test_the_run_forbids_agents_the_internet_and_keeps_verifiers() -> None:
+    cfg = config('[environment]\nnetwork_mode = "public"\n')
+    none = effective_networks(cfg, RunNetwork(agent="none", enforced=frozenset({"public"})))
+    assert none["agent"] == NetworkPolicy("no-network")
+    assert none["verifier"] == NetworkPolicy("public")
+
+
+def test_an_undeclared_default_runs_public_only_where_the_filter_is_enforced() -> None:
+    cfg = config("")
+    filtered = RunNetwork(enforced=frozenset({"public", "no-network"}))
+    assert effective_networks(cfg, filtered)["agent"] == NetworkPolicy("public", declared=False)
+    for run in (RunNetwork(), RunNetwork(enforced=frozenset({"no-network"}))):
+        assert effective_networks(cfg, run)["agent"] == NetworkPolicy("no-network", declared=False)
+
+
+def test_posture_carries_each_phases_policy() -> None:
+    posture = with_network({"dropped": True}, NetworkPolicy("allowlist", ("a.com",)))
+    assert posture == {
+        "dropped": True,
+        "network": {"mode": "allowlist", "declared": True, "allowed_hosts": ["a.com"]},
+    }
+    assert with_network(None, NetworkPolicy("public", declared=False)) == {
+        "network": {"mode": "public", "declared": False}
+    }
+
+
+def test_backends_refuse_what_they_cannot_enforce_and_the_run_says_what_it_gives(
+    tmp_path: Path,
+) -> None:
+    tasks = [
+        load_task(write_task(tmp_path / "online", '[agent]\nnetwork_mode = "public"\n')),
+        load_task(
+            write_task(
+                tmp_path / "listed",
+                '[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n',
+            )
+        ),
+        load_task(write_task(tmp_path / "unsaid", "")),
+        load_task(write_task(tmp_path / "offline", "[environment]\nallow_internet = false\n")),
+    ]
+    local = Capacity(cpus=2, memory_mb=1024, network_modes=frozenset({"no-network"}))
+    problems = network_problems(tasks, RunNetwork(enforced=local.network_modes), local, "local")
+    assert len(problems) == 2, problems
+    assert "online/task.toml: the agent phase's network_mode = 'public' cannot be" in problems[0]
+    assert "enforced by the local backend (it enforces: no-network)" in problems[0]
+    assert "listed/task.toml" in problems[1] and "'allowlist'" in problems[1]
+    # --network none: the agents' internet is gone, nothing is refused, one line says so.
+    none = RunNetwork(agent="none", enforced=local.network_modes)
+    assert network_problems(tasks, none, local, "local") == []
+    assert network_lines(tasks, none) == [
+        "network: 3 task(s) leave a phase's network_mode unstated, and it runs with "
+        "no-network: Harbor's default is public, which this backend cannot enforce "
+        "(online, listed, unsaid)"
+    ]
+    # A runtime registered without networking: the old message is kept.
+    runsc = Capacity(cpus=2, memory_mb=1024, network=False)
+    assert declarable(runsc) == frozenset({"no-network"})
+    assert "--network=none" in network_problems(tasks[:1], RunNetwork(), runsc, "docker")[0]
+    # A backend enforcing every mode: no refusal, one line naming the online agents.
+    every = frozenset({"public", "no-network", "allowlist"})
+    run = RunNetwork(enforced=every)
+    assert network_problems(tasks, run, Capacity(2, 1024, network_modes=every), "docker") == []
+    assert network_lines(tasks, run) == [
+        "network: the agent phase of 3 task(s) reaches the internet: online (public), "
+        "listed (allowlist: pypi.org), unsaid (public) (--network none forbids it)"
+    ]
+
+
+def test_a_backend_with_one_network_per_trial_refuses_phases_it_cannot_keep_apart(
+    tmp_path: Path,
+) -> None:
+    """Terminal-Bench 2's shape (no-network agent, public verifier) on today's docker."""
+    tb2 = '[environment]\nnetwork_mode = "no-network"\n[verifier]\nnetwork_mode = "public"\n'
+    tasks = [load_task(write_task(tmp_path / "tb2", tb2))]
+    legacy = Capacity(cpus=2, memory_mb=1024)  # network_modes unset: one network per trial
+    problems = network_problems(tasks, RunNetwork(), legacy, "docker")
+    assert (
+        len(problems) == 1
+        and "the agent phase's network_mode = 'no-network' cannot be" in (problems[0])
+    )
+    assert "gives all phases of a trial one network here" in problems[0]
+    per_phase = frozenset({"public", "no-network"})
+    capacity = Capacity(cpus=2, memory_mb=1024, network_modes=per_phase)
+    assert network_problems(tasks, RunNetwork(enforced=per_phase), capacity, "docker") == []
+
+
+def test_a_separate_verifiers_policy_is_its_own_containers() -> None:
+    """The trial's sandbox keeps the environment's policy; the separate one the verifier's."""
+    cfg = config(
+        '[environment]\nnetwork_mode = "no-network"\n'
+        '[verifier]\nenvironment_mode = "separate"\nnetwork_mode = "public"\n'
+    )
+    run = RunNetwork(enforced=frozenset({"public", "no-network"}))
+    assert sandbox_networks(cfg, run) == {
+        "agent": NetworkPolicy("no-network"),
+        "verifier": NetworkPolicy("no-network"),
+    }
+    assert effective_networks(cfg, run)["verifier"] == NetworkPolicy("public")
