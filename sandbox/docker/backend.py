@@ -67,6 +67,7 @@ from sandbox.errors import (
     SupervisorError,
 )
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
+from sandbox.image_config import ImageConfig
 from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.scratch import PRIVATE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
@@ -896,6 +897,11 @@ class DockerSandbox(Sandbox):
 
     def environment_env(self) -> dict[str, str]:  # noqa: D102
         return dict(self._workload_env)
+
+    def image_config(self) -> ImageConfig | None:  # noqa: D102
+        if self.image is None:
+            return None
+        return ImageConfig.from_engine(self.runtime.image_attrs(self.image).get("Config"))
 
     def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102
         if self._storage is None:
