@@ -208,6 +208,35 @@ def _git_safe(dst_fd: int, dirs: List[str], uid: int, gid: int) -> None:
         os.close(fd)
 
 
+def seed(
+    home: str, source: Optional[str], uid: int, gid: int, git_safe: List[str]
+) -> Dict[str, Any]:
+    """Copy ``source``'s dotfiles into ``home`` for ``uid``/``gid``; see the module doc.
+
+    ``git_safe``: dirs written as ``safe.directory`` to HOME's ``.gitconfig`` after the copy.
+    """
+    copy = _Copy(uid, gid)
+    dst_fd = os.open(home, _DIR_FLAGS)
+    try:
+        if source is not None:
+            src_fd = os.open(source, _DIR_FLAGS)
+            try:
+                copy.tree(src_fd, dst_fd, "", 0, dotfiles_only=True)
+            finally:
+                os.close(src_fd)
+        if git_safe:
+            _git_safe(dst_fd, git_safe, uid, gid)
+    finally:
+        os.close(dst_fd)
+    return {
+        "source": source,
+        "files": copy.files,
+        "bytes": copy.bytes,
+        "truncated": copy.truncated,
+        "skipped": copy.skipped,
+    }
+
+
 def op_seed_home(req: Dict[str, Any]) -> Dict[str, Any]:
     """Seed ``home`` (an existing dir) for the user ``owner`` {uid, gid}.
 
@@ -218,25 +247,5 @@ def op_seed_home(req: Dict[str, Any]) -> Dict[str, Any]:
     """
     uid, gid = int(req["owner"]["uid"]), int(req["owner"]["gid"])
     deny = [str(d) for d in req.get("deny") or []]
-    source = source_home(uid, deny)
-    copy = _Copy(uid, gid)
-    dst_fd = os.open(str(req["home"]), _DIR_FLAGS)
-    try:
-        if source is not None:
-            src_fd = os.open(source, _DIR_FLAGS)
-            try:
-                copy.tree(src_fd, dst_fd, "", 0, dotfiles_only=True)
-            finally:
-                os.close(src_fd)
-        dirs = [str(d) for d in req.get("git_safe_directories") or []]
-        if dirs:
-            _git_safe(dst_fd, dirs, uid, gid)
-    finally:
-        os.close(dst_fd)
-    return {
-        "source": source,
-        "files": copy.files,
-        "bytes": copy.bytes,
-        "truncated": copy.truncated,
-        "skipped": copy.skipped,
-    }
+    dirs = [str(d) for d in req.get("git_safe_directories") or []]
+    return seed(str(req["home"]), source_home(uid, deny), uid, gid, dirs)
