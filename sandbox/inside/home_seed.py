@@ -13,8 +13,10 @@ The image is the task's, so the copy trusts nothing in it:
   dir's fd, so a path swapped for a link mid-copy is never followed, and a FIFO never
   blocks (``O_NONBLOCK``, then ``fstat`` must say a regular file).
 - At most :data:`MAX_FILES` entries, :data:`MAX_BYTES` bytes in all, :data:`MAX_FILE_BYTES`
-  a file and :data:`MAX_DEPTH` levels; past a bound the copy stops (``truncated``). Files
-  come before dirs, so ``.bashrc`` is never crowded out by a large ``.cache``.
+  a file and :data:`MAX_DEPTH` levels (``truncated`` says a bound was met). Files come
+  before dirs, so ``.bashrc`` is never crowded out by a large ``.cache``; a dot-dir is
+  copied whole or not at all (measured first), so a tool's half-copied tree never
+  replaces its absence.
 - A source that is (under) one of ``deny`` (the agent's workspace, its home, the scratch
   dirs) is never used: its dotfiles would be the agent's, and would run in the verifier's
   login shell.
@@ -106,10 +108,46 @@ class _Copy:
                 if depth >= MAX_DEPTH:
                     self.truncated = True
                     continue
+                if dotfiles_only and not self._fits(src_fd, name):
+                    # A dot-dir is copied whole or not at all: half a ``.nvm`` would
+                    # break what a complete absence only leaves out.
+                    self._skip(path, "too large")
+                    self.truncated = True
+                    continue
                 self.dir(src_fd, dst_fd, name, path, depth)
             else:
                 kind = "symlink" if stat.S_ISLNK(info.st_mode) else "special file"
                 self._skip(path, kind)
+
+    def _fits(self, parent_fd: int, name: str) -> bool:
+        """Whether the dir ``name`` fits whole in what the bounds leave (links not counted)."""
+        return self._measure(parent_fd, name, 0, [MAX_FILES - self.files, MAX_BYTES - self.bytes])
+
+    def _measure(self, parent_fd: int, name: str, depth: int, left: List[int]) -> bool:
+        try:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except OSError:
+            return True  # skipped by the copy too
+        try:
+            for child in os.listdir(sub):
+                try:
+                    info = os.stat(child, dir_fd=sub, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    left[0] -= 1
+                    left[1] -= info.st_size
+                    if info.st_size > MAX_FILE_BYTES:
+                        return False
+                elif stat.S_ISDIR(info.st_mode):
+                    left[0] -= 1
+                    if depth + 1 >= MAX_DEPTH or not self._measure(sub, child, depth + 1, left):
+                        return False
+                if left[0] < 0 or left[1] < 0:
+                    return False
+        finally:
+            os.close(sub)
+        return True
 
     def file(self, src_fd: int, dst_fd: int, name: str, rel: str) -> None:
         try:

@@ -75,7 +75,7 @@ TEST = (
     'check no_fifo "$([ -e "$HOME/.a-fifo" ] || echo yes)" yes\n'
     'check no_big "$([ -e "$HOME/.cache/big" ] || echo yes)" yes\n'
     'check agent_git_change "$(git status --porcelain agent.txt)" "?? agent.txt"\n'
-    "check agent_exec \"$(\"$HARNESS_AGENT_EXEC\" -- sh -c 'echo \"$FOO\"' | tail -1)\" x\n"
+    'check agent_exec "$("$HARNESS_AGENT_EXEC" -- sh -c \'echo "$FOO"\' | tail -1)" x\n'
     "} > /tmp/verifier-checks.txt 2>&1\n"
     "cat /tmp/verifier-checks.txt\n"
     "echo ---agent\n"
@@ -129,9 +129,7 @@ def test_image_env_workdir_dotfiles_and_git_reach_both_phases_and_never_ours(
         assert lines.count(" ok\n") == CHECKS.count("\ncheck ") + extra, lines
     assert result.code == 0 and record["reward"] == 1.0, (result, stdout)
     image_env = record["sandbox"]["image_env"]
-    assert {"FOO", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_DEBUG"} <= set(
-        image_env["applied"]
-    )
+    assert {"FOO", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_DEBUG"} <= set(image_env["applied"])
     assert set(image_env["withheld"]) == {
         "HOME",
         "TMPDIR",

@@ -66,14 +66,14 @@ def test_dotfiles_only_no_links_no_fifos_no_huge_files(image_home: Path, tmp_pat
     skipped = {s["path"]: s["why"] for s in result["skipped"]}  # type: ignore[attr-defined]
     assert skipped[".link"] == skipped[".dirlink"] == "symlink"
     assert skipped[".fifo"] == "special file" and skipped[".big"] == "too large"
-    depth = len([p for p in (home / ".deep").rglob("*")])
-    assert depth == home_seed.MAX_DEPTH - 1
+    # Dot-dirs are whole or absent: too deep, or too large in all, is absent.
+    assert not os.path.lexists(home / ".deep") and skipped[".deep"] == "too large"
     assert "CANARY" not in "".join(
         p.read_text(errors="replace") for p in home.rglob("*") if p.is_file()
     )
 
 
-def test_files_come_before_a_large_dir(
+def test_files_come_before_dirs_and_a_dir_is_whole_or_absent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(home_seed, "MAX_BYTES", 1000)
@@ -84,9 +84,13 @@ def test_files_come_before_a_large_dir(
     (src / ".zshrc").write_text("z")
     home = tmp_path / "home"
     home.mkdir()
+    (src / ".small").mkdir()
+    (src / ".small" / "f").write_bytes(b"y" * 100)
     result = seed(str(home), str(src), UID, GID, [])
     assert (home / ".zshrc").read_text() == "z"  # sorted after .cache, copied first
-    assert result["truncated"] is True and result["bytes"] <= 1000
+    assert (home / ".small" / "f").read_bytes() == b"y" * 100
+    assert not (home / ".cache").exists()  # 2000 bytes: never half of it
+    assert result["truncated"] is True and result["bytes"] == 101
 
 
 def test_git_safe_directories_extend_the_images_gitconfig(tmp_path: Path) -> None:
