@@ -10,6 +10,7 @@ writes what it saw, and the verifier's reward is 1 only if both saw everything r
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.docker
 
 DOCKERFILE = """\
 FROM harness/base:bookworm
-COPY git /usr/bin/git
+COPY git-dist /opt/git-dist
+COPY git-dist/git.sh /usr/bin/git
 COPY mytool /opt/tool/bin/mytool
 COPY sitecustomize.py /opt/tool/py/sitecustomize.py
 RUN chmod 755 /usr/bin/git /opt/tool/bin/mytool \\
@@ -90,7 +92,7 @@ def test_image_env_workdir_dotfiles_and_git_reach_both_phases_and_never_ours(
 ) -> None:
     require_image(docker_client())
     git = shutil.which("git")
-    assert git is not None, "the test image borrows this host's git (Debian bookworm)"
+    assert git is not None, "the test image borrows this host's git"
     task = tmp_path / "set" / "image-config"
     for rel, text in {
         "task.toml": "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 60\n",
@@ -103,7 +105,7 @@ def test_image_env_workdir_dotfiles_and_git_reach_both_phases_and_never_ours(
     }.items():
         (task / rel).parent.mkdir(parents=True, exist_ok=True)
         (task / rel).write_text(text)
-    shutil.copyfile(git, task / "environment" / "git")
+    _bundle(Path(git), task / "environment" / "git-dist")
     out = tmp_path / "runs"
     result = e2e.run(
         "run",
@@ -139,3 +141,26 @@ def test_image_env_workdir_dotfiles_and_git_reach_both_phases_and_never_ours(
         "LD_PRELOAD",
     }
     assert "image-key" not in str(record)
+
+
+def _bundle(git: Path, dest: Path) -> None:
+    """The host's git with its own loader and libraries: it runs in any glibc image."""
+    dest.mkdir()
+    found = subprocess.run(["ldd", str(git)], capture_output=True, text=True, check=True).stdout
+    loader = None
+    for line in found.splitlines():
+        parts = line.split()
+        path = parts[2] if len(parts) > 2 and parts[1] == "=>" else parts[0]
+        if not path.startswith("/"):
+            continue  # linux-vdso
+        shutil.copyfile(path, dest / Path(path).name)
+        if "ld-linux" in path:
+            loader = Path(path).name
+    assert loader is not None, found
+    shutil.copyfile(git, dest / "git")
+    where = "/opt/git-dist"
+    (dest / "git.sh").write_text(
+        f'#!/bin/sh\nexec {where}/{loader} --library-path {where} {where}/git "$@"\n'
+    )
+    for entry in dest.iterdir():
+        entry.chmod(0o755)
