@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from sandbox.errors import SandboxError, SupervisorError
+from sandbox.image_config import ImageConfig
 from sandbox.inside.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits
 from sandbox.network_policy import NO_NETWORK, NetworkPolicy
 from sandbox.root_changes import RootChanges
@@ -580,6 +581,14 @@ class Sandbox(ABC):
         none (a backend whose filter logs nothing). Called before the sandbox is stopped.
         """
         return []
+
+    def image_config(self) -> ImageConfig | None:
+        """The image's ``ENV``, ``WORKDIR`` and ``USER`` (None: the sandbox has no image).
+
+        Every phase's environment is built over its ``env`` (``harness.trial.env``).
+        Valid once :meth:`start` returned.
+        """
+        return None
 
     def environment_env(self) -> dict[str, str]:
         """Variables the environment defines for its processes (compose ``main.environment``).

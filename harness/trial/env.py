@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.tasks import Task
 from sandbox.backend import Sandbox
-from sandbox.environment import isolated_env
+from sandbox.environment import FIXED_PATH, isolated_env
+from sandbox.image_config import ImageConfig
 from sandbox.verifier_tools import verifier_env
 
 #: Where the agent finds its task's MCP servers (JSON) and its skills.
@@ -19,6 +22,17 @@ SKILLS_VAR = "HARNESS_SKILLS_DIR"
 #: agent left behind: no user site dir (``usercustomize``, ``.pth``), and no start dir or
 #: script dir on ``sys.path`` (a ``pytest.py`` in the workspace is never ``-m pytest``).
 UNSTEERED_PYTHON = {"PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1"}
+#: What :func:`~sandbox.environment.isolated_env` points at the phase's own HOME.
+HOME_NAMES = (
+    "HOME",
+    "USERPROFILE",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "TMPDIR",
+)
 
 
 def mcp_servers_json(task: Task) -> str | None:
@@ -27,6 +41,117 @@ def mcp_servers_json(task: Task) -> str | None:
     if not servers:
         return None
     return json.dumps([server.model_dump(mode="json", exclude_none=True) for server in servers])
+
+
+#: The names the model gateway gives an agent phase (docs/model-access.md §1) and the
+#: credential a provider may read its key from: an image's ``ENV`` never sets them (the
+#: supervisor also writes the phase's own values over whatever is there).
+MODEL_ACCESS_NAMES = frozenset(
+    {
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "GOOGLE_GEMINI_BASE_URL",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "GEMINI_API_KEY",
+    }
+)
+#: Loader variables an image's ``ENV`` never passes on: the harness's own programs in a
+#: phase (an installed agent's runtime, ``$HARNESS_AGENT_EXEC``) run on their own loader
+#: and libraries (``--library-path`` already overrides ``LD_LIBRARY_PATH``), and these
+#: would load the image's code into them all the same.
+LOADER_INJECTION_NAMES = frozenset({"LD_PRELOAD", "LD_AUDIT"})
+#: How many image variable names the trial record lists (of those applied, of those withheld).
+RECORDED_NAMES = 64
+
+
+@dataclass(frozen=True)
+class ImageEnv:
+    """What of an image's ``ENV`` a phase gets.
+
+    Attributes:
+        applied: The image's variables that enter every phase's environment (under the
+            task's and the harness's); ``PATH`` holds absolute entries only.
+        withheld: Names of the image's variables that are the harness's own (HOME, TMPDIR,
+            XDG_*, HARNESS_*, the gateway's, :data:`LOADER_INJECTION_NAMES`).
+    """
+
+    applied: Mapping[str, str]
+    withheld: tuple[str, ...]
+
+    def describe(self) -> dict[str, Any]:
+        """Names only, bounded, for the trial record's ``sandbox.image_env``."""
+        applied, withheld = sorted(self.applied), sorted(self.withheld)
+        info: dict[str, Any] = {
+            "applied": applied[:RECORDED_NAMES],
+            "withheld": withheld[:RECORDED_NAMES],
+        }
+        more = max(0, len(applied) - RECORDED_NAMES) + max(0, len(withheld) - RECORDED_NAMES)
+        if more:
+            info["unlisted"] = more
+        return info
+
+
+def image_env(config: ImageConfig | None, ours: Collection[str] = HOME_NAMES) -> ImageEnv:
+    """The part of an image's ``ENV`` a phase may get (see :func:`merge_phase_env`).
+
+    Args:
+        config: The sandbox's image config (None: no image, nothing applies).
+        ours: Names the harness sets for every phase itself (HOME and friends).
+    """
+    if config is None:
+        return ImageEnv({}, ())
+    applied: dict[str, str] = {}
+    withheld: list[str] = []
+    for name, value in config.env.items():
+        if (
+            name in ours
+            or name.startswith("HARNESS_")
+            or name in MODEL_ACCESS_NAMES
+            or name in LOADER_INJECTION_NAMES
+        ):
+            withheld.append(name)
+        elif name == "PATH":
+            # A relative entry ("", ".") would look commands up in the phase's cwd, the
+            # agent's workspace: a verifier would run the agent's ``pytest``.
+            entries = [entry for entry in value.split(":") if entry.startswith("/")]
+            if entries:
+                applied[name] = ":".join(entries)
+        else:
+            applied[name] = value
+    return ImageEnv(applied, tuple(withheld))
+
+
+def merge_phase_env(
+    base: Mapping[str, str],
+    image: ImageEnv,
+    task_layers: Sequence[Mapping[str, str]],
+    ours: Mapping[str, str],
+) -> dict[str, str]:
+    """The one rule for every phase's environment, lowest layer first.
+
+    1. The host's locale variables (``LANG``, ``TZ``, ...) and the fixed PATH from ``base``.
+    2. The image's ``ENV`` (``image.applied``): its PATH replaces the fixed one.
+    3. The phase's HOME, USERPROFILE, XDG_* and TMPDIR from ``base``: never the image's.
+    4. ``task_layers`` in order: a compose file's ``main.environment``, ``[environment.env]``,
+       then the phase's table (``[verifier.env]``); each replaces what is below.
+    5. ``ours``: the harness's variables (``HARNESS_*``, an agent's own, ``solution.env``).
+       A PATH here is put in front of the phase's PATH, never in its place.
+
+    The supervisor then adds the phase's secrets and the gateway's URLs over all of it.
+    """
+    home = {name: base[name] for name in HOME_NAMES if name in base}
+    env = {name: value for name, value in base.items() if name not in home}
+    env.update(image.applied)
+    env.update(home)
+    for layer in task_layers:
+        env.update(layer)
+    env.update({name: value for name, value in ours.items() if name != "PATH"})
+    if ours.get("PATH"):
+        below = env.get("PATH") or FIXED_PATH
+        env["PATH"] = f"{ours['PATH']}:{below}"
+    return env
 
 
 def phase_env(
@@ -38,24 +163,17 @@ def phase_env(
     extra: Mapping[str, str],
     task_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """A phase's environment from scratch: fixed PATH, HOME/TMPDIR under ``home``.
+    """A phase's environment (:func:`merge_phase_env`), HOME and TMPDIR under ``home``.
 
-    The environment's and the task's variables first, the harness's own last (a task
-    cannot override them).
+    The image's variables first, then the environment's and the task's, the harness's own
+    last (a task cannot override them).
     """
     paths = sandbox.paths
-    return isolated_env(
-        Path(paths.root),
-        os.environ,
-        home=Path(home),
-        extra={
-            **sandbox.environment_env(),
-            **task.config.environment.env,
-            **(task_env or {}),
-            "HARNESS_WORKSPACE": paths.workspace,
-            "HARNESS_TRIAL_ID": trial_id,
-            **extra,
-        },
+    return merge_phase_env(
+        isolated_env(Path(paths.root), os.environ, home=Path(home)),
+        image_env(sandbox.image_config()),
+        (sandbox.environment_env(), task.config.environment.env, task_env or {}),
+        {"HARNESS_WORKSPACE": paths.workspace, "HARNESS_TRIAL_ID": trial_id, **extra},
     )
 
 
@@ -108,3 +226,9 @@ def judge_env(home: str) -> dict[str, str]:
     fresh = isolated_env(Path(home), {}, home=Path(home))
     del fresh["PATH"]  # the phase's own, fixed PATH stays
     return {**fresh, **UNSTEERED_PYTHON}
+
+
+def image_env_record(sandbox: Sandbox) -> dict[str, Any] | None:
+    """The trial record's ``sandbox.image_env`` (None: the sandbox has no image)."""
+    config = sandbox.image_config()
+    return None if config is None else image_env(config).describe()

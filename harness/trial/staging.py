@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from harness.tasks.networks import sandbox_networks
-from harness.trial.env import grader_env
+from harness.trial.env import grader_env, image_env_record
 from harness.trial.healthcheck import wait_healthy
 from harness.trial.state import TrialState
 from sandbox.backend import PhaseRequest, PhaseResult, Resources, SandboxSpec
@@ -103,6 +103,9 @@ class Staging(TrialState):
         assert sandbox is not None
         sandbox.start()
         self.sandbox_info = sandbox.describe()
+        applied = image_env_record(sandbox)
+        if applied is not None:
+            self.sandbox_info["image_env"] = applied
         check = self.task.config.environment.healthcheck
         if check is not None:
             with self.clock.phase("healthcheck"):

@@ -67,6 +67,7 @@ from sandbox.errors import (
     SupervisorError,
 )
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
+from sandbox.image_config import ImageConfig
 from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.scratch import PRIVATE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
@@ -497,6 +498,8 @@ class DockerSandbox(Sandbox):
         spec = self.spec
         agent = {"uid": self._agent_id[0], "gid": self._agent_id[1]}
         root = {"uid": 0, "gid": 0}
+        # The agent's fresh HOME gets its user's dotfiles from the image, as a verifier's.
+        self._call(self._seed_home_op(f"{_TRIAL}/home", agent))
         if self._storage is not None:
             # The workspace is on the host, and the engine has copied the image's content in
             # (at start): fill and hand it over there, at disk speed. No process but the
@@ -792,7 +795,29 @@ class DockerSandbox(Sandbox):
         """Fresh home/tmp dirs for the verifier, and the dir of its agent-exec socket."""
         owner = {"uid": self._verifier_id[0], "gid": self._verifier_id[1]}
         paths = (f"{_TRIAL}/grader", f"{_TRIAL}/grader/home", f"{_TRIAL}/grader/home/tmp", EXEC_DIR)
-        self._batch([{"op": "reset_dir", "path": p, "owner": owner, "mode": 0o700} for p in paths])
+        self._batch(
+            [
+                *({"op": "reset_dir", "path": p, "owner": owner, "mode": 0o700} for p in paths),
+                self._seed_home_op(f"{_TRIAL}/grader/home", owner, git_safe=True),
+            ]
+        )
+
+    def _seed_home_op(
+        self, home: str, owner: dict[str, int], *, git_safe: bool = False
+    ) -> dict[str, Any]:
+        """The image's dotfiles for ``owner`` into ``home`` (:mod:`sandbox.inside.home_seed`).
+
+        Never from a dir the agent writes. ``git_safe``: the verifier's ``git`` accepts the
+        agent's workspace (docs/grading.md).
+        """
+        workspace = self._workdir
+        return {
+            "op": "seed_home",
+            "home": home,
+            "owner": owner,
+            "deny": [workspace, _TRIAL, "/tmp", "/var/tmp", "/dev/shm", "/logs"],
+            "git_safe_directories": [workspace, f"{workspace}/*"] if git_safe else [],
+        }
 
     def _gateway_socket(self) -> str | None:
         socket = self.spec.gateway_socket
@@ -939,6 +964,11 @@ class DockerSandbox(Sandbox):
 
     def environment_env(self) -> dict[str, str]:  # noqa: D102
         return dict(self._workload_env)
+
+    def image_config(self) -> ImageConfig | None:  # noqa: D102
+        if self.image is None:
+            return None
+        return ImageConfig.from_engine(self.runtime.image_attrs(self.image).get("Config"))
 
     def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102
         if self._storage is None:

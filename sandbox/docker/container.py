@@ -10,7 +10,8 @@ module talks to an engine, so every flag is unit-tested without one
 The container (docs/security.md): the supervisor as pid 1 under ``0:0`` with only
 :data:`SUPERVISOR_CAPS` (it drops them for every phase), ``no-new-privileges``, a read-only
 root, its own tmpfs scratch dirs, no core dumps, pids, memory (no swap beyond it), CPU and
-open-file limits, no environment, and the engine's default seccomp profile.
+open-file limits, no environment of its own (the image's, with its dynamic-loader variables
+emptied), and the engine's default seccomp profile.
 """
 
 from __future__ import annotations
@@ -37,6 +38,22 @@ TRIAL_DIR = "/trial"
 # run what they build or install in scratch dirs.
 SCRATCH_OPTIONS = "rw,nosuid,nodev,exec"
 PLAIN_OPTIONS = "rw,nosuid,nodev,noexec"
+#: The engine gives the container's pid 1 (the supervisor, root) the image's ``ENV``,
+#: which no container setting can unset: these dynamic-loader variables, set empty here,
+#: keep an image's ``LD_PRELOAD`` or ``LD_AUDIT`` library out of the supervisor (and of a
+#: one-shot supervisor ``docker exec`` starts). Phases get their own environment.
+NEUTRAL_LOADER_ENV = {
+    name: ""
+    for name in (
+        "LD_PRELOAD",
+        "LD_AUDIT",
+        "LD_LIBRARY_PATH",
+        "LD_DEBUG",
+        "LD_DEBUG_OUTPUT",
+        "LD_PROFILE",
+        "GLIBC_TUNABLES",
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -149,7 +166,7 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
             Ulimit(name="nofile", soft=res.nofile, hard=res.nofile),
         ],
         "runtime": site.engine_runtime,
-        "environment": {},
+        "environment": dict(NEUTRAL_LOADER_ENV),
         "device_requests": device_requests(spec.gpus),
         "stdin_open": True,
         "tty": False,
@@ -158,6 +175,7 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
 
 __all__ = [
     "GATEWAY_MOUNT",
+    "NEUTRAL_LOADER_ENV",
     "PLAIN_OPTIONS",
     "SCRATCH_OPTIONS",
     "SUPERVISOR_CAPS",

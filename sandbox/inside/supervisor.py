@@ -37,6 +37,7 @@ try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings o
     from sandbox.inside import confine, launch, processes, services
     from sandbox.inside.agent_exec import AgentExecServer
     from sandbox.inside.forwarder import start_forwarder
+    from sandbox.inside.home_seed import op_seed_home
 except ImportError:  # pragma: no cover - inside a sandbox
     # -I leaves our own dir off sys.path: the siblings live there (root-only).
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +47,7 @@ except ImportError:  # pragma: no cover - inside a sandbox
     import services  # type: ignore[no-redef,import-not-found]
     from agent_exec import AgentExecServer  # type: ignore[no-redef,import-not-found]
     from forwarder import start_forwarder  # type: ignore[no-redef,import-not-found]
+    from home_seed import op_seed_home  # type: ignore[no-redef,import-not-found]
 
 PROTOCOL_VERSION = 1
 _READ_CHUNK = 65536
@@ -351,6 +353,7 @@ _OPS = {
     "read": op_read,
     "archive": op_archive,
     "scan_special": op_scan_special,
+    "seed_home": op_seed_home,
 }
 
 

@@ -11,6 +11,7 @@ from docker.types import Mount
 from sandbox.backend import Resources, SandboxSpec
 from sandbox.docker.container import (
     GATEWAY_MOUNT,
+    NEUTRAL_LOADER_ENV,
     SUPERVISOR_CAPS,
     ContainerSite,
     create_args,
@@ -66,7 +67,10 @@ def test_read_only_root_supervisor_as_pid_1_as_root_with_no_environment() -> Non
     assert args["init"] is False
     assert args["entrypoint"] == []
     assert args["user"] == "0:0"
-    assert args["environment"] == {}
+    # The image's ENV reaches pid 1 all the same: its loader variables are emptied.
+    assert args["environment"] == NEUTRAL_LOADER_ENV
+    assert {"LD_PRELOAD", "LD_AUDIT"} <= set(NEUTRAL_LOADER_ENV)
+    assert not any(NEUTRAL_LOADER_ENV.values())
     assert args["stdin_open"] is True and args["tty"] is False
     assert args["hostname"] == "sandbox"
 
