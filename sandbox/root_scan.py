@@ -74,14 +74,23 @@ def _whiteout(info: os.stat_result) -> bool:
     return stat.S_ISCHR(info.st_mode) and info.st_rdev == 0
 
 
-def _walk(upper: Path, skip: frozenset[bytes]) -> Iterator[tuple[bytes, os.stat_result, bool]]:
+class _Cuts:
+    """Whether a walk left something out (a bound was met)."""
+
+    def __init__(self) -> None:
+        self.any = False
+
+
+def _walk(
+    upper: Path, skip: frozenset[bytes], cuts: _Cuts
+) -> Iterator[tuple[bytes, os.stat_result, bool]]:
     """(raw path relative to ``upper``, lstat, opaque dir?) of every entry, depth first.
 
     ``skip``: relative raw paths not listed nor entered (the trial's own mount points).
-    At most one fd is held per level.
+    At most one fd is held per level. What lies past :data:`MAX_DEPTH` or
+    :data:`MAX_PATH_BYTES` is left out, and ``cuts`` says so; the walk goes on beside it.
 
     Raises:
-        _Cut: a bound (:data:`MAX_DEPTH`, :data:`MAX_PATH_BYTES`) was reached.
         OSError: ``upper`` itself cannot be read.
     """
     top = os.open(os.fspath(upper), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -108,7 +117,8 @@ def _walk(upper: Path, skip: frozenset[bytes]) -> Iterator[tuple[bytes, os.stat_
             except OSError:
                 continue
             if len(raw) + 1 > MAX_PATH_BYTES:
-                raise _Cut
+                cuts.any = True
+                continue
             opaque = False
             child = -1
             if stat.S_ISDIR(info.st_mode):
@@ -125,7 +135,8 @@ def _walk(upper: Path, skip: frozenset[bytes]) -> Iterator[tuple[bytes, os.stat_
             if child >= 0:
                 if len(stack) >= MAX_DEPTH:
                     os.close(child)
-                    raise _Cut
+                    cuts.any = True
+                    continue
                 try:
                     listing = sorted(os.scandir(child), key=lambda e: e.name)
                 except OSError:
@@ -151,7 +162,7 @@ def baseline(upper: Path, skip: Iterable[str] = ()) -> dict[bytes, Fingerprint]:
     """The upper dir right after the container started (what the engine made there)."""
     found: dict[bytes, Fingerprint] = {}
     try:
-        for raw, info, _opaque in _walk(upper, _skip_set(skip)):
+        for raw, info, _opaque in _walk(upper, _skip_set(skip), _Cuts()):
             found[raw] = fingerprint(info)
             if len(found) >= MAX_ROOT_CHANGES:
                 break
@@ -227,8 +238,9 @@ def scan(
     base = base or {}
     changes: list[tuple[bytes, RootChange]] = []
     total, truncated, visited = 0, False, 0
+    cuts = _Cuts()
     try:
-        for raw, info, opaque in _walk(upper, _skip_set(skip)):
+        for raw, info, opaque in _walk(upper, _skip_set(skip), cuts):
             visited += 1
             if visited > MAX_VISITED:
                 raise _Cut
@@ -242,6 +254,7 @@ def scan(
                     truncated = True
     except (_Cut, OSError):
         truncated = True
+    truncated = truncated or cuts.any
     changes.sort(key=lambda item: item[0])
     return RootChanges(
         changes=tuple(change for _raw, change in changes), truncated=truncated, total=total

@@ -147,8 +147,10 @@ def test_counts_and_depth_are_bounded_and_say_so(overlay: Overlay) -> None:
             fd = nxt
     finally:
         os.close(fd)
+    (overlay.merged / "opt" / "zz-after").write_text("x")  # met after the cut subtree
     cut = overlay.scan()
     assert cut.truncated
+    assert "/opt/zz-after" in {c.path for c in cut.changes}
     assert max(c.path.count("/") for c in cut.changes) <= MAX_DEPTH + 1
 
 
