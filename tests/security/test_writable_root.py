@@ -285,14 +285,14 @@ def _deb(tmp_path: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("docker_runtime", ["runc"], indirect=True)
 def test_a_tb2_style_test_sh_installs_into_the_root_of_its_own_trial(
-    cli: Any, sec: Any, tmp_path: Path
+    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
 ) -> None:
     """Terminal-Bench 2's ``test.sh`` installs its tools when it runs: dpkg -i, /var/lib, /usr.
 
     Three trials of one image in one run (the third takes a container made ahead, warm):
-    each sees only its own root's writes, and all score 1.
+    each sees only its own root's writes, and all score 1. Under gVisor the root stays
+    read-only: the tests fail, and the run says why, once, never silently.
     """
     deb = _deb(tmp_path)
     test_sh = (
@@ -310,8 +310,15 @@ def test_a_tb2_style_test_sh_installs_into_the_root_of_its_own_trial(
         shutil.copy(deb, task / "tests" / deb.name)
         tasks.append((name, task))
     run = cli.run([task for _n, task in tasks], timeout=240)
-    assert run.code == 0, run
+    assert run.code == (1 if docker_runtime == "runsc" else 0), run  # 1: every task failed
     records = [run.by_task(name) for name, _task in tasks]
+    said = run.stderr.count("stays read-only")
+    if docker_runtime == "runsc":
+        # set -e: the install fails, no reward is written: an error, not a silent 0.
+        assert [r["status"] for r in records] == ["verifier_error"] * 3, str(run)
+        assert said == 1 and "gVisor" in run.stderr, run.stderr
+        return
+    assert said == 0, run.stderr
     for record in records:
         assert record["reward"] == 1, (record, str(run))
     assert any(r["sandbox"]["warm"] for r in records), [r["sandbox"] for r in records]
