@@ -371,3 +371,25 @@ def test_a_killed_harness_leaves_nothing_cleanup_does_not_remove(
     assert str(cli.tmpdir) not in loops, loops
     left = sec.labelled(client, f"{sec.RUN_LABEL}={run_dir.name}")
     assert left["containers"] == [], left
+
+
+@pytest.mark.parametrize("docker_runtime", ["runc"], indirect=True)
+def test_a_compose_tasks_main_container_has_a_writable_capped_root(
+    cli: Any, tmp_path: Path
+) -> None:
+    """The main container of a compose task (sidecars on its network) gets the same root.
+
+    The conformance compose task, its ``test.sh`` first writing ``/usr/local/lib``: it
+    still passes with the oracle, and nothing of the trial stays mounted.
+    """
+    task = tmp_path / "compose-mcp"
+    shutil.copytree(Path(__file__).parents[1] / "conformance" / "harbor" / "compose-mcp", task)
+    test_sh = task / "tests" / "test.sh"
+    lines = test_sh.read_text().splitlines(keepends=True)
+    test_sh.write_text(
+        lines[0] + "echo probe > /usr/local/lib/compose-probe || exit 3\n" + "".join(lines[1:])
+    )
+    run = cli.run([task], agent="oracle", timeout=300)
+    assert run.code == 0, run
+    assert [r["reward"] for r in run.records] == [1], str(run)
+    assert not _trial_mounts(cli.tmpdir)
