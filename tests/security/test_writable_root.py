@@ -129,14 +129,15 @@ def _engine_side_bytes(layer: Path) -> int:
     """Bytes in the engine's own layer dir under the bind (a non-recursive bind of its parent)."""
     view = Path(f"/tmp/harness-layer-view-{os.getpid()}")
     view.mkdir(exist_ok=True)
-    subprocess.run(["mount", "--bind", str(layer.parent), str(view)], check=True)
+    # Private at once: the engine's later mounts under its data root never reach the view.
+    subprocess.run(["mount", "--bind", "--make-private", str(layer.parent), str(view)], check=True)
     try:
         total = 0
         for dirpath, _dirs, files in os.walk(view / layer.name / "diff"):
             total += sum(os.lstat(os.path.join(dirpath, f)).st_size for f in files)
         return total
     finally:
-        subprocess.run(["umount", str(view)], check=True)
+        subprocess.run(["umount", "-l", str(view)], check=True)
         view.rmdir()
 
 
