@@ -2,7 +2,9 @@
 
 Hardened by default: no network unless the task allows internet, every capability dropped
 except the few the root supervisor needs before its drop (the agent keeps none),
-no-new-privileges, read-only root fs, pids/memory(=swap)/cpu limits, labels on everything.
+no-new-privileges, a writable root only where its layer is capped on the trial's filesystem
+(:mod:`sandbox.docker.rootlayer`; else read-only), pids/memory(=swap)/cpu limits, labels
+on everything.
 The supervisor is the container's pid 1, so every orphan of a phase comes back to it
 (under runc and gVisor alike) and dies before the next phase. It runs on a Python runtime
 mounted read-only from the base image, so task images need no python3 of their own, and
@@ -359,7 +361,6 @@ class DockerSandbox(Sandbox):
         problem = root_layer_problem(
             host_storage=self._storage is not None,
             driver=storage_driver(self.client) if self._storage is not None else None,
-            runtime=self.runtime.runtime,
         )
         if problem is not None:
             warn_read_only_root(self.runtime.run_label, problem)

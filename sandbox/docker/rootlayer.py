@@ -20,10 +20,10 @@ labelled container unmounts it (the engine unmounts a busy dir it removes), and
 :func:`sandbox.storage.release_leftovers` unmounts any bind whose loop device's image lies
 in the run's temp dir.
 
-Where it cannot be done (gVisor: its gofer cannot serve an overlay whose upper dir is on
-another filesystem than its lowers; the harness is not root; a remote engine; a storage
-driver other than overlay2; a layer dir this host cannot see) :func:`root_layer_problem`
-says why; the container then keeps a read-only root (never an uncapped writable one).
+The same holds under runc and gVisor (``runsc``): both get the root the engine assembles.
+Where it cannot be done (the harness is not root, a remote engine, a storage driver other
+than overlay2, a layer dir this host cannot see) :func:`root_layer_problem` says why; the
+container then keeps a read-only root (never an uncapped writable one).
 """
 
 from __future__ import annotations
@@ -71,25 +71,13 @@ def layer_paths(attrs: dict[str, Any]) -> LayerPaths | None:
     return LayerPaths(Path(upper).parent, lowers)
 
 
-def root_layer_problem(
-    *, host_storage: bool, driver: str | None, runtime: str | None = None
-) -> str | None:
+def root_layer_problem(*, host_storage: bool, driver: str | None) -> str | None:
     """Why a trial's root cannot be writable and capped here, or None when it can.
 
     Args:
         host_storage: Trials get loop-mounted filesystems on this host (root, local engine).
         driver: The engine's storage driver (``docker info``'s ``Driver``).
-        runtime: The OCI runtime (``runsc``: gVisor).
     """
-    if runtime == "runsc":
-        # Measured (gVisor release 20221219): with the upper dir on another filesystem than
-        # the image's layers, every stat of a file of the root fails with EINVAL in the
-        # sandbox, whatever that filesystem (ext4, tmpfs) and with overlay's xino too.
-        return (
-            "gVisor (runsc) cannot serve an image root whose writable layer is on another "
-            "filesystem than the image (files of / fail with EINVAL); run tasks that write "
-            "outside their workspace with runc"
-        )
     if not host_storage:
         return (
             "the trial's storage cannot be capped on this host (the harness is not root, or "

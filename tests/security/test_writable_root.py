@@ -1,16 +1,17 @@
 """Attacks on the writable image root (sandbox/docker/rootlayer.py, sandbox/root_scan.py).
 
-Under runc a docker trial's image root is writable: its overlay layer lives on the trial's
-own capped filesystem. The attacks plant from inside the trial and judge from outside:
-the host's mounts and loop devices, the engine's layer dir, the host file's mount flags,
-the harness's own RSS and fds. Under gVisor the root stays read-only (its gofer cannot
-serve a layer on another filesystem): that is asserted too, with its one-line reason.
+A docker trial's image root is writable, under runc and gVisor alike: its overlay layer
+lives on the trial's own capped filesystem. The attacks plant from inside the trial and
+judge from outside: the host's mounts and loop devices, the engine's layer dir, the host
+file's mount flags, the harness's own RSS and fds. Where the root cannot be capped (here:
+no host storage) it stays read-only, and the run says so once.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import logging
 import os
 import shutil
 import signal
@@ -153,19 +154,10 @@ def test_filling_the_root_stops_at_the_cap_and_setuid_never_yields_root(
     The fill ends in ENOSPC on the trial's filesystem, the engine's disk keeps its free
     space, and another trial's root still takes writes. The image's setuid-root ``id``
     and one the agent makes never run with euid 0 (no-new-privileges), and the planted
-    one is, on the host, on a ``nosuid,nodev`` mount. Under gVisor the root is read-only.
+    one is, on the host, on a ``nosuid,nodev`` mount.
     """
     data_root = str(client.info().get("DockerRootDir") or "/var/lib/docker")
     sandbox = _sandbox(runtime, image, storage_mb=1024)
-    if docker_runtime == "runsc":
-        try:
-            assert sandbox._rootlayer is None and sandbox.root_changes() is None
-            out = _phase(sandbox, "verifier", "touch /etc/x 2>&1; /usr/local/bin/suid-id")
-            assert "Read-only file system" in out, out
-            assert "euid=0" not in out, out
-        finally:
-            sandbox.stop()
-        return
     other = _sandbox(runtime, image, storage_mb=256)
     try:
         free_before = _free_mb(data_root)
@@ -246,7 +238,7 @@ def test_hostile_names_counts_and_depth_in_the_root_stay_bounded(
         rss_before = _rss_kb()
         found = sandbox.root_changes()
         assert found is not None
-        assert len(os.listdir("/proc/self/fd")) == fds_before
+        assert len(os.listdir("/proc/self/fd")) <= fds_before  # none leaked
         assert _rss_kb() - rss_before < 200 * 1024, "listing the root cost the harness >200 MB"
         assert found.truncated and len(found.changes) <= MAX_ROOT_CHANGES
         assert found.total >= 100_000 + 100, found.total
@@ -287,13 +279,12 @@ def _deb(tmp_path: Path) -> Path:
 
 
 def test_a_tb2_style_test_sh_installs_into_the_root_of_its_own_trial(
-    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
+    cli: Any, sec: Any, tmp_path: Path
 ) -> None:
     """Terminal-Bench 2's ``test.sh`` installs its tools when it runs: dpkg -i, /var/lib, /usr.
 
     Three trials of one image in one run (the third takes a container made ahead, warm):
-    each sees only its own root's writes, and all score 1. Under gVisor the root stays
-    read-only: the tests fail, and the run says why, once, never silently.
+    each sees only its own root's writes, and all score 1.
     """
     deb = _deb(tmp_path)
     test_sh = (
@@ -311,15 +302,9 @@ def test_a_tb2_style_test_sh_installs_into_the_root_of_its_own_trial(
         shutil.copy(deb, task / "tests" / deb.name)
         tasks.append((name, task))
     run = cli.run([task for _n, task in tasks], timeout=240)
-    assert run.code == (1 if docker_runtime == "runsc" else 0), run  # 1: every task failed
+    assert run.code == 0, run
     records = [run.by_task(name) for name, _task in tasks]
-    said = run.stderr.count("stays read-only")
-    if docker_runtime == "runsc":
-        # set -e: the install fails, no reward is written: an error, not a silent 0.
-        assert [r["status"] for r in records] == ["verifier_error"] * 3, str(run)
-        assert said == 1 and "gVisor" in run.stderr, run.stderr
-        return
-    assert said == 0, run.stderr
+    assert "stays read-only" not in run.stderr, run.stderr
     for record in records:
         assert record["reward"] == 1, (record, str(run))
     assert any(r["sandbox"]["warm"] for r in records), [r["sandbox"] for r in records]
@@ -394,3 +379,31 @@ def test_a_compose_tasks_main_container_has_a_writable_capped_root(
     assert run.code == 0, run
     assert [r["reward"] for r in run.records] == [1], str(run)
     assert not _trial_mounts(cli.tmpdir)
+
+
+def test_where_the_root_cannot_be_capped_it_stays_read_only_and_says_so(
+    client: Any, image: str, sec: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No trial filesystem on the engine's host (not root, a remote engine): no uncapped root.
+
+    The root is read-only as before (a root verifier's write fails with EROFS), there is no
+    listing, and the run's one warning says why and what to do.
+    """
+    made = DockerRuntime(
+        client, ImageResolver(client), run_label=sec.unique("wroot-ro"), host_storage=False
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="sandbox.docker.rootlayer"):
+            first = _sandbox(made, image, storage_mb=256)
+            second = _sandbox(made, image, storage_mb=256)
+        try:
+            out = _phase(first, "verifier", "touch /etc/x 2>&1; /usr/local/bin/suid-id")
+            assert "Read-only file system" in out and "euid=0" not in out, out
+            assert first.root_changes() is None and first._rootlayer is None
+        finally:
+            first.stop()
+            second.stop()
+    finally:
+        made.close()
+    said = [r.getMessage() for r in caplog.records if "stays read-only" in r.getMessage()]
+    assert len(said) == 1 and "not root, or the engine is remote" in said[0], said
