@@ -251,31 +251,62 @@ def unmount(path: Path) -> None:
     raise SandboxError(f"cannot unmount the trial filesystem {path}: {done.stderr.strip()}")
 
 
-def mounts_under(top: Path) -> list[Path]:
-    """Mount points at or below ``top``, deepest first (from /proc/self/mountinfo)."""
-    prefix = str(top.resolve()).rstrip("/") + "/"
+def _mountinfo() -> list[tuple[str, Path]]:
+    """(major:minor, mount point) of every mount of this process's namespace."""
     found = []
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 fields = line.split()
                 if len(fields) > 4:
-                    point = fields[4].replace("\\040", " ")
-                    if point.startswith(prefix):
-                        found.append(Path(point))
+                    found.append((fields[2], Path(fields[4].replace("\\040", " "))))
     except OSError:
         return []
+    return found
+
+
+def mounts_under(top: Path) -> list[Path]:
+    """Mount points at or below ``top``, deepest first (from /proc/self/mountinfo)."""
+    prefix = str(top.resolve()).rstrip("/") + "/"
+    found = {point for _dev, point in _mountinfo() if str(point).startswith(prefix)}
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def _backing_file(device: str) -> str | None:
+    """The image file of loop device ``major:minor``, None for any other device."""
+    try:
+        with open(f"/sys/dev/block/{device}/loop/backing_file", encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def binds_of(top: Path) -> list[Path]:
+    """Mounts outside ``top`` of a trial filesystem whose image is under ``top``.
+
+    A container's root layer is bound from its trial's filesystem over the engine's layer
+    dir (:mod:`sandbox.docker.rootlayer`); a harness killed mid-trial leaves that bind.
+    """
+    prefix = str(top.resolve()).rstrip("/") + "/"
+    found = []
+    for device, point in _mountinfo():
+        if str(point).startswith(prefix) or not device.startswith("7:"):
+            continue  # the trial filesystems' own mount points; not a loop device
+        image = _backing_file(device)
+        if image is not None and image.startswith(prefix):
+            found.append(point)
     return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
 
 
 def release_leftovers(top: Path) -> list[str]:
     """Unmount every trial filesystem a dead run left under ``top``; return what was.
 
-    The loop devices detach themselves when unmounted (autoclear); the caller removes the
-    files afterwards.
+    Binds of those filesystems elsewhere (a container's root layer) go first. The loop
+    devices detach themselves when their last mount goes (autoclear); the caller removes
+    the files afterwards.
     """
     released = []
-    for point in mounts_under(top):
+    for point in [*binds_of(top), *mounts_under(top)]:
         unmount(point)
         released.append(str(point))
     return released

@@ -2,7 +2,9 @@
 
 Hardened by default: no network unless the task allows internet, every capability dropped
 except the few the root supervisor needs before its drop (the agent keeps none),
-no-new-privileges, read-only root fs, pids/memory(=swap)/cpu limits, labels on everything.
+no-new-privileges, a writable root only where its layer is capped on the trial's filesystem
+(:mod:`sandbox.docker.rootlayer`; else read-only), pids/memory(=swap)/cpu limits, labels
+on everything.
 The supervisor is the container's pid 1, so every orphan of a phase comes back to it
 (under runc and gVisor alike) and dies before the next phase. It runs on a Python runtime
 mounted read-only from the base image, so task images need no python3 of their own, and
@@ -56,7 +58,14 @@ from sandbox.docker.container import (
 from sandbox.docker.gpus import no_gpu_error
 from sandbox.docker.images import ImageBuildError, ImageRequest, ResolvedImage
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
-from sandbox.docker.runtime import SUPERVISOR_MOUNT, DockerRuntime
+from sandbox.docker.rootlayer import (
+    RootLayer,
+    layer_paths,
+    root_layer_problem,
+    storage_driver,
+    warn_read_only_root,
+)
+from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
 from sandbox.docker.warm import adopt
 from sandbox.errors import (
@@ -69,11 +78,13 @@ from sandbox.errors import (
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
 from sandbox.image_config import ImageConfig
 from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
+from sandbox.root_changes import RootChanges
+from sandbox.root_scan import Fingerprint, baseline, scan
 from sandbox.scratch import PRIVATE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
 from sandbox.storage import TrialStorage
 from sandbox.storage_pool import PreparedStorage
-from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET
+from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT
 
 DEFAULT_UID = 65532
 DEFAULT_GID = 65532
@@ -88,6 +99,22 @@ _STORAGE_BINDS = (
 )
 #: The scratch dirs a verifier phase gets fresh (:mod:`sandbox.scratch`).
 _SCRATCH_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
+#: Mount points of every trial container besides its storage: never root changes.
+ROOT_SKIP = (
+    _TRIAL,
+    "/logs",
+    "/solution",
+    "/run",
+    "/dev",
+    "/proc",
+    "/sys",
+    SUPERVISOR_MOUNT,
+    PYTHON_MOUNT,
+    GATEWAY_MOUNT,
+    "/etc/hostname",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+)
 
 
 def _b64(data: bytes) -> str:
@@ -141,6 +168,10 @@ class DockerSandbox(Sandbox):
         self._sentry_files = runtime.runtime == "runsc"
         self._aborted = False
         self._warm = False  # took over a container made ahead (warm.py)
+        #: The container's writable layer on the trial's filesystem (None: read-only root).
+        self._rootlayer: RootLayer | None = None
+        #: Its upper dir right after start (what the engine made there, not a phase).
+        self._root_base: dict[bytes, Fingerprint] = {}
 
     @property
     def paths(self) -> SandboxPaths:  # noqa: D102
@@ -380,6 +411,12 @@ class DockerSandbox(Sandbox):
         spec = self.spec
         assert self.image is not None
         mounts = tuple(self._storage_mounts(name, labels))  # sets self._storage (host storage)
+        problem = root_layer_problem(
+            host_storage=self._storage is not None,
+            driver=storage_driver(self.client) if self._storage is not None else None,
+        )
+        if problem is not None:
+            warn_read_only_root(self.runtime.run_label, problem)
         site = ContainerSite(
             image=self.image,
             name=name,
@@ -394,8 +431,11 @@ class DockerSandbox(Sandbox):
             host_storage=self._storage is not None,
             extra_hosts=self._compose.addresses() if self._compose is not None else None,
             engine_runtime=self.runtime.runtime,
+            writable_root=problem is None,
         )
         self._container = call(self.client.containers.create, **create_args(spec, site))
+        if problem is None:
+            self._attach_root_layer()
         raw = call(
             self.client.api.attach_socket,
             self._container.id,
@@ -405,6 +445,38 @@ class DockerSandbox(Sandbox):
         self._session = SupervisorSession()
         self._session.attach(self._channel, self._channel)  # type: ignore[arg-type]
         call(self._container.start)
+        if self._rootlayer is not None:
+            # The engine made the mount points of the trial's dirs in the upper dir.
+            self._root_base = baseline(self._rootlayer.upper, self._root_skip())
+
+    def _attach_root_layer(self) -> None:
+        """Move the created container's writable layer onto the trial's filesystem."""
+        assert self._storage is not None
+        paths = layer_paths(self._container.attrs)
+        if paths is None:
+            raise EnvironmentStartError(
+                "the engine gave the trial's container no overlay2 layer: cannot cap its "
+                "writable root"
+            )
+        self._rootlayer = RootLayer(paths, self._storage.mount_point)
+        self._rootlayer.attach()
+
+    def _root_skip(self) -> list[str]:
+        """The trial's own mount points in the container: never root changes."""
+        return [
+            self._workdir,
+            *(target for _sub, target in _STORAGE_BINDS),
+            *ROOT_SKIP,
+            *(() if self.spec.image_tests else ("/tests",)),
+            TOOLS_MOUNT,
+            *self.spec.agent_mounts,
+        ]
+
+    def root_changes(self) -> RootChanges | None:  # noqa: D102
+        layer = self._rootlayer
+        if layer is None:
+            return None
+        return scan(layer.upper, layer.paths.lowers, base=self._root_base, skip=self._root_skip())
 
     def _start_sidecars(self, labels: dict[str, str]) -> str:
         """Start the compose file's sidecars (if any); the network the main container joins."""
@@ -995,6 +1067,13 @@ class DockerSandbox(Sandbox):
     def _remove(self) -> None:
         """Remove the container, its sidecars, its volume and its filesystem, in order."""
         errors: list[Exception] = []
+        if self._rootlayer is not None:
+            # Unbound first (lazily: the container's overlay keeps its own references), so
+            # the engine removes only its own original layer dir, never the agent's tree.
+            try:
+                self._rootlayer.detach()
+            except Exception as exc:
+                errors.append(exc)
         # Every step runs whatever the engine answers (an unreachable engine raises the
         # SDK's connection errors, not an EngineError): the trial's filesystem and its
         # share of the storage budget must go even then.

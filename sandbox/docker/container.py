@@ -8,10 +8,12 @@ module talks to an engine, so every flag is unit-tested without one
 (tests/unit/test_container_args.py).
 
 The container (docs/security.md): the supervisor as pid 1 under ``0:0`` with only
-:data:`SUPERVISOR_CAPS` (it drops them for every phase), ``no-new-privileges``, a read-only
-root, its own tmpfs scratch dirs, no core dumps, pids, memory (no swap beyond it), CPU and
-open-file limits, no environment of its own (the image's, with its dynamic-loader variables
-emptied), and the engine's default seccomp profile.
+:data:`SUPERVISOR_CAPS` (it drops them for every phase), ``no-new-privileges``, a
+writable root only where its layer is capped on the trial's filesystem
+(:mod:`sandbox.docker.rootlayer`; else read-only), its own tmpfs scratch dirs, no core
+dumps, pids, memory (no swap beyond it), CPU and open-file limits, no environment of its
+own (the image's, with its dynamic-loader variables emptied), and the engine's default
+seccomp profile.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ class ContainerSite:
         host_storage: The trial's scratch dirs are on its host filesystem (else: tmpfs).
         extra_hosts: Sidecar names and their addresses (compose tasks).
         engine_runtime: The OCI runtime (``runsc``; None: the engine's default).
+        writable_root: The image root is writable: its layer is moved onto the trial's
+            capped filesystem before start (:mod:`sandbox.docker.rootlayer`). Never set
+            it where that cannot be done: the root would be writable without a cap.
     """
 
     image: str
@@ -89,6 +94,7 @@ class ContainerSite:
     host_storage: bool = False
     extra_hosts: Mapping[str, str] | None = None
     engine_runtime: str | None = None
+    writable_root: bool = False
 
 
 def tmpfs_dirs(*, image_tests: bool, host_storage: bool) -> dict[str, str]:
@@ -144,7 +150,7 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
         "cap_drop": ["ALL"],
         "cap_add": SUPERVISOR_CAPS,
         "security_opt": ["no-new-privileges"],
-        "read_only": True,
+        "read_only": not site.writable_root,
         "tmpfs": tmpfs_dirs(image_tests=spec.image_tests, host_storage=site.host_storage),
         "mounts": [
             *site.storage_mounts,

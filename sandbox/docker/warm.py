@@ -147,6 +147,8 @@ ADOPTED_STATE = (
     "_root",
     "_storage",
     "_prepared",
+    "_rootlayer",
+    "_root_base",
     "_channel",
     "_session",
     "_network",

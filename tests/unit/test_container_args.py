@@ -63,7 +63,9 @@ def test_no_new_privileges_and_the_engines_default_seccomp_profile() -> None:
 
 def test_read_only_root_supervisor_as_pid_1_as_root_with_no_environment() -> None:
     args = _args()
-    assert args["read_only"] is True
+    assert args["read_only"] is True  # unless the backend capped a writable layer
+    assert _args(writable_root=True)["read_only"] is False
+    assert _args(writable_root=True)["security_opt"] == ["no-new-privileges"]
     assert args["init"] is False
     assert args["entrypoint"] == []
     assert args["user"] == "0:0"
