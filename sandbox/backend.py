@@ -262,6 +262,10 @@ class PhaseWire(TypedDict, total=False):
     entry: dict[str, Any]
     agent_exec: dict[str, Any]
     kill_uid: bool
+    #: Files removed before the phase starts (never following a symlink).
+    delete_files: list[str]
+    #: A root agent (``agent_root``): ``{"caps": [...]}``, the capabilities it keeps.
+    root_agent: dict[str, Any]
     #: The trial cgroup's ``cgroup.procs`` files, joined before the phase runs (local).
     cgroup: list[str]
 

@@ -278,6 +278,7 @@ def _child(req: Dict[str, Any], fds: Dict[str, int]) -> NoReturn:
         # survive (CVE-2024-21626 lesson).
         close_all_but([status_w, gw_fd, exit_w])
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # the supervisor ignores it (pid 1)
         ns = req.get("namespaces")
         if not ns:
             _become(req, status_w, gw_fd)

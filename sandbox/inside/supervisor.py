@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -387,6 +388,9 @@ def main() -> int:
         except OSError:
             pass  # the phase's own pid namespace (local) or pid 1 (docker) covers it
     os.umask(0o077)
+    # A root agent may signal us: pid 1 gets only the signals it handles, and Python's one
+    # handler (SIGINT's KeyboardInterrupt) would end the trial. Phases get it back (launch).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     reaper = processes.Reaper()
     channel = _Channel(os.dup(0))
     out = os.fdopen(os.dup(1), "w")
