@@ -53,6 +53,8 @@ class TrialState:
         self.rewards: dict[str, float] = {}
         self.posture: dict[str, Any] | None = None
         self.verifier_posture: dict[str, Any] | None = None
+        #: Per agent phase, what it changed in the image's root (:mod:`~harness.trial.tampering`).
+        self.root_changes: list[dict[str, Any]] = []
         self.sandbox: Sandbox | None = None
         self.sandbox_info: dict[str, Any] = {"backend": "unknown"}
         self.evidence = settings.run_dir / (plan.evidence or f"trials/{plan.id}")
