@@ -62,6 +62,7 @@ from sandbox.docker.runtime import SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
 from sandbox.docker.warm import adopt
 from sandbox.errors import (
+    ChannelForged,
     EnvironmentStartError,
     PermanentStartError,
     SandboxDied,
@@ -659,6 +660,8 @@ class DockerSandbox(Sandbox):
                 self._shared_tmp(quiet=True)
             if not isinstance(exc, SupervisorError):
                 raise
+            if isinstance(exc, ChannelForged):  # the phase's own processes wrote it
+                raise SandboxDied(str(exc), request.role) from exc
             died = self._died(request.role)
             if died is None:
                 raise

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -388,9 +387,8 @@ def main() -> int:
         except OSError:
             pass  # the phase's own pid namespace (local) or pid 1 (docker) covers it
     os.umask(0o077)
-    # A root agent may signal us: pid 1 gets only the signals it handles, and Python's one
-    # handler (SIGINT's KeyboardInterrupt) would end the trial. Phases get it back (launch).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A root agent may signal us (launch.ignore_signals); phases get the defaults back.
+    launch.ignore_signals()
     reaper = processes.Reaper()
     channel = _Channel(os.dup(0))
     out = os.fdopen(os.dup(1), "w")
@@ -399,6 +397,7 @@ def main() -> int:
     for fd in (0, 1):
         os.dup2(devnull, fd)
     while True:
+        nonce = None
         try:
             req = channel.read_request()
             if req is None:
@@ -407,6 +406,7 @@ def main() -> int:
                 raise ValueError(
                     "supervisor protocol %r, expected %d" % (req.get("version"), PROTOCOL_VERSION)
                 )
+            nonce = req.get("nonce")
             op = req.get("op", "run")
             if op == "run":
                 result = run_phase(req, reaper, channel.fd)
@@ -424,6 +424,8 @@ def main() -> int:
                 "error": {"type": type(exc).__name__, "message": str(exc)},
             }
         reaper.reap()
+        if nonce is not None:
+            result["nonce"] = nonce  # the harness's proof that this answer is ours
         out.write(json.dumps(result) + "\n")
         out.flush()
         if result.get("harness_gone"):

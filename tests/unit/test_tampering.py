@@ -1,0 +1,109 @@
+"""The tampering classifier and what a phase's root changes become in the record and evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.records.layout import ROOT_CHANGES_FILENAME
+from harness.trial.tampering import (
+    MAX_TAMPERING_EVENTS,
+    image_path_dirs,
+    summary,
+    tampering_events,
+    tampering_reason,
+    write_changes,
+)
+from sandbox.root_changes import RootChange, RootChanges
+
+#: path -> whether a verifier in the same container would execute or import it.
+CASES = [
+    ("/usr/bin/python3", True),
+    ("/usr/bin/python3.11", True),
+    ("/bin/sh", True),
+    ("/bin/bash", True),
+    ("/usr/local/bin/pytest", True),
+    ("/usr/local/bin/uv", True),
+    ("/usr/bin/curl", True),
+    ("/sbin/ldconfig", True),
+    ("/usr/sbin/useradd", True),
+    ("/usr/lib/python3.11/json/__init__.py", True),
+    ("/usr/local/lib/python3.12/site-packages/pytest/__init__.py", True),
+    ("/usr/lib/python3/dist-packages/yaml/__init__.py", True),
+    ("/opt/venv/lib/python3.12/site-packages/evil.pth", True),
+    ("/srv/app/.venv/lib/python3.12/site-packages/x.py", True),
+    ("/srv/anything/sitecustomize.py", True),
+    ("/srv/conftest.py", True),
+    ("/etc/ld.so.preload", True),
+    ("/etc/ld.so.conf", True),
+    ("/etc/ld.so.conf.d/evil.conf", True),
+    ("/etc/profile", True),
+    ("/etc/profile.d/zz.sh", True),
+    ("/etc/bash.bashrc", True),
+    ("/etc/environment", True),
+    ("/root/.bashrc", True),
+    ("/root/.profile", True),
+    ("/root/.local/bin/pytest", True),
+    ("/lib/x86_64-linux-gnu/libc.so.6", True),
+    ("/lib64/ld-linux-x86-64.so.2", True),
+    ("/usr/bin/../bin/python3", True),
+    ("/etc/hostname", False),
+    ("/etc/passwd", False),
+    ("/var/log/apt/history.log", False),
+    ("/var/lib/dpkg/status", False),
+    ("/srv/data/input.csv", False),
+    ("/home/user/notes.txt", False),
+    ("/root/projects/readme.md", False),
+    ("/opt/tool/README", False),
+]
+
+
+@pytest.mark.parametrize(("path", "tampering"), CASES)
+def test_classifier(path: str, tampering: bool) -> None:
+    assert (tampering_reason(path) is not None) is tampering, tampering_reason(path)
+
+
+def test_the_images_own_path_counts() -> None:
+    dirs = image_path_dirs(["FOO=1", "PATH=/opt/tool/bin:/usr/bin:relative"])
+    assert dirs == ("/opt/tool/bin", "/usr/bin")
+    assert tampering_reason("/opt/tool/bin/mytool", dirs) == "an executable on the image's PATH"
+    assert tampering_reason("/opt/tool/bin/mytool") is None
+    assert tampering_reason("/opt/tool/share/doc", dirs) is None
+
+
+def _changes(paths: list[str], *, truncated: bool = False) -> RootChanges:
+    return RootChanges(
+        changes=tuple(RootChange(path=p, kind="modified", mode=0o755, size=3) for p in paths),
+        truncated=truncated,
+        total=len(paths) + (5 if truncated else 0),
+    )
+
+
+def test_events_summary_and_evidence(tmp_path: Path) -> None:
+    changes = _changes(["/etc/hostname", "/usr/bin/python3", "/usr/local/bin/pytest"])
+    events = tampering_events(changes, step="one")
+    assert [e["path"] for e in events] == ["/usr/bin/python3", "/usr/local/bin/pytest"]
+    assert all(e["type"] == "tampering" and e["step"] == "one" for e in events)
+    entry = summary(changes, 2)
+    assert entry["total"] == 3 and entry["modified"] == 3 and entry["tampering"] == 2
+    write_changes(tmp_path, changes, "one")
+    write_changes(tmp_path, _changes(["/bin/sh"], truncated=True), "two")
+    lines = [json.loads(x) for x in (tmp_path / ROOT_CHANGES_FILENAME).read_text().splitlines()]
+    assert [x.get("path") for x in lines] == [
+        "/etc/hostname",
+        "/usr/bin/python3",
+        "/usr/local/bin/pytest",
+        "/bin/sh",
+        None,
+    ]
+    assert lines[-1] == {"truncated": True, "total": 6}
+    assert lines[0]["mode"] == "0o755" and lines[0]["step"] == "one"
+
+
+def test_events_are_bounded() -> None:
+    paths = [f"/usr/bin/tool{i}" for i in range(MAX_TAMPERING_EVENTS + 7)]
+    events = tampering_events(_changes(paths))
+    assert len(events) == MAX_TAMPERING_EVENTS + 1
+    assert "7 more" in events[-1]["detail"] and "path" not in events[-1]
