@@ -518,7 +518,7 @@ def summarize(
         }
     if planned is not None:
         recorded = len(latest)
-        over_plan = {"planned": planned, "recorded": recorded}
+        over_plan.update({"planned": planned, "recorded": recorded})
         over_plan["unrecorded"] = max(planned - recorded, 0)
         if planned > 0:
             over_plan["mean_reward_planned"] = math.fsum(all_rewards) / max(planned, recorded)

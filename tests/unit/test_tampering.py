@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from harness.records import TrialStatus
 from harness.records.layout import ROOT_CHANGES_FILENAME
+from harness.records.metrics import summarize
+from harness.records.model import AgentRef, SandboxRef, TaskRef, TrialRecord
 from harness.trial.tampering import (
     MAX_TAMPERING_EVENTS,
     image_path_dirs,
@@ -107,3 +111,26 @@ def test_events_are_bounded() -> None:
     events = tampering_events(_changes(paths))
     assert len(events) == MAX_TAMPERING_EVENTS + 1
     assert "7 more" in events[-1]["detail"] and "path" not in events[-1]
+
+
+def test_the_summary_counts_tampered_trials() -> None:
+    def record(index: int, events: list[dict[str, object]]) -> TrialRecord:
+        now = datetime.now(UTC)
+        return TrialRecord(
+            id=f"t{index}",
+            task=TaskRef(name="t", key="t", hash="h", path="/t"),
+            agent=AgentRef(name="command"),
+            sandbox=SandboxRef(backend="docker"),
+            status=TrialStatus.COMPLETED,
+            ok=True,
+            reward=1.0,
+            started_at=now,
+            finished_at=now,
+            events=events,
+        )
+
+    hit = {"type": "tampering", "path": "/usr/bin/python3", "kind": "modified"}
+    clean = summarize([record(0, [])], planned=1)
+    assert "tampering" not in clean.model_dump()
+    found = summarize([record(0, [hit, hit]), record(1, [])], planned=2).model_dump()
+    assert found["tampering"] == {"trials": 1, "events": 2} and found["planned"] == 2
