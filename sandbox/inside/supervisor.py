@@ -402,11 +402,11 @@ def main() -> int:
             req = channel.read_request()
             if req is None:
                 return 0
+            nonce = req.get("nonce")
             if req.get("version") != PROTOCOL_VERSION:
                 raise ValueError(
                     "supervisor protocol %r, expected %d" % (req.get("version"), PROTOCOL_VERSION)
                 )
-            nonce = req.get("nonce")
             op = req.get("op", "run")
             if op == "run":
                 result = run_phase(req, reaper, channel.fd)
