@@ -298,6 +298,8 @@ class DockerSandbox(Sandbox):
             spec.allow_internet,
             spec.image_tests,
             spec.agent_user,
+            spec.agent_root,
+            self.agent_boundary,
             spec.verifier_user,
             tuple(sorted(_shared_labels(spec.labels).items())),
         )
@@ -316,6 +318,7 @@ class DockerSandbox(Sandbox):
         def make() -> DockerSandbox:
             spare = DockerSandbox(spec, self.runtime)
             spare.image, spare._workdir = image, workdir
+            spare.agent_boundary = self.agent_boundary
             try:
                 spare._boot(self._name("warm"), spare._labels("warm"), volume_name)
                 spare._setup(config)

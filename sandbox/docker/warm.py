@@ -152,6 +152,7 @@ ADOPTED_STATE = (
     "_network",
     "_agent_id",
     "_verifier_id",
+    "identity",
 )
 
 

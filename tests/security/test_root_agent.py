@@ -298,27 +298,31 @@ def test_the_local_sandbox_refuses_a_root_agent(sec: Any, tmp_path: Path) -> Non
 def test_never_runs_a_root_task_unprivileged_and_names_it(
     client: Any, sec: Any, tmp_path: Path
 ) -> None:
+    """The oracle runs as the agent would: unprivileged, named in the run's one line."""
     name = sec.unique("never-root")
     task = sec.write_task(
         tmp_path / "tasks",
         name,
-        attack="id -u > /app/uid; touch /etc/x 2>/dev/null; echo $? > /app/etc\n",
+        attack="unused: the oracle runs solution/solve.sh\n",
+        solution_files={"solve.sh": "#!/bin/bash\nid -u > /app/uid-$RANDOM$RANDOM\n"},
     )
     toml = task / "task.toml"
     toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nuser = "root"\n'))
     cli = sec.Cli(tmp_path)
     try:
-        run = cli.run([task], timeout=180)
+        run = cli.run([task], agent="oracle", timeout=240)
     finally:
         _remove_runs(client, sec, cli)
     assert run.code == 0, run
     lines = [line for line in (run.stderr + run.stdout).splitlines() if "Harbor" in line]
     assert len(lines) == 1 and name in lines[0] and "--agent-root" in lines[0], run
-    record = run.by_task(name)
-    assert record["status"] == "completed", record
-    uid = int((run.evidence(record) / "workspace" / "uid").read_text())
-    assert uid != 0 and record["posture"]["uid"] == [uid] * 3
-    assert record["posture"]["dropped"] is True
-    identity = record["posture"]["identity"]
-    assert identity["rule"] == "never" and identity["wanted"] == "root"
-    assert identity["wanted_root"] is True and identity["user"] is None
+    assert len(run.records) == 1, run
+    for record in run.records:
+        assert record["status"] == "completed", record
+        (found,) = (run.evidence(record) / "workspace").glob("uid-*")
+        uid = int(found.read_text())
+        assert uid != 0 and record["posture"]["uid"] == [uid] * 3
+        assert record["posture"]["dropped"] is True
+        identity = record["posture"]["identity"]
+        assert identity["rule"] == "never" and identity["wanted"] == "root"
+        assert identity["wanted_root"] is True and identity["user"] is None
