@@ -19,9 +19,8 @@ from harness.errors import AgentRunError, StorageLimitReached
 from harness.records import TrialStatus
 from harness.trial.settings import STORAGE_FULL_SLACK
 from harness.trial.state import TrialState
-from harness.trial.tampering import summary, tampering_events, tampering_reason, write_changes
 from sandbox.backend import PhaseRequest
-from sandbox.errors import PostureCheckFailed, SandboxError, SupervisorError
+from sandbox.errors import PostureCheckFailed, SupervisorError
 
 
 class AgentPhase(TrialState):
@@ -39,30 +38,7 @@ class AgentPhase(TrialState):
             agent.run_by(self)
         finally:
             # Every agent phase (each step's): what it left in the image's root.
-            self._root_changes()
-
-    def _root_changes(self) -> None:
-        """Record the phase's root changes and mark what a verifier would run (tampering)."""
-        sandbox = self.sandbox
-        assert sandbox is not None
-        try:
-            changes = sandbox.root_changes()
-        except SandboxError as exc:
-            self.events.append(
-                {"type": "root_changes_error", "detail": f"{type(exc).__name__}: {exc}"}
-            )
-            return
-        if changes is None:
-            return
-        path = sandbox.environment_env().get("PATH", "")
-        dirs = tuple(p for p in path.split(":") if p)
-        self.events.extend(tampering_events(changes, dirs, self.step_name))
-        write_changes(self.evidence, changes, self.step_name)
-        tampered = sum(1 for c in changes.changes if tampering_reason(c.path, dirs) is not None)
-        entry = summary(changes, tampered)
-        if self.step_name is not None:
-            entry["step"] = self.step_name
-        self.root_changes.append(entry)
+            self.root_log.after_agent(sandbox, self.step_name)
 
     def run_in_sandbox(self, agent: SandboxAgent) -> None:
         """Run a sandbox agent's command as the agent phase."""

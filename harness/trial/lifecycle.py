@@ -379,8 +379,8 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
         extra: dict[str, Any] = self.judge_fields()
         if task.steps:
             extra["steps"] = [step.as_record() for step in self.steps]
-        if self.root_changes:
-            extra["root_changes"] = self.root_changes
+        if self.root_log.summaries:
+            extra["root_changes"] = self.root_log.summaries
         return TrialRecord(
             id=self.plan.id,
             task=TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path)),

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.records.layout import ROOT_CHANGES_FILENAME
+from sandbox.backend import Sandbox
+from sandbox.errors import SandboxError
 from sandbox.root_changes import RootChange, RootChanges
 
 #: Tampering events one phase adds to the record at most (the evidence file has them all).
@@ -174,9 +176,73 @@ def write_changes(evidence: Path, changes: RootChanges, step: str | None) -> Non
             out.write(json.dumps({"truncated": True, "total": changes.total}) + "\n")
 
 
+def fresh_changes(changes: RootChanges, seen: dict[str, RootChange]) -> RootChanges:
+    """The changes not listed (the same) before; ``seen`` learns the whole listing.
+
+    A sandbox lists what every phase so far changed: each phase's own share is what is new
+    or different since the last listing.
+    """
+    fresh = tuple(change for change in changes.changes if seen.get(change.path) != change)
+    for change in changes.changes:
+        seen[change.path] = change
+    unlisted = max(0, changes.total - len(changes.changes))
+    return RootChanges(fresh, changes.truncated, len(fresh) + unlisted)
+
+
+class RootChangeLog:
+    """One trial's record of its root changes, phase by phase (see the module doc).
+
+    Attributes:
+        evidence: The trial's evidence dir (``root_changes.jsonl`` goes there).
+        summaries: The record's ``root_changes``: one summary per agent phase that changed
+            anything.
+        events: Where ``tampering`` (and ``root_changes_error``) events go: the record's.
+    """
+
+    def __init__(self, evidence: Path, events: list[dict[str, Any]]) -> None:
+        self.evidence = evidence
+        self.events = events
+        self.summaries: list[dict[str, Any]] = []
+        self._seen: dict[str, RootChange] = {}
+
+    def _listing(self, sandbox: Sandbox) -> RootChanges | None:
+        try:
+            return sandbox.root_changes()
+        except SandboxError as exc:
+            detail = f"{type(exc).__name__}: {exc}"
+            self.events.append({"type": "root_changes_error", "detail": detail})
+            return None
+
+    def after_agent(self, sandbox: Sandbox, step: str | None) -> None:
+        """Record what the agent phase just ended changed, and mark its tampering."""
+        listing = self._listing(sandbox)
+        if listing is None:
+            return
+        changes = fresh_changes(listing, self._seen)
+        if not changes.changes and not changes.truncated:
+            return
+        path = sandbox.environment_env().get("PATH", "")
+        dirs = tuple(part for part in path.split(":") if part)
+        self.events.extend(tampering_events(changes, dirs, step))
+        write_changes(self.evidence, changes, step)
+        tampered = sum(1 for c in changes.changes if tampering_reason(c.path, dirs) is not None)
+        entry = summary(changes, tampered)
+        if step is not None:
+            entry["step"] = step
+        self.summaries.append(entry)
+
+    def after_grader(self, sandbox: Sandbox) -> None:
+        """A shared verifier's own changes (its ``apt-get install``) are not the agent's."""
+        listing = self._listing(sandbox)
+        if listing is not None:
+            fresh_changes(listing, self._seen)
+
+
 __all__ = [
     "MAX_SUMMARY_PATHS",
     "MAX_TAMPERING_EVENTS",
+    "RootChangeLog",
+    "fresh_changes",
     "image_path_dirs",
     "summary",
     "tampering_events",

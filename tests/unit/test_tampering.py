@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -14,12 +15,15 @@ from harness.records.metrics import summarize
 from harness.records.model import AgentRef, SandboxRef, TaskRef, TrialRecord
 from harness.trial.tampering import (
     MAX_TAMPERING_EVENTS,
+    RootChangeLog,
+    fresh_changes,
     image_path_dirs,
     summary,
     tampering_events,
     tampering_reason,
     write_changes,
 )
+from sandbox.backend import Sandbox
 from sandbox.root_changes import RootChange, RootChanges
 
 #: path -> whether a verifier in the same container would execute or import it.
@@ -134,3 +138,36 @@ def test_the_summary_counts_tampered_trials() -> None:
     assert "tampering" not in clean.model_dump()
     found = summarize([record(0, [hit, hit]), record(1, [])], planned=2).model_dump()
     assert found["tampering"] == {"trials": 1, "events": 2} and found["planned"] == 2
+
+
+def test_each_phase_records_only_its_own_share(tmp_path: Path) -> None:
+    """A sandbox lists every phase's changes so far: a phase's share is what is new."""
+
+    class Listing:
+        """What the trial asks of a sandbox here: its listing so far, its PATH."""
+
+        listing = RootChanges()
+
+        def root_changes(self) -> RootChanges | None:
+            return self.listing
+
+        def environment_env(self) -> dict[str, str]:
+            return {"PATH": "/opt/tool/bin:/usr/bin"}
+
+    events: list[dict[str, object]] = []
+    log = RootChangeLog(tmp_path, events)
+    sandbox = cast(Sandbox, Listing())
+    python = RootChange("/usr/bin/python3", "modified", mode=0o755, size=3)
+    tool = RootChange("/opt/tool/bin/t", "added", mode=0o755, size=1)
+    Listing.listing = RootChanges((python,), total=1)
+    log.after_agent(sandbox, "one")
+    Listing.listing = RootChanges((RootChange("/var/lib/apt/x", "added"), python), total=2)
+    log.after_grader(sandbox)  # the verifier's install
+    Listing.listing = RootChanges((RootChange("/var/lib/apt/x", "added"), python, tool), total=3)
+    log.after_agent(sandbox, "two")
+    assert [s["paths"] for s in log.summaries] == [["/usr/bin/python3"], ["/opt/tool/bin/t"]]
+    assert [(e["path"], e["step"]) for e in events] == [
+        ("/usr/bin/python3", "one"),
+        ("/opt/tool/bin/t", "two"),
+    ]
+    assert fresh_changes(Listing.listing, {}).total == 3
