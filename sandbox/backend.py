@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import subprocess
 from abc import ABC, abstractmethod
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
-from sandbox.errors import SandboxError, SupervisorError
+from sandbox.errors import ChannelForged, SandboxError, SupervisorError
 from sandbox.image_config import ImageConfig
 from sandbox.inside.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits
 from sandbox.network_policy import NO_NETWORK, NetworkPolicy
@@ -263,6 +264,10 @@ class PhaseWire(TypedDict, total=False):
     entry: dict[str, Any]
     agent_exec: dict[str, Any]
     kill_uid: bool
+    #: Files removed before the phase starts (never following a symlink).
+    delete_files: list[str]
+    #: A root agent (``agent_root``): ``{"caps": [...]}``, the capabilities it keeps.
+    root_agent: dict[str, Any]
     #: The trial cgroup's ``cgroup.procs`` files, joined before the phase runs (local).
     cgroup: list[str]
 
@@ -655,7 +660,10 @@ class SupervisorSession:
             raise SupervisorError("supervisor is not running")
         if timeout is None and payload.get("timeout_sec"):
             timeout = float(payload["timeout_sec"]) + ANSWER_GRACE_SEC
-        line = json.dumps({"version": PROTOCOL_VERSION, **payload}) + "\n"
+        # A per-request nonce the answer must echo: a process that reached the channel
+        # (a root agent under gVisor can open /proc/1/fd/N) cannot forge an answer.
+        nonce = secrets.token_hex(16)
+        line = json.dumps({"version": PROTOCOL_VERSION, **payload, "nonce": nonce}) + "\n"
         try:
             self._stdin.write(line.encode())
             self._stdin.flush()
@@ -677,6 +685,11 @@ class SupervisorSession:
             raise SupervisorError(f"supervisor answered garbage: {answer[:200]!r}") from exc
         if not isinstance(result, dict):
             raise SupervisorError("supervisor answered a non-object")
+        if result.pop("nonce", None) != nonce:
+            raise ChannelForged(
+                "the supervisor's answer did not carry this request's nonce: something in the "
+                "sandbox wrote to the supervisor's channel (docs/security.md, 'A root agent')"
+            )
         return result
 
     def _answer_within(self, timeout: float) -> bool:

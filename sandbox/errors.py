@@ -62,6 +62,14 @@ class SandboxDied(SupervisorError):
         self.role = role
 
 
+class ChannelForged(SupervisorError):
+    """An answer on the supervisor's channel lacked its request's nonce: not the supervisor's.
+
+    Something inside the sandbox wrote to the channel (a root agent under gVisor can open
+    the supervisor's fds through ``/proc/1/fd``); the channel is no longer trusted.
+    """
+
+
 class EvidenceError(SandboxError):
     """Evidence could not be copied out safely."""
 

@@ -8,7 +8,9 @@ whatever a dead invocation left.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+from harness.backends.agent_root import announcement
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.tmpdir import (
     ensure_private_dir,
@@ -22,6 +24,7 @@ from sandbox.backend import Capacity, SandboxSpec
 from sandbox.docker import hostguard
 from sandbox.docker.aliases import AliasUse, mark_task_images
 from sandbox.docker.backend import DockerSandbox
+from sandbox.docker.boundary import isolated_refusal, second_boundary
 from sandbox.docker.engine import (
     connect,
     engine_address,
@@ -54,8 +57,13 @@ class DockerBackend(SandboxBackend):
             client = connect()
         except EngineUnavailable as exc:
             raise UsageError(str(exc)) from None
+        info = call(client.info) if config.runtime or config.agent_root != "never" else {}
+        #: What besides the container keeps a root agent off the host.
+        self.boundary = second_boundary(config.runtime, info)
+        if config.agent_root == "isolated" and self.boundary == "none":
+            raise UsageError(isolated_refusal(config.runtime))
         if config.runtime:
-            runtimes = call(client.info).get("Runtimes") or {}
+            runtimes = info.get("Runtimes") or {}
             if config.runtime not in runtimes:
                 raise UsageError(
                     f"--runtime {config.runtime} is not registered with the engine "
@@ -80,7 +88,11 @@ class DockerBackend(SandboxBackend):
         self._pinger = pinger(client)
 
     def make_sandbox(self, spec: SandboxSpec) -> DockerSandbox:  # noqa: D102
-        return DockerSandbox(spec, self.runtime)
+        sandbox = DockerSandbox(
+            replace(spec, agent_root=self.options.config.agent_root), self.runtime
+        )
+        sandbox.agent_boundary = self.boundary
+        return sandbox
 
     def report_progress(self, report: Callable[[str], None]) -> None:
         """Image pulls and builds say how they are getting on through ``report``."""
@@ -100,6 +112,9 @@ class DockerBackend(SandboxBackend):
         """
         problems = super().task_problems(tasks)
         self._warn_unused_aliases(tasks)
+        line = announcement(tasks, self.options.config.agent_root, self.boundary)
+        if line is not None and line not in self.warnings:
+            self.warnings.append(line)
         if self.options.config.compose_host_access == "allow":
             return problems
         for task in tasks:

@@ -18,6 +18,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.backends.agent_root import announcement
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.tmpdir import (
     ensure_private_dir,
@@ -68,6 +69,13 @@ class LocalBackend(SandboxBackend):
         config = options.config
         if config.runtime:
             raise UsageError("--runtime applies to --sandbox docker only")
+        if config.agent_root != "never":
+            raise UsageError(
+                f"--agent-root {config.agent_root}: the local sandbox runs agents as host "
+                "processes, with no second boundary around a root agent (its root would be "
+                "the host's); use --sandbox docker (with --runtime runsc for isolated), or "
+                "--agent-root never"
+            )
         # Before anything is started: a refused run leaves nothing behind.
         self._cgroups = self._limits_support(config.local_limits)
         self.tmp_dir = run_tmp_dir(options.run_name)
@@ -124,6 +132,9 @@ class LocalBackend(SandboxBackend):
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
         """The base checks (CPUs, memory); an exposed path showing a task its own files."""
         problems = super().task_problems(tasks)
+        line = announcement(tasks, "never", "none", images=False)
+        if line is not None and line not in self.warnings:
+            self.warnings.append(line)
         for task in tasks:
             for exposed in self.exposed:
                 if task.path.is_relative_to(exposed) or exposed.is_relative_to(task.path):

@@ -99,6 +99,7 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         agent__kwargs__max_turns=values.get("max_turns"),
         sandbox__backend=values.get("sandbox"),
         sandbox__runtime=values.get("runtime"),
+        sandbox__agent_root=values.get("agent_root"),
         sandbox__base_aliases=values.get("base_alias"),
         sandbox__pull=values.get("pull"),
         sandbox__force_build=values.get("force_build"),
@@ -235,6 +236,15 @@ def run(
     runtime: Annotated[
         str | None,
         typer.Option("--runtime", help="Container runtime for --sandbox docker (e.g. runsc)."),
+    ] = None,
+    agent_root: Annotated[
+        str | None,
+        typer.Option(
+            "--agent-root",
+            help="never (default): the agent is an unprivileged uid; isolated: the task's "
+            "or image's user, root included, under --runtime runsc or a userns-remapped "
+            "engine only; allow: that user on any runtime, as Harbor does.",
+        ),
     ] = None,
     base_alias: Annotated[
         list[str] | None,

@@ -81,6 +81,13 @@ class SandboxConfig(BaseModel):
             cgroup can be made (not root, no usable cgroup v2/v1 controllers) is refused.
             ``warn``: run there anyway, the limits not enforced, saying so at the start and
             in every record (``sandbox.limits.problem``).
+        agent_root: Who the agent may be (``--agent-root``): ``never`` (default) runs it
+            as an unprivileged uid whatever the task or image says, naming up front the
+            tasks whose agents wanted root; ``isolated`` runs it as the task's
+            ``[agent].user``, else the image's ``USER`` (root included, as Harbor does),
+            only behind a second boundary (``--runtime runsc`` or an engine that remaps
+            user namespaces), refused elsewhere before anything runs; ``allow`` does so on
+            any runtime of the docker backend (docs/security.md, "A root agent").
         kwargs: Options of a plug-in backend.
     """
 
@@ -97,6 +104,7 @@ class SandboxConfig(BaseModel):
     expose: list[str] = Field(default_factory=list)
     compose_host_access: Literal["deny", "allow"] = "deny"
     local_limits: Literal["require", "warn"] = "require"
+    agent_root: Literal["never", "isolated", "allow"] = "never"
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("expose")

@@ -100,6 +100,8 @@ class RunRow(BaseModel):
         graded: Trials with a reward.
         failed: Trials that did not succeed: errored, ungraded or below the threshold.
         errored: Trials whose status is not ``completed``.
+        tampered: Trials with a ``tampering`` event (an agent rewrote what a verifier in its
+            container runs: docs/grading.md, "A root agent and a shared verifier").
         mean_reward: Mean reward over graded trials.
         success_rate: Successes over graded trials.
         pass_at_1: pass@1 averaged over tasks.
@@ -126,6 +128,7 @@ class RunRow(BaseModel):
     graded: int
     failed: int
     errored: int
+    tampered: int = 0
     mean_reward: float | None
     success_rate: float | None
     pass_at_1: float | None
@@ -264,6 +267,11 @@ def run_row(run_dir: Path, index: int) -> RunRow:
         graded=summary.graded,
         failed=sum(1 for r in records if is_failure(r, threshold)),
         errored=sum(1 for r in records if str(r.status) != "completed"),
+        tampered=sum(
+            1
+            for r in records
+            if any(e.get("type") == "tampering" and e.get("path") for e in r.events)
+        ),
         mean_reward=summary.mean_reward,
         success_rate=summary.success_rate,
         pass_at_1=summary.pass_at_k.get("1"),

@@ -12,7 +12,7 @@ the same dirs, found in the same (sorted) order, give the same summary byte for 
      "agent": "...", "taskset_digest": "...", "threshold": 1.0,
      "metrics": {"mean_reward": S, "success_rate": S, "pass_at_1": S,
                  "median_trial_duration_s": S, "tokens": S, "cost_usd": S},
-     "counts": {"trials": S, "graded": S, "failed": S, "errored": S},
+     "counts": {"trials": S, "graded": S, "failed": S, "errored": S, "tampered": S},
      "category_scores": {"<category>": S},
      "runs": [<one row per run, see runs.RunRow>],
      "warnings": ["..."]}
@@ -74,7 +74,7 @@ METRICS: tuple[str, ...] = (
     "cost_usd",
 )
 """Per-run metrics a summary describes (fields of :class:`~.runs.RunRow`)."""
-COUNTS: tuple[str, ...] = ("trials", "graded", "failed", "errored")
+COUNTS: tuple[str, ...] = ("trials", "graded", "failed", "errored", "tampered")
 """Per-run counts a summary describes."""
 #: Identity fields whose disagreement across runs is warned about.
 _IDENTITY = (

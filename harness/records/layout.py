@@ -59,6 +59,8 @@ VERIFIER_DIRNAME = "verifier"
 """The verifier's output in a trial's evidence dir."""
 JUDGES_DIRNAME = "judges"
 """The judges' verdicts in a trial's evidence dir."""
+ROOT_CHANGES_FILENAME = "root_changes.jsonl"
+"""What the agent phases changed in the image's root (in a trial's evidence dir; bounded)."""
 
 
 def trial_evidence_dir(trial_id: str) -> str:
@@ -79,6 +81,7 @@ __all__ = [
     "LOGS_DIRNAME",
     "LOG_FILENAME",
     "MODEL_CALLS_FILENAME",
+    "ROOT_CHANGES_FILENAME",
     "RUN_LOCK_FILENAME",
     "SESSION_FILENAME",
     "STATUS_FILENAME",

@@ -366,6 +366,9 @@ class Summary(BaseModel):
         mean_reward_planned: Sum of the rewards over ``planned``: a trial without a
             reward, or without a record, counts as 0 (with ``planned`` > 0).
         success_rate_planned: Successes over ``planned`` (with ``planned`` > 0).
+
+    Where an agent rewrote what a verifier runs (``tampering`` events, docs/grading.md), an
+    extra ``tampering`` key counts ``trials`` and ``events``.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -504,9 +507,18 @@ def summarize(
 
     durations = [trial_duration(r) for r in latest]
     over_plan: dict[str, Any] = {}
+    tampering = [
+        sum(1 for e in r.events if e.get("type") == "tampering" and e.get("path")) for r in latest
+    ]
+    if any(tampering):
+        # Only where it happened: a root agent rewrote what a shared verifier runs.
+        over_plan["tampering"] = {
+            "trials": sum(1 for n in tampering if n),
+            "events": sum(tampering),
+        }
     if planned is not None:
         recorded = len(latest)
-        over_plan = {"planned": planned, "recorded": recorded}
+        over_plan.update({"planned": planned, "recorded": recorded})
         over_plan["unrecorded"] = max(planned - recorded, 0)
         if planned > 0:
             over_plan["mean_reward_planned"] = math.fsum(all_rewards) / max(planned, recorded)

@@ -34,7 +34,11 @@ class AgentPhase(TrialState):
         view = self.view
         sandbox.put_file(sandbox.paths.instruction, view.instruction.encode(), agent_readable=True)
         agent.prepare(view, sandbox)
-        agent.run_by(self)
+        try:
+            agent.run_by(self)
+        finally:
+            # Every agent phase (each step's): what it left in the image's root.
+            self.root_log.after_agent(sandbox, self.step_name)
 
     def run_in_sandbox(self, agent: SandboxAgent) -> None:
         """Run a sandbox agent's command as the agent phase."""

@@ -83,6 +83,7 @@ class CollectAndGrade(TrialState):
             )
         )
         self.verifier_posture = result.posture
+        self.root_log.after_grader(sandbox)  # its own installs are not the next agent's
         self.clock.add("verifier", result.process_sec or result.duration_sec)
         self.clock.add("verifier_phase", result.duration_sec)
         self._phase_events("verifier", result)

@@ -396,6 +396,8 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
         )
         if task.steps:
             extra["steps"] = [step.as_record() for step in self.steps]
+        if self.root_log.summaries:
+            extra["root_changes"] = self.root_log.summaries
         return TrialRecord(
             id=self.plan.id,
             task=TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path)),

@@ -115,6 +115,7 @@ class Staging(TrialState):
                     grader_env(sandbox, self.task, self.plan.id),
                     cancel=self.settings.cancel,
                 )
+            self.root_log.after_grader(sandbox)  # the healthcheck's changes are not the agent's
         skills = self.task.config.environment.skills_dir
         if skills is not None:
             caps = self.caps

@@ -21,6 +21,7 @@ from harness.trial.env import agent_env
 from harness.trial.failures import failure_status
 from harness.trial.settings import Clock, TrialPlan, TrialSettings
 from harness.trial.steps import StepOutcome
+from harness.trial.tampering import RootChangeLog
 from sandbox.backend import PhaseResult, Sandbox
 from sandbox.evidence import EvidenceEvent
 
@@ -56,6 +57,8 @@ class TrialState:
         self.sandbox: Sandbox | None = None
         self.sandbox_info: dict[str, Any] = {"backend": "unknown"}
         self.evidence = settings.run_dir / (plan.evidence or f"trials/{plan.id}")
+        #: Per agent phase, what it changed in the image's root (:mod:`~harness.trial.tampering`).
+        self.root_log = RootChangeLog(self.evidence, self.events)
         self.phase = "prepare"
         self.access: TrialAccess | None = None
         self.model_usage: TrialUsage | None = None

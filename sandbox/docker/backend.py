@@ -48,6 +48,7 @@ from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
 from sandbox.docker.container import (
     GATEWAY_MOUNT,
+    ROOT_AGENT_CAPS,
     TRIAL_DIR,
     ContainerSite,
     create_args,
@@ -56,6 +57,7 @@ from sandbox.docker.container import (
     SUPERVISOR_CAPS as SUPERVISOR_CAPS,  # re-exported: its old home
 )
 from sandbox.docker.gpus import no_gpu_error
+from sandbox.docker.identity import AgentIdentity, resolve
 from sandbox.docker.images import ImageBuildError, ImageRequest, ResolvedImage
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
 from sandbox.docker.rootlayer import (
@@ -69,6 +71,7 @@ from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
 from sandbox.docker.warm import adopt
 from sandbox.errors import (
+    ChannelForged,
     EnvironmentStartError,
     PermanentStartError,
     SandboxDied,
@@ -146,6 +149,12 @@ class DockerSandbox(Sandbox):
         self._session: SupervisorSession | None = None
         self._channel: ExecChannel | None = None
         self._agent_id: tuple[int, int] = (DEFAULT_UID, DEFAULT_GID)
+        #: What ``sandbox.agent_root`` made of the task's and image's user (``_setup``).
+        self.identity: AgentIdentity | None = None
+        #: What keeps a root agent off the host besides the container (the backend's).
+        self.agent_boundary = "gvisor" if runtime.runtime == "runsc" else "none"
+        #: Output files of the grader's phases (a root agent must not read or plant them).
+        self._grader_logs: set[str] = set()
         self._verifier_id: tuple[int, int] = (0, 0)
         #: Users of earlier agents in this container (a shared judge's solver).
         self._former_agents: list[tuple[int, int]] = []
@@ -373,6 +382,8 @@ class DockerSandbox(Sandbox):
             spec.allow_internet,
             spec.image_tests,
             spec.agent_user,
+            spec.agent_root,
+            self.agent_boundary,
             spec.verifier_user,
             tuple(sorted(_shared_labels(spec.labels).items())),
         )
@@ -391,6 +402,7 @@ class DockerSandbox(Sandbox):
         def make() -> DockerSandbox:
             spare = DockerSandbox(spec, self.runtime)
             spare.image, spare._workdir = image, workdir
+            spare.agent_boundary = self.agent_boundary
             try:
                 spare._boot(self._name("warm"), spare._labels("warm"), volume_name)
                 spare._setup(config)
@@ -540,11 +552,14 @@ class DockerSandbox(Sandbox):
     def _setup(self, config: dict[str, Any]) -> None:
         """The agent's and verifier's ids, and the trial's dirs (before any fixture)."""
         spec = self.spec
-        if spec.agent_user not in (None, "", "root", 0):
-            assert spec.agent_user is not None
-            self._agent_id = self._whois(spec.agent_user)
-            if self._agent_id[0] == 0:
-                raise EnvironmentStartError("[agent].user resolves to root; refusing to run")
+        self.identity = resolve(
+            spec.agent_root,
+            spec.agent_user,
+            config.get("User"),
+            lambda name: self._whois(name),
+            self.agent_boundary,
+        )
+        self._agent_id = (self.identity.uid, self.identity.gid)
         # Harbor runs the verifier as the image's user (usually root) unless the task says.
         verifier = spec.verifier_user if spec.verifier_user not in (None, "") else None
         verifier = verifier or config.get("User") or "root"
@@ -700,6 +715,14 @@ class DockerSandbox(Sandbox):
     def _confine_agent(self, payload: PhaseWire) -> PhaseWire:
         uid, gid = self._agent_id
         payload["user"] = {"uid": uid, "gid": gid}
+        if uid == 0:
+            # Root reads what it owns: nothing of the grader's is there while it runs
+            # (docs/security.md, "A root agent"); every process of the container but the
+            # services is the phase's (kill_uid 0 would name the supervisor itself).
+            payload["root_agent"] = {"caps": list(ROOT_AGENT_CAPS)}
+            payload["kill_uid"] = False
+            payload["unreadable"] = []
+            return payload
         payload["unreadable"] = [
             "/tests",
             SUPERVISOR_MOUNT,
@@ -720,6 +743,14 @@ class DockerSandbox(Sandbox):
             gateway_socket=self._gateway_socket(),
         )
         private_tmp = request.role == "verifier" and not request.shared_tmp
+        own_logs = sorted(str(path) for path in payload["logs"].values())
+        if request.role != "agent":
+            self._grader_logs.update(own_logs)
+        if self._agent_id[0] == 0:
+            # Fresh inodes for every log (a root agent could have linked one elsewhere),
+            # and before a root agent no earlier grader output left to read.
+            stale = own_logs + (sorted(self._grader_logs) if request.role == "agent" else [])
+            payload["delete_files"] = [*payload.get("delete_files", []), *stale]
         if request.role == "agent":
             self._confine_agent(payload)
         else:
@@ -750,6 +781,8 @@ class DockerSandbox(Sandbox):
                 self._shared_tmp(quiet=True)
             if not isinstance(exc, SupervisorError):
                 raise
+            if isinstance(exc, ChannelForged):  # the phase's own processes wrote it
+                raise SandboxDied(str(exc), request.role) from exc
             died = self._died(request.role)
             if died is None:
                 raise
@@ -758,6 +791,8 @@ class DockerSandbox(Sandbox):
             self._shared_tmp()
         if request.role == "verifier":
             self._close_grader()
+        if request.role == "agent" and result.posture is not None and self.identity is not None:
+            result.posture["identity"] = self.identity.to_json()
         return result
 
     def _private_tmp(self) -> None:
@@ -812,6 +847,12 @@ class DockerSandbox(Sandbox):
         lets every process read it, and has no mount namespace to give the command a /proc
         of its own.
         """
+        if self._agent_id[0] == 0:
+            return (
+                "the agent runs as root (--agent-root), which reads /tests and every grader "
+                "file while the verifier runs: $HARNESS_AGENT_EXEC is refused for a root "
+                "agent; run the task with --agent-root never"
+            )
         names = ", ".join(sorted(request.confidential_env))
         if not names:
             return None
@@ -1132,6 +1173,7 @@ class DockerSandbox(Sandbox):
             **({"compose": self._compose.describe()} if self._compose is not None else {}),
             "uid": self._agent_id[0],
             "gid": self._agent_id[1],
+            **({"agent_identity": self.identity.to_json()} if self.identity is not None else {}),
             "verifier_uid": self._verifier_id[0],
             **({"workload": self.workload} if self.workload is not None else {}),
             **({"gpus": self.spec.gpus} if self.spec.gpus else {}),

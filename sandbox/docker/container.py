@@ -33,7 +33,36 @@ from sandbox.verifier_tools import TOOLS_MOUNT
 #: Where the trial's model-gateway socket dir is mounted (root-only: the agent can't open it).
 GATEWAY_MOUNT = "/opt/harness-gateway"
 #: Capabilities the root supervisor keeps until it drops; the agent's sets are all empty.
-SUPERVISOR_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "SETPCAP", "KILL"]
+#: ``FSETID`` and ``NET_BIND_SERVICE`` are here only for a root agent (``agent_root``):
+#: ``dpkg`` keeps a package's setgid bits with the first (``chage``'s ``shadow``) and a
+#: service the agent starts binds port 80 with the second; an unprivileged agent drops
+#: both with the rest, and neither reaches past the container (no mount, no raw socket).
+SUPERVISOR_CAPS = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "SETUID",
+    "SETGID",
+    "SETPCAP",
+    "KILL",
+    "NET_BIND_SERVICE",
+]
+#: What a root agent keeps of them: ``apt-get install`` (``dpkg`` chowns, writes root's
+#: and ``_apt``'s dirs, drops to ``_apt``), ``useradd``/``chown``, starting and stopping
+#: services that switch users. Never ``SETPCAP`` (its bounding set stays cut), never
+#: ``SYS_ADMIN``, ``SYS_PTRACE``, ``NET_ADMIN``, ``MKNOD`` or ``SYS_MODULE`` (not in the
+#: container at all).
+ROOT_AGENT_CAPS = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "SETUID",
+    "SETGID",
+    "KILL",
+    "NET_BIND_SERVICE",
+]
 #: The trial's own dirs (home, session, ...) inside the container.
 TRIAL_DIR = "/trial"
 # Docker adds noexec to tmpfs mounts unless told otherwise; agents and tests legitimately
@@ -183,6 +212,7 @@ __all__ = [
     "GATEWAY_MOUNT",
     "NEUTRAL_LOADER_ENV",
     "PLAIN_OPTIONS",
+    "ROOT_AGENT_CAPS",
     "SCRATCH_OPTIONS",
     "SUPERVISOR_CAPS",
     "TRIAL_DIR",

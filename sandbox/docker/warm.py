@@ -154,6 +154,7 @@ ADOPTED_STATE = (
     "_network",
     "_agent_id",
     "_verifier_id",
+    "identity",
 )
 
 

@@ -6,6 +6,12 @@ the seccomp filter, then a posture check read back from the kernel (CERT POS37-C
 check that protected paths are unreadable. Any failure raises :class:`PostureError` and the
 phase never runs. A phase without a user (a root verifier in a container) still gets
 ``no_new_privs`` and the filter.
+
+A root agent (``req["root_agent"]``, ``sandbox.agent_root`` ``isolated`` or ``allow``) stays
+uid 0 but keeps only the capabilities it names (:func:`confine_root`): the bounding set is
+cut to them, so no later ``execve`` of a root program regains another (with
+``no_new_privs`` a root exec gets at most the permitted set it had), the permitted and
+effective sets are cut to them too, and the check reads all of it back.
 """
 
 from __future__ import annotations
@@ -40,6 +46,18 @@ _RLIMITS = {
     "cpu": "RLIMIT_CPU",
 }
 _STATUS_CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+#: Capability numbers (capability.h) of the names a root agent may keep.
+CAP_NUMBERS = {
+    "CHOWN": 0,
+    "DAC_OVERRIDE": 1,
+    "FOWNER": 3,
+    "FSETID": 4,
+    "KILL": 5,
+    "SETGID": 6,
+    "SETUID": 7,
+    "NET_BIND_SERVICE": 10,
+}
+_CAPABILITY_VERSION_3 = 0x20080522
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 #: Built once, before any fork: the child must not need to read a file after the drop.
@@ -206,6 +224,91 @@ def verify_dropped(uid: int, gid: int) -> Dict[str, Any]:
     return observed
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def set_capabilities(mask: int) -> None:
+    """Set this thread's permitted and effective sets to ``mask``; inheritable to none."""
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    for index in (0, 1):
+        word = (mask >> (32 * index)) & 0xFFFFFFFF
+        data[index].effective = word
+        data[index].permitted = word
+        data[index].inheritable = 0
+    check(LIBC.capset(ctypes.byref(header), data), "capset")
+
+
+def cap_mask(names: List[str]) -> int:
+    """The bit mask of capability names (:data:`CAP_NUMBERS`); an unknown name raises."""
+    mask = 0
+    for name in names:
+        if name not in CAP_NUMBERS:
+            raise PostureError("a root agent may not keep capability %s" % name)
+        mask |= 1 << CAP_NUMBERS[name]
+    return mask
+
+
+def verify_root(mask: int) -> Dict[str, Any]:
+    """Check a root agent's posture: uid/gid 0, no groups, no capability beyond ``mask``.
+
+    Returns:
+        What was observed, for the trial record.
+    """
+    status = read_status()
+    observed = observe(status)
+    if tuple(os.getresuid()) != (0, 0, 0) or tuple(os.getresgid()) != (0, 0, 0):
+        raise PostureError("a root agent's ids are %s/%s" % (observed["uid"], observed["gid"]))
+    if os.getgroups():
+        raise PostureError("supplementary groups remain: %s" % observed["groups"])
+    for name in _STATUS_CAP_FIELDS:
+        value = status.get(name)
+        if value is None and name == "CapAmb" and not _ambient_caps_set():
+            observed["caps"][name] = "0 (by prctl)"
+            continue
+        allowed = 0 if name in ("CapInh", "CapAmb") else mask
+        if value is None or int(value, 16) & ~allowed:
+            raise PostureError(
+                "capability set %s is %s, more than the root agent's %x" % (name, value, allowed)
+            )
+    verify_seccomp(observed)
+    return observed
+
+
+def confine_root(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """Confine a root agent to the capabilities ``spec["caps"]`` names; see module doc."""
+    names = [str(name) for name in spec.get("caps") or []]
+    mask = cap_mask(names)
+    for cap in range(last_cap() + 1):
+        if not mask & (1 << cap):
+            try:
+                prctl(PR_CAPBSET_DROP, cap)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    # What the container gave us, cut to the mask (a cap the container lacks stays absent).
+    held = int(read_status().get("CapPrm", "0"), 16)
+    set_capabilities(held & mask)
+    install_filter()
+    posture = verify_root(mask)
+    posture["dropped"] = False
+    posture["root_agent"] = True
+    posture["kept_caps"] = sorted(n for n in names if (held & mask) >> CAP_NUMBERS[n] & 1)
+    return posture
+
+
 def check_unreadable(paths: List[str]) -> None:
     """Raise PostureError if the current user can read any of ``paths`` (file or dir)."""
     for path in paths:
@@ -260,6 +363,10 @@ def confine(req: Dict[str, Any]) -> Dict[str, Any]:
         The observed posture, with ``dropped`` saying whether a user drop happened.
     """
     user = req.get("user")
+    if req.get("root_agent") is not None:
+        # Root reads every path it owns: the harness keeps grader files out of the
+        # container while a root agent runs, instead of hiding them (docs/security.md).
+        return confine_root(req["root_agent"])
     if user is not None:
         uid, gid = int(user["uid"]), int(user["gid"])
         drop_bounding_set()

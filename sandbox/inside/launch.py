@@ -47,6 +47,52 @@ START_TIMEOUT_SEC = 60
 ENTRY_MODULES = ("agent_loop",)
 #: Roots of the image's workload trees (:mod:`services`): no phase's kill touches them.
 PROTECTED: Set[int] = set()
+#: Signals the supervisor keeps at their defaults: stop/kill cannot be changed, SIGCHLD's
+#: default lets it wait for its children, the rest do nothing by default (or Python set them).
+_KEPT_SIGNALS = (
+    "SIGKILL",
+    "SIGSTOP",
+    "SIGCHLD",
+    "SIGCONT",
+    "SIGWINCH",
+    "SIGURG",
+    "SIGPIPE",
+    "SIGXFSZ",
+)
+
+
+def ignore_signals() -> List[int]:
+    """Ignore every signal that would end or stop this process; return them.
+
+    A root agent may signal the supervisor. Linux delivers a container's pid 1 only the
+    signals it handles; gVisor delivers them all (a ``kill -TERM 1`` ended the trial), so
+    the supervisor ignores them itself. Each phase gets them back (:func:`restore_signals`).
+    """
+    kept = {getattr(signal, name) for name in _KEPT_SIGNALS if hasattr(signal, name)}
+    ignored = []
+    for number in range(1, signal.NSIG):
+        if number in kept:
+            continue
+        try:
+            signal.signal(number, signal.SIG_IGN)
+        except (OSError, ValueError):
+            continue  # reserved (glibc's 32, 33) or unknown here
+        ignored.append(number)
+    IGNORED[:] = ignored
+    return ignored
+
+
+#: What :func:`ignore_signals` ignored (restored to the default in every phase).
+IGNORED: List[int] = []
+
+
+def restore_signals() -> None:
+    """In a phase's process: the defaults the supervisor set aside, and SIGPIPE's."""
+    for number in [signal.SIGPIPE, *IGNORED]:
+        try:
+            signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
 
 
 class Capture:
@@ -277,7 +323,7 @@ def _child(req: Dict[str, Any], fds: Dict[str, int]) -> NoReturn:
         # Only stdio, the close-on-exec status pipe, the exit pipe and the gateway channel
         # survive (CVE-2024-21626 lesson).
         close_all_but([status_w, gw_fd, exit_w])
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        restore_signals()  # the supervisor ignores most signals (pid 1, gVisor)
         ns = req.get("namespaces")
         if not ns:
             _become(req, status_w, gw_fd)

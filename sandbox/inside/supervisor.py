@@ -390,6 +390,8 @@ def main() -> int:
         except OSError:
             pass  # the phase's own pid namespace (local) or pid 1 (docker) covers it
     os.umask(0o077)
+    # A root agent may signal us (launch.ignore_signals); phases get the defaults back.
+    launch.ignore_signals()
     reaper = processes.Reaper()
     channel = _Channel(os.dup(0))
     out = os.fdopen(os.dup(1), "w")
@@ -398,10 +400,12 @@ def main() -> int:
     for fd in (0, 1):
         os.dup2(devnull, fd)
     while True:
+        nonce = None
         try:
             req = channel.read_request()
             if req is None:
                 return 0
+            nonce = req.get("nonce")
             if req.get("version") != PROTOCOL_VERSION:
                 raise ValueError(
                     "supervisor protocol %r, expected %d" % (req.get("version"), PROTOCOL_VERSION)
@@ -423,6 +427,8 @@ def main() -> int:
                 "error": {"type": type(exc).__name__, "message": str(exc)},
             }
         reaper.reap()
+        if nonce is not None:
+            result["nonce"] = nonce  # the harness's proof that this answer is ours
         out.write(json.dumps(result) + "\n")
         out.flush()
         if result.get("harness_gone"):

@@ -772,7 +772,7 @@
     return holder;
   }
 
-  const KNOWN_RECORD_KEYS = new Set(["id", "task", "agent", "sandbox", "rollout", "attempt", "status", "ok", "reward", "rewards", "errors", "previous_attempts", "timings", "usage", "versions", "started_at", "finished_at", "evidence_dir", "events", "posture", "verifier_posture"]);
+  const KNOWN_RECORD_KEYS = new Set(["id", "task", "agent", "sandbox", "rollout", "attempt", "status", "ok", "reward", "rewards", "errors", "previous_attempts", "timings", "usage", "versions", "started_at", "finished_at", "evidence_dir", "events", "posture", "verifier_posture", "root_changes"]);
   const PER_PART_KEYS = ["steps", "judges", "episodes"];
   const PHASES = ["prepare", "build", "reset", "waiting", "execute", "agent_phase", "agent", "collect", "grade", "verifier_phase", "verifier", "cleanup"];
 
@@ -1181,9 +1181,21 @@
 
   function securitySection(rec) {
     const events = Array.isArray(rec.events) ? rec.events : [];
+    const tampered = events.filter((e) => e && e.type === "tampering" && e.path);
+    const identity = rec.posture && rec.posture.identity;
+    const changes = Array.isArray(rec.root_changes) ? rec.root_changes : [];
     return section(
       "security",
       "Tampering and posture",
+      identity ? h("p", { class: identity.uid === 0 ? "warn" : "muted", "data-field": "agent-identity" },
+        "agent identity: --agent-root " + visible(plain(identity.rule)) + ", ran as " +
+        (identity.uid === 0 ? "root (uid 0), boundary: " + visible(plain(identity.boundary)) : "uid " + String(identity.uid)) +
+        (identity.wanted_root && identity.uid !== 0 ? " (the task's agent wanted root: " + visible(plain(identity.wanted)) + ")" : "")) : null,
+      tampered.length ? [
+        h("p", { class: "warn", "data-field": "tampering" }, tampered.length + " tampering change(s): the agent rewrote what a verifier in its container runs (docs/grading.md)"),
+        h("ul", null, tampered.slice(0, 50).map((e) => h("li", null, visible(plain(e.kind)) + " " + visible(plain(e.path)) + " — " + visible(plain(e.detail)))))
+      ] : null,
+      changes.length ? [h("h3", null, "image root changes"), genericView(changes)] : null,
       events.length ? [h("p", { class: "warn" }, events.length + " security event(s)"), genericView(events)] : h("p", { class: "ok" }, "No tampering or other security events."),
       h("h3", null, "network"),
       networkView(rec, events),
