@@ -24,6 +24,9 @@ from harness.config import SandboxConfig
 from harness.tasks import Task
 from sandbox.backend import Capacity, Sandbox, SandboxSpec
 
+#: How a refused task is left out of a run instead of refusing the whole run.
+SKIP_HINT = "leave the task out with --skip-invalid"
+
 
 @dataclass(frozen=True)
 class BackendOptions:
@@ -65,31 +68,80 @@ class SandboxBackend(ABC):
         """The most one trial can be given (None: the backend enforces no CPU or memory)."""
         return None
 
+    def gpu_problem(self, gpus: int) -> str | None:
+        """Why no trial here can be given ``gpus`` GPUs (None: it can, or cannot be known).
+
+        Asked before the run (and by ``harness tasks check``) for each GPU count a task
+        asks, so a GPU task is refused before its image is built. Default: None.
+        """
+        return None
+
+    def describe(self) -> str | None:
+        """What the tasks are checked against, for ``harness tasks check`` (one line).
+
+        E.g. ``docker engine at unix:///var/run/docker.sock: 2 CPUs, 23.4 GB memory``;
+        None when the backend has no capacity to speak of.
+        """
+        capacity = self.capacity()
+        if capacity is None:
+            return None
+        address = self.engine_address()
+        at = f" at {address}" if address else ""
+        return (
+            f"{self.name} engine{at}: {capacity.cpus:g} CPUs, "
+            f"{capacity.memory_mb / 1024:.1f} GB memory"
+        )
+
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
         """What keeps each task from running on this backend at all (checked before the run).
 
         A limit the engine cannot satisfy fails the same way on every attempt, so it is
-        refused up front (exit 2). Backends add their own checks. Network policies are
+        refused up front (exit 2; ``--skip-invalid`` leaves such a task out instead, see
+        :meth:`problems_by_task`). Backends add their own checks. Network policies are
         checked by the run against :meth:`capacity` (``harness.runner.network``).
         """
+        problems: list[str] = []
         capacity = self.capacity()
-        if capacity is None:
-            return []
-        problems = []
+        gpus: dict[int, str | None] = {}
         for task in tasks:
             env, where = task.config.environment, task.path / "task.toml"
+            if env.gpus > 0:
+                if env.gpus not in gpus:
+                    gpus[env.gpus] = self.gpu_problem(env.gpus)
+                reason = gpus[env.gpus]
+                if reason is not None:
+                    problems.append(
+                        f"{where}: [environment].gpus = {env.gpus}, but {reason}; run it "
+                        f"where GPUs are, or {SKIP_HINT}"
+                    )
+            if capacity is None:
+                continue
             if env.cpus > capacity.cpus:
                 problems.append(
                     f"{where}: [environment].cpus = {env.cpus:g} is more than the {self.name} "
-                    f"engine's {capacity.cpus:g} CPUs; lower it or run on a bigger machine"
+                    f"engine's {capacity.cpus:g} CPUs; lower it, run on a bigger machine, or "
+                    f"{SKIP_HINT}"
                 )
             if env.memory_mb > capacity.memory_mb:
                 problems.append(
                     f"{where}: [environment].memory_mb = {env.memory_mb} is more than the "
-                    f"{self.name} engine's {capacity.memory_mb} MB; lower it or run on a "
-                    "bigger machine"
+                    f"{self.name} engine's {capacity.memory_mb} MB; lower it, run on a "
+                    f"bigger machine, or {SKIP_HINT}"
                 )
         return problems
+
+    def problems_by_task(self, tasks: Sequence[Task]) -> dict[str, list[str]]:
+        """:meth:`task_problems` of each task alone, by task key (only tasks with some).
+
+        What ``--skip-invalid`` leaves out of a run and ``harness tasks check`` lists per
+        task. Every backend's :meth:`task_problems` is asked one task at a time.
+        """
+        found: dict[str, list[str]] = {}
+        for task in tasks:
+            problems = self.task_problems([task])
+            if problems:
+                found[task.key] = problems
+        return found
 
     def health(self) -> str | None:
         """None while the engine this backend drives answers; else why not, on one line.
@@ -107,7 +159,10 @@ class SandboxBackend(ABC):
     def outage_error(self, message: str) -> bool:
         """Whether a trial error's message is the engine's own failure, not the trial's.
 
-        Such an attempt is rerun without spending a retry (see :meth:`health`).
+        Such an attempt is rerun without spending a retry (see :meth:`health`). Asked only
+        of retryable errors, while the engine answers its ping: decide from where the error
+        came from (the engine's socket), never from words a registry's or a task's own
+        message can hold (``connection refused``).
         """
         return False
 
@@ -156,4 +211,4 @@ class SandboxBackend(ABC):
         """
 
 
-__all__ = ["BackendOptions", "SandboxBackend"]
+__all__ = ["SKIP_HINT", "BackendOptions", "SandboxBackend"]

@@ -33,7 +33,9 @@ from sandbox.docker.engine import (
     pinger,
     remove_leaks,
 )
+from sandbox.docker.gpus import gpu_probe
 from sandbox.docker.images import ImageResolver, parse_aliases
+from sandbox.docker.labels import MANAGED, RUN
 from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
 from sandbox.docker.sdk import call
@@ -86,6 +88,8 @@ class DockerBackend(SandboxBackend):
             compose_host_access=config.compose_host_access,
         )
         self._pinger = pinger(client)
+        self._gpu_answers: dict[int, str | None] = {}
+        self._capacity: Capacity | None = None
 
     def make_sandbox(self, spec: SandboxSpec) -> DockerSandbox:  # noqa: D102
         sandbox = DockerSandbox(
@@ -100,8 +104,32 @@ class DockerBackend(SandboxBackend):
         self.runtime.resolver.progress = report
 
     def capacity(self) -> Capacity:
-        """The engine's CPUs and memory."""
-        return self.runtime.capacity()
+        """The engine's CPUs and memory (asked once: the checks ask it task by task)."""
+        if self._capacity is None:
+            self._capacity = self.runtime.capacity()
+        return self._capacity
+
+    def gpu_problem(self, gpus: int) -> str | None:
+        """The engine's own answer to a container asking ``gpus`` GPUs, asked once per count.
+
+        A probe container of the base image (labelled with the run) is started with the
+        task's device request: an engine without a GPU driver refuses it, before any image
+        of the task is built or pulled.
+        """
+        if gpus not in self._gpu_answers:
+            answer = gpu_probe(
+                self.runtime.client,
+                gpus,
+                image=self.runtime.base_image,
+                runtime=self.options.config.runtime,
+                labels={MANAGED: "1", RUN: self.options.run_name},
+            )
+            self._gpu_answers[gpus] = (
+                None
+                if answer is None
+                else f"the Docker engine has no GPU for it (its answer: {answer})"
+            )
+        return self._gpu_answers[gpus]
 
     def task_problems(self, tasks: Sequence[Task]) -> list[str]:
         """The base checks, and compose tasks where the host cannot be shielded from them.
@@ -152,7 +180,11 @@ class DockerBackend(SandboxBackend):
         return engine_address()
 
     def outage_error(self, message: str) -> bool:
-        """The engine's own failures: its socket gone or refusing, its database closed."""
+        """The engine's own failures: it did not answer (its socket), its database closed.
+
+        Told from the SDK seam's typed error (:class:`~sandbox.docker.sdk.EngineUnreachable`),
+        not from "connection refused" in a message: a registry's is the image's failure.
+        """
         return engine_failure(message)
 
     def start(self) -> list[str]:

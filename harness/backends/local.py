@@ -108,6 +108,18 @@ class LocalBackend(SandboxBackend):
             network_modes=LOCAL_NETWORK_MODES,
         )
 
+    def gpu_problem(self, gpus: int) -> str | None:
+        """The local sandbox gives no trial a GPU: a GPU task is refused before the run."""
+        return "the local sandbox gives no trial a GPU (run it with --sandbox docker)"
+
+    def describe(self) -> str:
+        """The host this process runs on, its CPUs and memory."""
+        capacity = self.capacity()
+        return (
+            f"local sandbox on this host: {capacity.cpus:g} CPUs, "
+            f"{capacity.memory_mb / 1024:.1f} GB memory, no GPU"
+        )
+
     def _limits_support(self, policy: str) -> Support:
         """How trials' limits are enforced here; refused (or warned) where they cannot be.
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from harness.backends.task_check import check_against_engine
 from harness.cli.display import err, out, print_task_list
 from harness.errors import EXIT_USAGE
 from harness.judges import judge_problems
@@ -33,10 +34,25 @@ def tasks_list(
 @tasks_app.command("check")
 def tasks_check(
     paths: Annotated[list[Path], typer.Argument(help="Task dirs or task-set folders.")],
+    sandbox: Annotated[
+        str,
+        typer.Option(
+            "--sandbox",
+            help="Also check each task against this backend's engine (CPUs, memory, GPUs), "
+            "when it answers; `none`: the static checks only.",
+        ),
+    ] = "docker",
+    runtime: Annotated[
+        str | None, typer.Option("--runtime", help="The docker backend's runtime (runsc).")
+    ] = None,
 ) -> None:
     """Validate tasks; exit 2 listing every problem when any task is invalid."""
     tasks, found = check_tasks(paths)
-    problems = [*found, *judge_problems(tasks)]  # [[verifier.judges]] (docs/judges.md)
+    problems: list[object] = [*found, *judge_problems(tasks)]  # [[verifier.judges]]
+    checked = check_against_engine(tasks, sandbox, runtime)
+    out.print(escape(checked.said), highlight=False)
+    problems += checked.problems
+    tasks = [task for task in tasks if task.key not in checked.refused]
     for problem in problems:
         err.print(f"[red]error:[/red] {escape(str(problem))}", highlight=False)
     for task in tasks:

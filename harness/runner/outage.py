@@ -7,9 +7,11 @@ answering, the watch marks an *outage*: trial threads start no attempt until it 
 growing backoff. When the engine answers again the trials go on; past the run's deadline
 (``retry.engine_wait_sec``) the watch gives up and the run stops in order.
 
-An attempt that failed while an outage began, or while the engine is down, or with an error
-the backend recognises as its engine's (``database not open``, connection refused, the socket
-gone: :meth:`~harness.backends.base.SandboxBackend.outage_error`), is the outage's doing:
+An attempt that failed while an outage began, or while the engine is down (its ping), or with
+a retryable error the backend recognises as its engine's own (the engine's socket gone or
+refusing, its database closed: :meth:`~harness.backends.base.SandboxBackend.outage_error`,
+decided from where the error came from, never from a registry's or a task's words), is the
+outage's doing:
 the scheduler reruns it once the engine is back without spending a retry
 (:meth:`EngineWatch.broke`).
 """
@@ -202,8 +204,11 @@ class EngineWatch:
             return "an engine outage began while it ran"
         if self.check_now():
             return "the engine is unreachable"
+        # The engine answers: only its own failure's signature, on an error a retry could
+        # change, says a restart fell between two pings. A permanent error (a registry's
+        # refusal, a build's failure) was decided from an answer, whatever its words.
         if signature_reruns < SIGNATURE_RERUNS and any(
-            self._recognise(error.message) for error in failure_errors(record)
+            error.retryable and self._recognise(error.message) for error in failure_errors(record)
         ):
             return "the engine failed it"
         return None

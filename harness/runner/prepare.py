@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,10 +43,11 @@ from harness.runner.env_check import (
 from harness.runner.model_access import resolve_model
 from harness.runner.network import network_lines, network_problems, run_network
 from harness.runner.plan import plan_trials, select_tasks, slug
+from harness.runner.refusals import refuse_places
 from harness.runner.resume import DEFAULT_RERUN_STATUSES, ResumePlan, read_for_resume
 from harness.runner.rundir import lock_run_dir, refuse_non_empty
 from harness.tasks import Task, TaskError, taskset_name
-from harness.tasks.runnable import load_runnable_tasks, resolve_tasks_env
+from harness.tasks.runnable import SkippedTasks, load_runnable_tasks, resolve_tasks_env
 from harness.trial import TrialPlan
 from sandbox.credentials import CredentialStore
 
@@ -132,27 +133,21 @@ def _check_agent(agent: Agent, tasks: list[Task]) -> None:
 
 def _read_resume(
     run_dir: Path, plans: list[TrialPlan], rerun: frozenset[str]
-) -> tuple[FileLock, ResumePlan, StoreSnapshot]:
-    """Lock a run dir and plan its resume (tolerant of a torn tail: the run repairs it)."""
-    lock = lock_run_dir(run_dir)
+) -> tuple[ResumePlan, StoreSnapshot]:
+    """Plan a locked run dir's resume (tolerant of a torn tail: the run repairs it)."""
     try:
-        resume, snapshot = read_for_resume(run_dir, plans, statuses=rerun)
+        return read_for_resume(run_dir, plans, statuses=rerun)
     except CorruptRecordError as exc:
-        lock.release()
         raise ResumeError(
             f"{exc}; only the last line can be a crash's torn write: this file was "
             "edited or damaged, fix or remove that line by hand"
         ) from None
-    except BaseException:
-        lock.release()
-        raise
-    return lock, resume, snapshot
 
 
 def _open_places(
     config: RunConfig, name: str, tasks: list[Task]
-) -> tuple[SandboxBackend, TrialExecutor]:
-    """Open the sandbox backend and the executor; refuse tasks either cannot run."""
+) -> tuple[SandboxBackend, TrialExecutor, dict[str, list[TaskError]]]:
+    """Open the sandbox backend and the executor; refuse (or skip) tasks either cannot run."""
     backend = open_backend(config, name)
     try:
         executor = open_executor(config, name)
@@ -161,16 +156,23 @@ def _open_places(
         raise
     capacity = backend.capacity()
     run = run_network(config.network, capacity)
-    problems = backend.task_problems(tasks) + executor.task_problems(tasks)
-    problems += network_problems(tasks, run, capacity, backend.name, executor)
-    if problems:
+
+    def network(some: Sequence[Task]) -> list[str]:
+        return network_problems(some, run, capacity, backend.name, executor)
+
+    try:
+        refused = refuse_places(
+            backend, executor, tasks, skip_invalid=config.tasks.skip_invalid, more=network
+        )
+    except BaseException:
         try:
             backend.close()
         finally:
             executor.close()
-        raise UsageError("\n".join(problems))
-    backend.warnings.extend(network_lines(tasks, run))
-    return backend, executor
+        raise
+    kept = [task for task in tasks if task.key not in refused]
+    backend.warnings.extend(network_lines(kept, run))
+    return backend, executor, refused
 
 
 def prepare_run(
@@ -236,7 +238,6 @@ def prepare_run(
     else:
         check_tasks(env, role_agents, chosen)
     judges = build_panel(config, chosen, credentials, environ)
-    plans = plan_trials(chosen, rollouts=config.rollouts, only=selection.trial_ids)
     taskset = taskset_name(paths) if paths or fetched is None else _dataset_label(fetched)
     lock: FileLock | None = None
     resume: ResumePlan | None = None
@@ -244,18 +245,33 @@ def prepare_run(
     if resume_dir is not None:
         run_dir = Path(resume_dir).absolute()
         name = run_dir.name
-        lock, resume, snapshot = _read_resume(run_dir, plans, frozenset(rerun))
+        # Locked before the backend opens: closing it removes what is labelled with the run.
+        lock = lock_run_dir(run_dir)
     else:
         model = choice.spec.id if choice is not None else None
         name = config.run_name or run_name(taskset, model, agent.name)
         run_dir = Path(config.output_dir).absolute() / name
         refuse_non_empty(run_dir)
     try:
-        backend, executor = _open_places(config, name, chosen)
+        backend, executor, refused = _open_places(config, name, chosen)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
+    # Tasks the engine cannot run (cpus, memory, GPUs) are skipped like invalid ones.
+    chosen = [task for task in chosen if task.key not in refused]
+    skipped = SkippedTasks([*skipped, *(e for errors in refused.values() for e in errors)])
+    plans = plan_trials(chosen, rollouts=config.rollouts, only=selection.trial_ids)
+    if lock is not None:
+        try:
+            resume, snapshot = _read_resume(run_dir, plans, frozenset(rerun))
+        except BaseException:
+            lock.release()
+            try:
+                backend.close()
+            finally:
+                executor.close()
+            raise
     return PreparedRun(
         config=config,
         tasks=chosen,

@@ -263,6 +263,17 @@ def _check_config(path: Path, config: TaskConfig, problems: list[TaskError]) -> 
         for message in check_templates(table, where):
             field_name, _, text = message.partition(": ")
             problems.append(TaskError(toml_path, text, field=field_name))
+    if config.environment.os == "windows":
+        # Said before the tests' files: a Windows task's tests are not tests/test.sh.
+        problems.append(
+            TaskError(
+                toml_path,
+                '"windows" is not supported: the harness runs Linux containers only (Harbor '
+                "runs Windows containers on a Windows Docker engine); run this task there",
+                field="environment.os",
+            )
+        )
+        return
     if config.steps:
         return  # each step's tests were checked with the step
     _check_tests(path, path / "tests", config.verifier_mode(), None, problems)

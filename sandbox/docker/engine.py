@@ -13,26 +13,38 @@ import docker.utils
 import docker
 from sandbox.docker.hostguard import sweep
 from sandbox.docker.labels import KIND, MANAGED, RUN, RUN_OBJECT_NAME, RUNTIME_KIND, run_prefix
-from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
+from sandbox.docker.sdk import (
+    UNREACHABLE_WORDS,
+    EngineError,
+    EngineObjectMissing,
+    EngineRequestError,
+    EngineUnreachable,
+    call,
+)
 from sandbox.errors import EngineUnavailable
 
 START_HINT = "start it with `bash docker/start-engine.sh` (as root), or set DOCKER_HOST"
 PING_TIMEOUT_SEC = 5
 """How long a health ping waits for the engine."""
 
-#: The engine's own failures, as the SDK and the CLI word them: its socket gone or refusing,
-#: a connection dropped mid-request, its database closed while it shuts down.
+#: The engine's own failures: it did not answer (:class:`EngineUnreachable`, raised only for
+#: the transport errors on the way to its socket), or it answered that it is shutting down
+#: (its database closed). Never the words of an answer's message ("connection refused" from
+#: a registry the engine could not reach, or from a task's own output).
 _ENGINE_FAILURE = re.compile(
-    r"database not open|connection aborted|connection refused|failed to establish a new "
-    r"connection|cannot connect to the docker daemon|remote end closed connection|"
-    r"remotedisconnected|docker\.sock.*no such file|no such file.*docker\.sock|"
-    r"is the docker daemon running",
-    re.IGNORECASE,
+    rf"{re.escape(UNREACHABLE_WORDS)}|\bdatabase not open\b", re.IGNORECASE
 )
 
 
 def engine_failure(message: str) -> bool:
-    """Whether an error message is the engine's own failure (unreachable, shutting down)."""
+    """Whether a retryable error's message is the engine's own failure (away, shutting down).
+
+    Decided from where the error came from, which the SDK seam (:mod:`sandbox.docker.sdk`)
+    words: a transport failure to the engine's socket, never a registry's or a task's
+    ``connection refused``. The run's engine watch asks this only of errors a retry could
+    change, and only while the engine answers its ping again (see
+    :meth:`harness.runner.outage.EngineWatch.broke`).
+    """
     return bool(_ENGINE_FAILURE.search(message))
 
 
@@ -53,8 +65,9 @@ def connect(timeout: int = 60) -> docker.DockerClient:
         _no_proxy_lookups(client.api)
         call(client.ping)
     except EngineError as exc:
+        said = exc.__cause__ if isinstance(exc, EngineUnreachable) and exc.__cause__ else exc
         raise EngineUnavailable(
-            f"cannot reach the Docker engine at {where}: {exc}; {START_HINT}"
+            f"cannot reach the Docker engine at {where}: {said}; {START_HINT}"
         ) from exc
     return client
 
@@ -85,7 +98,9 @@ def ping(api: docker.APIClient) -> str | None:
     except Exception as exc:  # any failure to answer is the answer
         # An SDK error without words is named for the SDK's own class, as it always was.
         named = exc.__cause__ if isinstance(exc, EngineError) and exc.__cause__ else exc
-        text = str(exc).splitlines()[0] if str(exc) else type(named).__name__
+        # Not the words our seam adds: the SDK's own say why ("Connection aborted", ...).
+        said = str(named) if isinstance(exc, EngineUnreachable) else str(exc)
+        text = said.splitlines()[0] if said else type(named).__name__
         return text[:300]
     finally:
         # A new connection each time: a kept-alive one is still served by an engine that

@@ -3,7 +3,9 @@
 ``missing`` (the default) pulls an image the engine does not have, ``always`` pulls every
 image once per run (a newer one replaces the local copy), ``never`` only uses local images.
 Progress goes to a callback (the run's message line). An image no registry answers for is
-one clear, permanent error naming it: retrying the trial cannot change it.
+one clear, permanent error naming it: retrying the trial cannot change it. An engine that
+stops answering mid-pull is not the image's failure: that error (``EngineUnreachable``) goes
+up as it is, for the run's engine watch.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from typing import Any, Literal
 from docker.utils import parse_repository_tag
 
 import docker
-from sandbox.docker.sdk import EngineError, EngineRequestError, ImageMissing, call, stream
+from sandbox.docker.sdk import (
+    EngineError,
+    EngineRequestError,
+    EngineUnreachable,
+    ImageMissing,
+    call,
+    stream,
+)
 from sandbox.errors import PermanentStartError
 
 PullPolicy = Literal["missing", "always", "never"]
@@ -124,7 +133,11 @@ class ImagePuller:
                     done = sum(1 for state in layers.values() if state == "done")
                     self._say(f"pulling image {image}: {done}/{len(layers)} layers")
         except EngineRequestError as exc:
+            # The engine answered: the registry's refusal (even its "connection refused")
+            # is the image's, and permanent.
             raise ImagePullError(_message(image, str(exc.explanation or exc))) from None
+        except EngineUnreachable:
+            raise  # the engine itself is away: an outage, not the image's doing
         except EngineError as exc:
             raise ImagePullError(_message(image, str(exc))) from None
         if not self._local(image):

@@ -7,8 +7,11 @@ through one ``run()``; the compose CLI, through python-on-whales, goes through
 module (the way httpx maps transport errors): the same family tree as the SDK's, so each
 caller catches exactly what it caught before, and the message is the SDK's own, so what a
 record or the engine-outage check (:func:`~sandbox.docker.engine.engine_failure`) reads is
-unchanged. Transport errors of the SDK's HTTP layer (a refused or dropped connection) are
-not the SDK's own exceptions and pass through as they are.
+unchanged. A transport error of the SDK's HTTP layer (the engine's socket refusing, missing
+or dropping the connection) is not the SDK's own exception: it becomes
+:class:`EngineUnreachable`, the one error that says the engine itself did not answer. That
+is where an engine outage is told from a registry's or a task's own ``connection refused``,
+which the engine reports in an answer (:class:`EngineRequestError`).
 
 These errors hang under :class:`~sandbox.errors.HarnessError`, deliberately not under
 :class:`~sandbox.errors.SandboxError`: an engine error nobody expected stays, for the trial,
@@ -21,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import ParamSpec, TypeVar
 
 import docker.errors
+import requests.exceptions
 
 from sandbox.errors import HarnessError
 
@@ -48,6 +52,15 @@ class EngineError(HarnessError):
         return self.status_code is not None and 400 <= self.status_code < 500
 
 
+class EngineUnreachable(EngineError):
+    """The engine did not answer: its socket refused, was missing, or dropped the request.
+
+    Raised for the transport errors of the SDK's HTTP layer on the way to the engine, never
+    for an error the engine answered with (a registry's refusal, a bad request): only this
+    one is an engine outage's signature (:func:`~sandbox.docker.engine.engine_failure`).
+    """
+
+
 class EngineRequestError(EngineError):
     """The engine answered a request with an error (``docker.errors.APIError``)."""
 
@@ -69,19 +82,41 @@ def mapped(exc: docker.errors.DockerException) -> EngineError:
         elif isinstance(exc, docker.errors.NotFound):
             kind = EngineObjectMissing
         return kind(str(exc), status_code=exc.status_code, explanation=exc.explanation)
+    # The SDK's own wrapping of a transport failure (no API version: the engine is away).
+    if isinstance(exc.__cause__ or exc.__context__, _TRANSPORT_ERRORS):
+        return unreachable(exc)
     return EngineError(str(exc))
+
+
+#: The SDK's transport failures on the way to the engine: a refused, missing or dropped
+#: connection (``requests`` wraps urllib3's and the socket's own errors in these).
+_TRANSPORT_ERRORS = (
+    requests.exceptions.ConnectionError,
+    requests.exceptions.ChunkedEncodingError,
+)
+
+#: The words :class:`EngineUnreachable` starts with (the outage check looks for them).
+UNREACHABLE_WORDS = "the Docker engine did not answer"
+
+
+def unreachable(exc: BaseException) -> EngineUnreachable:
+    """Our error for a transport failure on the way to the engine, the SDK's words kept."""
+    return EngineUnreachable(f"{UNREACHABLE_WORDS}: {exc}")
 
 
 def call(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """Call the SDK: ``fn(*args, **kwargs)``, its errors mapped (:func:`mapped`).
 
     Raises:
+        EngineUnreachable: The engine did not answer (its socket refused or dropped us).
         EngineError: The SDK's error, as ours (a subclass for each of its kinds).
     """
     try:
         return fn(*args, **kwargs)
     except docker.errors.DockerException as exc:
         raise mapped(exc) from exc
+    except _TRANSPORT_ERRORS as exc:
+        raise unreachable(exc) from exc
 
 
 def stream(items: Iterable[T]) -> Iterator[T]:
@@ -98,6 +133,8 @@ def stream(items: Iterable[T]) -> Iterator[T]:
             return
         except docker.errors.DockerException as exc:
             raise mapped(exc) from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise unreachable(exc) from exc
         yield item
 
 
@@ -141,10 +178,13 @@ __all__ = [
     "EngineError",
     "EngineObjectMissing",
     "EngineRequestError",
+    "EngineUnreachable",
     "ImageMissing",
+    "UNREACHABLE_WORDS",
     "call",
     "command",
     "mapped",
     "not_found",
     "stream",
+    "unreachable",
 ]

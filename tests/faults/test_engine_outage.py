@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import requests
 from support.faults import (
     NOTHING_LEFT,
     Cli,
@@ -24,9 +25,11 @@ from support.faults import (
 from support.private_engine import PrivateEngine
 
 import docker
+from sandbox.docker.engine import engine_failure, ping
+from sandbox.docker.pulls import ImagePuller
+from sandbox.docker.sdk import UNREACHABLE_WORDS, EngineUnreachable, call
 
 pytestmark = pytest.mark.docker
-
 
 
 def unreachable(engine: PrivateEngine) -> str:
@@ -122,3 +125,26 @@ def test_objects_an_engine_crash_left_without_labels_are_removed_by_resume_and_c
         with pytest.raises(docker.errors.NotFound):
             client.volumes.get(name)
     client.close()
+
+
+def test_a_stopped_engine_is_told_from_its_socket_and_a_pull_on_it_is_no_image_failure(
+    engine: PrivateEngine,
+) -> None:
+    """The engine itself stopped: the SDK seam says it did not answer, whatever the words."""
+    client = engine.client()
+    puller = ImagePuller(client)
+    engine.stop()
+    try:
+        with pytest.raises(EngineUnreachable) as caught:
+            call(client.info)
+        assert isinstance(caught.value.__cause__, requests.exceptions.ConnectionError)
+        assert engine_failure(str(caught.value)), caught.value
+        # A pull the engine could not even be asked for is the engine's, not the image's:
+        # not a permanent ImagePullError remembered for the run.
+        with pytest.raises(EngineUnreachable):
+            puller.ensure("127.0.0.1:5000/harness-test/outage:v1")
+        # The health ping says why in the SDK's own words, not the seam's.
+        why = ping(client.api)
+        assert why is not None and UNREACHABLE_WORDS not in why, why
+    finally:
+        client.close()

@@ -308,17 +308,25 @@ def test_a_detached_agent_process_lives_in_the_cgroup_and_dies_with_it(
 
 
 def _start_crashing(local: Cli, tmp_path: Path, name: str, canary: str) -> subprocess.Popen[str]:
+    # The crashed attempt's agent stays alive (the sweep must kill it); the rerun a
+    # --resume makes starts after the host's ``resumed`` flag exists (an exposed dir,
+    # read-only) and ends at once instead of sleeping a minute more.
+    flags = tmp_path / "flags"
+    flags.mkdir()
     attack = (
-        f"( setsid bash -c 'exec -a {canary} sleep 1000' & ) </dev/null >/dev/null 2>&1\nsleep 60\n"
+        f"( setsid bash -c 'exec -a {canary} sleep 1000' & ) </dev/null >/dev/null 2>&1\n"
+        f"[ -e {flags}/resumed ] || sleep 60\n"
     )
     task = limits_task(tmp_path / "tasks", attack, agent_timeout=120)
-    proc = local.start([task], extra=["--run-name", name])
+    expose = f'sandbox.expose=["{flags}"]'
+    proc = local.start([task], extra=["--run-name", name, "--set", expose])
     stop_at = time.monotonic() + 120
     while time.monotonic() < stop_at and not (trial_cgroups(name) and named(canary)):
         time.sleep(0.1)
     assert trial_cgroups(name) and named(canary), "the trial never started"
     os.kill(proc.pid, signal.SIGKILL)  # the harness only: its supervisor is left behind
     proc.wait()
+    (flags / "resumed").touch()
     if proc.stdout:
         proc.stdout.close()
     if proc.stderr:

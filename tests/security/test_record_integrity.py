@@ -28,6 +28,9 @@ from harness.tasks import load_task
 from sandbox.pathnames import unescape_name
 
 ROLLOUTS = 16
+#: The deep variant's rollouts: its claim is the deep tree's, the coin's 16 are proved by the
+#: names variant; enough for both sides of the coin (asserted).
+DEEP_ROLLOUTS = 6
 
 #: The planted names (bytes), as the agent's script spells them with printf.
 HOSTILE = {
@@ -80,8 +83,9 @@ def _run_coin(any_cli: Any, tmp_path: Path, name: str, *, deep: bool) -> tuple[A
     script = COIN.replace("DEEP", DEEP if deep else "")
     task_dir = write_task(tmp_path / "tasks", name, attack=script, test_sh=CHECK, agent_timeout=60)
     task = load_task(task_dir)
-    planned = [trial_id(task, r) for r in range(ROLLOUTS)]
-    run = any_cli.run([task_dir], jobs=2, extra=["-r", str(ROLLOUTS)], timeout=800)
+    rollouts = DEEP_ROLLOUTS if deep else ROLLOUTS
+    planned = [trial_id(task, r) for r in range(rollouts)]
+    run = any_cli.run([task_dir], jobs=2, extra=["-r", str(rollouts)], timeout=800)
     return run, planned
 
 
@@ -111,7 +115,7 @@ def _assert_honest_summary(run: Any, planned: list[str]) -> None:
     summary = json.loads((run.run_dir / "summary.json").read_text())
     honest = sum(_right(t) for t in planned) / len(planned)
     assert 0 < honest < 1
-    assert summary["planned"] == ROLLOUTS and summary["recorded"] == ROLLOUTS
+    assert summary["planned"] == len(planned) and summary["recorded"] == len(planned)
     assert summary["unrecorded"] == 0 and summary["pending"] == 0
     assert summary["mean_reward_planned"] == pytest.approx(honest)
     assert summary["mean_reward"] == pytest.approx(honest), (

@@ -19,6 +19,7 @@ from sandbox.docker.sdk import (
     EngineError,
     EngineObjectMissing,
     EngineRequestError,
+    EngineUnreachable,
     ImageMissing,
     call,
     mapped,
@@ -69,12 +70,21 @@ def test_call_raises_ours_chained_to_the_sdks_and_passes_results_through() -> No
     assert call(lambda a, b=0: a + b, 2, b=3) == 5
 
 
-def test_transport_errors_pass_through_as_they_are() -> None:
-    def refused() -> None:
-        raise requests.exceptions.ConnectionError("Connection refused")
+def test_a_transport_error_on_the_way_to_the_engine_is_the_engine_not_answering() -> None:
+    original = requests.exceptions.ConnectionError("Connection refused")
 
-    with pytest.raises(requests.exceptions.ConnectionError):
+    def refused() -> None:
+        raise original
+
+    with pytest.raises(EngineUnreachable) as caught:
         call(refused)
+    assert caught.value.__cause__ is original
+    assert engine_failure(str(caught.value))
+    # The same words in an answer (a registry the engine could not reach) are no outage.
+    answered = mapped(
+        docker.errors.APIError("pull", _response(500), "dial tcp: connection refused")
+    )
+    assert type(answered) is EngineRequestError and not engine_failure(str(answered))
 
 
 def test_a_streamed_answer_maps_an_error_raised_while_it_is_read() -> None:
