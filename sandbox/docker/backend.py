@@ -58,6 +58,7 @@ from sandbox.docker.images import ImageRequest
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
 from sandbox.docker.runtime import SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
+from sandbox.docker.trial_network import TrialNetwork
 from sandbox.docker.warm import adopt
 from sandbox.errors import (
     EnvironmentStartError,
@@ -130,7 +131,9 @@ class DockerSandbox(Sandbox):
         self.workload_command: list[str] | None = None
         self._workload_env: dict[str, str] = {}
         self._compose: ComposeProject | None = None
-        self._network = "bridge" if spec.allow_internet else "none"
+        #: Each phase's network (:mod:`sandbox.docker.trial_network`).
+        self._net = TrialNetwork(spec, runtime.egress)
+        self._network = self._net.plain_network()
         #: Held while the main supervisor channel serves a request.
         self._idle = threading.Lock()
         #: gVisor keeps FIFOs, sockets and devices in the sandbox (not on the host's disk).
@@ -223,6 +226,7 @@ class DockerSandbox(Sandbox):
                 f'[environment].os = "{spec.os}" is not supported: the harness runs Linux '
                 "containers only"
             )
+        self._net.prepare()
         self.image = self.runtime.resolver.resolve(
             ImageRequest(
                 name=spec.task_name,
@@ -340,7 +344,9 @@ class DockerSandbox(Sandbox):
             storage_mounts=mounts,
             host_storage=self._storage is not None,
             extra_hosts=self._compose.addresses() if self._compose is not None else None,
-            engine_runtime=self.runtime.runtime,
+            engine_runtime=(
+                self.runtime.network_runtime() if self._network != "none" else self.runtime.runtime
+            ),
         )
         self._container = call(self.client.containers.create, **create_args(spec, site))
         raw = call(
@@ -356,7 +362,7 @@ class DockerSandbox(Sandbox):
     def _start_sidecars(self, labels: dict[str, str]) -> str:
         """Start the compose file's sidecars (if any); the network the main container joins."""
         spec = self.spec
-        plain = "bridge" if spec.allow_internet else "none"
+        plain = self._net.plain_network()
         if spec.compose_file is None:
             return plain
         assert self.image is not None
@@ -364,7 +370,7 @@ class DockerSandbox(Sandbox):
             spec.compose_file,
             trial_id=spec.trial_id,
             labels=labels,
-            allow_internet=spec.allow_internet,
+            allow_internet=self._net.internet,
             main_image=self.image,
             build_timeout_sec=spec.build_timeout_sec,
             run_label=self.runtime.run_label,
@@ -384,7 +390,9 @@ class DockerSandbox(Sandbox):
                 f"{self.runtime.runtime} runtime of this engine gives containers no network "
                 "(registered with --network=none); run multi-container tasks with runc"
             )
+        self._net.before_compose(self._compose.bridge, self._compose.network)
         self._compose.up()
+        self._net.after_compose()
         return self._compose.network
 
     def _storage_mounts(self, name: str, labels: dict[str, str]) -> list[Mount]:
@@ -594,6 +602,8 @@ class DockerSandbox(Sandbox):
         return payload
 
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
+        # The previous phase's processes are all dead (its run_phase returned): switch.
+        self._net.switch(request.role, self._container)
         payload = phase_payload(
             request,
             cwd=request.cwd or self._workdir,
@@ -897,6 +907,10 @@ class DockerSandbox(Sandbox):
     def environment_env(self) -> dict[str, str]:  # noqa: D102
         return dict(self._workload_env)
 
+    def network_events(self) -> list[dict[str, Any]]:
+        """The connections the egress filter refused, per destination and phase."""
+        return self._net.events()
+
     def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102
         if self._storage is None:
             return None
@@ -922,6 +936,10 @@ class DockerSandbox(Sandbox):
     def _remove(self) -> None:
         """Remove the container, its sidecars, its volume and its filesystem, in order."""
         errors: list[Exception] = []
+        try:
+            self._net.remove()  # its chain first: the container is dropped from now on
+        except SandboxError as exc:
+            errors.append(exc)
         # Every step runs whatever the engine answers (an unreachable engine raises the
         # SDK's connection errors, not an EngineError): the trial's filesystem and its
         # share of the storage budget must go even then.
@@ -971,6 +989,7 @@ class DockerSandbox(Sandbox):
             "container": self._container.short_id if self._container is not None else None,
             "warm": self._warm,
             "network": self._network,
+            **self._net.describe(),
             **({"compose": self._compose.describe()} if self._compose is not None else {}),
             "uid": self._agent_id[0],
             "gid": self._agent_id[1],
