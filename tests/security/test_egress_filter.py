@@ -100,7 +100,8 @@ def attack(target):
         if time.monotonic() > deadline:
             return
         time.sleep(0.3)
-threads = [threading.Thread(target=attack, args=(t,)) for t in os.environ["TARGETS"].split(",") if t]
+targets = [t for t in os.environ["TARGETS"].split(",") if t]
+threads = [threading.Thread(target=attack, args=(t,)) for t in targets]
 for t in threads: t.start()
 for t in threads: t.join()
 if os.environ.get("MIRROR"):
@@ -114,7 +115,9 @@ print(json.dumps(out))
 
 #: C's agent: a listener (A's target) and a process left behind that keeps trying out.
 LISTEN_AND_LEAVE = r"""
-setsid bash -c 'while :; do TOKEN=@LEFTOVER@ TARGETS=@PUBLIC@ python3 -c "$LEFTOVER_PROBE" >/dev/null 2>&1; sleep 0.2; done' </dev/null >/dev/null 2>&1 &
+export TOKEN_LEFT=@LEFTOVER@ TARGETS_LEFT=@PUBLIC@
+setsid bash -c 'while :; do TOKEN=$TOKEN_LEFT TARGETS=$TARGETS_LEFT python3 -c "$PROBE"
+  sleep 0.2; done' </dev/null >/dev/null 2>&1 &
 python3 - <<'PY' &
 import socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -209,7 +212,7 @@ def docker_runtime(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 def _phase(sandbox: Sandbox, role: str, script: str, env: dict[str, str]) -> dict[str, Any]:
-    full = {"PATH": FIXED_PATH, "PROBE": PROBE, "LEFTOVER_PROBE": PROBE, **env}
+    full = {"PATH": FIXED_PATH, "PROBE": PROBE, **env}
     result = sandbox.run_phase(
         PhaseRequest(role=role, argv=["bash", "-c", script], env=full, timeout_sec=60)  # type: ignore[arg-type]
     )
@@ -219,6 +222,7 @@ def _phase(sandbox: Sandbox, role: str, script: str, env: dict[str, str]) -> dic
     assert result.exit_code == 0 and lines, (result, text)
     report: dict[str, Any] = json.loads(lines[-1])
     report["_stdout"] = text
+    report["_survivors"] = result.survivor_count
     return report
 
 
@@ -318,6 +322,7 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
     # C's no-network agent: loopback works, nothing else; its leftover died with it.
     assert c_agent[f"127.0.0.1:{cport}"] == "CONNECTED", c_agent
     assert c_agent[public] != "CONNECTED" and not c_agent["mirror"].startswith("Origin"), c_agent
+    assert c_agent["_survivors"] >= 1, c_agent  # the leftover was alive when the phase ended
     assert token["C"] not in seen and token["CL"] not in seen, seen
     # Phases switch: A's verifier is closed, C's reaches the public-like server and the mirror.
     assert token["AV"] not in seen and not a_verifier["mirror"].startswith("Origin"), a_verifier
