@@ -546,16 +546,6 @@ class Sandbox(ABC):
         """(bytes used, limit) of the trial's storage, or None when it has no limit."""
         return None
 
-    def network_events(self) -> list[dict[str, Any]]:
-        """Connections the backend's egress filter refused so far (issue 24).
-
-        Each: ``kind`` (``network_refused``), ``phase`` (the role whose phase it happened
-        in, ``start`` before the first), ``refused`` (why: ``host``, ``private``,
-        ``metadata``, ``closed`` for a ``no-network`` phase, ...), ``destination`` (the
-        blocked range or address) and ``packets``. Empty where nothing is filtered.
-        """
-        return []
-
     def root_changes(self) -> RootChanges | None:
         """What the phases so far changed in the image root, outside the trial's dirs.
 

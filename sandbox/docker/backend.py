@@ -908,7 +908,10 @@ class DockerSandbox(Sandbox):
         return dict(self._workload_env)
 
     def network_events(self) -> list[dict[str, Any]]:
-        """The connections the egress filter refused, per destination and phase."""
+        """The egress filter's refusals since the last call (``network_refused`` events).
+
+        One per destination range and phase, with a packet count.
+        """
         return self._net.events()
 
     def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102

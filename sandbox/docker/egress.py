@@ -95,6 +95,24 @@ BLOCKED_V4: tuple[tuple[str, str], ...] = (
 )
 
 
+#: How a refusal reads in the record (``reason``), by the rule's short name.
+REASONS = {
+    "closed": "no-network phase",
+    "host": "the host's own address",
+    "metadata": "metadata address",
+    "private": "private address",
+    "cgnat": "CGNAT address",
+    "loopback": "loopback address",
+    "link-local": "link-local address",
+    "host-subnet": "the host's own subnet",
+    "multicast": "multicast address",
+    "reserved": "reserved address",
+    "this-network": "reserved address",
+    "ietf-protocol": "reserved address",
+    "benchmarking": "reserved address",
+}
+
+
 class EgressUnavailable(PermanentStartError):
     """The filter cannot be installed here (the reason says why and how to fix it)."""
 
@@ -569,8 +587,10 @@ class TrialFilter:
             name, _, cidr = what.partition(":")
             self.events.append(
                 {
-                    "kind": "network_refused",
+                    "type": "network_refused",
                     "phase": phase,
+                    "protocol": "ip",
+                    "reason": REASONS.get(name, name),
                     "refused": name,
                     "destination": cidr or name,
                     "packets": packets,

@@ -6,6 +6,7 @@ verifier's tools, and the run's disk budget for trial storage.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import py_compile
@@ -19,6 +20,7 @@ from typing import Any
 import docker
 from sandbox.backend import Capacity, inside_modules
 from sandbox.docker.egress import EgressRun
+from sandbox.docker.egress import problem as egress_problem
 from sandbox.docker.engine import remove_leaks
 from sandbox.docker.images import ImageResolver
 from sandbox.docker.labels import KIND, MANAGED, RUNTIME_KIND
@@ -213,10 +215,18 @@ class DockerRuntime:
         """The engine's CPUs and memory, from ``docker info``."""
         info = call(self.client.info)
         runtimes = info.get("Runtimes") or {}
+        network = network_runtime_of(self.runtime, runtimes) is not None
+        extra: dict[str, Any] = {}
+        if "network_modes" in {f.name for f in dataclasses.fields(Capacity)}:
+            # Per phase: no-network always; public where the host filter can be installed
+            # (egress.py); allowlist not yet. (The field is netpolicy's contract, issue 24.)
+            public = network and egress_problem(self.client) is None
+            extra["network_modes"] = frozenset({"no-network", *(["public"] if public else [])})
         return Capacity(
             cpus=float(info.get("NCPU") or os.cpu_count() or 1),
             memory_mb=int(info.get("MemTotal") or 0) >> 20,
-            network=network_runtime_of(self.runtime, runtimes) is not None,
+            network=network,
+            **extra,
         )
 
     def _drain(self) -> list[str]:

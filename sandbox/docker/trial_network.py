@@ -123,11 +123,15 @@ class TrialNetwork:
         return self._filter
 
     def events(self) -> list[dict[str, Any]]:
-        """The refused connections so far (counted per destination and phase)."""
+        """The refusals since the last call (``network_refused`` events).
+
+        One per destination range and phase, with a packet count.
+        """
         if self._filter is None:
             return []
         self._filter.collect(self._phase or "start")
-        return list(self._filter.events)
+        events, self._filter.events = self._filter.events, []
+        return events
 
     def remove(self) -> None:
         """Close the trial and delete its chain (before its container goes)."""
