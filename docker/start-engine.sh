@@ -71,9 +71,12 @@ ensure_runsc_pkg() {
     fi
 }
 
-# Merge the runsc runtime into daemon.json without clobbering other keys.
-# runsc only works on this kind of host with --network=none (its netstack
-# cannot join docker's bridge here), so the flag is baked into the runtime.
+# Merge the runsc runtimes into daemon.json without clobbering other keys.
+# runsc: gVisor's own netstack, --network=none (that netstack cannot join docker's
+# bridge on this kind of host): trials without the internet. runsc-net: gVisor on
+# the container's own network namespace (--network=host: the sandbox's namespace,
+# never the host's), behind the harness's egress filter: the harness picks it for
+# the containers of internet phases (sandbox/docker/egress.py, docs/security.md).
 # --host-uds=open lets a sandbox connect to a host unix socket bind-mounted into it
 # (the trial's model-gateway socket, in a root-only dir); it cannot create any.
 RUNSC_CHANGED=0
@@ -92,10 +95,13 @@ cfg = {}
 if os.path.exists(path) and os.path.getsize(path) > 0:
     with open(path) as f:
         cfg = json.load(f)
-want = {"path": runsc, "runtimeArgs": ["--network=none", "--host-uds=open"]}
+wants = {
+    "runsc": {"path": runsc, "runtimeArgs": ["--network=none", "--host-uds=open"]},
+    "runsc-net": {"path": runsc, "runtimeArgs": ["--network=host", "--host-uds=open"]},
+}
 runtimes = cfg.setdefault("runtimes", {})
-if runtimes.get("runsc") != want:
-    runtimes["runsc"] = want
+if any(runtimes.get(name) != want for name, want in wants.items()):
+    runtimes.update(wants)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)

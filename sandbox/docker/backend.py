@@ -69,6 +69,7 @@ from sandbox.docker.rootlayer import (
 )
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
+from sandbox.docker.trial_network import TrialNetwork
 from sandbox.docker.warm import adopt
 from sandbox.errors import (
     ChannelForged,
@@ -170,7 +171,9 @@ class DockerSandbox(Sandbox):
         #: How the image was had (built, pulled, cached), once :meth:`build_image` ran.
         self._resolved: ResolvedImage | None = None
         self._sidecar_images: dict[str, ResolvedImage] = {}
-        self._network = "bridge" if spec.allow_internet else "none"
+        #: Each phase's network (:mod:`sandbox.docker.trial_network`).
+        self._net = TrialNetwork(spec, runtime.egress)
+        self._network = self._net.plain_network()
         #: Held while the main supervisor channel serves a request.
         self._idle = threading.Lock()
         #: gVisor keeps FIFOs, sockets and devices in the sandbox (not on the host's disk).
@@ -267,6 +270,7 @@ class DockerSandbox(Sandbox):
                 f'[environment].os = "{spec.os}" is not supported: the harness runs Linux '
                 "containers only"
             )
+        self._net.prepare()
         if self.image is None:
             self.build_image()
         assert self.image is not None
@@ -346,7 +350,7 @@ class DockerSandbox(Sandbox):
             spec.compose_file,
             trial_id=spec.trial_id,
             labels=labels,
-            allow_internet=spec.allow_internet,
+            allow_internet=self._net.internet,
             main_image=self.image,
             build_timeout_sec=spec.build_timeout_sec,
             run_label=self.runtime.run_label,
@@ -442,7 +446,9 @@ class DockerSandbox(Sandbox):
             storage_mounts=mounts,
             host_storage=self._storage is not None,
             extra_hosts=self._compose.addresses() if self._compose is not None else None,
-            engine_runtime=self.runtime.runtime,
+            engine_runtime=(
+                self.runtime.network_runtime() if self._network != "none" else self.runtime.runtime
+            ),
             writable_root=problem is None,
         )
         self._container = call(self.client.containers.create, **create_args(spec, site))
@@ -493,7 +499,7 @@ class DockerSandbox(Sandbox):
     def _start_sidecars(self, labels: dict[str, str]) -> str:
         """Start the compose file's sidecars (if any); the network the main container joins."""
         spec = self.spec
-        plain = "bridge" if spec.allow_internet else "none"
+        plain = self._net.plain_network()
         if spec.compose_file is None:
             return plain
         assert self.image is not None
@@ -512,7 +518,9 @@ class DockerSandbox(Sandbox):
                 f"{self.runtime.runtime} runtime of this engine gives containers no network "
                 "(registered with --network=none); run multi-container tasks with runc"
             )
+        self._net.before_compose(self._compose.bridge, self._compose.network)
         self._compose.up()
+        self._net.after_compose()
         return self._compose.network
 
     def _storage_mounts(self, name: str, labels: dict[str, str]) -> list[Mount]:
@@ -735,6 +743,8 @@ class DockerSandbox(Sandbox):
         return payload
 
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
+        # The previous phase's processes are all dead (its run_phase returned): switch.
+        self._net.switch(request.role, self._container)
         payload = phase_payload(
             request,
             cwd=request.cwd or self._workdir,
@@ -1083,6 +1093,13 @@ class DockerSandbox(Sandbox):
             return None
         return ImageConfig.from_engine(self.runtime.image_attrs(self.image).get("Config"))
 
+    def network_events(self) -> list[dict[str, Any]]:
+        """The egress filter's refusals since the last call (``network_refused`` events).
+
+        One per destination range and phase, with a packet count.
+        """
+        return self._net.events()
+
     def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102
         if self._storage is None:
             return None
@@ -1108,6 +1125,10 @@ class DockerSandbox(Sandbox):
     def _remove(self) -> None:
         """Remove the container, its sidecars, its volume and its filesystem, in order."""
         errors: list[Exception] = []
+        try:
+            self._net.remove()  # its chain first: the container is dropped from now on
+        except SandboxError as exc:
+            errors.append(exc)
         if self._rootlayer is not None:
             # Unbound first (lazily: the container's overlay keeps its own references), so
             # the engine removes only its own original layer dir, never the agent's tree.
@@ -1170,6 +1191,7 @@ class DockerSandbox(Sandbox):
             "container": self._container.short_id if self._container is not None else None,
             "warm": self._warm,
             "network": self._network,
+            **self._net.describe(),
             **({"compose": self._compose.describe()} if self._compose is not None else {}),
             "uid": self._agent_id[0],
             "gid": self._agent_id[1],

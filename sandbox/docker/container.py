@@ -26,6 +26,8 @@ from typing import Any
 from docker.types import Mount, Ulimit
 
 from sandbox.backend import SandboxSpec
+from sandbox.docker.egress import NETWORK as EGRESS_NETWORK
+from sandbox.docker.egress import SYSCTLS as EGRESS_SYSCTLS
 from sandbox.docker.gpus import device_requests
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT
 from sandbox.verifier_tools import TOOLS_MOUNT
@@ -175,6 +177,8 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
         "labels": dict(site.labels),
         "init": False,
         "network_mode": site.network,
+        # The filtered network has no IPv6: no link-local address either (egress.py).
+        "sysctls": dict(EGRESS_SYSCTLS) if site.network == EGRESS_NETWORK else None,
         "extra_hosts": dict(site.extra_hosts) if site.extra_hosts is not None else None,
         "cap_drop": ["ALL"],
         "cap_add": SUPERVISOR_CAPS,

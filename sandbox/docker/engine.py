@@ -11,6 +11,7 @@ from typing import Any
 import docker.utils
 
 import docker
+from sandbox.docker import egress
 from sandbox.docker.hostguard import sweep
 from sandbox.docker.labels import KIND, MANAGED, RUN, RUN_OBJECT_NAME, RUNTIME_KIND, run_prefix
 from sandbox.docker.sdk import (
@@ -231,6 +232,11 @@ def remove_leaks(
             report.errors.append(f"network {network.name}: {exc}")
     # After the networks: a rule whose bridge is still there stays.
     rules, errors = sweep(run)
+    report.rules += rules
+    report.errors += errors
+    # After the containers: a trial chain whose container is gone goes (every chain, the
+    # hooks and the filtered network too without ``run`` when no live run holds them).
+    rules, errors = egress.sweep(client, run)
     report.rules += rules
     report.errors += errors
     return report

@@ -18,12 +18,14 @@ from typing import Any
 
 import docker
 from sandbox.backend import Capacity, inside_modules
+from sandbox.docker.egress import EgressRun
+from sandbox.docker.egress import problem as egress_problem
 from sandbox.docker.engine import remove_leaks
 from sandbox.docker.images import ImageResolver
 from sandbox.docker.labels import KIND, MANAGED, RUNTIME_KIND
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, ImageMissing, call, not_found
 from sandbox.docker.warm import WarmPool
-from sandbox.errors import EnvironmentStartError
+from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxError
 from sandbox.storage import StorageBudget, storage_supported
 from sandbox.storage_pool import StoragePool
 from sandbox.verifier_tools import stage_tools
@@ -80,6 +82,9 @@ class DockerRuntime:
         self.supervisor_file = f"{SUPERVISOR_MOUNT}/supervisor.{'pyc' if compiled else 'py'}"
         self._image_attrs: dict[str, dict[str, Any]] = {}
         self._runtime_network: bool | None = None
+        self._network_runtime: str | None | bool = False  # False: not asked yet
+        #: The host egress filter of internet phases (:mod:`sandbox.docker.egress`).
+        self.egress = EgressRun(client, run_label)
         self._tools_parent = tempfile.mkdtemp(prefix="harness-tools-")
         os.chmod(self._tools_parent, 0o711)
         #: The verifier's tools (``$HARNESS_AGENT_EXEC``), mounted read-only.
@@ -179,14 +184,45 @@ class DockerRuntime:
             known = self._runtime_network = self.capacity().network
         return known
 
+    def network_runtime(self) -> str | None:
+        """The OCI runtime of containers that get a network (None: the engine's default).
+
+        The run's own runtime when it has networking, else its ``-net`` sibling
+        (``runsc-net``: gVisor on the container's own network namespace, see
+        docker/start-engine.sh), so no-network trials keep gVisor's own netstack.
+
+        Raises:
+            PermanentStartError: neither has networking (the message says how to fix it).
+        """
+        with self._lock:
+            known = self._network_runtime
+        if known is False:
+            runtimes = call(self.client.info).get("Runtimes") or {}
+            known = network_runtime_of(self.runtime, runtimes)
+            with self._lock:
+                self._network_runtime = known
+        if known is None and self.runtime not in (None, "runc"):
+            raise PermanentStartError(
+                f"a phase of this task gets the internet, but the {self.runtime} runtime of "
+                "this engine gives containers no network (registered with --network=none) "
+                f"and no {self.runtime}-net runtime is registered; run "
+                "`bash docker/start-engine.sh` to register it, or use runc"
+            )
+        return None if known is None or known == "runc" else str(known)
+
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory, from ``docker info``."""
         info = call(self.client.info)
-        runtime = (info.get("Runtimes") or {}).get(self.runtime or "runc") or {}
+        runtimes = info.get("Runtimes") or {}
+        network = network_runtime_of(self.runtime, runtimes) is not None
+        # Per phase: no-network always; public where the host filter can be installed
+        # (egress.py); allowlist not yet.
+        public = network and egress_problem(self.client) is None
         return Capacity(
             cpus=float(info.get("NCPU") or os.cpu_count() or 1),
             memory_mb=int(info.get("MemTotal") or 0) >> 20,
-            network="--network=none" not in (runtime.get("runtimeArgs") or []),
+            network=network,
+            network_modes=frozenset({"no-network", *(["public"] if public else [])}),
         )
 
     def _drain(self) -> list[str]:
@@ -205,8 +241,33 @@ class DockerRuntime:
         """Remove whatever this run leaked (by label), then the staged supervisor copy."""
         failed = self._drain()
         report = remove_leaks(self.client, run=self.run_label)
+        try:
+            report.rules += self.egress.close()
+        except (SandboxError, EngineError) as exc:
+            failed.append(f"egress filter: {exc}")
         self.release()
         return failed + report.containers + report.volumes + report.networks + report.rules
+
+
+def _has_network(entry: dict[str, Any]) -> bool:
+    return "--network=none" not in (entry.get("runtimeArgs") or [])
+
+
+def network_runtime_of(runtime: str | None, runtimes: dict[str, Any]) -> str | None:
+    """The runtime giving ``runtime``'s containers a network: itself, its ``-net`` sibling.
+
+    None when neither is registered with networking.
+    """
+    name = runtime or "runc"
+    entry = runtimes.get(name)
+    if entry is None and name == "runc":
+        return "runc"
+    if entry is not None and _has_network(entry):
+        return name
+    sibling = runtimes.get(f"{name}-net")
+    if sibling is not None and _has_network(sibling):
+        return f"{name}-net"
+    return None
 
 
 def engine_is_local(client: docker.DockerClient) -> bool:

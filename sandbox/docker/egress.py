@@ -1,0 +1,630 @@
+"""The docker backend's egress filter: what a ``public`` phase reaches, enforced on the host.
+
+A trial whose phases ever need the internet joins one harness-owned bridge network,
+:data:`NETWORK` (bridge :data:`BRIDGE`, inter-container traffic off, labelled
+:data:`LABEL`, IPv4 only), instead of the engine's default bridge. Every packet from that
+bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
+``ip6tables``:
+
+- ``FORWARD`` (through ``DOCKER-USER``, which the engine evaluates before its own rules)
+  and ``INPUT`` (packets to the host's own addresses) jump to :data:`DISPATCH` for
+  anything that comes in on the bridge. ``INPUT`` then drops whatever came back.
+- :data:`DISPATCH` sends each open container (by its address on the bridge) to its own
+  chain, ``HXE-<12 hex>``, and drops every other packet: a container is closed from the
+  moment it starts until a ``public`` phase opens it, and again as soon as its phase is
+  over (:meth:`TrialFilter.open` / :meth:`TrialFilter.close`).
+- A trial's chain drops: everything, while it is closed (its first rule); anything
+  addressed to the host itself (``addrtype LOCAL``: every address, the bridge gateways
+  included, whatever is added later); the private, loopback, link-local, CGNAT, multicast
+  and reserved ranges, 169.254.169.254 and the host's own on-link subnets
+  (:func:`blocked_ranges`); and lets through the host's DNS resolvers on port 53 (the
+  engine's embedded DNS forwards the container's queries to them). What is left is the
+  internet. Every rule has its own counters: :meth:`TrialFilter.events` reads them (and
+  zeroes them) as the trial's refused connections, by destination.
+- IPv6: the network has none, containers get ``net.ipv6.conf.all.disable_ipv6=1``, and
+  ``ip6tables`` drops every packet from the bridge in ``FORWARD`` and ``INPUT`` (a container
+  left with a link-local ``fe80::`` address would otherwise reach the host's ``::``
+  listeners).
+
+Compose tasks with the internet get the same filter on their project's bridge (``hxc…``,
+see :mod:`sandbox.docker.hostguard`, whose ``INPUT`` rules stay): one chain per project,
+dispatched by the bridge, with the main container's address closed during its
+``no-network`` phases.
+
+Only chains and rules carrying the harness's names and comments are ever touched. The
+rules are installed idempotently at every run's start, under a lock, and removed by the
+last run that used them (each run leaves a holder file with its pid; a run killed with
+``-9`` leaves a dead pid, which counts for nothing). A trial chain whose container is
+gone is removed at the next run's start and by ``harness sandbox cleanup``
+(:func:`sweep`); a container that was never opened, or whose rule is gone, is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox.errors import PermanentStartError, SandboxError
+
+logger = logging.getLogger(__name__)
+
+#: The harness's filtered network, its Linux bridge and the label that finds it.
+NETWORK = "hx-egress"
+BRIDGE = "hxegress0"
+LABEL = "org.harness.egress"
+#: Compose projects' bridges (``sandbox.docker.hostguard.BRIDGE_PREFIX``).
+COMPOSE_BRIDGES = "hxc+"
+#: The chain every packet from a filtered bridge goes through.
+DISPATCH = "HARNESS-EGRESS"
+TAG = "harness-egress"
+#: What the containers on :data:`NETWORK` get (no IPv6 at all).
+SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1"}
+#: Where runs leave their holder files and take the lock.
+STATE_DIR = Path(os.environ.get("HARNESS_EGRESS_STATE", "/run/harness-egress"))
+_TIMEOUT_SEC = 30
+_CHAIN = re.compile(r"^-N (HX[EC]-[0-9a-f]{12})$", re.M)
+
+#: Destinations a ``public`` phase never reaches (besides the host's own addresses and
+#: on-link subnets), most specific first: the first match names the refusal.
+BLOCKED_V4: tuple[tuple[str, str], ...] = (
+    ("169.254.169.254/32", "metadata"),
+    ("0.0.0.0/8", "this-network"),
+    ("10.0.0.0/8", "private"),
+    ("100.64.0.0/10", "cgnat"),
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),
+    ("172.16.0.0/12", "private"),
+    ("192.0.0.0/24", "ietf-protocol"),
+    ("192.168.0.0/16", "private"),
+    ("198.18.0.0/15", "benchmarking"),
+    ("224.0.0.0/4", "multicast"),
+    ("240.0.0.0/4", "reserved"),
+)
+
+
+#: How a refusal reads in the record (``reason``), by the rule's short name.
+REASONS = {
+    "closed": "no-network phase",
+    "host": "the host's own address",
+    "metadata": "metadata address",
+    "private": "private address",
+    "cgnat": "CGNAT address",
+    "loopback": "loopback address",
+    "link-local": "link-local address",
+    "host-subnet": "the host's own subnet",
+    "multicast": "multicast address",
+    "reserved": "reserved address",
+    "this-network": "reserved address",
+    "ietf-protocol": "reserved address",
+    "benchmarking": "reserved address",
+}
+
+
+class EgressUnavailable(PermanentStartError):
+    """The filter cannot be installed here (the reason says why and how to fix it)."""
+
+
+def _ipt(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    # -w: wait for the xtables lock (dockerd edits the tables too).
+    return subprocess.run(
+        [tool, "-w", *args], capture_output=True, text=True, check=False, timeout=_TIMEOUT_SEC
+    )
+
+
+def _must(tool: str, *args: str) -> str:
+    result = _ipt(tool, *args)
+    if result.returncode != 0:
+        raise SandboxError(f"{tool} {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _ensure_rule(tool: str, chain: str, spec: list[str], *, position: int | None = 1) -> None:
+    """Insert ``spec`` into ``chain`` unless an identical rule is there (``-C``)."""
+    if _ipt(tool, "-C", chain, *spec).returncode == 0:
+        return
+    if position is None:
+        _must(tool, "-A", chain, *spec)
+    else:
+        _must(tool, "-I", chain, str(position), *spec)
+
+
+def _delete_rule(tool: str, chain: str, spec: list[str]) -> None:
+    """Delete every copy of ``spec`` in ``chain`` (gone already is fine)."""
+    while _ipt(tool, "-C", chain, *spec).returncode == 0:
+        _must(tool, "-D", chain, *spec)
+
+
+def _ensure_chain(tool: str, chain: str) -> bool:
+    """Create ``chain`` if it is missing; whether it was created."""
+    if _ipt(tool, "-S", chain).returncode == 0:
+        return False
+    result = _ipt(tool, "-N", chain)
+    if result.returncode != 0 and "exists" not in result.stderr:
+        raise SandboxError(f"{tool} -N {chain}: {result.stderr.strip()}")
+    return result.returncode == 0
+
+
+def _drop_chain(tool: str, chain: str) -> None:
+    if _ipt(tool, "-S", chain).returncode == 0:
+        _must(tool, "-F", chain)
+        _must(tool, "-X", chain)
+
+
+def _comment(text: str) -> list[str]:
+    return ["-m", "comment", "--comment", f"{TAG}:{text}"]
+
+
+def _v6() -> bool:
+    return Path("/proc/net/if_inet6").exists() and shutil.which("ip6tables") is not None
+
+
+def _hooks_v4() -> list[tuple[str, list[str]]]:
+    """The jumps into :data:`DISPATCH` (chain, rule); order within a chain matters."""
+    return [
+        ("DOCKER-USER", ["-i", BRIDGE, *_comment("from-egress"), "-j", DISPATCH]),
+        (
+            "DOCKER-USER",
+            [
+                "-i",
+                COMPOSE_BRIDGES,
+                "!",
+                "-o",
+                COMPOSE_BRIDGES,
+                *_comment("from-compose"),
+                "-j",
+                DISPATCH,
+            ],
+        ),  # fmt: skip
+        # Judged first (the trial's counters see it), then dropped whatever the verdict.
+        ("INPUT", ["-i", BRIDGE, *_comment("to-host-judged"), "-j", DISPATCH]),
+        ("INPUT", ["-i", BRIDGE, *_comment("to-host"), "-j", "DROP"]),
+    ]
+
+
+def _hooks_v6() -> list[tuple[str, list[str]]]:
+    return [
+        ("FORWARD", ["-i", BRIDGE, *_comment("v6-forward"), "-j", "DROP"]),
+        (
+            "FORWARD",
+            [
+                "-i",
+                COMPOSE_BRIDGES,
+                "!",
+                "-o",
+                COMPOSE_BRIDGES,
+                *_comment("v6-compose-forward"),
+                "-j",
+                "DROP",
+            ],
+        ),  # fmt: skip
+        ("INPUT", ["-i", BRIDGE, *_comment("v6-input"), "-j", "DROP"]),
+    ]
+
+
+def _resolv_nameservers() -> list[str]:
+    """The IPv4 resolvers dockerd forwards the containers' queries to."""
+    found: list[str] = []
+    for path in ("/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"):
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "nameserver":
+                try:
+                    address = ipaddress.ip_address(parts[1])
+                except ValueError:
+                    continue
+                if address.version == 4 and not address.is_loopback and parts[1] not in found:
+                    found.append(parts[1])
+    return found
+
+
+def _onlink_subnets() -> list[str]:
+    """The host's directly connected IPv4 subnets (its LAN), docker's bridges excluded."""
+    try:
+        out = subprocess.run(
+            ["ip", "-j", "-4", "route", "show", "table", "main", "scope", "link"],
+            capture_output=True, text=True, check=True, timeout=_TIMEOUT_SEC,
+        ).stdout  # fmt: skip
+        routes = json.loads(out or "[]")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    subnets = []
+    for route in routes:
+        dst = str(route.get("dst") or "")
+        if dst and dst != "default" and "/" in dst:
+            subnets.append(dst)
+    return subnets
+
+
+def blocked_ranges() -> list[tuple[str, str]]:
+    """Every IPv4 destination refused to a ``public`` phase, with the name it is counted by."""
+    ranges = list(BLOCKED_V4)
+    covered = [ipaddress.IPv4Network(cidr) for cidr, _ in BLOCKED_V4]
+    for subnet in _onlink_subnets():
+        net = ipaddress.IPv4Network(subnet, strict=False)
+        if not any(net.subnet_of(big) for big in covered):
+            ranges.append((str(net), "host-subnet"))
+    return ranges
+
+
+def chain_name(kind: str, key: str) -> str:
+    """A trial's chain: ``HXE-`` (plain) or ``HXC-`` (compose) and 12 hex of ``key``."""
+    return f"HX{kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(STATE_DIR / "lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _holders() -> list[Path]:
+    """Holder files of live runs (dead ones are removed)."""
+    live = []
+    for path in STATE_DIR.glob("holder-*"):
+        try:
+            pid = int(path.name.rsplit("-", 1)[-1])
+        except ValueError:
+            continue
+        if _alive(pid):
+            live.append(path)
+        else:
+            path.unlink(missing_ok=True)
+    return live
+
+
+def _network(client: Any) -> Any | None:
+    from sandbox.docker.sdk import call
+
+    found = call(client.networks.list, names=[NETWORK], filters={"label": f"{LABEL}=1"})
+    return next((n for n in found if n.name == NETWORK), None)
+
+
+def _ensure_network(client: Any) -> None:
+    from sandbox.docker.sdk import EngineRequestError, call
+
+    if _network(client) is not None:
+        return
+    try:
+        call(
+            client.networks.create,
+            NETWORK,
+            driver="bridge",
+            labels={LABEL: "1"},
+            options={
+                "com.docker.network.bridge.name": BRIDGE,
+                "com.docker.network.bridge.enable_icc": "false",
+            },
+        )
+    except EngineRequestError as exc:
+        if "already exists" not in str(exc):
+            raise
+
+
+def _install_hooks() -> None:
+    """The dispatch chains and the jumps into them (idempotent)."""
+    if _ensure_chain("iptables", DISPATCH):
+        _must("iptables", "-A", DISPATCH, *_comment("closed"), "-j", "DROP")
+    if _ipt("iptables", "-S", "DOCKER-USER").returncode != 0:
+        # The engine makes DOCKER-USER when it starts with iptables; without it, nothing
+        # would judge the forwarded packets.
+        raise EgressUnavailable(
+            "the Docker engine made no DOCKER-USER chain (is it running with --iptables?); "
+            "internet tasks cannot be filtered"
+        )
+    # Reverse order, each inserted at the top: they end up in the listed order.
+    for chain, spec in reversed(_hooks_v4()):
+        _ensure_rule("iptables", chain, spec)
+    if _v6():
+        for chain, spec in reversed(_hooks_v6()):
+            _ensure_rule("ip6tables", chain, spec)
+
+
+def _remove_hooks() -> None:
+    for chain, spec in _hooks_v4():
+        _delete_rule("iptables", chain, spec)
+    if _v6():
+        for chain, spec in _hooks_v6():
+            _delete_rule("ip6tables", chain, spec)
+    for name in _trial_chains():
+        _drop_chain("iptables", name)
+    _drop_chain("iptables", DISPATCH)
+
+
+def _trial_chains() -> list[str]:
+    listing = _ipt("iptables", "-S")
+    return _CHAIN.findall(listing.stdout) if listing.returncode == 0 else []
+
+
+def _dispatch_rules() -> list[tuple[str, list[str]]]:
+    """(chain it goes to, rule spec) of every rule in :data:`DISPATCH` naming a trial chain."""
+    rules = []
+    for line in _must("iptables", "-S", DISPATCH).splitlines():
+        match = re.search(r"-g (HX[EC]-[0-9a-f]{12})", line)
+        if line.startswith(f"-A {DISPATCH} ") and match:
+            rules.append((match.group(1), _split(line)[2:]))
+    return rules
+
+
+def _split(line: str) -> list[str]:
+    import shlex
+
+    return shlex.split(line)
+
+
+def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
+    """Remove trial chains whose container (or compose bridge) is gone; what was removed."""
+    from sandbox.docker.sdk import call
+
+    network = _network(client)
+    live: set[str] = set(keep)
+    if network is not None:
+        call(network.reload)
+        for endpoint in (network.attrs.get("Containers") or {}).values():
+            live.add(chain_name("E", str(endpoint.get("Name") or "")))
+    for bridge in Path("/sys/class/net").glob("hxc*"):
+        live.add(chain_name("C", bridge.name))
+    removed = []
+    for target, spec in _dispatch_rules():
+        if target not in live:
+            _delete_rule("iptables", DISPATCH, spec)
+    for name in _trial_chains():
+        if name not in live:
+            _drop_chain("iptables", name)
+            removed.append(f"iptables {name}")
+    return removed
+
+
+def problem(client: Any) -> str | None:
+    """None when the filter can be installed for this engine, else why not (one line)."""
+    from sandbox.docker import hostguard
+
+    return hostguard.problem(client)
+
+
+class EgressRun:
+    """One run's use of the filter: installs it once, gives it back at the run's end."""
+
+    def __init__(self, client: Any, run_label: str) -> None:
+        self.client = client
+        self.run_label = run_label
+        self._lock = threading.Lock()
+        self._ready = False
+        tag = hashlib.sha256(run_label.encode()).hexdigest()[:10]
+        self._holder = STATE_DIR / f"holder-{tag}-{os.getpid()}"
+        #: The trial chains of this run (never swept while it runs).
+        self.chains: set[str] = set()
+
+    def ensure(self) -> None:
+        """Install the network and the rules (once per run).
+
+        Raises:
+            EgressUnavailable: the host cannot filter this engine's networks.
+        """
+        with self._lock:
+            if self._ready:
+                return
+            why = problem(self.client)
+            if why is not None:
+                raise EgressUnavailable(
+                    "a phase of this task gets the internet, which the docker backend only "
+                    f"gives behind its host filter, and {why}; run the harness as root on "
+                    "the engine's host with iptables"
+                )
+            with _locked():
+                self._holder.write_text(self.run_label)
+                _ensure_network(self.client)
+                _install_hooks()
+                with contextlib.suppress(SandboxError):
+                    _sweep_stale(self.client, keep=set())
+            self._ready = True
+
+    def close(self) -> list[str]:
+        """Give the filter back; the last live run removes the network and the rules."""
+        with self._lock:
+            if not self._ready:
+                return []
+            self._ready = False
+        with _locked():
+            self._holder.unlink(missing_ok=True)
+            return _teardown_if_unused(self.client)
+
+
+def _teardown_if_unused(client: Any) -> list[str]:
+    """Remove the network and every rule when no live run holds them (under the lock)."""
+    from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, call
+
+    if _holders():
+        return []
+    network = _network(client)
+    removed: list[str] = []
+    if network is not None:
+        call(network.reload)
+        if network.attrs.get("Containers"):
+            return []  # a container of a dead run: `harness sandbox cleanup` removes it
+        try:
+            call(network.remove)
+            removed.append(f"network {NETWORK}")
+        except (EngineObjectMissing, EngineRequestError):
+            return []
+    if any(Path("/sys/class/net").glob("hxc*")):
+        _sweep_stale(client, keep=set())
+        return removed  # a compose project still up keeps the hooks
+    _remove_hooks()
+    removed.append(f"iptables {DISPATCH}")
+    return removed
+
+
+def sweep(client: Any, run: str | None = None) -> tuple[list[str], list[str]]:
+    """Remove trial chains whose container is gone, and everything when no run holds it.
+
+    Called by ``remove_leaks`` after the containers are gone; a no-op where the rules
+    cannot exist (not root, no ``iptables``).
+
+    Returns:
+        What was removed, and errors.
+    """
+    if os.geteuid() != 0 or shutil.which("iptables") is None:
+        return [], []
+    if _ipt("iptables", "-S", DISPATCH).returncode != 0 and _network(client) is None:
+        return [], []
+    try:
+        with _locked():
+            removed = _sweep_stale(client, keep=set())
+            if run is None:
+                removed += _teardown_if_unused(client)
+        return removed, []
+    except SandboxError as exc:
+        return [], [str(exc)]
+
+
+@dataclass
+class TrialFilter:
+    """One trial's chain: its open/closed state, its counters.
+
+    ``key`` is the container's name (plain tasks) or the compose bridge; ``source`` is the
+    container's address on the filtered bridge, known once it runs.
+    """
+
+    kind: str  # "E" (the harness network) or "C" (a compose project's bridge)
+    key: str
+    bridge: str = BRIDGE
+    source: str | None = None
+    closed: bool = True
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def chain(self) -> str:
+        """The chain's name."""
+        return chain_name(self.kind, self.key)
+
+    def _dispatch(self) -> list[str]:
+        if self.kind == "E":
+            assert self.source is not None
+            return ["-s", f"{self.source}/32", "-i", BRIDGE, *_comment(self.key), "-g", self.chain]
+        return ["-i", self.bridge, *_comment(self.key), "-g", self.chain]
+
+    def _closed_rule(self) -> list[str]:
+        source = ["-s", f"{self.source}/32"] if self.kind == "C" and self.source else []
+        return [*source, *_comment("closed"), "-j", "DROP"]
+
+    def install(self) -> None:
+        """Create the chain (closed) and its dispatch rule."""
+        chain = self.chain
+        _drop_chain("iptables", chain)
+        _must("iptables", "-N", chain)
+        if self.kind == "E":
+            _must("iptables", "-A", chain, *self._closed_rule())
+        self.closed = self.kind == "E"
+        _must("iptables", "-A", chain, "-m", "addrtype", "--dst-type", "LOCAL",
+              *_comment("host"), "-j", "DROP")  # fmt: skip
+        for server in _resolv_nameservers():
+            for proto in ("udp", "tcp"):
+                _must("iptables", "-A", chain, "-d", f"{server}/32", "-p", proto,
+                      "--dport", "53", *_comment("dns"), "-j", "RETURN")  # fmt: skip
+        for cidr, name in blocked_ranges():
+            _must("iptables", "-A", chain, "-d", cidr, *_comment(f"{name}:{cidr}"), "-j", "DROP")
+        _must("iptables", "-I", DISPATCH, "1", *self._dispatch())
+
+    def open(self) -> None:
+        """Let the trial through its chain (a ``public`` phase is about to start)."""
+        if self.closed:
+            _delete_rule("iptables", self.chain, self._closed_rule())
+            self.closed = False
+
+    def close(self) -> None:
+        """Drop everything from the trial (a ``no-network`` phase is about to start)."""
+        if not self.closed:
+            _must("iptables", "-I", self.chain, "1", *self._closed_rule())
+            self.closed = True
+
+    def collect(self, phase: str) -> None:
+        """Add the counters of refused packets since the last call to :attr:`events`."""
+        listing = _ipt("iptables", "-S", self.chain, "-v")
+        if listing.returncode != 0:
+            return
+        _ipt("iptables", "-Z", self.chain)
+        for line in listing.stdout.splitlines():
+            comment = re.search(rf"--comment \"?{TAG}:([^\" ]+)\"?", line)
+            counts = re.search(r"-c (\d+) (\d+)", line)
+            if comment is None or counts is None or "-j DROP" not in line:
+                continue
+            packets = int(counts.group(1))
+            if packets == 0:
+                continue
+            what = comment.group(1)
+            name, _, cidr = what.partition(":")
+            self.events.append(
+                {
+                    "type": "network_refused",
+                    "phase": phase,
+                    "protocol": "ip",
+                    "reason": REASONS.get(name, name),
+                    "refused": name,
+                    "destination": cidr or name,
+                    "packets": packets,
+                }
+            )
+
+    def present(self) -> bool:
+        """Whether the chain and its dispatch rule are in place."""
+        return _ipt("iptables", "-C", DISPATCH, *self._dispatch()).returncode == 0
+
+    def remove(self) -> None:
+        """Delete the dispatch rule, then the chain."""
+        if _ipt("iptables", "-S", self.chain).returncode != 0:
+            return
+        if self.kind == "C" or self.source is not None:
+            _delete_rule("iptables", DISPATCH, self._dispatch())
+        for _target, spec in _dispatch_rules():
+            if _target == self.chain:
+                _delete_rule("iptables", DISPATCH, spec)
+        _drop_chain("iptables", self.chain)
+
+
+__all__ = [
+    "BLOCKED_V4",
+    "BRIDGE",
+    "DISPATCH",
+    "LABEL",
+    "NETWORK",
+    "SYSCTLS",
+    "EgressRun",
+    "EgressUnavailable",
+    "TrialFilter",
+    "blocked_ranges",
+    "chain_name",
+    "problem",
+    "sweep",
+]

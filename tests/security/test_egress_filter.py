@@ -1,0 +1,376 @@
+"""Attacks on the docker egress filter (``sandbox/docker/egress.py``), under runc and gVisor.
+
+Real servers made by the test: a listener on every address of the host (``0.0.0.0`` and
+``::``, TCP and UDP), and a network namespace behind a veth pair holding a "private"
+address (10.x), a "public-like" one outside every blocked range (198.51.100.7, routed to
+it) and 169.254.169.254. Two trials run side by side on real containers:
+
+- ``A``: a ``public`` agent attacks the host on each of its addresses (the filtered
+  bridge's gateway, docker0, the primary IPv4 and IPv6, the gateway's link-local IPv6),
+  the metadata address, the private address and the second trial's container, and
+  reaches the public-like server; its ``no-network`` verifier then reaches nothing.
+- ``C``: a ``no-network`` agent listens (A's target), tries the public-like server and the
+  Debian mirror, and leaves a process behind that keeps trying; its ``public`` verifier
+  reaches both.
+
+The verdict is what the servers received (from outside), the trials' security events
+(the filter's counters) and the chains left on the host after the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.net import Listener, interface_ipv4, primary_addresses
+
+from sandbox.backend import PhaseRequest, Sandbox, SandboxSpec
+from sandbox.environment import FIXED_PATH
+from sandbox.network_policy import NetworkPolicy
+
+pytestmark = [pytest.mark.docker, pytest.mark.root]
+
+PUBLIC = NetworkPolicy(mode="public")
+CLOSED = NetworkPolicy(mode="no-network")
+PUBLIC_LIKE = "198.51.100.7"
+METADATA = "169.254.169.254"
+MIRROR = "http://deb.debian.org/debian/dists/bookworm/Release"
+
+#: A server in the namespace: TCP and UDP on one port, one line per peer and payload.
+SERVER = r"""
+import socket, sys, threading
+port, log = int(sys.argv[1]), sys.argv[2]
+def record(kind, peer, data):
+    with open(log, "a") as fh:
+        fh.write("%s %s %s\n" % (kind, peer, data.decode(errors="replace").strip()))
+tcp = socket.socket(); tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+tcp.bind(("0.0.0.0", port)); tcp.listen(64)
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.bind(("0.0.0.0", port))
+def datagrams():
+    while True:
+        data, peer = udp.recvfrom(4096)
+        record("udp", peer[0], data)
+threading.Thread(target=datagrams, daemon=True).start()
+open(log, "a").close()
+while True:
+    conn, peer = tcp.accept()
+    conn.settimeout(3)
+    try:
+        data = conn.recv(4096)
+    except OSError:
+        data = b""
+    record("tcp", peer[0], data)
+    conn.close()
+"""
+
+#: Connects to every ``host:port`` of $TARGETS (in parallel), sending ``$TOKEN <target>``
+#: by TCP and UDP, retrying until $DEADLINE seconds passed; prints what happened as JSON.
+PROBE = r"""
+import json, os, socket, threading, time, urllib.request
+token, out = os.environ["TOKEN"], {}
+deadline = time.monotonic() + float(os.environ.get("DEADLINE", "0"))
+def attack(target):
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    while True:
+        try:
+            address = socket.getaddrinfo(host, int(port), family, socket.SOCK_STREAM)[0][4]
+            s = socket.socket(family, socket.SOCK_STREAM); s.settimeout(1.5)
+            s.connect(address); s.sendall(("%s %s\n" % (token, target)).encode()); s.close()
+            out[target] = "CONNECTED"
+            return
+        except OSError as exc:
+            out[target] = "%s: %s" % (type(exc).__name__, exc)
+        try:
+            u = socket.socket(family, socket.SOCK_DGRAM)
+            u.sendto(("%s %s udp\n" % (token, target)).encode(), address); u.close()
+        except (OSError, NameError):
+            pass
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.3)
+targets = [t for t in os.environ["TARGETS"].split(",") if t]
+threads = [threading.Thread(target=attack, args=(t,)) for t in targets]
+for t in threads: t.start()
+for t in threads: t.join()
+if os.environ.get("MIRROR"):
+    try:
+        body = urllib.request.urlopen(os.environ["MIRROR"], timeout=10).read(200).decode()
+        out["mirror"] = body.splitlines()[0]
+    except Exception as exc:
+        out["mirror"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+#: C's agent: a listener (A's target) and a process left behind that keeps trying out.
+LISTEN_AND_LEAVE = r"""
+export TOKEN_LEFT=@LEFTOVER@ TARGETS_LEFT=@PUBLIC@
+setsid bash -c 'while :; do TOKEN=$TOKEN_LEFT TARGETS=$TARGETS_LEFT python3 -c "$PROBE"
+  sleep 0.2; done' </dev/null >/dev/null 2>&1 &
+python3 - <<'PY' &
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", @CPORT@)); s.listen(8); s.settimeout(0.5)
+end, peers = time.monotonic() + 10, []
+while time.monotonic() < end:
+    try:
+        conn, peer = s.accept()
+        peers.append(peer[0]); conn.close()
+    except OSError:
+        pass
+print("PEERS", peers)
+PY
+listener=$!
+sleep 1
+TARGETS=127.0.0.1:@CPORT@,@PUBLIC@ MIRROR=@MIRROR@ python3 -c "$PROBE"
+wait $listener
+"""
+
+
+def _sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def netns(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A namespace with a private, a public-like and the metadata address, and a server."""
+    if os.geteuid() != 0:
+        pytest.fail("the egress attacks need root (network namespaces, host routes)")
+    tag = secrets.token_hex(3)
+    ns, host_end, ns_end = f"hxe-{tag}", f"hxeh{tag}", f"hxen{tag}"
+    octet = int(tag[:2], 16)
+    private = f"10.201.{octet}.2"
+    port = 20000 + secrets.randbelow(20000)
+    log = tmp_path / "netns-server.log"
+    routes: list[str] = []
+    _sh("ip", "netns", "add", ns)
+    server: subprocess.Popen[str] | None = None
+    try:
+        _sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+        _sh("ip", "link", "set", ns_end, "netns", ns)
+        _sh("ip", "addr", "add", f"10.201.{octet}.1/30", "dev", host_end)
+        _sh("ip", "link", "set", host_end, "up")
+        for argv in (
+            ("addr", "add", f"{private}/30", "dev", ns_end),
+            ("link", "set", ns_end, "up"),
+            ("link", "set", "lo", "up"),
+            ("addr", "add", f"{PUBLIC_LIKE}/32", "dev", "lo"),
+            ("addr", "add", f"{METADATA}/32", "dev", "lo"),
+            ("route", "add", "default", "via", f"10.201.{octet}.1"),
+        ):
+            _sh("ip", "-n", ns, *argv)
+        for address in (PUBLIC_LIKE, METADATA):
+            _sh("ip", "route", "add", f"{address}/32", "via", private)
+            routes.append(address)
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", SERVER, str(port), str(log)],
+            text=True,
+        )
+        yield {"private": private, "port": port, "log": log}
+    finally:
+        if server is not None:
+            server.send_signal(signal.SIGKILL)
+            server.wait(timeout=10)
+        for address in routes:
+            subprocess.run(["ip", "route", "del", f"{address}/32"], check=False)
+        subprocess.run(["ip", "link", "del", host_end], check=False)
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+@pytest.fixture(params=[None, "runsc"], ids=["runc", "runsc"])
+def docker_runtime(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A DockerRuntime under runc, and under gVisor (its ``runsc-net`` sibling)."""
+    from support.docker import docker_client, require_image, unavailable
+
+    from sandbox.docker.images import ImageResolver
+    from sandbox.docker.runtime import DockerRuntime
+
+    client = docker_client()
+    require_image(client)
+    runtimes = client.info().get("Runtimes") or {}
+    if request.param and not {"runsc", "runsc-net"} <= set(runtimes):
+        unavailable("runtimes runsc and runsc-net are not registered (docker/start-engine.sh)")
+    runtime = DockerRuntime(
+        client,
+        ImageResolver(client),
+        runtime=request.param,
+        run_label=f"egress-{secrets.token_hex(4)}",
+    )
+    yield runtime
+    runtime.close()
+
+
+def _phase(sandbox: Sandbox, role: str, script: str, env: dict[str, str]) -> dict[str, Any]:
+    full = {"PATH": FIXED_PATH, "PROBE": PROBE, **env}
+    result = sandbox.run_phase(
+        PhaseRequest(role=role, argv=["bash", "-c", script], env=full, timeout_sec=60)  # type: ignore[arg-type]
+    )
+    data, _event = sandbox.read_file(f"{sandbox.paths.logs}/{role}.stdout", max_bytes=1 << 16)
+    text = (data or b"").decode()
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    assert result.exit_code == 0 and lines, (result, text)
+    report: dict[str, Any] = json.loads(lines[-1])
+    report["_stdout"] = text
+    report["_survivors"] = result.survivor_count
+    return report
+
+
+def _address(sandbox: Any, network: str) -> str:
+    sandbox._container.reload()
+    return str(sandbox._container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"])
+
+
+def _chains() -> str:
+    return subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+
+
+def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
+    docker_runtime: Any, netns: dict[str, Any]
+) -> None:
+    from sandbox.docker.backend import DockerSandbox
+    from sandbox.docker.egress import BRIDGE, NETWORK
+
+    port, cport = netns["port"], 20000 + secrets.randbelow(20000)
+    public = f"{PUBLIC_LIKE}:{port}"
+    token = {k: f"{k}-{secrets.token_hex(6)}" for k in ("A", "AV", "C", "CL", "CV")}
+    made: list[Any] = []
+
+    def start(name: str, agent: NetworkPolicy, verifier: NetworkPolicy) -> Any:
+        spec = SandboxSpec(
+            trial_id=f"egress-{name}-{secrets.token_hex(3)}",
+            allow_internet=True,
+            networks={"agent": agent, "verifier": verifier},
+        )
+        sandbox = DockerSandbox(spec, docker_runtime)
+        made.append(sandbox)
+        sandbox.start()
+        return sandbox
+
+    with Listener(ipv6=True) as host:
+        try:
+            a = start("a", PUBLIC, CLOSED)
+            c = start("c", CLOSED, PUBLIC)
+            assert a.describe()["network"] == NETWORK == c.describe()["network"]
+            gateway = interface_ipv4(BRIDGE)
+            assert gateway is not None
+            link_local = _link_local(BRIDGE)
+            own = primary_addresses()
+            host_targets = [gateway, interface_ipv4("docker0") or "172.17.0.1", own["ipv4"]]
+            v6_targets = [f"[{own['ipv6']}]"] if "ipv6" in own else []
+            v6_targets += [f"[{link_local}%eth0]"] if link_local else []
+            targets = [
+                *(f"{h}:{host.port}" for h in host_targets),
+                *(f"{h}:{host.port}" for h in v6_targets),
+                f"{METADATA}:{port}",
+                f"{netns['private']}:{port}",
+                f"{_address(c, NETWORK)}:{cport}",
+                public,
+            ]
+            c_script = (
+                LISTEN_AND_LEAVE.replace("@LEFTOVER@", token["CL"])
+                .replace("@PUBLIC@", public)
+                .replace("@CPORT@", str(cport))
+                .replace("@MIRROR@", MIRROR)
+            )
+            c_agent: dict[str, Any] = {}
+            thread = threading.Thread(
+                target=lambda: c_agent.update(_phase(c, "agent", c_script, {"TOKEN": token["C"]}))
+            )
+            thread.start()
+            a_agent = _phase(
+                a,
+                "agent",
+                'python3 -c "$PROBE"',
+                {"TOKEN": token["A"], "TARGETS": ",".join(targets), "DEADLINE": "6"},
+            )
+            thread.join(timeout=120)
+            a_verifier = _phase(
+                a, "verifier", 'python3 -c "$PROBE"',
+                {"TOKEN": token["AV"], "TARGETS": public, "MIRROR": MIRROR},
+            )  # fmt: skip
+            c_verifier = _phase(
+                c, "verifier", 'python3 -c "$PROBE"',
+                {"TOKEN": token["CV"], "TARGETS": public, "MIRROR": MIRROR},
+            )  # fmt: skip
+            a_events, c_events = a.network_events(), c.network_events()
+            chains = [a.describe()["egress_chain"], c.describe()["egress_chain"]]
+        finally:
+            for sandbox in made:
+                sandbox.stop()
+    # What the servers received, from outside.
+    seen = netns["log"].read_text()
+    host_got = b"\n".join(data for _kind, _peer, data in host.received).decode()
+    assert f"{token['A']} {public}" in seen, (seen, a_agent)  # control: public-like reached
+    assert a_agent[public] == "CONNECTED", a_agent
+    assert f"{token['A']} {METADATA}" not in seen and f"{token['A']} {netns['private']}" not in seen
+    assert token["A"] not in host_got, f"a public agent reached the host: {host_got!r}"
+    for target in targets[:-1]:
+        assert a_agent[target] != "CONNECTED", (target, a_agent)
+    # C's listener was up (its own loopback connected) and never saw A.
+    assert "PEERS ['127.0.0.1']" in c_agent["_stdout"], c_agent
+    # C's no-network agent: loopback works, nothing else; its leftover died with it.
+    assert c_agent[f"127.0.0.1:{cport}"] == "CONNECTED", c_agent
+    assert c_agent[public] != "CONNECTED" and not c_agent["mirror"].startswith("Origin"), c_agent
+    assert c_agent["_survivors"] >= 1, c_agent  # the leftover was alive when the phase ended
+    assert token["C"] not in seen and token["CL"] not in seen, seen
+    # Phases switch: A's verifier is closed, C's reaches the public-like server and the mirror.
+    assert token["AV"] not in seen and not a_verifier["mirror"].startswith("Origin"), a_verifier
+    assert f"{token['CV']} {public}" in seen and c_verifier["mirror"].startswith("Origin: Debian")
+    # The filter's counters, as security events.
+    refused = {(e["phase"], e["refused"]) for e in a_events}
+    assert {("agent", "host"), ("agent", "metadata"), ("agent", "private")} <= refused, a_events
+    assert ("verifier", "closed") in refused, a_events
+    assert ("agent", "closed") in {(e["phase"], e["refused"]) for e in c_events}, c_events
+    assert all(e["packets"] > 0 and e["destination"] for e in a_events + c_events)
+    listing = _chains()
+    assert not [chain for chain in chains if chain in listing], listing
+
+
+def _link_local(interface: str) -> str | None:
+    try:
+        lines = Path("/proc/net/if_inet6").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if fields[-1] == interface and fields[0].startswith("fe80"):
+            raw = fields[0]
+            return socket.inet_ntop(socket.AF_INET6, bytes.fromhex(raw))
+    return None
+
+
+def test_a_killed_run_leaves_nothing_cleanup_cannot_remove() -> None:
+    """A run killed with -9 after its trial chain was installed: cleanup removes the chain."""
+    from support.docker import docker_client
+
+    from sandbox.docker import egress
+    from sandbox.docker.engine import remove_leaks
+
+    if os.geteuid() != 0:
+        pytest.fail("the egress filter needs root")
+    label = f"egress-kill-{secrets.token_hex(4)}"
+    key = f"harness-gone-{secrets.token_hex(4)}"
+    script = (
+        "import os, docker\n"
+        "from sandbox.docker import egress\n"
+        f"run = egress.EgressRun(docker.from_env(), {label!r}); run.ensure()\n"
+        f"egress.TrialFilter(kind='E', key={key!r}, source='172.31.254.9').install()\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    chain = egress.chain_name("E", key)
+    assert chain in _chains()
+    report = remove_leaks(docker_client(), run=label)
+    assert chain not in _chains() and not report.errors, report
