@@ -177,33 +177,6 @@ def test_tasks_the_cluster_cannot_hold_or_that_want_a_network_are_refused(
 
 
 @pytest.mark.docker
-def test_internet_phases_wait_for_a_filter_the_backend_enforces(
-    cluster: RayCluster, tmp_path: Path
-) -> None:
-    """Internet tasks on docker workers, before the docker backend declares its filter.
-
-    Until it says it enforces the filtered ``public`` (``Capacity.network_modes``), a phase
-    with the internet could reach the nodes' Ray ports: refused before any trial, saying
-    why; and a no-network agent with a public verifier (Terminal-Bench 2's shape) cannot be
-    kept apart on a backend that gives a trial one network.
-    """
-    require_image(docker_client())
-    toml = '[task]\nname = "e2e/{name}"\n[environment]\n{line}\n'
-    tasks = tmp_path / "tasks"
-    make_task_dir(tasks, "net", toml=toml.format(name="net", line="allow_internet = true"))
-    tb2 = 'network_mode = "no-network"\n[verifier]\nnetwork_mode = "public"'
-    make_task_dir(tasks, "tb2", toml=toml.format(name="tb2", line=tb2))
-    out = tmp_path / "runs"
-    args = (tasks, "--agent", "oracle", "--sandbox", "docker", "-o", out)
-    code, output = harness(cluster, *args, timeout=120)
-    assert code == 2, output
-    assert "net/task.toml: the agent phase's network_mode = 'public' is refused with " in output
-    assert "--executor ray: the sandbox backend enforces no egress filter for it here" in output
-    assert "tb2/task.toml: the agent phase's network_mode = 'no-network' cannot be kept" in output
-    assert not out.exists() or not any(out.iterdir())
-
-
-@pytest.mark.docker
 def test_the_examples_run_on_the_worker_node_in_docker(cluster: RayCluster, tmp_path: Path) -> None:
     require_image(docker_client())
     out = tmp_path / "runs"

@@ -126,18 +126,11 @@ class RayExecutor(TrialExecutor):
 
         The workers open the run's backend as the driver does; a mode it enforces keeps
         the host and the private ranges out (docs/security.md), the nodes' Ray ports among
-        them. Where the backend enforces no filter, a phase with the internet could reach
-        those ports, which take jobs without authentication: refused.
+        them, and a worker whose host cannot install the filter refuses the trial itself
+        (the docker backend's sandbox does, saying why). Where the backend declares no
+        filter for the mode, a phase with it could reach those ports: refused.
         """
-        if mode == "no-network" or (enforced is not None and mode in enforced):
-            return None
-        return (
-            f"the {role} phase's network_mode = {mode!r} is refused with --executor ray: "
-            "the sandbox backend enforces no egress filter for it here, and a phase with "
-            "the internet could reach the cluster's Ray ports, which take jobs without "
-            "authentication (docs/scale-out.md); run it with --executor local, or with "
-            "--network none if only the agent phase has it"
-        )
+        return network_refusal(role, mode, enforced)
 
     def _nodes(self) -> list[dict[str, Any]]:
         return [node for node in self._ray.nodes() if node.get("Alive")]
@@ -366,6 +359,25 @@ class RayExecutor(TrialExecutor):
         return leaked
 
 
+def network_refusal(role: str, mode: str, enforced: frozenset[str] | None) -> str | None:
+    """Why a phase of ``role`` with ``mode`` cannot run on Ray workers (None: it can).
+
+    ``enforced`` is the run's backend's ``Capacity.network_modes`` (None: it declares none).
+    """
+    if mode == "no-network" or (enforced is not None and mode in enforced):
+        return None
+    declared = ", ".join(sorted(enforced)) if enforced is not None else "none declared"
+    return (
+        f"the {role} phase's network_mode = {mode!r} is refused with --executor ray: "
+        f"the sandbox backend enforces no egress filter for {mode!r} here (it "
+        f"enforces: {declared}), and without one the phase could reach the cluster's "
+        "Ray ports (docs/scale-out.md); internet phases run on Ray workers where the "
+        "backend enforces the filter (--sandbox docker, as root with iptables). Run it "
+        "so, with --executor local, or with --network none if only the agent phase "
+        "has the internet"
+    )
+
+
 def _unplaceable(task: Task, cpus: float, memory_mb: int, gpus: float) -> list[str]:
     """Why no node of the cluster (``cpus``, ``memory_mb``, ``gpus`` at most) can hold ``task``."""
     env, where = task.config.environment, task.path / "task.toml"
@@ -445,4 +457,4 @@ def _task_ref(task: Task) -> TaskRef:
     return TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path))
 
 
-__all__ = ["RayExecutor", "receive"]
+__all__ = ["RayExecutor", "network_refusal", "receive"]
