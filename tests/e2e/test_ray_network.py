@@ -11,7 +11,9 @@ primary IPv4). Judged from outside: what the servers received, the record's post
 the filter's counters in its security events.
 
 Then a worker node that cannot install the filter (no ``iptables`` on its PATH) takes the
-same task: the trial is refused before any phase runs, saying why.
+same task and one that leaves its policies unstated (Harbor's ``public``): both trials are
+refused before any phase runs, saying why; the unstated one keeps the driver's plan rather
+than quietly running without the network on that node.
 """
 
 from __future__ import annotations
@@ -76,6 +78,13 @@ network_mode = "no-network"
 network_mode = "public"
 """
 
+#: Harbor's default: no network_mode stated, so public (where the backend enforces it).
+UNSTATED_TOML = """[task]
+name = "e2e/{name}"
+[agent]
+timeout_sec = 60
+"""
+
 TEST_SH = """#!/bin/bash
 python3 /opt/probe.py {token} {targets} | tee "$HARNESS_VERIFIER_DIR/probe.txt"
 grep -q '"{public}": "CONNECTED"' "$HARNESS_VERIFIER_DIR/probe.txt" && r=1 || r=0
@@ -132,9 +141,12 @@ def reachable_from_host(address: str, port: int) -> bool:
         return False
 
 
-def make_task(parent: Path, token: str, targets: list[str], public: str) -> Path:
+def make_task(
+    parent: Path, token: str, targets: list[str], public: str, name: str = "raynet"
+) -> Path:
     test_sh = TEST_SH.format(token=token, targets=" ".join(targets), public=public)
-    task = make_task_dir(parent, "raynet", toml=TASK_TOML, test_sh=test_sh)
+    toml = TASK_TOML if name == "raynet" else UNSTATED_TOML.format(name=name)
+    task = make_task_dir(parent, name, toml=toml, test_sh=test_sh)
     (task / "environment").mkdir()
     (task / "environment" / "probe.py").write_text(PROBE)
     (task / "environment" / "Dockerfile").write_text(
@@ -143,9 +155,9 @@ def make_task(parent: Path, token: str, targets: list[str], public: str) -> Path
     return task
 
 
-def run(cluster: RayCluster, task: Path, out: Path, name: str, agent: str) -> tuple[int, str]:
+def run(cluster: RayCluster, tasks: Path, out: Path, name: str, agent: str) -> tuple[int, str]:
     running = start_cli(
-        "run", task, "--agent", "command", "--agent-cmd", agent, "--sandbox", "docker",
+        "run", tasks, "--agent", "command", "-j", "2", "--agent-cmd", agent, "--sandbox", "docker",
         "-o", out, "--run-name", name, "--executor", "ray",
         "--ray-address", str(cluster.address), "--display", "plain",
         env=cluster.env(),
@@ -222,18 +234,24 @@ def test_a_worker_that_cannot_filter_refuses_the_internet_phase_saying_why(
     bare = f"127.0.0.{2 + len(cluster.nodes)}"
     cluster.add_node(2, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
     cluster.wait_for_node(bare)
-    task = make_task(tmp_path / "tasks", "unused", ["127.0.0.1:9"], "127.0.0.1:9")
+    tasks = tmp_path / "tasks"
+    for name in ("raynet", "unstated"):
+        make_task(tasks, "unused", ["127.0.0.1:9"], "127.0.0.1:9", name=name)
     out = tmp_path / "runs"
-    code, output = run(cluster, task, out, "rayrefused", "touch $HARNESS_WORKSPACE/ran")
+    code, output = run(cluster, tasks, out, "rayrefused", "touch $HARNESS_WORKSPACE/ran")
     assert code != 0, output
-    (record,) = read_run_dir(out / "rayrefused").records
-    assert record["sandbox"]["node"] == bare, record["sandbox"]
-    message = " ".join(e["message"] for e in record["errors"])
-    assert "iptables is not installed" in message, record["errors"]
-    assert "gets the internet" in message, record["errors"]
-    assert not record.get("previous_attempts"), "a refusal is not retried"
-    assert record["status"] == "environment_error", record
-    assert "agent" not in record["timings"], "the agent phase ran before the refusal"
+    records = {r["task"]["name"]: r for r in read_run_dir(out / "rayrefused").records}
+    # The unstated public keeps the driver's plan (public), not this node's (no-network):
+    # refused too, rather than run without the network it was planned with.
+    assert sorted(records) == ["e2e/raynet", "e2e/unstated"], records
+    for record in records.values():
+        assert record["sandbox"]["node"] == bare, record["sandbox"]
+        message = " ".join(e["message"] for e in record["errors"])
+        assert "iptables is not installed" in message, record["errors"]
+        assert "gets the internet" in message, record["errors"]
+        assert not record.get("previous_attempts"), "a refusal is not retried"
+        assert record["status"] == "environment_error", record
+        assert "agent" not in record["timings"], "the agent phase ran before the refusal"
 
 
 def _probe(text: str) -> dict[str, str]:

@@ -236,6 +236,7 @@ class RayExecutor(TrialExecutor):
             bridge=address,
             model=access.model if access is not None else agent.model,
             gateway_token=access.token if access is not None else None,
+            network_modes=_modes(settings.network.enforced),
         )
         usage = None
         try:
@@ -415,6 +416,10 @@ def _networked(task: Task) -> list[str]:
             "them (docs/scale-out.md); run the task with --executor local"
         )
     return problems
+
+
+def _modes(enforced: frozenset[str] | None) -> tuple[str, ...] | None:
+    return tuple(sorted(enforced)) if enforced is not None else None
 
 
 def _cancelled(message: str) -> tuple[TrialStatus, TrialError]:

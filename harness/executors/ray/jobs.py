@@ -60,6 +60,11 @@ class TrialJob:
         bridge: The driver's bridge and this attempt's ticket.
         model: The run's model spec (names its key variable, never holds a key).
         gateway_token: The trial's gateway token, when the agent uses the model.
+        network_modes: The modes the driver's backend enforces (``RunNetwork.enforced``):
+            the worker gives each phase the policy the driver planned and checked, not
+            one its own host would pick (an unstated ``public`` quietly becoming
+            ``no-network`` on a node that cannot filter); the node's sandbox refuses a
+            policy it cannot enforce. None: the backend declares none.
     """
 
     run_name: str
@@ -75,6 +80,7 @@ class TrialJob:
     bridge: BridgeAddress
     model: ModelSpec | None = None
     gateway_token: str | None = field(default=None, repr=False)
+    network_modes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from harness.executors.ray.relay import DriverLink, RelayedGateway, Watch
 from harness.records import record_line
 from harness.tasks import Task, load_task
 from harness.tasks.env_templates import map_env_tables
-from harness.tasks.networks import run_network
+from harness.tasks.networks import RunNetwork
 from harness.trial import TrialPlan, TrialSettings, run_trial
 
 
@@ -112,6 +112,17 @@ def materialize_task(home: Path, job: TrialJob, archive: bytes) -> Task:
     return dataclasses.replace(task, key=job.task_key)
 
 
+def _driver_network(config: RunConfig, job: TrialJob) -> RunNetwork:
+    """The run's network as the driver planned and checked it (its backend's modes).
+
+    Not this node's: a node whose host cannot install the egress filter would quietly
+    run a task's unstated ``public`` phase as ``no-network``; with the driver's modes the
+    phase keeps its policy, and the node's sandbox refuses it, saying why.
+    """
+    modes = frozenset(job.network_modes) if job.network_modes is not None else None
+    return RunNetwork(agent=config.network, enforced=modes)
+
+
 def run_job(job: TrialJob, archive: bytes) -> TrialResult:
     """Run one attempt on this node; the record and ``trials/<id>/`` go back to the driver."""
     node = node_address()
@@ -139,7 +150,7 @@ def run_job(job: TrialJob, archive: bytes) -> TrialResult:
         max_evidence_file_bytes=config.evidence_caps.file_bytes,
         max_evidence_total_bytes=config.evidence_caps.total_bytes,
         evidence_limits=config.evidence_caps.limits(),
-        network=run_network(config.network, backend.capacity()),
+        network=_driver_network(config, job),
     )
     watch = Watch(link, on_signal=lambda _signal: settings.abort_all())
     settings.on_phase = watch.phase
