@@ -446,6 +446,7 @@ class DockerSandbox(Sandbox):
             storage_mounts=mounts,
             host_storage=self._storage is not None,
             extra_hosts=self._compose.addresses() if self._compose is not None else None,
+            dns=self._net.dns(),
             engine_runtime=(
                 self.runtime.network_runtime() if self._network != "none" else self.runtime.runtime
             ),
@@ -752,6 +753,8 @@ class DockerSandbox(Sandbox):
             nofile=self.spec.resources.nofile,
             gateway_socket=self._gateway_socket(),
         )
+        # An allowlist phase's proxy (HTTP_PROXY and friends); nothing for the others.
+        payload["env"].update(self._net.phase_env(request.role))
         private_tmp = request.role == "verifier" and not request.shared_tmp
         own_logs = sorted(str(path) for path in payload["logs"].values())
         if request.role != "agent":
