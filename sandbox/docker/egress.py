@@ -26,6 +26,11 @@ bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
   left with a link-local ``fe80::`` address would otherwise reach the host's ``::``
   listeners).
 
+An ``allowlist`` phase (:mod:`sandbox.docker.trial_network`) is the trial's chain with its
+egress proxy's two ports on the gateway accepted and everything else dropped before the
+rules above (:meth:`TrialFilter.restrict`), and a ``nat PREROUTING`` redirect of the
+trial's DNS to the gateway onto the proxy's responder.
+
 Compose tasks with the internet get the same filter on their project's bridge (``hxc…``,
 see :mod:`sandbox.docker.hostguard`, whose ``INPUT`` rules stay): one chain per project,
 dispatched by the bridge, with the main container's address closed during its

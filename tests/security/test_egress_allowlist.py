@@ -20,6 +20,7 @@ import json
 import secrets
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -242,3 +243,40 @@ def test_an_allowlist_phase_reaches_only_its_listed_hosts_through_the_proxy(
     ).stdout
     assert facts["egress_chain"] not in listing and facts["egress_chain"] not in nat, nat
     assert not _reachable(facts["egress_proxy"]), facts
+
+
+def test_a_killed_run_leaves_no_dns_redirect_cleanup_cannot_remove() -> None:
+    """A run killed with -9 after an allowlist trial's chain and DNS redirect were installed.
+
+    Its proxy was a thread of the killed process (gone with it); ``remove_leaks`` removes
+    the chain and the ``nat`` redirect left on the host.
+    """
+    from support.docker import docker_client
+
+    from sandbox.docker import egress
+    from sandbox.docker.engine import remove_leaks
+
+    label = f"allowlist-kill-{secrets.token_hex(4)}"
+    key = f"harness-gone-{secrets.token_hex(4)}"
+    script = (
+        "import os, docker\n"
+        "from sandbox.docker import egress\n"
+        f"run = egress.EgressRun(docker.from_env(), {label!r}); run.ensure()\n"
+        f"flt = egress.TrialFilter(kind='E', key={key!r}, source='172.31.254.9')\n"
+        "flt.proxy = (run.gateway(), 3128, 5353)\n"
+        "flt.install(); flt.restrict()\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    chain = egress.chain_name("E", key)
+
+    def nat() -> str:
+        return subprocess.run(
+            ["iptables", "-t", "nat", "-S", "PREROUTING"], capture_output=True, text=True
+        ).stdout
+
+    assert f"dns-{chain}" in nat()
+    report = remove_leaks(docker_client(), run=label)
+    listing = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    assert chain not in listing and chain not in nat() and not report.errors, report
