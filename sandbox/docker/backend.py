@@ -371,13 +371,14 @@ class DockerSandbox(Sandbox):
     def _warm_key(self) -> tuple[object, ...] | None:
         """What a warm container must share with this trial (None: no warm container).
 
-        A trial with a gateway socket, sidecars or GPUs has per-trial mounts or networks
+        A trial with a gateway socket, sidecars, GPUs or an ``allowlist`` phase (its
+        container's resolver is its own egress proxy) has per-trial mounts or networks
         that cannot be made ahead.
         """
         spec = self.spec
         if spec.gateway_socket is not None or spec.compose_file is not None or spec.gpus:
             return None
-        if spec.agent_mounts:
+        if spec.agent_mounts or self._net.allowlist:  # an allowlist's proxy is per trial
             return None
         return (
             self.image,
