@@ -98,8 +98,10 @@ class TrialNetwork:
         return (self._proxy.address[0],)
 
     def phase_env(self, role: str) -> dict[str, str]:
-        """What a phase of ``role`` adds to its environment: the proxy, when it has one."""
-        if self._proxy is None or self._proxy.address is None or not self.policy(role).internet:
+        """What a phase of ``role`` adds to its environment: the proxy, in an allowlist one."""
+        if self._proxy is None or self._proxy.address is None:
+            return {}
+        if self.policy(role).mode != "allowlist":
             return {}
         host, port = self._proxy.address
         url = f"http://{host}:{port}"

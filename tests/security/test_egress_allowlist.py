@@ -9,9 +9,10 @@ inside: the listed host by HTTP and HTTPS (CONNECT + SNI) through the proxy the 
 environment names; an unlisted host, the listed host's raw IP, a mismatched SNI, the
 host's listener and the metadata address through the proxy; DNS for listed and unlisted
 names through the container's resolver; raw TCP and UDP to the public host, the host and
-the metadata address, past the proxy. Its ``no-network`` verifier then gets nothing from
-the proxy. Judged from outside: what the servers and the listener saw, the trial's
-``network_refused`` events, and what is left on the host after it stopped.
+the metadata address, past the proxy. Its ``public`` verifier then gets the public rules:
+no proxy, every name resolved. Judged from outside: what the servers and the listener
+saw, the trial's ``network_refused`` events, and what is left on the host after it
+stopped.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from sandbox.network_policy import NetworkPolicy
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
 ALLOWLIST = NetworkPolicy(mode="allowlist", allowed_hosts=("pub.test", "*.pub.test"))
-CLOSED = NetworkPolicy(mode="no-network")
+PUBLIC = NetworkPolicy(mode="public")
 METADATA = "169.254.169.254"
 
 #: Runs in the trial: every attempt's outcome as one JSON line.
@@ -84,6 +85,7 @@ def resolve(name):
 out["dns-listed"] = resolve("pub.test")
 out["raw-public-80"] = raw(public, 80)
 if os.environ.get("SHORT"):
+    out["dns-unlisted"] = resolve("evil.test")
     print(json.dumps(out))
     raise SystemExit(0)
 out["http"] = get("http://pub.test/")
@@ -169,7 +171,7 @@ def test_an_allowlist_phase_reaches_only_its_listed_hosts_through_the_proxy(
     spec = SandboxSpec(
         trial_id=f"allowlist-{secrets.token_hex(3)}",
         allow_internet=True,
-        networks={"agent": ALLOWLIST, "verifier": CLOSED},
+        networks={"agent": ALLOWLIST, "verifier": PUBLIC},
     )
     before = public.seen()
     with Listener() as host:
@@ -212,10 +214,13 @@ def test_an_allowlist_phase_reaches_only_its_listed_hosts_through_the_proxy(
     assert host.received == [], f"the host's listener was reached: {host.received}"
     assert "evil.test" not in seen and "tcp8443" not in seen, seen
     assert seen.count("sni pub.test") == 1 and seen.count("tcp443") == 1, seen
-    assert seen.count("http ") == 2, seen
-    # The no-network verifier: the proxy refuses it too, DNS answers nothing.
+    assert seen.count("http b'GET") == 2, seen
+    # The public verifier: no proxy in its environment, any name resolves (through the
+    # same responder, now public), and raw TCP meets the public rules, not the proxy-only
+    # one: the namespace's /30 is on a link of the host, a subnet public keeps out.
     assert verifier["env"] == {"HTTP_PROXY": None, "https_proxy": None, "NO_PROXY": None}
-    assert verifier["dns-listed"] != [public.ip] and verifier["raw-public-80"] != "CONNECTED"
+    assert verifier["dns-listed"] == [public.ip] == verifier["dns-unlisted"], verifier
+    assert verifier["raw-public-80"] != "CONNECTED", verifier
     # Every refusal is an event, with its destination.
     reasons = {(e["protocol"], e.get("host") or e.get("ip") or e.get("destination"), e["reason"])
                for e in agent_events}  # fmt: skip
@@ -234,8 +239,8 @@ def test_an_allowlist_phase_reaches_only_its_listed_hosts_through_the_proxy(
     assert all(e["phase"] == "agent" for e in agent_events), agent_events
     dropped = [e for e in agent_events if e.get("refused") == "allowlist"]
     assert dropped and dropped[0]["packets"] >= 6, dropped  # 4 TCP SYNs and 2 datagrams
-    assert {e["phase"] for e in verifier_events} == {"verifier"}, verifier_events
-    assert any(e.get("refused") == "closed" for e in verifier_events), verifier_events
+    refused = {(e["phase"], e.get("refused")) for e in verifier_events}
+    assert refused == {("verifier", "host-subnet")}, verifier_events
     # Nothing of the trial is left: its chain, its DNS redirect, its proxy.
     listing = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
     nat = subprocess.run(
