@@ -204,7 +204,10 @@ class TrialNetwork:
                 self.egress.chains.discard(self._filter.chain)
         finally:
             if self._proxy is not None:
-                self._proxy.close()
+                try:
+                    self._proxy.close()
+                except (OSError, RuntimeError, TimeoutError) as exc:
+                    raise SandboxError(f"the trial's egress proxy did not stop: {exc}") from exc
 
     def describe(self) -> dict[str, Any]:
         """Record facts: each phase's policy as this backend enforced it."""
