@@ -773,7 +773,7 @@ class DockerSandbox(Sandbox):
                 uid, gid = self._verifier_id
                 payload["user"] = {"uid": uid, "gid": gid}
             template: PhaseWire = {
-                "env": dict(request.agent_env),
+                "env": {**request.agent_env, **self._net.phase_env(request.role)},
                 "cwd": self._workdir,
                 "rlimits": {"core": 0, "nofile": self.spec.resources.nofile},
             }
