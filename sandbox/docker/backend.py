@@ -371,13 +371,14 @@ class DockerSandbox(Sandbox):
     def _warm_key(self) -> tuple[object, ...] | None:
         """What a warm container must share with this trial (None: no warm container).
 
-        A trial with a gateway socket, sidecars or GPUs has per-trial mounts or networks
+        A trial with a gateway socket, sidecars, GPUs or an ``allowlist`` phase (its
+        container's resolver is its own egress proxy) has per-trial mounts or networks
         that cannot be made ahead.
         """
         spec = self.spec
         if spec.gateway_socket is not None or spec.compose_file is not None or spec.gpus:
             return None
-        if spec.agent_mounts:
+        if spec.agent_mounts or self._net.allowlist:  # an allowlist's proxy is per trial
             return None
         return (
             self.image,
@@ -446,6 +447,7 @@ class DockerSandbox(Sandbox):
             storage_mounts=mounts,
             host_storage=self._storage is not None,
             extra_hosts=self._compose.addresses() if self._compose is not None else None,
+            dns=self._net.dns(),
             engine_runtime=(
                 self.runtime.network_runtime() if self._network != "none" else self.runtime.runtime
             ),
@@ -752,6 +754,8 @@ class DockerSandbox(Sandbox):
             nofile=self.spec.resources.nofile,
             gateway_socket=self._gateway_socket(),
         )
+        # An allowlist phase's proxy (HTTP_PROXY and friends); nothing for the others.
+        payload["env"].update(self._net.phase_env(request.role))
         private_tmp = request.role == "verifier" and not request.shared_tmp
         own_logs = sorted(str(path) for path in payload["logs"].values())
         if request.role != "agent":
@@ -769,7 +773,7 @@ class DockerSandbox(Sandbox):
                 uid, gid = self._verifier_id
                 payload["user"] = {"uid": uid, "gid": gid}
             template: PhaseWire = {
-                "env": dict(request.agent_env),
+                "env": {**request.agent_env, **self._net.phase_env(request.role)},
                 "cwd": self._workdir,
                 "rlimits": {"core": 0, "nofile": self.spec.resources.nofile},
             }

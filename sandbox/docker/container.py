@@ -106,6 +106,8 @@ class ContainerSite:
         storage_mounts: The trial filesystem's mounts (workspace volume, scratch binds).
         host_storage: The trial's scratch dirs are on its host filesystem (else: tmpfs).
         extra_hosts: Sidecar names and their addresses (compose tasks).
+        dns: The resolvers the engine's embedded DNS forwards to (an ``allowlist``
+            trial: its egress proxy's responder; None: the host's).
         engine_runtime: The OCI runtime (``runsc``; None: the engine's default).
         writable_root: The image root is writable: its layer is moved onto the trial's
             capped filesystem before start (:mod:`sandbox.docker.rootlayer`). Never set
@@ -124,6 +126,7 @@ class ContainerSite:
     storage_mounts: tuple[Mount, ...] = ()
     host_storage: bool = False
     extra_hosts: Mapping[str, str] | None = None
+    dns: tuple[str, ...] | None = None
     engine_runtime: str | None = None
     writable_root: bool = False
 
@@ -180,6 +183,7 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
         # The filtered network has no IPv6: no link-local address either (egress.py).
         "sysctls": dict(EGRESS_SYSCTLS) if site.network == EGRESS_NETWORK else None,
         "extra_hosts": dict(site.extra_hosts) if site.extra_hosts is not None else None,
+        "dns": list(site.dns) if site.dns else None,
         "cap_drop": ["ALL"],
         "cap_add": SUPERVISOR_CAPS,
         "security_opt": ["no-new-privileges"],

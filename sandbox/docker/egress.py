@@ -26,6 +26,11 @@ bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
   left with a link-local ``fe80::`` address would otherwise reach the host's ``::``
   listeners).
 
+An ``allowlist`` phase (:mod:`sandbox.docker.trial_network`) is the trial's chain with its
+egress proxy's two ports on the gateway accepted and everything else dropped before the
+rules above (:meth:`TrialFilter.restrict`), and a ``nat PREROUTING`` redirect of the
+trial's DNS to the gateway onto the proxy's responder.
+
 Compose tasks with the internet get the same filter on their project's bridge (``hxc…``,
 see :mod:`sandbox.docker.hostguard`, whose ``INPUT`` rules stay): one chain per project,
 dispatched by the bridge, with the main container's address closed during its
@@ -110,6 +115,7 @@ REASONS = {
     "this-network": "reserved address",
     "ietf-protocol": "reserved address",
     "benchmarking": "reserved address",
+    "allowlist": "allowlist phase: only the egress proxy",
 }
 
 
@@ -357,6 +363,8 @@ def _remove_hooks() -> None:
     if _v6():
         for chain, spec in _hooks_v6():
             _delete_rule("ip6tables", chain, spec)
+    for _chain, spec in _nat_rules():
+        _delete_nat(spec)
     for name in _trial_chains():
         _drop_chain("iptables", name)
     _drop_chain("iptables", DISPATCH)
@@ -365,6 +373,22 @@ def _remove_hooks() -> None:
 def _trial_chains() -> list[str]:
     listing = _ipt("iptables", "-S")
     return _CHAIN.findall(listing.stdout) if listing.returncode == 0 else []
+
+
+def _nat_rules() -> list[tuple[str, list[str]]]:
+    """(trial chain, rule spec) of every DNS redirect in ``nat PREROUTING`` of the harness."""
+    listing = _ipt("iptables", "-t", "nat", "-S", "PREROUTING")
+    rules = []
+    for line in listing.stdout.splitlines() if listing.returncode == 0 else []:
+        match = re.search(rf"{TAG}:dns-(HX[EC]-[0-9a-f]{{12}})", line)
+        if line.startswith("-A PREROUTING ") and match:
+            rules.append((match.group(1), _split(line)[2:]))
+    return rules
+
+
+def _delete_nat(spec: list[str]) -> None:
+    while _ipt("iptables", "-t", "nat", "-C", "PREROUTING", *spec).returncode == 0:
+        _must("iptables", "-t", "nat", "-D", "PREROUTING", *spec)
 
 
 def _dispatch_rules() -> list[tuple[str, list[str]]]:
@@ -399,6 +423,9 @@ def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
     for target, spec in _dispatch_rules():
         if target not in live:
             _delete_rule("iptables", DISPATCH, spec)
+    for target, spec in _nat_rules():
+        if target not in live:
+            _delete_nat(spec)
     for name in _trial_chains():
         if name not in live:
             _drop_chain("iptables", name)
@@ -425,6 +452,26 @@ class EgressRun:
         self._holder = STATE_DIR / f"holder-{tag}-{os.getpid()}"
         #: The trial chains of this run (never swept while it runs).
         self.chains: set[str] = set()
+        #: Names the allowlist proxies resolve from this table before the host's resolver
+        #: (as ``/etc/hosts`` would: an operator pinning a mirror, a test its servers).
+        self.hosts: dict[str, list[str]] = {}
+
+    def gateway(self) -> str:
+        """The filtered network's gateway address on the host (its bridge's), once ensured.
+
+        Raises:
+            SandboxError: the network has no IPv4 gateway.
+        """
+        from sandbox.docker.sdk import call
+
+        network = _network(self.client)
+        if network is not None:
+            call(network.reload)
+            for config in (network.attrs.get("IPAM") or {}).get("Config") or []:
+                gateway = str(config.get("Gateway") or "")
+                if gateway and ":" not in gateway:
+                    return gateway.split("/")[0]
+        raise SandboxError(f"the {NETWORK} network has no IPv4 gateway")
 
     def ensure(self) -> None:
         """Install the network and the rules (once per run).
@@ -523,6 +570,10 @@ class TrialFilter:
     source: str | None = None
     closed: bool = True
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: ``(gateway, proxy port, DNS port)`` of the trial's egress proxy (allowlist trials).
+    proxy: tuple[str, int, int] | None = None
+    #: An ``allowlist`` phase: everything but the proxy is dropped.
+    only_proxy: bool = False
 
     @property
     def chain(self) -> str:
@@ -539,6 +590,34 @@ class TrialFilter:
         source = ["-s", f"{self.source}/32"] if self.kind == "C" and self.source else []
         return [*source, *_comment("closed"), "-j", "DROP"]
 
+    def _proxy_rules(self) -> list[list[str]]:
+        """The trial's own proxy ports on the gateway (its DNS port after the redirect)."""
+        if self.proxy is None:
+            return []
+        gateway, port, dns = self.proxy
+        return [
+            ["-d", f"{gateway}/32", "-p", "tcp", "--dport", str(port), *_comment("proxy"),
+             "-j", "ACCEPT"],
+            ["-d", f"{gateway}/32", "-p", "udp", "--dport", str(dns), *_comment("proxy-dns"),
+             "-j", "ACCEPT"],
+        ]  # fmt: skip
+
+    def _allowlist_rule(self) -> list[str]:
+        return [*_comment("allowlist"), "-j", "DROP"]
+
+    def _dns_redirect(self) -> list[str]:
+        """``nat PREROUTING``: the trial's DNS to the gateway goes to its proxy's responder.
+
+        The engine's embedded DNS forwards a container's queries to its ``dns`` servers
+        from the container's own network namespace: they come in on the bridge from its
+        address, to port 53, and reach the responder on its own port.
+        """
+        assert self.proxy is not None and self.source is not None
+        gateway, _port, dns = self.proxy
+        return ["-i", self.bridge, "-s", f"{self.source}/32", "-d", f"{gateway}/32", "-p", "udp",
+                "--dport", "53", *_comment(f"dns-{self.chain}"), "-j", "DNAT",
+                "--to-destination", f"{gateway}:{dns}"]  # fmt: skip
+
     def install(self) -> None:
         """Create the chain (closed) and its dispatch rule."""
         chain = self.chain
@@ -547,6 +626,12 @@ class TrialFilter:
         if self.kind == "E":
             _must("iptables", "-A", chain, *self._closed_rule())
         self.closed = self.kind == "E"
+        self.only_proxy = False
+        for rule in self._proxy_rules():
+            _must("iptables", "-A", chain, *rule)
+        if self.proxy is not None and self.source is not None:
+            _delete_nat(self._dns_redirect())
+            _must("iptables", "-t", "nat", "-I", "PREROUTING", "1", *self._dns_redirect())
         _must("iptables", "-A", chain, "-m", "addrtype", "--dst-type", "LOCAL",
               *_comment("host"), "-j", "DROP")  # fmt: skip
         for server in _resolv_nameservers():
@@ -559,6 +644,21 @@ class TrialFilter:
 
     def open(self) -> None:
         """Let the trial through its chain (a ``public`` phase is about to start)."""
+        if self.only_proxy:
+            _delete_rule("iptables", self.chain, self._allowlist_rule())
+            self.only_proxy = False
+        if self.closed:
+            _delete_rule("iptables", self.chain, self._closed_rule())
+            self.closed = False
+
+    def restrict(self) -> None:
+        """Let the trial reach its egress proxy only (an ``allowlist`` phase is next)."""
+        if self.proxy is None:
+            raise SandboxError("an allowlist phase needs the trial's egress proxy")
+        if not self.only_proxy:
+            position = 1 + int(self.closed) + len(self._proxy_rules())
+            _must("iptables", "-I", self.chain, str(position), *self._allowlist_rule())
+            self.only_proxy = True
         if self.closed:
             _delete_rule("iptables", self.chain, self._closed_rule())
             self.closed = False
@@ -610,6 +710,9 @@ class TrialFilter:
         for _target, spec in _dispatch_rules():
             if _target == self.chain:
                 _delete_rule("iptables", DISPATCH, spec)
+        for _target, spec in _nat_rules():
+            if _target == self.chain:
+                _delete_nat(spec)
         _drop_chain("iptables", self.chain)
 
 

@@ -215,14 +215,14 @@ class DockerRuntime:
         info = call(self.client.info)
         runtimes = info.get("Runtimes") or {}
         network = network_runtime_of(self.runtime, runtimes) is not None
-        # Per phase: no-network always; public where the host filter can be installed
-        # (egress.py); allowlist not yet.
+        # Per phase: no-network always; public and allowlist (its proxy behind the same
+        # filter, trial_network.py) where the host filter can be installed (egress.py).
         public = network and egress_problem(self.client) is None
         return Capacity(
             cpus=float(info.get("NCPU") or os.cpu_count() or 1),
             memory_mb=int(info.get("MemTotal") or 0) >> 20,
             network=network,
-            network_modes=frozenset({"no-network", *(["public"] if public else [])}),
+            network_modes=frozenset({"no-network", *(["public", "allowlist"] if public else [])}),
         )
 
     def _drain(self) -> list[str]:

@@ -10,7 +10,15 @@ when ``run_phase`` returns), so a process left over from a ``no-network`` phase 
 sees the next phase's network; while no phase runs, the container keeps the last phase's
 state, and a container is closed from its start until its first ``public`` phase.
 
-``allowlist`` is refused on this backend: its egress proxy is not wired in yet.
+A trial with an ``allowlist`` phase gets its own egress proxy
+(:class:`sandbox.egress_proxy.ProxyServer`, a thread of the harness), bound on the
+filtered network's gateway address: HTTP/CONNECT on one port, its DNS responder on
+another, to which the trial's chain redirects the DNS the engine's embedded resolver
+forwards to the gateway (the container's ``dns``). In an ``allowlist`` phase the chain
+accepts only those two ports and drops everything else (:meth:`TrialFilter.restrict`); the
+phase's environment names the proxy (``HTTP_PROXY``, ``HTTPS_PROXY`` and their lower-case
+forms; ``NO_PROXY`` for loopback). The proxy takes each phase's policy at the switch and
+stops with the trial. Compose tasks with an ``allowlist`` phase are refused.
 """
 
 from __future__ import annotations
@@ -19,11 +27,14 @@ from typing import Any
 
 from sandbox.backend import SandboxSpec
 from sandbox.docker.egress import NETWORK, EgressRun, TrialFilter
-from sandbox.errors import PermanentStartError
+from sandbox.egress_proxy import ProxyServer
+from sandbox.errors import PermanentStartError, SandboxError
 from sandbox.network_policy import NO_NETWORK, NetworkPolicy
 
 PUBLIC = NetworkPolicy(mode="public")
 ROLES = ("agent", "verifier")
+#: What an ``allowlist`` phase's tools do not send through the proxy: loopback.
+NO_PROXY = "localhost,127.0.0.1,::1"
 
 
 class TrialNetwork:
@@ -36,6 +47,7 @@ class TrialNetwork:
         self._phase = ""
         self._compose_bridge: str | None = None
         self._compose_network: str | None = None
+        self._proxy: ProxyServer | None = None
 
     def policy(self, role: str) -> NetworkPolicy:
         """The network of a phase of ``role`` (``allow_internet`` without per-phase ones)."""
@@ -52,27 +64,60 @@ class TrialNetwork:
         """The engine network a container without sidecars joins."""
         return NETWORK if self.internet else "none"
 
+    @property
+    def allowlist(self) -> bool:
+        """Whether a phase of the trial has an ``allowlist`` policy (it gets a proxy)."""
+        return any(self.policy(r).mode == "allowlist" for r in ROLES)
+
     def prepare(self) -> None:
-        """Refuse what this backend cannot enforce; install the filter if a phase needs it.
+        """Install the filter if a phase needs it, and the proxy if one is an allowlist.
 
         Raises:
-            PermanentStartError: an ``allowlist`` phase, or a host that cannot filter.
+            PermanentStartError: a host that cannot filter, or a proxy that cannot bind.
         """
-        for role in ROLES:
-            policy = self.policy(role)
-            if policy.mode == "allowlist":
-                raise PermanentStartError(
-                    f'[{role}] network_mode = "allowlist" is not supported on the docker '
-                    "backend yet (its egress proxy is not wired in): use public or "
-                    "no-network"
-                )
         if self.internet:
             self.egress.ensure()
+        if self.allowlist and self._proxy is None:
+            gateway = self.egress.gateway()
+            first = self.policy("agent")
+            try:
+                self._proxy = ProxyServer(
+                    first, phase="agent", host=gateway, port=0, dns_port=0,
+                    overrides=self.egress.hosts,
+                ).start()  # fmt: skip
+            except OSError as exc:
+                raise PermanentStartError(
+                    f"the allowlist egress proxy cannot listen on {gateway} ({exc}); is the "
+                    f"{NETWORK} bridge up?"
+                ) from exc
+
+    def dns(self) -> tuple[str, ...] | None:
+        """The resolvers of the container: the proxy's gateway (allowlist trials only)."""
+        if self._proxy is None or self._proxy.address is None:
+            return None
+        return (self._proxy.address[0],)
+
+    def phase_env(self, role: str) -> dict[str, str]:
+        """What a phase of ``role`` adds to its environment: the proxy, in an allowlist one."""
+        if self._proxy is None or self._proxy.address is None:
+            return {}
+        if self.policy(role).mode != "allowlist":
+            return {}
+        host, port = self._proxy.address
+        url = f"http://{host}:{port}"
+        env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
+        env.update({"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY})
+        return env
 
     def before_compose(self, bridge: str, network: str) -> None:
         """Filter the compose project's bridge before any of its containers starts."""
         if not self.internet:
             return
+        if self.allowlist:
+            raise PermanentStartError(
+                'network_mode = "allowlist" is not supported for compose tasks with '
+                "sidecars on the docker backend: use public or no-network"
+            )
         self._compose_bridge, self._compose_network = bridge, network
         self._filter = TrialFilter(kind="C", key=bridge, bridge=bridge)
         self._filter.install()
@@ -93,7 +138,12 @@ class TrialNetwork:
         flt = self._filter_of(container)
         flt.collect(self._phase or "start")
         self._phase = role
-        if self.policy(role).internet:
+        policy = self.policy(role)
+        if self._proxy is not None:
+            self._proxy.switch(policy, role)
+        if policy.mode == "allowlist":
+            flt.restrict()
+        elif policy.internet:
             flt.open()
         else:
             flt.close()
@@ -110,6 +160,8 @@ class TrialNetwork:
             if not address:
                 raise PermanentStartError(f"the trial container has no address on {NETWORK}")
             self._filter = TrialFilter(kind="E", key=str(container.name), source=address)
+            if self._proxy is not None:
+                self._filter.proxy = self._proxy_ports()
             self._filter.install()
             self.egress.chains.add(self._filter.chain)
         else:  # compose: the main container's address on the project's network
@@ -122,23 +174,40 @@ class TrialNetwork:
             self._filter.source = address
         return self._filter
 
+    def _proxy_ports(self) -> tuple[str, int, int]:
+        assert self._proxy is not None
+        if self._proxy.address is None or self._proxy.dns_address is None:
+            raise SandboxError("the allowlist egress proxy is not listening")
+        host, port = self._proxy.address
+        return host, port, self._proxy.dns_address[1]
+
     def events(self) -> list[dict[str, Any]]:
         """The refusals since the last call (``network_refused`` events).
 
-        One per destination range and phase, with a packet count.
+        The filter's: one per destination range and phase, with a packet count; the
+        proxy's: one per refused request, DNS query or tunnel, with its host or address.
         """
-        if self._filter is None:
-            return []
-        self._filter.collect(self._phase or "start")
-        events, self._filter.events = self._filter.events, []
+        events: list[dict[str, Any]] = []
+        if self._filter is not None:
+            self._filter.collect(self._phase or "start")
+            events, self._filter.events = self._filter.events, []
+        if self._proxy is not None:
+            events += self._proxy.events()
         return events
 
     def remove(self) -> None:
-        """Close the trial and delete its chain (before its container goes)."""
-        if self._filter is not None:
-            self._filter.collect(self._phase or "start")
-            self._filter.remove()
-            self.egress.chains.discard(self._filter.chain)
+        """Close the trial, delete its chain (before its container goes), stop its proxy."""
+        try:
+            if self._filter is not None:
+                self._filter.collect(self._phase or "start")
+                self._filter.remove()
+                self.egress.chains.discard(self._filter.chain)
+        finally:
+            if self._proxy is not None:
+                try:
+                    self._proxy.close()
+                except (OSError, RuntimeError, TimeoutError) as exc:
+                    raise SandboxError(f"the trial's egress proxy did not stop: {exc}") from exc
 
     def describe(self) -> dict[str, Any]:
         """Record facts: each phase's policy as this backend enforced it."""
@@ -147,6 +216,9 @@ class TrialNetwork:
         }
         if self._filter is not None:
             facts["egress_chain"] = self._filter.chain
+        if self._proxy is not None and self._proxy.address is not None:
+            host, port = self._proxy.address
+            facts["egress_proxy"] = f"{host}:{port}"
         return facts
 
 
