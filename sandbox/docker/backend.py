@@ -385,6 +385,8 @@ class DockerSandbox(Sandbox):
             self._workdir,
             spec.resources,
             spec.allow_internet,
+            # Each phase's policy: a warm container's network was chosen for its own.
+            tuple(sorted(spec.networks.items())),
             spec.image_tests,
             spec.agent_user,
             spec.agent_root,
