@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.egress_runtime import egress_runtime
 from support.net import Listener
 from support.netns import PublicNet
 
@@ -117,24 +118,8 @@ def public(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PublicNet]:
 @pytest.fixture(params=[None, "runsc"], ids=["runc", "runsc"])
 def docker_runtime(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A DockerRuntime under runc, and under gVisor (its ``runsc-net`` sibling)."""
-    from support.docker import docker_client, require_image, unavailable
-
-    from sandbox.docker.images import ImageResolver
-    from sandbox.docker.runtime import DockerRuntime
-
-    client = docker_client()
-    require_image(client)
-    runtimes = client.info().get("Runtimes") or {}
-    if request.param and not {"runsc", "runsc-net"} <= set(runtimes):
-        unavailable("runtimes runsc and runsc-net are not registered (docker/start-engine.sh)")
-    runtime = DockerRuntime(
-        client,
-        ImageResolver(client),
-        runtime=request.param,
-        run_label=f"allowlist-{secrets.token_hex(4)}",
-    )
-    yield runtime
-    runtime.close()
+    with egress_runtime(request.param, "allowlist") as runtime:
+        yield runtime
 
 
 def _phase(sandbox: Sandbox, role: str, env: dict[str, str]) -> dict[str, Any]:
