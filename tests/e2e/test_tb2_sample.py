@@ -1,0 +1,196 @@
+"""Issue 27's proof on real Terminal-Bench 2 tasks (``tests/fixtures/tb2/``, adapted only to
+build offline: see its README).
+
+One run per configuration, ``-j 2``, every task image built once by the first run (the
+harness's content-addressed images, ``--force-build`` over each task's ``docker_image``) and
+reused by the others:
+
+- the oracle passes every task under ``--runtime runsc --agent-root isolated`` and under runc
+  with ``--agent-root allow``;
+- with the default ``--agent-root never`` it fails only where the solution needs root
+  (``log-summary-date-ranges`` runs ``apt-get``), and the run names up front the tasks whose
+  agent Harbor would run as root;
+- ``nop`` scores 0 on every task;
+- a published task, unmodified but for its base alias (its ``test.sh`` fetches uv from the
+  internet, which this machine cannot reach), builds with ``--force-build`` and its
+  ``test.sh``'s ``apt-get update`` writes the image root.
+
+The alias target ``harness-test/tb2-base:bookworm`` is built once per session (reused when
+present) and carries the harness's managed label, so ``harness images prune`` removes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.docker import docker_client, require_image
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tb2"
+TASKS = ("log-summary-date-ranges", "multi-source-data-merger", "regex-log")
+#: The tasks whose solution needs root (``apt-get``); every other one passes as an
+#: unprivileged agent.
+NEEDS_ROOT = {"log-summary-date-ranges"}
+BASE = "harness-test/tb2-base:bookworm"
+#: Every ``FROM`` of the sample, served by the base built here.
+ALIASES = ("ubuntu:24.04", "python:3.13-slim-bookworm", "python:3.11-slim")
+CA_DIR = Path("/usr/local/share/ca-certificates")
+#: TB2's ``tests/test.sh`` as published (the same in every task but for the ``-w`` tools).
+PUBLISHED_TEST_SH = """#!/bin/bash
+
+# Install curl
+apt-get update
+apt-get install -y curl
+
+# Install uv
+curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+
+source $HOME/.local/bin/env
+
+# Check if we're in a valid working directory
+if [ "$PWD" = "/" ]; then
+    echo "Error: No working directory set. Please set a WORKDIR in your Dockerfile before \
+running this script."
+    exit 1
+fi
+
+uvx \\
+  -p 3.13 \\
+  -w pytest==8.4.1 \\
+  -w pytest-json-ctrf==0.3.5 \\
+  pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
+
+
+if [ $? -eq 0 ]; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+"""
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="session")
+def tb2_base(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``harness-test/tb2-base:bookworm``, built here unless present (see the README)."""
+    import docker.errors
+
+    client = docker_client()
+    require_image(client)
+    try:
+        client.images.get(BASE)
+        return BASE
+    except docker.errors.ImageNotFound:
+        pass
+    context = tmp_path_factory.mktemp("tb2-base")
+    shutil.copy(FIXTURES / "base" / "Dockerfile", context / "Dockerfile")
+    certificates = sorted(CA_DIR.glob("*.crt"))
+    assert certificates, f"no CA in {CA_DIR}: the build could not reach PyPI"
+    for certificate in certificates:
+        shutil.copy(certificate, context / certificate.name)
+    built = subprocess.run(
+        ["docker", "build", "--quiet", "--label", "org.harness.managed=1", "-t", BASE, context],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-4000:]
+    return BASE
+
+
+def alias_args(base: str) -> list[str]:
+    """``--base-alias FROM=BASE`` for every base image of the sample."""
+    args: list[str] = []
+    for name in ALIASES:
+        args += ["--base-alias", f"{name}={base}"]
+    return args
+
+
+def run_sample(
+    e2e: Any, tasks: Path, out: Path, base: str, agent: str, *options: str
+) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """One run of every task in ``tasks`` (``-j 2``, ``--force-build``): the CLI's result and
+    each task's one record, by task name (the folder's name)."""
+    result = e2e.run(
+        "run", tasks, "--agent", agent, "--sandbox", "docker", "--force-build",
+        *alias_args(base), *options, "-j", "2", "-o", out, "--display", "none", "--json",
+        timeout=1800,
+    )  # fmt: skip
+    records = e2e.read_run(e2e.only_run_dir(out)).records
+    by_name = {record["task"]["key"].rsplit("/", 1)[-1]: record for record in records}
+    assert sorted(by_name) == sorted(p.name for p in tasks.iterdir() if p.is_dir()), result
+    return result, by_name
+
+
+def sample(tmp_path: Path) -> Path:
+    """The sample's task dirs (without the fixture's ``base``), copied under ``tmp_path``."""
+    tasks = tmp_path / "tb2"
+    for name in TASKS:
+        shutil.copytree(FIXTURES / name, tasks / name)
+    return tasks
+
+
+def rewards(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {name: (record["status"], record["reward"]) for name, record in records.items()}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param(("--runtime", "runsc", "--agent-root", "isolated"), id="runsc-isolated"),
+        pytest.param(("--agent-root", "allow"), id="runc-allow"),
+    ],
+)
+def test_the_oracle_passes_every_task_with_a_root_agent(
+    e2e: Any, tmp_path: Path, tb2_base: str, options: tuple[str, ...]
+) -> None:
+    result, records = run_sample(e2e, sample(tmp_path), tmp_path / "runs", tb2_base, "oracle",
+                                 *options)  # fmt: skip
+    assert rewards(records) == {name: ("completed", 1.0) for name in TASKS}, result
+
+
+def test_with_the_default_the_oracle_fails_only_where_root_is_needed_and_nop_scores_0(
+    e2e: Any, tmp_path: Path, tb2_base: str
+) -> None:
+    tasks = sample(tmp_path)
+    result, records = run_sample(e2e, tasks, tmp_path / "oracle", tb2_base, "oracle")
+    expected = {name: ("completed", 0.0 if name in NEEDS_ROOT else 1.0) for name in TASKS}
+    assert rewards(records) == expected, result
+    # The run names, before it runs them, the tasks whose agent Harbor would run as root
+    # (every TB2 image's user is root): one line per run, naming each.
+    output = result.stdout + result.stderr
+    lines = [line for line in output.splitlines() if "root" in line]
+    for name in TASKS:
+        assert any(name in line for line in lines), (name, output)
+
+    nop, nop_records = run_sample(e2e, tasks, tmp_path / "nop", tb2_base, "nop")
+    assert rewards(nop_records) == {name: ("completed", 0.0) for name in TASKS}, nop
+
+
+def test_a_published_task_builds_with_force_build_and_its_test_sh_writes_the_image_root(
+    e2e: Any, tmp_path: Path, tb2_base: str
+) -> None:
+    """``regex-log`` as TB2 publishes it: its Dockerfile without the adapted verifier venv,
+    its ``test.sh`` unmodified. uv's installer is out of reach here, so the reward is 0; the
+    point is that ``apt-get update`` (it writes ``/var/lib/apt/lists``) succeeds in the
+    verifier, where a read-only root failed it."""
+    tasks = tmp_path / "published"
+    task = tasks / "regex-log"
+    shutil.copytree(FIXTURES / "regex-log", task)
+    dockerfile = task / "environment" / "Dockerfile"
+    published = dockerfile.read_text().split("\n# ADAPTED (offline)")[0] + "\n"
+    assert "FROM ubuntu:24.04" in published and "/opt/tb2-verifier" not in published
+    dockerfile.write_text(published)
+    (task / "tests" / "test.sh").write_text(PUBLISHED_TEST_SH)
+    config = (task / "task.toml").read_text()
+    assert 'docker_image = "alexgshaw/regex-log:20251031"' in config
+    result, records = run_sample(e2e, tasks, tmp_path / "runs", tb2_base, "oracle",
+                                 "--agent-root", "allow")  # fmt: skip
+    record = records["regex-log"]
+    assert record["status"] == "completed", (result, record)
+    verifier = e2e.read_run(e2e.only_run_dir(tmp_path / "runs")).evidence(record) / "verifier"
+    log = (verifier / "test-stdout.txt").read_text() + (verifier / "test-stderr.txt").read_text()
+    assert "Read-only file system" not in log, log
+    assert "Reading package lists... Done" in log, log
