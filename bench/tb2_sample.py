@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""The adapted Terminal-Bench 2 sample end to end, against plain ``docker run`` (a script).
+
+Times ``tests/fixtures/tb2/`` (real TB2 tasks, adapted only to build offline: see its README)
+with the ``oracle`` agent, one trial at a time, twice: with a cold image cache (the
+sample's task images removed first) and a warm one (the images of the cold pass reused).
+
+(a) the harness: ``harness run --sandbox docker --force-build --agent-root allow`` (runc;
+    ``--runtime``/``--agent-root`` change it) through the CLI, as a user runs it. Per trial,
+    the record's ``timings`` split into build (``timings.build``, when the harness records
+    it, else inside ``reset``), start (``reset`` minus the build), agent, verifier, cleanup
+    and the rest; each as a share of the summed trial totals; and the run's wall time;
+(b) the floor: per task, ``docker build`` of the same Dockerfile (its ``FROM`` rewritten to
+    the alias target) and one ``docker run --rm`` of the built image that runs
+    ``solution/solve.sh`` then ``tests/test.sh``: what any harness must pay for these tasks;
+(c) harness wall time / floor wall time, cold and warm.
+
+The alias target ``harness-test/tb2-base:bookworm`` is built first when it is missing (it
+carries ``org.harness.managed=1``, so ``harness images prune`` removes it), from
+``tests/fixtures/tb2/base/Dockerfile`` and the CA files of ``/usr/local/share/ca-certificates``.
+
+Usage::
+
+    .venv/bin/python bench/tb2_sample.py
+    .venv/bin/python bench/tb2_sample.py --runtime runsc --agent-root isolated
+
+Writes ``bench/results/tb2_sample.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+if str(REPO) not in sys.path:  # run as a plain script from anywhere
+    sys.path.insert(0, str(REPO))
+
+from measure import host_info  # noqa: E402
+
+FIXTURES = REPO / "tests" / "fixtures" / "tb2"
+TASKS = ("log-summary-date-ranges", "multi-source-data-merger", "regex-log")
+BASE = "harness-test/tb2-base:bookworm"
+ALIASES = ("ubuntu:24.04", "python:3.13-slim-bookworm", "python:3.11-slim")
+CA_DIR = Path("/usr/local/share/ca-certificates")
+FLOOR_TAG = "harness-test/tb2-floor"
+#: The phases reported, in lifecycle order ("other" is what the record's total leaves).
+PHASES = ("build", "start", "agent", "verifier", "cleanup", "other")
+FROM_LINE = re.compile(r"^FROM\s+(\S+)\s*$", re.MULTILINE)
+
+
+def docker(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    """``docker ARGS``; a failure stops the benchmark with its stderr."""
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"docker {' '.join(args[:3])} failed:\n{done.stderr[-3000:]}")
+    return done
+
+
+def ensure_base() -> None:
+    """Build the alias target unless it exists."""
+    if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True).returncode == 0:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(FIXTURES / "base" / "Dockerfile", Path(tmp) / "Dockerfile")
+        for certificate in CA_DIR.glob("*.crt"):
+            shutil.copy(certificate, Path(tmp) / certificate.name)
+        docker("build", "--quiet", "--label", "org.harness.managed=1", "-t", BASE, tmp)
+
+
+def forget_images() -> None:
+    """Remove the sample's images (the harness's task images and the floor's), keeping the
+    base: the next pass builds every task image from a cold cache."""
+    listed = docker("images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}").stdout
+    for line in listed.splitlines():
+        reference, image_id = line.split()
+        if reference.startswith(FLOOR_TAG) or (
+            reference.startswith("harness-task/") and any(t in reference for t in TASKS)
+        ):
+            subprocess.run(["docker", "rmi", "-f", image_id], capture_output=True)
+    subprocess.run(["docker", "builder", "prune", "-f"], capture_output=True)
+
+
+def floor_pass(work: Path) -> dict[str, Any]:
+    """Per task: ``docker build`` + one ``docker run`` of solve.sh then test.sh."""
+    tasks: dict[str, Any] = {}
+    for name in TASKS:
+        context = work / "floor" / name
+        shutil.rmtree(context, ignore_errors=True)
+        shutil.copytree(FIXTURES / name / "environment", context)
+        dockerfile = context / "Dockerfile"
+        dockerfile.write_text(
+            FROM_LINE.sub(
+                lambda m: f"FROM {BASE}" if m.group(1) in ALIASES else m.group(0),
+                dockerfile.read_text(),
+            )
+        )
+        tag = f"{FLOOR_TAG}:{name}"
+        start = time.perf_counter()
+        docker("build", "--quiet", "--label", "org.harness.managed=1", "-t", tag, str(context))
+        built = time.perf_counter()
+        ran = docker(
+            "run", "--rm",
+            "-v", f"{FIXTURES / name / 'solution'}:/solution:ro",
+            "-v", f"{FIXTURES / name / 'tests'}:/tests:ro",
+            tag, "bash", "-c",
+            "mkdir -p /logs/verifier; bash /solution/solve.sh >/dev/null 2>&1;"
+            " bash /tests/test.sh >/dev/null 2>&1; cat /logs/verifier/reward.txt",
+        )  # fmt: skip
+        end = time.perf_counter()
+        tasks[name] = {
+            "build_s": built - start,
+            "run_s": end - built,
+            "total_s": end - start,
+            "reward": float(ran.stdout.strip() or "nan"),
+        }
+    return {"tasks": tasks, "wall_s": sum(t["total_s"] for t in tasks.values())}
+
+
+def harness_pass(work: Path, label: str, options: list[str]) -> dict[str, Any]:
+    """One ``harness run`` of the sample (``-j 1``), its wall time and each record's phases."""
+    tasks_dir = work / "tasks"
+    if not tasks_dir.exists():
+        for name in TASKS:
+            shutil.copytree(FIXTURES / name, tasks_dir / name)
+    out = work / f"runs-{label}"
+    aliases = [arg for name in ALIASES for arg in ("--base-alias", f"{name}={BASE}")]
+    command = [
+        sys.executable, "-m", "harness", "run", str(tasks_dir), "--agent", "oracle",
+        "--sandbox", "docker", "--force-build", *aliases, *options, "-j", "1",
+        "-o", str(out), "--display", "none",
+    ]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=REPO)
+    wall = time.perf_counter() - start
+    runs = [p for p in out.iterdir() if p.is_dir()] if out.exists() else []
+    if len(runs) != 1:
+        raise SystemExit(f"harness run made no run dir:\n{done.stdout}\n{done.stderr}")
+    records = [json.loads(line) for line in (runs[0] / "trials.jsonl").read_text().splitlines()]
+    tasks: dict[str, Any] = {}
+    for record in records:
+        timings = {k: float(v or 0.0) for k, v in (record.get("timings") or {}).items()}
+        build = timings.get("build", 0.0)
+        phases = {
+            "build": build,
+            # With timings.build the reset is the container's start alone; without it
+            # the build sits inside the reset (and is reported as start).
+            "start": timings.get("reset", 0.0),
+            "agent": timings.get("agent", 0.0),
+            "verifier": timings.get("verifier", 0.0),
+            "cleanup": timings.get("cleanup", 0.0),
+        }
+        total = timings.get("total", sum(phases.values()))
+        phases["other"] = max(total - sum(phases.values()), 0.0)
+        name = str(record["task"]["key"]).rsplit("/", 1)[-1]
+        tasks[name] = {
+            "status": record.get("status"),
+            "reward": record.get("reward"),
+            "total_s": total,
+            "phases_s": phases,
+            "build_recorded": "build" in timings,
+        }
+    summed = sum(t["total_s"] for t in tasks.values()) or float("nan")
+    shares = {phase: sum(t["phases_s"][phase] for t in tasks.values()) / summed for phase in PHASES}
+    return {"exit": done.returncode, "wall_s": wall, "tasks": tasks, "shares": shares}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runtime", default=None, help="e.g. runsc (default: the engine's)")
+    parser.add_argument("--agent-root", default="allow", help="never, isolated or allow")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "tb2_sample.json")
+    args = parser.parse_args(argv)
+    options = ["--agent-root", args.agent_root]
+    if args.runtime:
+        options += ["--runtime", args.runtime]
+    ensure_base()
+    results: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": host_info(),
+        "params": {"tasks": list(TASKS), "options": options, "base": BASE},
+    }
+    with tempfile.TemporaryDirectory(prefix="tb2-bench-") as tmp:
+        work = Path(tmp)
+        for cache in ("cold", "warm"):
+            if cache == "cold":
+                forget_images()
+            floor = floor_pass(work)
+            if cache == "cold":
+                forget_images()
+            harness = harness_pass(work, cache, options)
+            results[cache] = {
+                "floor": floor,
+                "harness": harness,
+                "ratio": harness["wall_s"] / floor["wall_s"],
+            }
+    results["machine"]["loadavg_at_end"] = list(os.getloadavg())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+    print(f"TB2 sample ({len(TASKS)} tasks, oracle, {' '.join(options)}), -j 1")
+    for cache in ("cold", "warm"):
+        cell = results[cache]
+        harness, floor = cell["harness"], cell["floor"]
+        print(
+            f"\n{cache} image cache: harness {harness['wall_s']:.1f} s (exit {harness['exit']}),"
+            f" floor {floor['wall_s']:.1f} s, ratio {cell['ratio']:.2f}x"
+        )
+        print("  share of the summed trial totals: " + ", ".join(
+            f"{phase} {share * 100:.0f} %" for phase, share in harness["shares"].items()
+        ))  # fmt: skip
+        for name in TASKS:
+            trial = harness["tasks"].get(name, {})
+            bare = floor["tasks"][name]
+            print(
+                f"  {name:26s} harness {trial.get('total_s', float('nan')):6.1f} s"
+                f" reward {trial.get('reward')}  floor build {bare['build_s']:5.1f} s"
+                f" run {bare['run_s']:5.1f} s reward {bare['reward']}"
+            )
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
