@@ -15,7 +15,7 @@ sample's task images removed first) and a warm one (the images of the cold pass 
     ``solution/solve.sh`` then ``tests/test.sh``: what any harness must pay for these tasks;
 (c) harness wall time / floor wall time, cold and warm.
 
-The alias target ``harness-test/tb2-base:bookworm`` is built first when it is missing (it
+The alias target ``harness-test/tb2-base:<hash>`` is built first when it is missing (it
 carries ``org.harness.managed=1``, so ``harness images prune`` removes it), from
 ``tests/fixtures/tb2/base/Dockerfile`` and the CA files of ``/usr/local/share/ca-certificates``.
 
@@ -30,6 +30,7 @@ Writes ``bench/results/tb2_sample.json`` and prints a table.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -50,8 +51,18 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere
 from measure import host_info  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "tb2"
-TASKS = ("log-summary-date-ranges", "multi-source-data-merger", "regex-log")
-BASE = "harness-test/tb2-base:bookworm"
+TASKS = (
+    "distribution-search",
+    "log-summary-date-ranges",
+    "multi-source-data-merger",
+    "regex-log",
+    "sparql-university",
+)
+#: The alias target, tagged by its Dockerfile's content (a changed one is rebuilt).
+BASE = (
+    "harness-test/tb2-base:"
+    + hashlib.sha256((FIXTURES / "base" / "Dockerfile").read_bytes()).hexdigest()[:12]
+)
 ALIASES = ("ubuntu:24.04", "python:3.13-slim-bookworm", "python:3.11-slim")
 CA_DIR = Path("/usr/local/share/ca-certificates")
 FLOOR_TAG = "harness-test/tb2-floor"

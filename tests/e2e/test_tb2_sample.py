@@ -15,12 +15,13 @@ reused by the others:
   internet, which this machine cannot reach), builds with ``--force-build`` and its
   ``test.sh``'s ``apt-get update`` writes the image root.
 
-The alias target ``harness-test/tb2-base:bookworm`` is built once per session (reused when
+The alias target ``harness-test/tb2-base:<hash>`` is built once per session (reused when
 present) and carries the harness's managed label, so ``harness images prune`` removes it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -30,53 +31,25 @@ import pytest
 from support.docker import docker_client, require_image
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tb2"
-TASKS = ("log-summary-date-ranges", "multi-source-data-merger", "regex-log")
+#: The sample's three smallest tasks (the suite's time): ``bench/tb2_sample.py`` runs all.
+TASKS = ("log-summary-date-ranges", "regex-log", "sparql-university")
 #: The tasks whose solution needs root (``apt-get``); every other one passes as an
 #: unprivileged agent.
 NEEDS_ROOT = {"log-summary-date-ranges"}
-BASE = "harness-test/tb2-base:bookworm"
+#: The alias target, tagged by its Dockerfile's content (a changed one is rebuilt).
+BASE = (
+    "harness-test/tb2-base:"
+    + hashlib.sha256((FIXTURES / "base" / "Dockerfile").read_bytes()).hexdigest()[:12]
+)
 #: Every ``FROM`` of the sample, served by the base built here.
 ALIASES = ("ubuntu:24.04", "python:3.13-slim-bookworm", "python:3.11-slim")
 CA_DIR = Path("/usr/local/share/ca-certificates")
-#: TB2's ``tests/test.sh`` as published (the same in every task but for the ``-w`` tools).
-PUBLISHED_TEST_SH = """#!/bin/bash
-
-# Install curl
-apt-get update
-apt-get install -y curl
-
-# Install uv
-curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
-
-source $HOME/.local/bin/env
-
-# Check if we're in a valid working directory
-if [ "$PWD" = "/" ]; then
-    echo "Error: No working directory set. Please set a WORKDIR in your Dockerfile before \
-running this script."
-    exit 1
-fi
-
-uvx \\
-  -p 3.13 \\
-  -w pytest==8.4.1 \\
-  -w pytest-json-ctrf==0.3.5 \\
-  pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
-
-
-if [ $? -eq 0 ]; then
-  echo 1 > /logs/verifier/reward.txt
-else
-  echo 0 > /logs/verifier/reward.txt
-fi
-"""
-
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="session")
 def tb2_base(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``harness-test/tb2-base:bookworm``, built here unless present (see the README)."""
+    """``harness-test/tb2-base:<hash>``, built here unless present (see the README)."""
     import docker.errors
 
     client = docker_client()
@@ -172,20 +145,14 @@ def test_with_the_default_the_oracle_fails_only_where_root_is_needed_and_nop_sco
 def test_a_published_task_builds_with_force_build_and_its_test_sh_writes_the_image_root(
     e2e: Any, tmp_path: Path, tb2_base: str
 ) -> None:
-    """``regex-log`` as TB2 publishes it: its Dockerfile without the adapted verifier venv,
-    its ``test.sh`` unmodified. uv's installer is out of reach here, so the reward is 0; the
+    """``regex-log`` as TB2 publishes it (``tests/fixtures/tb2/published/``, every file
+    upstream's). uv's installer is out of reach here, so the reward is 0; the
     point is that ``apt-get update`` (it writes ``/var/lib/apt/lists``) succeeds in the
     verifier, where a read-only root failed it."""
     tasks = tmp_path / "published"
-    task = tasks / "regex-log"
-    shutil.copytree(FIXTURES / "regex-log", task)
-    dockerfile = task / "environment" / "Dockerfile"
-    published = dockerfile.read_text().split("\n# ADAPTED (offline)")[0] + "\n"
+    shutil.copytree(FIXTURES / "published" / "regex-log", tasks / "regex-log")
+    published = (tasks / "regex-log" / "environment" / "Dockerfile").read_text()
     assert "FROM ubuntu:24.04" in published and "/opt/tb2-verifier" not in published
-    dockerfile.write_text(published)
-    (task / "tests" / "test.sh").write_text(PUBLISHED_TEST_SH)
-    config = (task / "task.toml").read_text()
-    assert 'docker_image = "alexgshaw/regex-log:20251031"' in config
     result, records = run_sample(e2e, tasks, tmp_path / "runs", tb2_base, "oracle",
                                  "--agent-root", "allow")  # fmt: skip
     record = records["regex-log"]
