@@ -15,9 +15,10 @@ sample's task images removed first) and a warm one (the images of the cold pass 
     ``solution/solve.sh`` then ``tests/test.sh``: what any harness must pay for these tasks;
 (c) harness wall time / floor wall time, cold and warm.
 
-The alias target ``harness-test/tb2-base:<hash>`` is built first when it is missing (it
-carries ``org.harness.managed=1``, so ``harness images prune`` removes it), from
-``tests/fixtures/tb2/base/Dockerfile`` and the CA files of ``/usr/local/share/ca-certificates``.
+The alias targets (``tests/fixtures/tb2/base/bases.py``: ``harness/base:bookworm`` and a
+Debian 13 rootfs made by debootstrap, each with pip, venv and this machine's CA) are built
+first when missing; they carry ``org.harness.managed=1``, so ``harness images prune``
+removes them. The cold pass removes only the task images, never the bases.
 
 Usage::
 
@@ -30,7 +31,7 @@ Writes ``bench/results/tb2_sample.json`` and prints a table.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -52,19 +53,13 @@ from measure import host_info  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "tb2"
 TASKS = (
+    "build-pmars",
     "distribution-search",
     "log-summary-date-ranges",
     "multi-source-data-merger",
     "regex-log",
     "sparql-university",
 )
-#: The alias target, tagged by its Dockerfile's content (a changed one is rebuilt).
-BASE = (
-    "harness-test/tb2-base:"
-    + hashlib.sha256((FIXTURES / "base" / "Dockerfile").read_bytes()).hexdigest()[:12]
-)
-ALIASES = ("ubuntu:24.04", "python:3.13-slim-bookworm", "python:3.11-slim")
-CA_DIR = Path("/usr/local/share/ca-certificates")
 FLOOR_TAG = "harness-test/tb2-floor"
 #: The phases reported, in lifecycle order ("other" is what the record's total leaves).
 PHASES = ("build", "start", "agent", "verifier", "cleanup", "other")
@@ -79,15 +74,18 @@ def docker(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str
     return done
 
 
-def ensure_base() -> None:
-    """Build the alias target unless it exists."""
-    if subprocess.run(["docker", "image", "inspect", BASE], capture_output=True).returncode == 0:
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.copy(FIXTURES / "base" / "Dockerfile", Path(tmp) / "Dockerfile")
-        for certificate in CA_DIR.glob("*.crt"):
-            shutil.copy(certificate, Path(tmp) / certificate.name)
-        docker("build", "--quiet", "--label", "org.harness.managed=1", "-t", BASE, tmp)
+def load_bases() -> Any:
+    """``tests/fixtures/tb2/base/bases.py``, loaded by path (the alias targets' builder)."""
+    spec = importlib.util.spec_from_file_location("tb2_bases", FIXTURES / "base" / "bases.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def alias_map(aliases: list[str]) -> dict[str, str]:
+    """``{FROM: IMAGE}`` of ``--base-alias FROM=IMAGE`` arguments."""
+    return dict(arg.split("=", 1) for arg in aliases if arg != "--base-alias")
 
 
 def forget_images() -> None:
@@ -103,7 +101,7 @@ def forget_images() -> None:
     subprocess.run(["docker", "builder", "prune", "-f"], capture_output=True)
 
 
-def floor_pass(work: Path) -> dict[str, Any]:
+def floor_pass(work: Path, aliases: dict[str, str]) -> dict[str, Any]:
     """Per task: ``docker build`` + one ``docker run`` of solve.sh then test.sh."""
     tasks: dict[str, Any] = {}
     for name in TASKS:
@@ -113,7 +111,7 @@ def floor_pass(work: Path) -> dict[str, Any]:
         dockerfile = context / "Dockerfile"
         dockerfile.write_text(
             FROM_LINE.sub(
-                lambda m: f"FROM {BASE}" if m.group(1) in ALIASES else m.group(0),
+                lambda m: f"FROM {aliases.get(m.group(1), m.group(1))}",
                 dockerfile.read_text(),
             )
         )
@@ -139,14 +137,13 @@ def floor_pass(work: Path) -> dict[str, Any]:
     return {"tasks": tasks, "wall_s": sum(t["total_s"] for t in tasks.values())}
 
 
-def harness_pass(work: Path, label: str, options: list[str]) -> dict[str, Any]:
+def harness_pass(work: Path, label: str, aliases: list[str], options: list[str]) -> dict[str, Any]:
     """One ``harness run`` of the sample (``-j 1``), its wall time and each record's phases."""
     tasks_dir = work / "tasks"
     if not tasks_dir.exists():
         for name in TASKS:
             shutil.copytree(FIXTURES / name, tasks_dir / name)
     out = work / f"runs-{label}"
-    aliases = [arg for name in ALIASES for arg in ("--base-alias", f"{name}={BASE}")]
     command = [
         sys.executable, "-m", "harness", "run", str(tasks_dir), "--agent", "oracle",
         "--sandbox", "docker", "--force-build", *aliases, *options, "-j", "1",
@@ -196,21 +193,21 @@ def main(argv: list[str] | None = None) -> int:
     options = ["--agent-root", args.agent_root]
     if args.runtime:
         options += ["--runtime", args.runtime]
-    ensure_base()
+    aliases = load_bases().alias_args()
     results: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": host_info(),
-        "params": {"tasks": list(TASKS), "options": options, "base": BASE},
+        "params": {"tasks": list(TASKS), "options": options, "aliases": aliases},
     }
     with tempfile.TemporaryDirectory(prefix="tb2-bench-") as tmp:
         work = Path(tmp)
         for cache in ("cold", "warm"):
             if cache == "cold":
                 forget_images()
-            floor = floor_pass(work)
+            floor = floor_pass(work, alias_map(aliases))
             if cache == "cold":
                 forget_images()
-            harness = harness_pass(work, cache, options)
+            harness = harness_pass(work, cache, aliases, options)
             results[cache] = {
                 "floor": floor,
                 "harness": harness,

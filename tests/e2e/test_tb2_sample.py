@@ -15,84 +15,68 @@ reused by the others:
   internet, which this machine cannot reach), builds with ``--force-build`` and its
   ``test.sh``'s ``apt-get update`` writes the image root.
 
-The alias target ``harness-test/tb2-base:<hash>`` is built once per session (reused when
-present) and carries the harness's managed label, so ``harness images prune`` removes it.
+The alias targets (``tests/fixtures/tb2/base/``) are built once and reused, tagged by the
+hash of their sources, with the harness's managed label, so ``harness images prune``
+removes them.
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import shutil
-import subprocess
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
-from support.docker import docker_client, require_image
+from support.docker import docker_client, prerequisite_missing, require_image
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tb2"
-#: The sample's three smallest tasks (the suite's time): ``bench/tb2_sample.py`` runs all.
-TASKS = ("log-summary-date-ranges", "regex-log", "sparql-university")
-#: The tasks whose solution needs root. None of the sample's does: log-summary-date-ranges
-#: runs ``apt-get update && apt-get install`` under ``set -e``, whose failure as an
-#: unprivileged user bash ignores (a failing command before ``&&``), and then solves the
-#: task with the image's tools. So the default must pass every task as well.
-NEEDS_ROOT: set[str] = set()
-#: The alias target, tagged by its Dockerfile's content (a changed one is rebuilt).
-BASE = (
-    "harness-test/tb2-base:"
-    + hashlib.sha256((FIXTURES / "base" / "Dockerfile").read_bytes()).hexdigest()[:12]
-)
-#: Every ``FROM`` of the sample, served by the base built here.
-ALIASES = ("ubuntu:24.04", "python:3.13-slim-bookworm", "python:3.11-slim")
-CA_DIR = Path("/usr/local/share/ca-certificates")
+#: The sample's smallest tasks (the suite's time; ``bench/tb2_sample.py`` runs all), and
+#: build-pmars, whose solution needs root.
+TASKS = ("build-pmars", "log-summary-date-ranges", "regex-log", "sparql-university")
+#: The tasks whose solution needs root: build-pmars installs build tools with apt-get
+#: under ``set -e``. log-summary-date-ranges runs ``apt-get update && apt-get install``
+#: too, but bash ignores a failing command before ``&&``, and it then solves the task with
+#: the image's tools, so it passes as an unprivileged agent.
+NEEDS_ROOT = {"build-pmars"}
 pytestmark = pytest.mark.docker
 
 
+def _load_bases() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("tb2_bases", FIXTURES / "base" / "bases.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
-def tb2_base(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``harness-test/tb2-base:<hash>``, built here unless present (see the README)."""
-    import docker.errors
-
-    client = docker_client()
-    require_image(client)
+def tb2_base() -> list[str]:
+    """``--base-alias`` for every base image of the sample, the targets built here unless
+    present (``tests/fixtures/tb2/base/``: harness/base:bookworm and a Debian 13 rootfs
+    made by debootstrap, each with pip, venv and this machine's CA)."""
+    require_image(docker_client())
+    if shutil.which("debootstrap") is None:
+        prerequisite_missing("debootstrap (the Debian 13 base of build-pmars)")
+    bases = _load_bases()
     try:
-        client.images.get(BASE)
-        return BASE
-    except docker.errors.ImageNotFound:
-        pass
-    context = tmp_path_factory.mktemp("tb2-base")
-    shutil.copy(FIXTURES / "base" / "Dockerfile", context / "Dockerfile")
-    certificates = sorted(CA_DIR.glob("*.crt"))
-    assert certificates, f"no CA in {CA_DIR}: the build could not reach PyPI"
-    for certificate in certificates:
-        shutil.copy(certificate, context / certificate.name)
-    built = subprocess.run(
-        ["docker", "build", "--quiet", "--label", "org.harness.managed=1", "-t", BASE, context],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr[-4000:]
-    return BASE
-
-
-def alias_args(base: str) -> list[str]:
-    """``--base-alias FROM=BASE`` for every base image of the sample."""
-    args: list[str] = []
-    for name in ALIASES:
-        args += ["--base-alias", f"{name}={base}"]
-    return args
+        return list(bases.alias_args())
+    except bases.BaseBuildError as exc:
+        pytest.fail(str(exc))
 
 
 def run_sample(
-    e2e: Any, tasks: Path, out: Path, base: str, agent: str, *options: str
+    e2e: Any, tasks: Path, out: Path, aliases: list[str], agent: str, *options: str
 ) -> tuple[Any, dict[str, dict[str, Any]]]:
     """One run of every task in ``tasks`` (``-j 2``, ``--force-build``): the CLI's result and
     each task's one record, by task name (the folder's name)."""
     result = e2e.run(
         "run", tasks, "--agent", agent, "--sandbox", "docker", "--force-build",
-        *alias_args(base), *options, "-j", "2", "-o", out, "--display", "none", "--json",
+        *aliases, *options, "-j", "2", "-o", out, "--display", "none", "--json",
         timeout=1800,
     )  # fmt: skip
+    assert out.is_dir(), result  # a run refused before it starts makes no run dir
     records = e2e.read_run(e2e.only_run_dir(out)).records
     by_name = {record["task"]["key"].rsplit("/", 1)[-1]: record for record in records}
     assert sorted(by_name) == sorted(p.name for p in tasks.iterdir() if p.is_dir()), result
@@ -119,7 +103,7 @@ def rewards(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ],
 )
 def test_the_oracle_passes_every_task_with_a_root_agent(
-    e2e: Any, tmp_path: Path, tb2_base: str, options: tuple[str, ...]
+    e2e: Any, tmp_path: Path, tb2_base: list[str], options: tuple[str, ...]
 ) -> None:
     result, records = run_sample(e2e, sample(tmp_path), tmp_path / "runs", tb2_base, "oracle",
                                  *options)  # fmt: skip
@@ -127,7 +111,7 @@ def test_the_oracle_passes_every_task_with_a_root_agent(
 
 
 def test_with_the_default_the_oracle_fails_only_where_root_is_needed_and_nop_scores_0(
-    e2e: Any, tmp_path: Path, tb2_base: str
+    e2e: Any, tmp_path: Path, tb2_base: list[str]
 ) -> None:
     tasks = sample(tmp_path)
     result, records = run_sample(e2e, tasks, tmp_path / "oracle", tb2_base, "oracle")
@@ -145,7 +129,7 @@ def test_with_the_default_the_oracle_fails_only_where_root_is_needed_and_nop_sco
 
 
 def test_a_published_task_builds_with_force_build_and_its_test_sh_writes_the_image_root(
-    e2e: Any, tmp_path: Path, tb2_base: str
+    e2e: Any, tmp_path: Path, tb2_base: list[str]
 ) -> None:
     """``regex-log`` as TB2 publishes it (``tests/fixtures/tb2/published/``, every file
     upstream's). uv's installer is out of reach here, so the reward is 0; the point is
