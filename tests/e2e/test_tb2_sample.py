@@ -115,7 +115,10 @@ def test_with_the_default_the_oracle_fails_only_where_root_is_needed_and_nop_sco
 ) -> None:
     tasks = sample(tmp_path)
     result, records = run_sample(e2e, tasks, tmp_path / "oracle", tb2_base, "oracle")
-    expected = {name: ("completed", 0.0 if name in NEEDS_ROOT else 1.0) for name in TASKS}
+    # A solution that fails as an unprivileged agent is an agent error, graded 0.
+    expected = {
+        name: ("agent_error", 0.0) if name in NEEDS_ROOT else ("completed", 1.0) for name in TASKS
+    }
     assert rewards(records) == expected, result
     # The run names, before it runs them, the tasks whose agent Harbor would run as root
     # (every TB2 image's user is root): one line per run, naming each.
