@@ -10,9 +10,11 @@ sample's task images removed first) and a warm one (the images of the cold pass 
     the record's ``timings`` split into build (``timings.build``, when the harness records
     it, else inside ``reset``), start (``reset`` minus the build), agent, verifier, cleanup
     and the rest; each as a share of the summed trial totals; and the run's wall time;
-(b) the floor: per task, ``docker build`` of the same Dockerfile (its ``FROM`` rewritten to
-    the alias target) and one ``docker run --rm`` of the built image that runs
-    ``solution/solve.sh`` then ``tests/test.sh``: what any harness must pay for these tasks;
+(b) the floor: per task, ``docker build`` (BuildKit) of the same Dockerfile (its ``FROM``
+    rewritten to the alias target) and one ``docker run --rm`` of the built image that runs
+    ``solution/solve.sh`` then ``tests/test.sh`` as root: what any harness must pay for these
+    tasks. The cold pass first removes both sides' task images and the engine's build
+    cache (``docker builder prune``); the warm pass reuses what the cold one built;
 (c) harness wall time / floor wall time, cold and warm.
 
 The alias targets (``tests/fixtures/tb2/base/bases.py``: ``harness/base:bookworm`` and a
@@ -67,8 +69,12 @@ FROM_LINE = re.compile(r"^FROM\s+(\S+)\s*$", re.MULTILINE)
 
 
 def docker(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    """``docker ARGS``; a failure stops the benchmark with its stderr."""
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    """``docker ARGS`` (builds with BuildKit, as the harness's); a failure stops the
+    benchmark with its stderr."""
+    env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+    done = subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
     if done.returncode != 0:
         raise SystemExit(f"docker {' '.join(args[:3])} failed:\n{done.stderr[-3000:]}")
     return done
@@ -88,13 +94,13 @@ def alias_map(aliases: list[str]) -> dict[str, str]:
     return dict(arg.split("=", 1) for arg in aliases if arg != "--base-alias")
 
 
-def forget_images() -> None:
-    """Remove the sample's images (the harness's task images and the floor's), keeping the
-    base: the next pass builds every task image from a cold cache."""
+def forget_images(*, floor: bool) -> None:
+    """Remove the sample's task images (the harness's, and with ``floor`` the floor's) and
+    the build cache, keeping the bases: the next build of each starts cold."""
     listed = docker("images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}").stdout
     for line in listed.splitlines():
         reference, image_id = line.split()
-        if reference.startswith(FLOOR_TAG) or (
+        if (floor and reference.startswith(FLOOR_TAG)) or (
             reference.startswith("harness-task/") and any(t in reference for t in TASKS)
         ):
             subprocess.run(["docker", "rmi", "-f", image_id], capture_output=True)
@@ -203,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         for cache in ("cold", "warm"):
             if cache == "cold":
-                forget_images()
+                forget_images(floor=True)
             floor = floor_pass(work, alias_map(aliases))
             if cache == "cold":
-                forget_images()
+                forget_images(floor=False)
             harness = harness_pass(work, cache, aliases, options)
             results[cache] = {
                 "floor": floor,
