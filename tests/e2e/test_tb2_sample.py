@@ -7,9 +7,9 @@ reused by the others:
 
 - the oracle passes every task under ``--runtime runsc --agent-root isolated`` and under runc
   with ``--agent-root allow``;
-- with the default ``--agent-root never`` it fails only where the solution needs root (none
-  of the sample's does: see :data:`NEEDS_ROOT`), and the run names up front the tasks whose
-  agent Harbor would run as root (all of them: TB2 images run as root);
+- with the default ``--agent-root never`` it fails only where the solution needs root
+  (build-pmars: see :data:`NEEDS_ROOT`), and the run names up front the tasks whose agent
+  Harbor would run as root (all of them: TB2 images run as root);
 - ``nop`` scores 0 on every task;
 - a published task, unmodified but for its base alias (its ``test.sh`` fetches uv from the
   internet, which this machine cannot reach), builds with ``--force-build`` and its
