@@ -10,7 +10,7 @@ sample's task images removed first) and a warm one (the images of the cold pass 
     the record's ``timings`` split into build (``timings.build``, when the harness records
     it, else inside ``reset``), start (``reset`` minus the build), agent, verifier, cleanup
     and the rest; each as a share of the summed trial totals; and the run's wall time;
-(b) the floor: per task, ``docker build`` (BuildKit) of the same Dockerfile (its ``FROM``
+(b) the floor: per task, ``docker build`` of the same Dockerfile (its ``FROM``
     rewritten to the alias target) and one ``docker run --rm`` of the built image that runs
     ``solution/solve.sh`` then ``tests/test.sh`` as root: what any harness must pay for these
     tasks. The cold pass first removes both sides' task images and the engine's build
@@ -69,12 +69,9 @@ FROM_LINE = re.compile(r"^FROM\s+(\S+)\s*$", re.MULTILINE)
 
 
 def docker(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    """``docker ARGS`` (builds with BuildKit, as the harness's); a failure stops the
-    benchmark with its stderr."""
-    env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-    done = subprocess.run(
-        ["docker", *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
+    """``docker ARGS`` (the CLI's own builder, as the harness's build uses where it has
+    no BuildKit); a failure stops the benchmark with its stderr."""
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise SystemExit(f"docker {' '.join(args[:3])} failed:\n{done.stderr[-3000:]}")
     return done
