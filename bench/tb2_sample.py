@@ -14,7 +14,9 @@ sample's task images removed first) and a warm one (the images of the cold pass 
     rewritten to the alias target) and one ``docker run --rm`` of the built image that runs
     ``solution/solve.sh`` then ``tests/test.sh`` as root: what any harness must pay for these
     tasks. The cold pass first removes both sides' task images and the engine's build
-    cache (``docker builder prune``); the warm pass reuses what the cold one built;
+    cache (``docker builder prune``), runs the harness, then builds the floor with
+    ``--no-cache`` (the engine's layer cache is shared: the second side would reuse the
+    first's layers); the warm pass reuses what the cold one built;
 (c) harness wall time / floor wall time, cold and warm.
 
 The alias targets (``tests/fixtures/tb2/base/bases.py``: ``harness/base:bookworm`` and a
@@ -104,7 +106,7 @@ def forget_images(*, floor: bool) -> None:
     subprocess.run(["docker", "builder", "prune", "-f"], capture_output=True)
 
 
-def floor_pass(work: Path, aliases: dict[str, str]) -> dict[str, Any]:
+def floor_pass(work: Path, aliases: dict[str, str], *, cold: bool) -> dict[str, Any]:
     """Per task: ``docker build`` + one ``docker run`` of solve.sh then test.sh."""
     tasks: dict[str, Any] = {}
     for name in TASKS:
@@ -120,7 +122,9 @@ def floor_pass(work: Path, aliases: dict[str, str]) -> dict[str, Any]:
         )
         tag = f"{FLOOR_TAG}:{name}"
         start = time.perf_counter()
-        docker("build", "--quiet", "--label", "org.harness.managed=1", "-t", tag, str(context))
+        cache = ["--no-cache"] if cold else []
+        docker("build", "--quiet", *cache, "--label", "org.harness.managed=1", "-t", tag,
+               str(context))  # fmt: skip
         built = time.perf_counter()
         ran = docker(
             "run", "--rm",
@@ -205,12 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tb2-bench-") as tmp:
         work = Path(tmp)
         for cache in ("cold", "warm"):
+            # The harness first: the engine's layer cache is shared, so the side built
+            # second would reuse the first's layers; the cold floor builds --no-cache.
             if cache == "cold":
                 forget_images(floor=True)
-            floor = floor_pass(work, alias_map(aliases))
-            if cache == "cold":
-                forget_images(floor=False)
             harness = harness_pass(work, cache, aliases, options)
+            floor = floor_pass(work, alias_map(aliases), cold=cache == "cold")
             results[cache] = {
                 "floor": floor,
                 "harness": harness,
