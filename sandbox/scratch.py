@@ -27,6 +27,11 @@ PARKED = "parked"
 SHARED_MODE = 0o1777
 #: Mode of a scratch dir during a verifier phase: its owner's alone to write.
 PRIVATE_MODE = 0o755
+#: The same where the image has apt's sandbox user: its group (``nogroup``, never the
+#: agent's) may write too, since ``apt-get`` drops to ``_apt`` to fetch and verify package
+#: lists in ``/tmp`` (a Terminal-Bench ``test.sh`` installs its tools that way). Sticky, so
+#: no member removes another's entries; the agent's uid and gid still cannot write.
+SERVICE_MODE = 0o1775
 
 
 def park(fs: Path, owner: tuple[int, int]) -> None:
@@ -79,4 +84,13 @@ def clear(top: Path) -> None:
                 os.unlink(entry.path)
 
 
-__all__ = ["PARKED", "PRIVATE_MODE", "SCRATCH_DIRS", "SHARED_MODE", "clear", "park", "unpark"]
+__all__ = [
+    "PARKED",
+    "PRIVATE_MODE",
+    "SCRATCH_DIRS",
+    "SERVICE_MODE",
+    "SHARED_MODE",
+    "clear",
+    "park",
+    "unpark",
+]

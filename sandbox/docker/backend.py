@@ -84,7 +84,7 @@ from sandbox.image_config import ImageConfig
 from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.root_changes import RootChanges
 from sandbox.root_scan import Fingerprint, baseline, scan
-from sandbox.scratch import PRIVATE_MODE, SHARED_MODE, park, unpark
+from sandbox.scratch import PRIVATE_MODE, SERVICE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
 from sandbox.storage import TrialStorage
 from sandbox.storage_pool import PreparedStorage
@@ -157,6 +157,8 @@ class DockerSandbox(Sandbox):
         #: Output files of the grader's phases (a root agent must not read or plant them).
         self._grader_logs: set[str] = set()
         self._verifier_id: tuple[int, int] = (0, 0)
+        #: The gid of the image's apt sandbox user (None: none, or unusable), once asked.
+        self._service_gid: int | None | bool = False
         #: Users of earlier agents in this container (a shared judge's solver).
         self._former_agents: list[tuple[int, int]] = []
         self._solution_readable = False
@@ -821,19 +823,40 @@ class DockerSandbox(Sandbox):
         """
         if self._storage is not None:
             park(self._storage.mount_point, self._verifier_id)
-        owner = {"uid": self._verifier_id[0], "gid": self._verifier_id[1]}
+        group = self._apt_group()
+        owner = {
+            "uid": self._verifier_id[0],
+            "gid": self._verifier_id[1] if group is None else group,
+        }
         self._batch(
             [
                 {
                     "op": "reset_dir",
                     "path": target,
                     "owner": owner,
-                    "mode": PRIVATE_MODE,
+                    "mode": PRIVATE_MODE if group is None else SERVICE_MODE,
                     "keep_dir": True,
                 }
                 for target in _SCRATCH_TARGETS
             ]
         )
+
+    def _apt_group(self) -> int | None:
+        """The group apt's sandbox user (``_apt``) runs as, if the agent cannot be in it.
+
+        A verifier's ``apt-get update`` drops to ``_apt``, which must create its files in
+        ``/tmp`` (:data:`sandbox.scratch.SERVICE_MODE`). None where the image has no such
+        user, or its group is root's, the agent's or the verifier's own.
+        """
+        if self._service_gid is False:
+            try:
+                _uid, gid = self._whois("_apt")
+            except SandboxError:
+                self._service_gid = None
+            else:
+                taken = {0, self._agent_id[1], self._verifier_id[1]}
+                self._service_gid = None if gid in taken else gid
+        return None if self._service_gid in (False, None) else int(self._service_gid)
 
     def _shared_tmp(self, *, quiet: bool = False) -> None:
         """The scratch dirs back to the agent: the verifier's files gone, the agent's back.

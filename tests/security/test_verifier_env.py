@@ -133,7 +133,8 @@ def test_a_planted_tmp_symlink_never_redirects_a_verifiers_scratch_write(
     and friends. With the agent's scratch dirs shared (and ``fs.protected_symlinks`` off,
     as on this host, or gVisor), each such write lands in the reward file. From outside:
     every step's reward is 0 and no ``reward.json`` reached the run dir; each verifier saw
-    its scratch dirs empty, its own and 0755; step two's agent found its own files again
+    its scratch dirs empty, its own and 0755 (1775 in docker: the image's ``_apt`` group may
+    write, never the agent); step two's agent found its own files again
     and nothing the verifier wrote.
     """
     name = sec.unique("tmp-link")
@@ -148,11 +149,12 @@ def test_a_planted_tmp_symlink_never_redirects_a_verifiers_scratch_write(
     assert not list(run.evidence(record).rglob("reward.json")), list(
         run.evidence(record).rglob("*")
     )
+    private = "0o755" if backend == "local" else "0o1775"
     for text in _step_outputs(run, record):
         report = json.loads(text.split("SCRATCH ", 1)[1].splitlines()[0])
         for d in SCRATCH:
             assert report[d]["entries"] == [], report
-            assert report[d]["mode"] == "0o755" and report[d]["mine"], report
+            assert report[d]["mode"] == private and report[d]["mine"], report
     seen = json.loads(next(run.evidence(record).rglob("seen-by-step-two.json")).read_text())
     for n, d in enumerate(SCRATCH):
         assert seen[d]["agent-note"] == f"agent-kept-{n}", seen
@@ -363,7 +365,8 @@ def test_a_separate_verifier_gets_scratch_dirs_of_its_own(
     """A separate verifier (a container built from ``tests/``) gets the same fresh dirs.
 
     The agent plants its links and files as before; its container is not the verifier's,
-    and the verifier's own scratch dirs are still empty, its own and 0755 (the image's
+    and the verifier's own scratch dirs are still empty, its own and 1775 (the image's _apt
+    group may write, never the agent; the image's
     1777 ``/tmp`` is not what it writes in). From outside: the reward the naive test.sh
     wrote, 0, and the report of what it saw.
     """
@@ -393,4 +396,4 @@ def test_a_separate_verifier_gets_scratch_dirs_of_its_own(
     report = json.loads(stdout.split("SCRATCH ", 1)[1].splitlines()[0])
     for d in SCRATCH:
         assert report[d]["entries"] == [], report
-        assert report[d]["mode"] == "0o755" and report[d]["mine"], report
+        assert report[d]["mode"] == "0o1775" and report[d]["mine"], report
