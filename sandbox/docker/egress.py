@@ -1,7 +1,7 @@
 """The docker backend's egress filter: what a ``public`` phase reaches, enforced on the host.
 
 A trial whose phases ever need the internet joins one harness-owned bridge network,
-:data:`NETWORK` (bridge :data:`BRIDGE`, inter-container traffic off, labelled
+:data:`NETWORK` (bridge :func:`bridge_of`, inter-container traffic off, labelled
 :data:`LABEL`, IPv4 only), instead of the engine's default bridge. Every packet from that
 bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
 ``ip6tables``:
@@ -68,6 +68,10 @@ logger = logging.getLogger(__name__)
 
 #: The harness's filtered network, its Linux bridge and the label that finds it.
 NETWORK = "hx-egress"
+#: The bridge name of earlier releases, one for every engine. Each engine's is now its own
+#: (:func:`bridge_of`): two engines on one host (a rootless and a rootful one, a test's
+#: private engine) must not share one, since Linux bridges are host-wide and an engine
+#: removing its network deletes its bridge under the other's containers.
 BRIDGE = "hxegress0"
 LABEL = "org.harness.egress"
 #: Compose projects' bridges (``sandbox.docker.hostguard.BRIDGE_PREFIX``).
@@ -177,10 +181,18 @@ def _v6() -> bool:
     return Path("/proc/net/if_inet6").exists() and shutil.which("ip6tables") is not None
 
 
-def _hooks_v4() -> list[tuple[str, list[str]]]:
+def bridge_of(client: Any) -> str:
+    """The Linux bridge of this engine's filtered network (``hxe`` + a hash of its ID)."""
+    from sandbox.docker.sdk import call
+
+    engine = str(call(client.info).get("ID") or "")
+    return "hxe" + hashlib.sha256(engine.encode()).hexdigest()[:11]
+
+
+def _hooks_v4(bridge: str) -> list[tuple[str, list[str]]]:
     """The jumps into :data:`DISPATCH` (chain, rule); order within a chain matters."""
     return [
-        ("DOCKER-USER", ["-i", BRIDGE, *_comment("from-egress"), "-j", DISPATCH]),
+        ("DOCKER-USER", ["-i", bridge, *_comment("from-egress"), "-j", DISPATCH]),
         (
             "DOCKER-USER",
             [
@@ -195,14 +207,14 @@ def _hooks_v4() -> list[tuple[str, list[str]]]:
             ],
         ),  # fmt: skip
         # Judged first (the trial's counters see it), then dropped whatever the verdict.
-        ("INPUT", ["-i", BRIDGE, *_comment("to-host-judged"), "-j", DISPATCH]),
-        ("INPUT", ["-i", BRIDGE, *_comment("to-host"), "-j", "DROP"]),
+        ("INPUT", ["-i", bridge, *_comment("to-host-judged"), "-j", DISPATCH]),
+        ("INPUT", ["-i", bridge, *_comment("to-host"), "-j", "DROP"]),
     ]
 
 
-def _hooks_v6() -> list[tuple[str, list[str]]]:
+def _hooks_v6(bridge: str) -> list[tuple[str, list[str]]]:
     return [
-        ("FORWARD", ["-i", BRIDGE, *_comment("v6-forward"), "-j", "DROP"]),
+        ("FORWARD", ["-i", bridge, *_comment("v6-forward"), "-j", "DROP"]),
         (
             "FORWARD",
             [
@@ -216,7 +228,7 @@ def _hooks_v6() -> list[tuple[str, list[str]]]:
                 "DROP",
             ],
         ),  # fmt: skip
-        ("INPUT", ["-i", BRIDGE, *_comment("v6-input"), "-j", "DROP"]),
+        ("INPUT", ["-i", bridge, *_comment("v6-input"), "-j", "DROP"]),
     ]
 
 
@@ -295,10 +307,10 @@ def _locked() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _holders() -> list[Path]:
-    """Holder files of live runs (dead ones are removed)."""
+def _holders(bridge: str | None = None) -> list[Path]:
+    """Holder files of live runs, of one engine's bridge or all (dead ones are removed)."""
     live = []
-    for path in STATE_DIR.glob("holder-*"):
+    for path in STATE_DIR.glob(f"holder-{bridge}-*" if bridge else "holder-*"):
         try:
             pid = int(path.name.rsplit("-", 1)[-1])
         except ValueError:
@@ -317,11 +329,22 @@ def _network(client: Any) -> Any | None:
     return next((n for n in found if n.name == NETWORK), None)
 
 
-def _ensure_network(client: Any) -> None:
+def _ensure_network(client: Any, bridge: str) -> None:
     from sandbox.docker.sdk import EngineRequestError, call
 
-    if _network(client) is not None:
-        return
+    network = _network(client)
+    if network is not None:
+        options = network.attrs.get("Options") or {}
+        if options.get("com.docker.network.bridge.name") == bridge:
+            return
+        # Made by an earlier release on the shared bridge name: replaced while unused.
+        call(network.reload)
+        if network.attrs.get("Containers"):
+            raise EgressUnavailable(
+                f"the {NETWORK} network of this engine is on the bridge of an earlier release "
+                "and still has containers; run `harness sandbox cleanup`"
+            )
+        call(network.remove)
     try:
         call(
             client.networks.create,
@@ -329,7 +352,7 @@ def _ensure_network(client: Any) -> None:
             driver="bridge",
             labels={LABEL: "1"},
             options={
-                "com.docker.network.bridge.name": BRIDGE,
+                "com.docker.network.bridge.name": bridge,
                 "com.docker.network.bridge.enable_icc": "false",
             },
         )
@@ -338,7 +361,7 @@ def _ensure_network(client: Any) -> None:
             raise
 
 
-def _install_hooks() -> None:
+def _install_hooks(bridge: str) -> None:
     """The dispatch chains and the jumps into them (idempotent)."""
     if _ensure_chain("iptables", DISPATCH):
         _must("iptables", "-A", DISPATCH, *_comment("closed"), "-j", "DROP")
@@ -350,19 +373,21 @@ def _install_hooks() -> None:
             "internet tasks cannot be filtered"
         )
     # Reverse order, each inserted at the top: they end up in the listed order.
-    for chain, spec in reversed(_hooks_v4()):
+    for chain, spec in reversed(_hooks_v4(bridge)):
         _ensure_rule("iptables", chain, spec)
     if _v6():
-        for chain, spec in reversed(_hooks_v6()):
+        for chain, spec in reversed(_hooks_v6(bridge)):
             _ensure_rule("ip6tables", chain, spec)
 
 
-def _remove_hooks() -> None:
-    for chain, spec in _hooks_v4():
+def _remove_hooks(bridge: str) -> None:
+    for chain, spec in _hooks_v4(bridge):
         _delete_rule("iptables", chain, spec)
     if _v6():
-        for chain, spec in _hooks_v6():
+        for chain, spec in _hooks_v6(bridge):
             _delete_rule("ip6tables", chain, spec)
+    if _holders():
+        return  # another engine's live run: the dispatch chain and its trials are in use
     for _chain, spec in _nat_rules():
         _delete_nat(spec)
     for name in _trial_chains():
@@ -408,9 +433,14 @@ def _split(line: str) -> list[str]:
 
 
 def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
-    """Remove trial chains whose container (or compose bridge) is gone; what was removed."""
+    """Remove trial chains whose container (or compose bridge) is gone; what was removed.
+
+    Only this engine's: a dispatch rule from another engine's bridge (one that still
+    exists) and the chain it leads to are that engine's to judge.
+    """
     from sandbox.docker.sdk import call
 
+    mine = bridge_of(client)
     network = _network(client)
     live: set[str] = set(keep)
     if network is not None:
@@ -419,6 +449,10 @@ def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
             live.add(chain_name("E", str(endpoint.get("Name") or "")))
     for bridge in Path("/sys/class/net").glob("hxc*"):
         live.add(chain_name("C", bridge.name))
+    for target, spec in _dispatch_rules():
+        name = spec[spec.index("-i") + 1] if "-i" in spec else mine
+        if name != mine and not name.startswith("hxc") and Path(f"/sys/class/net/{name}").exists():
+            live.add(target)  # another engine's live bridge
     removed = []
     for target, spec in _dispatch_rules():
         if target not in live:
@@ -449,7 +483,9 @@ class EgressRun:
         self._lock = threading.Lock()
         self._ready = False
         tag = hashlib.sha256(run_label.encode()).hexdigest()[:10]
-        self._holder = STATE_DIR / f"holder-{tag}-{os.getpid()}"
+        #: This engine's bridge (:func:`bridge_of`).
+        self.bridge = bridge_of(client)
+        self._holder = STATE_DIR / f"holder-{self.bridge}-{tag}-{os.getpid()}"
         #: The trial chains of this run (never swept while it runs).
         self.chains: set[str] = set()
         #: Names the allowlist proxies resolve from this table before the host's resolver
@@ -491,8 +527,8 @@ class EgressRun:
                 )
             with _locked():
                 self._holder.write_text(self.run_label)
-                _ensure_network(self.client)
-                _install_hooks()
+                _ensure_network(self.client, self.bridge)
+                _install_hooks(self.bridge)
                 with contextlib.suppress(SandboxError):
                     _sweep_stale(self.client, keep=set())
             self._ready = True
@@ -512,7 +548,8 @@ def _teardown_if_unused(client: Any) -> list[str]:
     """Remove the network and every rule when no live run holds them (under the lock)."""
     from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, call
 
-    if _holders():
+    bridge = bridge_of(client)
+    if _holders(bridge):
         return []
     network = _network(client)
     removed: list[str] = []
@@ -528,7 +565,7 @@ def _teardown_if_unused(client: Any) -> list[str]:
     if any(Path("/sys/class/net").glob("hxc*")):
         _sweep_stale(client, keep=set())
         return removed  # a compose project still up keeps the hooks
-    _remove_hooks()
+    _remove_hooks(bridge)
     removed.append(f"iptables {DISPATCH}")
     return removed
 
@@ -583,7 +620,15 @@ class TrialFilter:
     def _dispatch(self) -> list[str]:
         if self.kind == "E":
             assert self.source is not None
-            return ["-s", f"{self.source}/32", "-i", BRIDGE, *_comment(self.key), "-g", self.chain]
+            return [
+                "-s",
+                f"{self.source}/32",
+                "-i",
+                self.bridge,
+                *_comment(self.key),
+                "-g",
+                self.chain,
+            ]
         return ["-i", self.bridge, *_comment(self.key), "-g", self.chain]
 
     def _closed_rule(self) -> list[str]:
@@ -719,6 +764,7 @@ class TrialFilter:
 __all__ = [
     "BLOCKED_V4",
     "BRIDGE",
+    "bridge_of",
     "DISPATCH",
     "LABEL",
     "NETWORK",

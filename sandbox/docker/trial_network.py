@@ -159,7 +159,9 @@ class TrialNetwork:
             address = str((networks.get(NETWORK) or {}).get("IPAddress") or "")
             if not address:
                 raise PermanentStartError(f"the trial container has no address on {NETWORK}")
-            self._filter = TrialFilter(kind="E", key=str(container.name), source=address)
+            self._filter = TrialFilter(
+                kind="E", key=str(container.name), bridge=self.egress.bridge, source=address
+            )
             if self._proxy is not None:
                 self._filter.proxy = self._proxy_ports()
             self._filter.install()

@@ -169,7 +169,7 @@ def run(cluster: RayCluster, tasks: Path, out: Path, name: str, agent: str) -> t
 def test_a_public_verifier_on_a_worker_reaches_the_internet_and_nothing_of_the_cluster(
     cluster: RayCluster, tmp_path: Path
 ) -> None:
-    from sandbox.docker.egress import BRIDGE
+    from sandbox.docker.egress import bridge_of
 
     require_image(docker_client())
     assert cluster.address is not None
@@ -197,7 +197,8 @@ def test_a_public_verifier_on_a_worker_reaches_the_internet_and_nothing_of_the_c
         seen = public_net.seen()
         host_got = b"\n".join(data for _kind, _peer, data in host.received).decode()
     assert code == 0, output
-    assert interface_ipv4(BRIDGE) is not None, "the egress filter's bridge was not made"
+    bridge = bridge_of(docker_client())
+    assert interface_ipv4(bridge) is not None, "the egress filter's bridge was not made"
     (record,) = read_run_dir(out / "raynet").records
     assert record["sandbox"]["node"] == WORKER_IP, record["sandbox"]
     assert record["status"] == "completed" and record["reward"] == 1.0, record

@@ -224,7 +224,7 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
     docker_runtime: Any, netns: dict[str, Any]
 ) -> None:
     from sandbox.docker.backend import DockerSandbox
-    from sandbox.docker.egress import BRIDGE, NETWORK
+    from sandbox.docker.egress import NETWORK
 
     port, cport = netns["port"], 20000 + secrets.randbelow(20000)
     public = f"{PUBLIC_LIKE}:{port}"
@@ -247,9 +247,9 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
             a = start("a", PUBLIC, CLOSED)
             c = start("c", CLOSED, PUBLIC)
             assert a.describe()["network"] == NETWORK == c.describe()["network"]
-            gateway = interface_ipv4(BRIDGE)
+            gateway = interface_ipv4(docker_runtime.egress.bridge)
             assert gateway is not None
-            link_local = _link_local(BRIDGE)
+            link_local = _link_local(docker_runtime.egress.bridge)
             own = primary_addresses()
             host_targets = [gateway, interface_ipv4("docker0") or "172.17.0.1", own["ipv4"]]
             v6_targets = [f"[{own['ipv6']}]"] if "ipv6" in own else []
