@@ -24,6 +24,10 @@ from sandbox.backend import SandboxSpec
 from sandbox.environment import FIXED_PATH
 from sandbox.local import IdentityPool, LocalSandbox
 
+#: Task fixtures hold their own tests (a vendored TB2 task's ``tests/test_outputs.py``):
+#: they are data the harness runs inside a sandbox, never tests of this repository.
+collect_ignore_glob = ["fixtures/*"]
+
 IS_ROOT = os.geteuid() == 0
 #: A run dir written by harness 0.1.0 (flat config keys, logs/attempt_N); see its README.
 LEGACY_RUN = Path(__file__).resolve().parent / "fixtures" / "legacy-run-0.1.0"
