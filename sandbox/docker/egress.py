@@ -185,7 +185,10 @@ def bridge_of(client: Any) -> str:
     """The Linux bridge of this engine's filtered network (``hxe`` + a hash of its ID)."""
     from sandbox.docker.sdk import call
 
-    engine = str(call(client.info).get("ID") or "")
+    info = call(client.info)
+    # Two daemons started from one host's default config share their ID (key.json); their
+    # data roots always differ.
+    engine = f"{info.get('ID') or ''}|{info.get('DockerRootDir') or ''}|{info.get('Name') or ''}"
     return "hxe" + hashlib.sha256(engine.encode()).hexdigest()[:11]
 
 
