@@ -8,10 +8,12 @@ of them). The proxy's behaviour on the wire is tests/security/test_egress_proxy.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import ipaddress
 import random
 import ssl
 import struct
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,13 @@ from sandbox.egress_proxy.resolve import Resolver
 from sandbox.egress_proxy.rules import Allowlist, forbidden
 from sandbox.egress_proxy.tls import NotTls, read_client_hello, server_name
 from sandbox.network_events import NetworkEventLog, NetworkRefused
+
+
+def _run(coro: Any) -> Any:
+    """``asyncio.run`` on a thread of its own: an earlier test of the session may leave an
+    event loop running in the main thread (asyncio.run refuses to nest in it)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def real_hello(sni: str | None) -> bytes:
@@ -40,7 +49,7 @@ def read(data: bytes) -> tuple[bytes, str | None]:
         reader.feed_eof()
         return await read_client_hello(reader)
 
-    return asyncio.run(go())
+    return _run(go())
 
 
 def test_the_sni_of_a_real_hello_is_read_and_the_bytes_kept_whole() -> None:
@@ -117,7 +126,7 @@ def test_the_responder_answers_listed_names_only_and_survives_garbage() -> None:
             reply = await dns.respond(bytes(data[: rng.randint(0, len(data))]))
             assert reply is None or (len(reply) >= 12 and reply[2] & 0x80)
 
-    asyncio.run(go())
+    _run(go())
 
 
 @pytest.mark.parametrize(
