@@ -158,7 +158,8 @@ class DockerSandbox(Sandbox):
         self._grader_logs: set[str] = set()
         self._verifier_id: tuple[int, int] = (0, 0)
         #: The gid of the image's apt sandbox user (None: none, or unusable), once asked.
-        self._service_gid: int | None | bool = False
+        self._service_gid: int | None = None
+        self._service_gid_asked = False
         #: Users of earlier agents in this container (a shared judge's solver).
         self._former_agents: list[tuple[int, int]] = []
         self._solution_readable = False
@@ -848,15 +849,15 @@ class DockerSandbox(Sandbox):
         ``/tmp`` (:data:`sandbox.scratch.SERVICE_MODE`). None where the image has no such
         user, or its group is root's, the agent's or the verifier's own.
         """
-        if self._service_gid is False:
+        if not self._service_gid_asked:
+            self._service_gid_asked = True
             try:
                 _uid, gid = self._whois("_apt")
             except SandboxError:
-                self._service_gid = None
-            else:
-                taken = {0, self._agent_id[1], self._verifier_id[1]}
-                self._service_gid = None if gid in taken else gid
-        return None if self._service_gid in (False, None) else int(self._service_gid)
+                return None
+            taken = {0, self._agent_id[1], self._verifier_id[1]}
+            self._service_gid = None if gid in taken else gid
+        return self._service_gid
 
     def _shared_tmp(self, *, quiet: bool = False) -> None:
         """The scratch dirs back to the agent: the verifier's files gone, the agent's back.

@@ -452,12 +452,13 @@ def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
             live.add(chain_name("E", str(endpoint.get("Name") or "")))
     for bridge in Path("/sys/class/net").glob("hxc*"):
         live.add(chain_name("C", bridge.name))
-    for target, spec in _dispatch_rules():
+    dispatch = _dispatch_rules()
+    for target, spec in dispatch:
         name = spec[spec.index("-i") + 1] if "-i" in spec else mine
         if name != mine and not name.startswith("hxc") and Path(f"/sys/class/net/{name}").exists():
             live.add(target)  # another engine's live bridge
     removed = []
-    for target, spec in _dispatch_rules():
+    for target, spec in dispatch:
         if target not in live:
             _delete_rule("iptables", DISPATCH, spec)
     for target, spec in _nat_rules():
