@@ -171,6 +171,8 @@ class DockerSandbox(Sandbox):
         self.workload_command: list[str] | None = None
         self._workload_env: dict[str, str] = {}
         self._compose: ComposeProject | None = None
+        #: Each sidecar's address by service name, once they run (compose tasks).
+        self._sidecar_hosts: dict[str, str] = {}
         #: How the image was had (built, pulled, cached), once :meth:`build_image` ran.
         self._resolved: ResolvedImage | None = None
         self._sidecar_images: dict[str, ResolvedImage] = {}
@@ -451,7 +453,7 @@ class DockerSandbox(Sandbox):
             tools_dir=str(self.runtime.tools_dir),
             storage_mounts=mounts,
             host_storage=self._storage is not None,
-            extra_hosts=self._compose.addresses() if self._compose is not None else None,
+            extra_hosts=self._sidecar_hosts if self._compose is not None else None,
             dns=self._net.dns(),
             engine_runtime=(
                 self.runtime.network_runtime() if self._network != "none" else self.runtime.runtime
@@ -518,6 +520,7 @@ class DockerSandbox(Sandbox):
         if not plan.sidecars:
             self._compose.down()  # nothing was started: only its temp files go
             self._compose = None
+            self._net.start_proxy()  # a plain container: on the filtered network's gateway
             return plain
         if not self.runtime.runtime_has_network():
             raise PermanentStartError(
@@ -527,7 +530,8 @@ class DockerSandbox(Sandbox):
             )
         self._net.before_compose(self._compose.bridge, self._compose.network)
         self._compose.up()
-        self._net.after_compose()
+        self._sidecar_hosts = self._compose.addresses()
+        self._net.after_compose(self._sidecar_hosts)
         return self._compose.network
 
     def _storage_mounts(self, name: str, labels: dict[str, str]) -> list[Mount]:

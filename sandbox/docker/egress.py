@@ -34,7 +34,13 @@ trial's DNS to the gateway onto the proxy's responder.
 Compose tasks with the internet get the same filter on their project's bridge (``hxc…``,
 see :mod:`sandbox.docker.hostguard`, whose ``INPUT`` rules stay): one chain per project,
 dispatched by the bridge, with the main container's address closed during its
-``no-network`` phases.
+``no-network`` phases and restricted to the proxy during its ``allowlist`` ones (the
+sidecars keep the rest of the chain). The proxy is bound on the project's own gateway,
+which the host guard's ``INPUT`` drop would keep out of reach: the main container's
+packets to the host jump to the project's chain first (an ``INPUT`` rule by its address,
+commented ``harness-egress:input-HXC-…``, above the guard's), where only the proxy's
+ports are accepted and everything else to the host is dropped as before
+(:meth:`TrialFilter.attach_proxy`).
 
 Only chains and rules carrying the harness's names and comments are ever touched. The
 rules are installed idempotently at every run's start, under a lock, and removed by the
@@ -393,6 +399,8 @@ def _remove_hooks(bridge: str) -> None:
         return  # another engine's live run: the dispatch chain and its trials are in use
     for _chain, spec in _nat_rules():
         _delete_nat(spec)
+    for _chain, spec in _input_jumps():
+        _delete_rule("iptables", "INPUT", spec)
     for name in _trial_chains():
         _drop_chain("iptables", name)
     _drop_chain("iptables", DISPATCH)
@@ -417,6 +425,17 @@ def _nat_rules() -> list[tuple[str, list[str]]]:
 def _delete_nat(spec: list[str]) -> None:
     while _ipt("iptables", "-t", "nat", "-C", "PREROUTING", *spec).returncode == 0:
         _must("iptables", "-t", "nat", "-D", "PREROUTING", *spec)
+
+
+def _input_jumps() -> list[tuple[str, list[str]]]:
+    """(trial chain, rule spec) of every ``INPUT`` jump of a compose main container."""
+    listing = _ipt("iptables", "-S", "INPUT")
+    rules = []
+    for line in listing.stdout.splitlines() if listing.returncode == 0 else []:
+        match = re.search(rf"{TAG}:input-(HXC-[0-9a-f]{{12}})", line)
+        if line.startswith("-A INPUT ") and match:
+            rules.append((match.group(1), _split(line)[2:]))
+    return rules
 
 
 def _dispatch_rules() -> list[tuple[str, list[str]]]:
@@ -464,6 +483,9 @@ def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
     for target, spec in _nat_rules():
         if target not in live:
             _delete_nat(spec)
+    for target, spec in _input_jumps():
+        if target not in live:
+            _delete_rule("iptables", "INPUT", spec)
     for name in _trial_chains():
         if name not in live:
             _drop_chain("iptables", name)
@@ -652,7 +674,10 @@ class TrialFilter:
         ]  # fmt: skip
 
     def _allowlist_rule(self) -> list[str]:
-        return [*_comment("allowlist"), "-j", "DROP"]
+        # A compose project's chain judges its sidecars too: only the main container's
+        # address is restricted (the sidecars keep the project's policy).
+        source = ["-s", f"{self.source}/32"] if self.kind == "C" and self.source else []
+        return [*source, *_comment("allowlist"), "-j", "DROP"]
 
     def _dns_redirect(self) -> list[str]:
         """``nat PREROUTING``: the trial's DNS to the gateway goes to its proxy's responder.
@@ -667,6 +692,25 @@ class TrialFilter:
                 "--dport", "53", *_comment(f"dns-{self.chain}"), "-j", "DNAT",
                 "--to-destination", f"{gateway}:{dns}"]  # fmt: skip
 
+    def _input_jump(self) -> list[str]:
+        """``INPUT``: a compose main container's packets to the host go to its chain first.
+
+        Inserted above the host guard's drop of the whole bridge
+        (:mod:`sandbox.docker.hostguard`), so the proxy's ports on the project's gateway
+        can be accepted; the chain drops everything else addressed to the host.
+        """
+        assert self.source is not None
+        return ["-i", self.bridge, "-s", f"{self.source}/32", *_comment(f"input-{self.chain}"),
+                "-j", self.chain]  # fmt: skip
+
+    def _redirect(self) -> None:
+        """The trial's DNS redirect (and, for a compose project, its ``INPUT`` jump)."""
+        _delete_nat(self._dns_redirect())
+        _must("iptables", "-t", "nat", "-I", "PREROUTING", "1", *self._dns_redirect())
+        if self.kind == "C":
+            _delete_rule("iptables", "INPUT", self._input_jump())
+            _must("iptables", "-I", "INPUT", "1", *self._input_jump())
+
     def install(self) -> None:
         """Create the chain (closed) and its dispatch rule."""
         chain = self.chain
@@ -679,8 +723,7 @@ class TrialFilter:
         for rule in self._proxy_rules():
             _must("iptables", "-A", chain, *rule)
         if self.proxy is not None and self.source is not None:
-            _delete_nat(self._dns_redirect())
-            _must("iptables", "-t", "nat", "-I", "PREROUTING", "1", *self._dns_redirect())
+            self._redirect()
         _must("iptables", "-A", chain, "-m", "addrtype", "--dst-type", "LOCAL",
               *_comment("host"), "-j", "DROP")  # fmt: skip
         for server in _resolv_nameservers():
@@ -690,6 +733,22 @@ class TrialFilter:
         for cidr, name in blocked_ranges():
             _must("iptables", "-A", chain, "-d", cidr, *_comment(f"{name}:{cidr}"), "-j", "DROP")
         _must("iptables", "-I", DISPATCH, "1", *self._dispatch())
+
+    def attach_proxy(self, proxy: tuple[str, int, int]) -> None:
+        """Give a compose project's chain its trial's egress proxy (:attr:`proxy`).
+
+        Called once the main container's address (:attr:`source`) is known, before its
+        first phase: the proxy's ports are accepted at the top of the chain (after the
+        closed rule, if any), the main container's DNS to the gateway is redirected to the
+        responder, and its packets to the host jump to the chain (:meth:`_input_jump`).
+        """
+        if self.kind != "C" or self.source is None:
+            raise SandboxError("only a compose chain with its main container's address")
+        self.proxy = proxy
+        position = 1 + int(self.closed)
+        for offset, rule in enumerate(self._proxy_rules()):
+            _must("iptables", "-I", self.chain, str(position + offset), *rule)
+        self._redirect()
 
     def open(self) -> None:
         """Let the trial through its chain (a ``public`` phase is about to start)."""
@@ -762,6 +821,9 @@ class TrialFilter:
         for _target, spec in _nat_rules():
             if _target == self.chain:
                 _delete_nat(spec)
+        for _target, spec in _input_jumps():
+            if _target == self.chain:
+                _delete_rule("iptables", "INPUT", spec)
         _drop_chain("iptables", self.chain)
 
 

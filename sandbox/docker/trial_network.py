@@ -18,11 +18,24 @@ forwards to the gateway (the container's ``dns``). In an ``allowlist`` phase the
 accepts only those two ports and drops everything else (:meth:`TrialFilter.restrict`); the
 phase's environment names the proxy (``HTTP_PROXY``, ``HTTPS_PROXY`` and their lower-case
 forms; ``NO_PROXY`` for loopback). The proxy takes each phase's policy at the switch and
-stops with the trial. Compose tasks with an ``allowlist`` phase are refused.
+stops with the trial.
+
+A compose task's proxy is bound on its project's gateway, once compose made the network
+(:meth:`TrialNetwork.after_compose`); the main container's address gets the proxy's ports,
+the DNS redirect and the ``INPUT`` jump at its first phase
+(:meth:`TrialFilter.attach_proxy`). The engine's embedded DNS (``127.0.0.11``) answers the
+service names itself and forwards every other name to the container's ``dns``, from the
+container's own address, so the redirect applies as for a plain task (measured under runc
+and ``runsc-net``). Traffic to the sidecars is bridged, never judged, and ``NO_PROXY``
+names them (service names and addresses), so a tool honouring the proxy variables reaches
+them directly. The sidecars' own egress is what it is in any compose trial with the
+internet: the project's chain with the ``public`` rules, whatever the main container's
+phase.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sandbox.backend import SandboxSpec
@@ -48,6 +61,9 @@ class TrialNetwork:
         self._compose_bridge: str | None = None
         self._compose_network: str | None = None
         self._proxy: ProxyServer | None = None
+        #: What an allowlist phase reaches without the proxy besides loopback: the
+        #: compose sidecars' names and addresses.
+        self._direct: tuple[str, ...] = ()
 
     def policy(self, role: str) -> NetworkPolicy:
         """The network of a phase of ``role`` (``allow_internet`` without per-phase ones)."""
@@ -72,24 +88,42 @@ class TrialNetwork:
     def prepare(self) -> None:
         """Install the filter if a phase needs it, and the proxy if one is an allowlist.
 
+        A task with a compose file gets its proxy later: on its project's gateway
+        (:meth:`after_compose`), or on the filtered network's when it has no sidecars
+        (:meth:`start_proxy`).
+
         Raises:
             PermanentStartError: a host that cannot filter, or a proxy that cannot bind.
         """
         if self.internet:
             self.egress.ensure()
-        if self.allowlist and self._proxy is None:
-            gateway = self.egress.gateway()
-            first = self.policy("agent")
-            try:
-                self._proxy = ProxyServer(
-                    first, phase="agent", host=gateway, port=0, dns_port=0,
-                    overrides=self.egress.hosts,
-                ).start()  # fmt: skip
-            except OSError as exc:
-                raise PermanentStartError(
-                    f"the allowlist egress proxy cannot listen on {gateway} ({exc}); is the "
-                    f"{NETWORK} bridge up?"
-                ) from exc
+        if self.spec.compose_file is None:
+            self.start_proxy()
+
+    def start_proxy(self, gateway: str | None = None, network: str = NETWORK) -> None:
+        """Start the trial's egress proxy on ``gateway`` (an allowlist trial; once).
+
+        Args:
+            gateway: The host's address on ``network`` (None: the filtered network's).
+            network: The engine network the container joins, for the error message.
+
+        Raises:
+            PermanentStartError: the proxy cannot bind there.
+        """
+        if not self.allowlist or self._proxy is not None:
+            return
+        gateway = gateway or self.egress.gateway()
+        first = self.policy("agent")
+        try:
+            self._proxy = ProxyServer(
+                first, phase="agent", host=gateway, port=0, dns_port=0,
+                overrides=self.egress.hosts,
+            ).start()  # fmt: skip
+        except OSError as exc:
+            raise PermanentStartError(
+                f"the allowlist egress proxy cannot listen on {gateway} ({exc}); is the "
+                f"{network} network's bridge up?"
+            ) from exc
 
     def dns(self) -> tuple[str, ...] | None:
         """The resolvers of the container: the proxy's gateway (allowlist trials only)."""
@@ -106,27 +140,54 @@ class TrialNetwork:
         host, port = self._proxy.address
         url = f"http://{host}:{port}"
         env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
-        env.update({"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY})
+        no_proxy = ",".join([NO_PROXY, *self._direct])
+        env.update({"NO_PROXY": no_proxy, "no_proxy": no_proxy})
         return env
 
     def before_compose(self, bridge: str, network: str) -> None:
         """Filter the compose project's bridge before any of its containers starts."""
         if not self.internet:
             return
-        if self.allowlist:
-            raise PermanentStartError(
-                'network_mode = "allowlist" is not supported for compose tasks with '
-                "sidecars on the docker backend: use public or no-network"
-            )
         self._compose_bridge, self._compose_network = bridge, network
         self._filter = TrialFilter(kind="C", key=bridge, bridge=bridge)
         self._filter.install()
         self.egress.chains.add(self._filter.chain)
 
-    def after_compose(self) -> None:
-        """Put the chain back if a sweep took it while the bridge did not exist yet."""
+    def after_compose(self, sidecars: Mapping[str, str]) -> None:
+        """Once the project runs: its chain checked, and an allowlist trial's proxy started.
+
+        Args:
+            sidecars: Each sidecar's address on the project's network, by service name
+                (they go in an allowlist phase's ``NO_PROXY``: the sidecars are reached
+                directly, never through the proxy).
+
+        Raises:
+            PermanentStartError: the project's network has no IPv4 gateway on this host
+                for the proxy, or the proxy cannot bind there.
+        """
         if self._filter is not None and not self._filter.present():
+            # A sweep took it while the bridge did not exist yet.
             self._filter.install()
+        if not self.allowlist or self._compose_network is None:
+            return
+        self._direct = tuple(sorted(sidecars)) + tuple(sorted(set(sidecars.values())))
+        self.start_proxy(self._project_gateway(), self._compose_network)
+
+    def _project_gateway(self) -> str:
+        """The compose project's gateway: the host's IPv4 address on its bridge."""
+        from sandbox.docker.sdk import call
+
+        assert self._compose_network is not None
+        network = call(self.egress.client.networks.get, self._compose_network)
+        for config in (network.attrs.get("IPAM") or {}).get("Config") or []:
+            gateway = str(config.get("Gateway") or "")
+            if gateway and ":" not in gateway:
+                return gateway.split("/")[0]
+        raise PermanentStartError(
+            f"the compose network {self._compose_network} has no IPv4 gateway, where an "
+            "allowlist phase's egress proxy listens; leave the default network's ipam to "
+            "the engine"
+        )
 
     def switch(self, role: str, container: Any) -> None:
         """Set the container's network for the phase of ``role`` about to start.
@@ -174,6 +235,8 @@ class TrialNetwork:
                     f"the trial container has no address on {self._compose_network}"
                 )
             self._filter.source = address
+            if self._proxy is not None:
+                self._filter.attach_proxy(self._proxy_ports())
         return self._filter
 
     def _proxy_ports(self) -> tuple[str, int, int]:
