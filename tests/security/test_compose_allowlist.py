@@ -7,15 +7,16 @@ trial's egress proxy, bound on the project's bridge gateway, resolves ``pub.test
 (listed) and ``evil.test`` (not listed) to it from the run's pinned names. A listener on
 every host address stands for the host's own services.
 
-One trial per runtime. Its ``allowlist`` agent phase attacks from inside: the listed host
-by HTTP and HTTPS through the proxy its environment names; an unlisted host, the listed
-host's raw IP, the host's listener and the metadata address through the proxy; a
-mismatched SNI; raw TCP and UDP past the proxy; DNS straight to the host's resolver; and
-the engine's embedded DNS (``127.0.0.11``, asked directly, not ``/etc/hosts``) for the
+Two trials per runtime. The first one's ``allowlist`` agent phase attacks from inside:
+the listed host by HTTP and HTTPS through the proxy its environment names; an unlisted
+host, the listed host's raw IP, the host's listener and the metadata address through the
+proxy; a mismatched SNI; raw TCP and UDP past the proxy; DNS straight to the host's
+resolver; and the engine's embedded DNS (``127.0.0.11``, asked directly, not ``/etc/hosts``) for the
 sidecar's name, a listed and an unlisted one. The sidecar stays reachable by its name,
 with the proxy variables set (``NO_PROXY`` names it) and by raw TCP. Its ``no-network``
-verifier then still reaches the sidecar and nothing else. Judged from outside: what the
-public servers, the host's listener and the sidecar logged, the trial's
+verifier then still reaches the sidecar and nothing else. The second one's ``public``
+verifier gets the public rules and no proxy after the same agent. Judged from outside:
+what the public servers, the host's listener and the sidecar logged, the trial's
 ``network_refused`` events, where the proxy listened, and what is left on the host after
 the trial stopped.
 """
@@ -28,6 +29,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -239,12 +241,40 @@ def _iptables(*args: str) -> str:
     return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True).stdout
 
 
-def test_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
-    docker_runtime: Any, public: PublicNet, tmp_path: Path
-) -> None:
+@dataclass
+class Trial:
+    """What one compose allowlist trial saw, inside and out."""
+
+    token: str
+    agent: dict[str, Any]
+    verifier: dict[str, Any]
+    agent_events: list[dict[str, Any]]
+    verifier_events: list[dict[str, Any]]
+    facts: dict[str, Any]
+    #: The project network's gateways, as the engine has them.
+    gateways: list[str]
+    sidecar_log: str
+    #: ``iptables -S INPUT`` while the trial ran.
+    during: str
+    #: What the public servers logged during the trial.
+    seen: str
+    host_port: int
+    host_received: list[Any]
+
+    @property
+    def chain(self) -> str:
+        return str(self.facts["egress_chain"])
+
+    @property
+    def proxy_host(self) -> str:
+        return str(self.facts["egress_proxy"]).rpartition(":")[0]
+
+
+def _trial(runtime: Any, public: PublicNet, task: Path, verifier: NetworkPolicy) -> Trial:
+    """One trial of the compose task: its ``allowlist`` agent, then ``verifier``'s policy."""
     from sandbox.docker.backend import DockerSandbox
 
-    docker_runtime.egress.hosts = {
+    runtime.egress.hosts = {
         "pub.test": [public.ip],
         "www.pub.test": [public.ip],
         "evil.test": [public.ip],
@@ -254,40 +284,60 @@ def test_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
         trial_id=f"compose-allowlist-{secrets.token_hex(3)}",
         image=BASE_IMAGE,
         task_name="compose-allowlist",
-        compose_file=_compose_file(tmp_path / "task", token),
+        compose_file=_compose_file(task, token),
         allow_internet=True,
-        networks={"agent": ALLOWLIST, "verifier": NO_NETWORK},
+        networks={"agent": ALLOWLIST, "verifier": verifier},
     )
-    client = docker_runtime.client
+    client = runtime.client
     before = public.seen()
     with Listener() as host:
-        sandbox = DockerSandbox(spec, docker_runtime)
+        sandbox = DockerSandbox(spec, runtime)
         try:
             sandbox.start()
             facts = sandbox.describe()
-            proxy_host = facts["egress_proxy"].rpartition(":")[0]
             project = client.networks.get(facts["compose"]["network"])
-            gateways = [c.get("Gateway") for c in project.attrs["IPAM"]["Config"]]
+            gateways = [str(c.get("Gateway")) for c in project.attrs["IPAM"]["Config"]]
             env = {
                 "PUB": public.ip,
-                "GW": proxy_host,
+                "GW": facts["egress_proxy"].rpartition(":")[0],
                 "HPORT": str(host.port),
                 "META": METADATA,
                 "RESOLVER": _host_resolver(),
             }
             agent = _phase(sandbox, "agent", env)
             agent_events = sandbox.network_events()
-            verifier = _phase(sandbox, "verifier", env)
+            late = _phase(sandbox, "verifier", env)
             verifier_events = sandbox.network_events()
             facts = sandbox.describe()
             sidecar_log = _sidecar_log(client, facts["compose"]["project"])
-            chain = facts["egress_chain"]
             during = _iptables("-S", "INPUT")
         finally:
             sandbox.stop()
-    seen = public.seen()[len(before) :]
+    return Trial(
+        token=token,
+        agent=agent,
+        verifier=late,
+        agent_events=agent_events,
+        verifier_events=verifier_events,
+        facts=facts,
+        gateways=gateways,
+        sidecar_log=sidecar_log,
+        during=during,
+        seen=public.seen()[len(before) :],
+        host_port=host.port,
+        host_received=list(host.received),
+    )
+
+
+def test_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
+    docker_runtime: Any, public: PublicNet, tmp_path: Path
+) -> None:
+    run = _trial(docker_runtime, public, tmp_path / "task", NO_NETWORK)
+    agent, verifier, facts, seen, token = run.agent, run.verifier, run.facts, run.seen, run.token
+    proxy_host, chain = run.proxy_host, run.chain
+    agent_events, verifier_events = run.agent_events, run.verifier_events
     # The proxy listens on the project's own gateway.
-    assert proxy_host in gateways, (facts, gateways)
+    assert proxy_host in run.gateways, (facts, run.gateways)
     # The agent's environment names the proxy; loopback and the sidecar stay direct.
     proxy_url = f"http://{facts['egress_proxy']}"
     assert agent["env"]["HTTP_PROXY"] == proxy_url == agent["env"]["https_proxy"], agent
@@ -322,15 +372,15 @@ def test_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
     assert verifier["http-listed"] != "PUBLIC-OK host=pub.test", verifier
     # From outside: the servers saw only the listed, matching requests; the host's
     # listener nothing; the sidecar exactly the two requests by name.
-    assert host.received == [], f"the host's listener was reached: {host.received}"
+    assert run.host_received == [], f"the host's listener was reached: {run.host_received}"
     assert "evil.test" not in seen and "tcp8443" not in seen, seen
     assert seen.count("sni pub.test") == 1 and seen.count("tcp443") == 1, seen
     assert seen.count("http b'GET") == 2, seen
-    requests = [line for line in sidecar_log.splitlines() if line.startswith("REQUEST ")]
+    requests = [line for line in run.sidecar_log.splitlines() if line.startswith("REQUEST ")]
     assert requests == [
         "REQUEST GET /canary-agent HTTP/1.1",
         "REQUEST GET /canary-verifier HTTP/1.1",
-    ], sidecar_log
+    ], run.sidecar_log
     # Every refusal is an event, with its destination, in the phase it happened.
     reasons = {(e["protocol"], e.get("host") or e.get("ip") or e.get("destination"), e["reason"])
                for e in agent_events}  # fmt: skip
@@ -338,7 +388,7 @@ def test_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
     for needle in (
         "http evil.test: the host is not listed",
         f"http {public.ip}: the IP is not listed",
-        f"http {proxy_host}: port {host.port} is not allowed",
+        f"http {proxy_host}: port {run.host_port} is not allowed",
         f"http {METADATA}: the IP is not listed",
         "connect evil.test: the host is not listed",
         "tls evil.test: the ClientHello names 'evil.test', the CONNECT 'pub.test'",
@@ -352,11 +402,39 @@ def test_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
     assert ("verifier", "closed") in {(e["phase"], e.get("refused")) for e in verifier_events}
     # The main container's packets to the host went to the trial's chain before the
     # host guard's drop (that is how its proxy was reachable).
-    assert f"input-{chain}" in during, during
+    assert f"input-{chain}" in run.during, run.during
     # Nothing of the trial is left: its chain, its DNS redirect, its INPUT jump, its proxy.
     listing, nat = _iptables("-S"), _iptables("-t", "nat", "-S", "PREROUTING")
     assert chain not in listing and chain not in nat, (listing, nat)
     assert not _reachable(facts["egress_proxy"]), facts
+
+
+def test_a_public_verifier_after_a_compose_allowlist_agent_gets_the_public_rules(
+    docker_runtime: Any, public: PublicNet, tmp_path: Path
+) -> None:
+    """The same task with a ``public`` verifier: the agent's restriction is lifted, no more.
+
+    The verifier gets no proxy in its environment, every name from the responder (now
+    public), the public rules for raw TCP (the namespace's /30 is on a link of the host,
+    a subnet ``public`` keeps out), and the sidecar as before.
+    """
+    run = _trial(docker_runtime, public, tmp_path / "task", NetworkPolicy(mode="public"))
+    agent, verifier = run.agent, run.verifier
+    assert agent["http-listed"] == "PUBLIC-OK host=pub.test", agent
+    assert agent["raw-public-80"] != "CONNECTED", agent
+    assert verifier["env"] == {"HTTP_PROXY": None, "https_proxy": None, "NO_PROXY": None}
+    for report in (agent, verifier):
+        assert report["sidecar-http"].startswith(f"SIDECAR-OK {run.token} /canary-"), report
+        assert report["sidecar-raw"] == "CONNECTED", report
+        assert isinstance(report["dns-sidecar"], list) and report["dns-sidecar"], report
+    assert verifier["dns-listed"] == [public.ip] == verifier["dns-unlisted"], verifier
+    assert verifier["raw-public-80"] != "CONNECTED", verifier
+    assert verifier["http-listed"] != "PUBLIC-OK host=pub.test", verifier  # no proxy now
+    assert run.host_received == [], run.host_received
+    assert run.seen.count("http b'GET") == 2, run.seen  # the agent's two, none after
+    refused = {(e["phase"], e.get("refused")) for e in run.verifier_events}
+    assert ("verifier", "host-subnet") in refused, run.verifier_events
+    assert ("verifier", "allowlist") not in refused, run.verifier_events
 
 
 def test_a_killed_run_leaves_no_input_jump_cleanup_cannot_remove() -> None:
