@@ -30,7 +30,7 @@ from harness.records import (
     Usage,
 )
 from harness.tasks import Task
-from harness.tasks.networks import trial_networks, with_network
+from harness.tasks.networks import effective_networks, trial_networks, with_network
 from harness.transcript import write_transcript
 from harness.trial.agent_phase import AgentPhase
 from harness.trial.failures import failure_status
@@ -169,7 +169,14 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
         step = view.step
         if step is not None:
             self.step_evidence = self.evidence / "steps" / step.name
-            self.steps.append(StepOutcome(name=step.name, index=step.index))
+            networks = effective_networks(self.task.config, self.settings.network, step.config)
+            self.steps.append(
+                StepOutcome(
+                    name=step.name,
+                    index=step.index,
+                    network={role: policy.to_json() for role, policy in networks.items()},
+                )
+            )
             self.reward, self.rewards = None, {}
             try:
                 with self.clock.phase("setup"):
