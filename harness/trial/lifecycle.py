@@ -156,12 +156,27 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
             self.fail_in(self.phase, exc)
             return
         for view in self.task.views():
-            if not self._run_view(view):
+            going = self._run_view(view)
+            if view.step is not None:
+                self._step_network_events(view.step.name)
+            if not going:
                 break
         if self.task.steps:
             rewards = aggregate_rewards(self.steps, self.task.config.multi_step_reward_strategy)
             self.rewards = rewards or {}
             self.reward = trial_reward(rewards) if rewards else None
+
+    def _step_network_events(self, step: str) -> None:
+        """The connections the filter refused in this step's phases, named for the step.
+
+        Each step has its own policies; a refusal says which step's phase it was.
+        """
+        assert self.sandbox is not None
+        try:
+            events = self.sandbox.network_events()
+        except SandboxError:
+            return  # not lost: the sandbox's last call (remove_root) collects them
+        self.events.extend({**event, "step": step} for event in events)
 
     def _run_view(self, view: Task) -> bool:
         """Run the task (or one step of it); whether the next step may run."""
