@@ -13,7 +13,9 @@ One trial of a three-step task, run by ``harness run --sandbox docker`` with the
 - step ``three``: ``no-network`` for both; its verifier tries everything too.
 
 Judged from outside: what the servers received, the record's per-step policies, the
-survivor and refusal events, and the run's one line naming the task's online step.
+survivor and refusal events, and the run's one line naming the task's online step. Run
+again with ``--network none``: step two's agent gets no internet either (nor its
+leftover), step one's verifier keeps its own, and the run prints no such line.
 """
 
 from __future__ import annotations
@@ -169,9 +171,13 @@ def probe(path: Path) -> dict[str, str]:
     return result
 
 
+@pytest.mark.parametrize("network", ["task", "none"])
 def test_each_step_gets_its_own_network_and_a_leftover_never_gets_the_next_ones(
-    tmp_path: Path,
+    tmp_path: Path, network: str
 ) -> None:
+    """``--network task``: the task's policies; ``--network none``: no agent phase of any
+    step gets the internet (step two's included), the verifiers keep theirs."""
+    online = network == "task"
     require_image(docker_client())
     names = [f"{r}-{s}" for r in ("agent", "verifier") for s in ("one", "two", "three")]
     tokens = {name: f"{name}-{secrets.token_hex(6)}" for name in [*names, "early", "late"]}
@@ -183,7 +189,7 @@ def test_each_step_gets_its_own_network_and_a_leftover_never_gets_the_next_ones(
         out = tmp_path / "runs"
         running = start_cli(
             "run", task, "--agent", "oracle", "--sandbox", "docker", "-o", out,
-            "--run-name", "stepnet", "--display", "plain",
+            "--run-name", "stepnet", "--display", "plain", "--network", network,
         )  # fmt: skip
         result = running.wait(900)
         seen = net.seen()
@@ -191,16 +197,18 @@ def test_each_step_gets_its_own_network_and_a_leftover_never_gets_the_next_ones(
     output = result.stdout + result.stderr
     assert result.code == 0, output
     # The run's one line names the task and the step whose agent gets the internet.
-    assert "the agent phase of 1 task(s) reaches the internet: e2e/stepnet (two: public)" in (
-        output
-    ), output
+    line = "the agent phase of 1 task(s) reaches the internet: e2e/stepnet (two: public)"
+    assert (line in output) is online and ("reaches the internet" in output) is online, output
     run = read_run_dir(out / "stepnet")
     (record,) = run.records
     assert record["status"] == "completed" and record["reward"] == 1.0, record
     # From outside: only step one's verifier, step two's agent and its leftover while
     # that phase was public got out; nothing of steps one's agent, two's verifier, three's.
     reached = {name for name, token in tokens.items() if token in seen}
-    assert reached == {"verifier-one", "agent-two", "early"}, (reached, seen)
+    assert reached == ({"verifier-one", "agent-two", "early"} if online else {"verifier-one"}), (
+        reached,
+        seen,
+    )
     assert not [t for t in tokens.values() if t in host_got], f"the host was reached: {host_got}"
     # The probes' own view, kept by each step's verifier.
     evidence = run.evidence(record)
@@ -210,7 +218,7 @@ def test_each_step_gets_its_own_network_and_a_leftover_never_gets_the_next_ones(
             probe(verifier / "agent-probe.txt"),
             probe(verifier / "probe.txt"),
         )
-        assert (agent_probe[public] == "CONNECTED") is (step == "two"), (step, agent_probe)
+        assert (agent_probe[public] == "CONNECTED") is (online and step == "two"), agent_probe
         assert (verifier_probe[public] == "CONNECTED") is (step == "one"), (step, verifier_probe)
         for view in (agent_probe, verifier_probe):
             assert not [t for t in host_targets if view[t] == "CONNECTED"], (step, view)
@@ -218,15 +226,12 @@ def test_each_step_gets_its_own_network_and_a_leftover_never_gets_the_next_ones(
     modes = [
         (s["network"]["agent"]["mode"], s["network"]["verifier"]["mode"]) for s in record["steps"]
     ]
-    assert modes == [
-        ("no-network", "public"),
-        ("public", "no-network"),
-        ("no-network", "no-network"),
-    ]
+    two = "public" if online else "no-network"
+    assert modes == [("no-network", "public"), (two, "no-network"), ("no-network", "no-network")]
     assert record["posture"]["network"]["mode"] == "no-network", record["posture"]
     assert record["verifier_posture"]["network"]["mode"] == "public", record["verifier_posture"]
     assert [p["agent"]["mode"] for p in record["sandbox"]["step_policies"]] == [
-        "no-network", "public", "no-network",
+        "no-network", two, "no-network",
     ]  # fmt: skip
     # The leftover was alive when step two's agent phase ended, and was killed then.
     survivors = [e for e in record["events"] if e["type"] == "survivors"]

@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from harness.config import RunConfig
+from harness.executors.base import ExecutorOptions
+from harness.executors.local import LocalExecutor
+from harness.executors.ray.driver import network_refusal as ray_network_refusal
 from harness.runner.network import declarable, network_lines, network_problems
 from harness.tasks import TaskConfig, check_tasks, load_task
 from harness.tasks.networks import (
@@ -353,3 +357,30 @@ def test_a_separate_verifiers_policy_is_its_own_containers() -> None:
         "verifier": NetworkPolicy("no-network"),
     }
     assert effective_networks(cfg, run)["verifier"] == NetworkPolicy("public")
+
+
+class RayRefusals(LocalExecutor):
+    """An executor refusing phases as the Ray driver does (``driver.network_refusal``)."""
+
+    def network_refusal(self, role: str, mode: str, enforced: frozenset[str] | None) -> str | None:
+        return ray_network_refusal(role, mode, enforced)
+
+
+def test_ray_refuses_a_later_steps_internet_where_the_backend_filters_none(
+    tmp_path: Path,
+) -> None:
+    """Ray's check covers every step: the first step alone (no-network) would pass."""
+    toml = (
+        '[environment]\nnetwork_mode = "no-network"\n[[steps]]\nname = "one"\n'
+        '[[steps]]\nname = "two"\nverifier = { network_mode = "public" }\n'
+    )
+    task = load_task(steps_task(tmp_path / "ray", toml))
+    executor = RayRefusals(ExecutorOptions(run_name="r", config=RunConfig(paths=[str(tmp_path)])))
+    unfiltered = Capacity(cpus=2, memory_mb=1024, network_modes=frozenset({"no-network", "public"}))
+    problems = network_problems([task], RunNetwork(), unfiltered, "docker", executor)
+    assert len(problems) == 1, problems
+    assert (
+        "step 'two': the verifier phase's network_mode = 'public' is refused with" in (problems[0])
+    )
+    filtered = RunNetwork(enforced=unfiltered.network_modes)
+    assert network_problems([task], filtered, unfiltered, "docker", executor) == []
