@@ -9,7 +9,7 @@ reach the internet and which tasks run without the network Harbor would have giv
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from harness.executors.base import TrialExecutor
 from harness.tasks import Task
@@ -45,26 +45,44 @@ def network_problems(
     allowed = declarable(capacity)
     problems = []
     for task in tasks:
-        why = None
-        for where, policies in _by_step(task, step_networks(task.config, run, _steps(task))):
-            why = refusal(policies, allowed, backend)
-            for role, policy in policies.items():
-                if why is None and executor is not None:
-                    why = executor.network_refusal(role, policy.mode, run.enforced)
-            if why is not None:
-                why = where + why
-                break
+        steps = _steps(task)
+        by_step = _by_step(task, step_networks(task.config, run, steps))
+        why = _first(by_step, lambda table: refusal(table, allowed, backend))
         if why is None and (capacity is None or capacity.network_modes is None):
             # The trial's own sandbox only: a separate verifier has a container of its own.
-            steps = _steps(task)
             tables = [sandbox_networks(task.config, run, steps)]
             tables += sandbox_step_networks(task.config, run, steps)
             why = _one_network_only(tables, backend)
         if why is not None and capacity is not None and not capacity.network:
             why += "; this runtime is registered with --network=none and gives no trial a network"
+        if why is None and executor is not None:
+            why = _first(by_step, lambda table: _executor_refusal(executor, table, run))
         if why is not None:
             problems.append(f"{task.path / 'task.toml'}: {why}")
     return problems
+
+
+def _first(
+    by_step: list[tuple[str, dict[str, NetworkPolicy]]],
+    check: Callable[[dict[str, NetworkPolicy]], str | None],
+) -> str | None:
+    """The first step's refusal by ``check``, prefixed with the step (None: none refused)."""
+    for where, table in by_step:
+        why = check(table)
+        if why is not None:
+            return where + why
+    return None
+
+
+def _executor_refusal(
+    executor: TrialExecutor, table: dict[str, NetworkPolicy], run: RunNetwork
+) -> str | None:
+    """Why ``executor`` cannot run a phase of these (None: it can run them all)."""
+    for role, policy in table.items():
+        why = executor.network_refusal(role, policy.mode, run.enforced)
+        if why is not None:
+            return why
+    return None
 
 
 def _by_step(
