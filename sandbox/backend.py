@@ -615,7 +615,9 @@ class Sandbox(ABC):
         """The connections its network filter refused since the last call (bounded).
 
         Each entry is a ``network_refused`` event (:mod:`sandbox.network_events`). Default:
-        none (a backend whose filter logs nothing). Called before the sandbox is stopped.
+        none (a backend whose filter logs nothing). Called after each step of a multi-step
+        task (between phases: no process of the last one is alive) and before the sandbox
+        is stopped.
         """
         return []
 
