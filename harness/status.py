@@ -7,6 +7,7 @@ from harness.records.status import (
     STATUS_FILENAME,
     RunningTrial,
     RunState,
+    RunStateName,
     StatusWriter,
     read_status,
 )
@@ -14,6 +15,7 @@ from harness.records.status import (
 __all__ = [
     "STATUS_FILENAME",
     "RunState",
+    "RunStateName",
     "RunningTrial",
     "StatusWriter",
     "read_status",

@@ -97,17 +97,46 @@ class SandboxSpec:
     #: Trials still to start in this run after this one, of any task (a backend may make
     #: sandboxes ahead for those that need one like this trial's).
     upcoming: int = 0
-    #: Each phase's network (issue 24): ``agent`` (the oracle's too) and ``verifier``.
-    #: A role missing here gets ``no-network``. ``allow_internet`` stays the union.
+    #: Each phase's network (issue 24): ``agent`` (the oracle's too) and ``verifier``, for
+    #: a phase that names no step (a single-step task's; the task's healthcheck).
+    #: A role missing here gets ``no-network``. ``allow_internet`` stays the union of every
+    #: policy here and in ``step_networks``.
     networks: Mapping[str, NetworkPolicy] = field(default_factory=dict)
+    #: A multi-step task's policies, one mapping like ``networks`` per step, by index: a
+    #: phase whose request names a step (``PhaseRequest.step``) gets exactly its step's.
+    #: A backend prepares up front for all of them (:meth:`all_networks`); empty: every
+    #: phase gets ``networks``.
+    step_networks: tuple[Mapping[str, NetworkPolicy], ...] = ()
     #: Who the agent may be (``sandbox.agent_root``): ``never`` (an unprivileged uid),
     #: ``isolated`` (the task's or image's user, root included, behind gVisor or a
     #: remapped user namespace) or ``allow`` (the task's or image's user anywhere).
     agent_root: Literal["never", "isolated", "allow"] = "never"
 
-    def network_for(self, role: str) -> NetworkPolicy:
-        """The network policy of a phase of ``role``."""
-        return self.networks.get(role, NO_NETWORK)
+    def network_for(self, role: str, step: int | None = None) -> NetworkPolicy:
+        """The network policy of a phase of ``role`` (in step ``step``, by index).
+
+        Raises:
+            SandboxError: ``step`` names no step of the spec's ``step_networks``.
+        """
+        if step is None or not self.step_networks:
+            return self.networks.get(role, NO_NETWORK)
+        if not 0 <= step < len(self.step_networks):
+            raise SandboxError(
+                f"the phase names step {step}, but the sandbox was made for "
+                f"{len(self.step_networks)} step(s)' networks"
+            )
+        return self.step_networks[step].get(role, NO_NETWORK)
+
+    def all_networks(self) -> tuple[NetworkPolicy, ...]:
+        """Every policy a phase of this sandbox may get (each once, in order).
+
+        What a backend prepares before the first phase: the filtered network when one of
+        them has the internet, the egress proxy when one is an ``allowlist``.
+        """
+        found: list[NetworkPolicy] = []
+        for table in (self.networks, *self.step_networks):
+            found += [policy for policy in table.values() if policy not in found]
+        return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -184,6 +213,9 @@ class PhaseRequest:
     #: fresh, verifier-owned ones of their own. Healthchecks only: they write no reward,
     #: and may wait on a service of the image that keeps its files there.
     shared_tmp: bool = False
+    #: The index of the step of a multi-step task this phase belongs to: the phase gets
+    #: that step's network (``SandboxSpec.step_networks``). None: ``SandboxSpec.networks``.
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -583,7 +615,9 @@ class Sandbox(ABC):
         """The connections its network filter refused since the last call (bounded).
 
         Each entry is a ``network_refused`` event (:mod:`sandbox.network_events`). Default:
-        none (a backend whose filter logs nothing). Called before the sandbox is stopped.
+        none (a backend whose filter logs nothing). Called after each step of a multi-step
+        task (between phases: no process of the last one is alive) and before the sandbox
+        is stopped.
         """
         return []
 

@@ -2,7 +2,8 @@
 
 No process runs: each phase is answered by a handler you pass in, which may read and write
 the fake filesystem (e.g. a verifier handler writes ``reward.txt``). Every call is logged in
-``calls`` so tests can assert the lifecycle order.
+``calls`` so tests can assert the lifecycle order, and every phase with the network policy
+it got (its step's: ``SandboxSpec.network_for``) in ``phases``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sandbox.backend import (
     SandboxSpec,
 )
 from sandbox.inside.evidence import EvidenceEvent
+from sandbox.network_policy import NetworkPolicy
 
 PhaseHandler = Callable[[PhaseRequest, "FakeSandbox"], PhaseResult]
 
@@ -60,6 +62,8 @@ class FakeSandbox(Sandbox):
         self.handler = handler
         self.files: dict[str, bytes] = {}
         self.calls: list[str] = []
+        #: Each phase run, with the network policy a real backend would have given it.
+        self.phases: list[tuple[PhaseRequest, NetworkPolicy]] = []
         self.fail_on = fail_on or set()
         self.started = False
         self.stopped = False
@@ -112,6 +116,8 @@ class FakeSandbox(Sandbox):
 
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
         self._call(f"run_phase:{request.role}")
+        # As a real backend: the phase's step's policy, an unknown step refused.
+        self.phases.append((request, self.spec.network_for(request.role, request.step)))
         return self.handler(request, self)
 
     def reset_verifier_dir(self) -> None:  # noqa: D102

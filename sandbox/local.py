@@ -54,6 +54,7 @@ from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxDi
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
 from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.inside.processes import kill_all, live_entries, uid_processes
+from sandbox.network_policy import NetworkPolicy
 from sandbox.removal import remove_tree
 from sandbox.scratch import PARKED, park, unpark
 from sandbox.seeding import chown_tree, copy_tree_nofollow, seed_workspace
@@ -84,6 +85,15 @@ INTERNET_REFUSED = (
     "the model gateway only (its own network namespace; no egress filter runs here); run "
     "the task with --sandbox docker, or with --network none for the agent phase"
 )
+
+
+def _steps(
+    tables: tuple[Mapping[str, NetworkPolicy], ...],
+) -> list[tuple[str, Mapping[str, NetworkPolicy]]]:
+    """Each step's policies, with the prefix a refusal of one takes."""
+    return [(f"step {index}: ", table) for index, table in enumerate(tables)]
+
+
 ROOT_VERIFIER_REFUSED = (
     "the local sandbox never runs task code as host root, and this task's [verifier].user "
     "is root: run it with --sandbox docker (the verifier is then root in its container only)"
@@ -452,10 +462,13 @@ class LocalSandbox(Sandbox):
                 f"the task needs {self.spec.gpus} GPU(s) and the local sandbox gives none; "
                 "run it with --sandbox docker on an engine with GPUs"
             )
-        for role in ("agent", "verifier"):
-            policy = self.spec.network_for(role)
-            if policy.mode not in NETWORK_MODES:
-                raise PermanentStartError(INTERNET_REFUSED.format(role=role, mode=policy.mode))
+        # Every step's phases (a multi-step task's steps may differ), before anything runs.
+        for where, table in (("", self.spec.networks), *_steps(self.spec.step_networks)):
+            for role, policy in table.items():
+                if policy.mode not in NETWORK_MODES:
+                    raise PermanentStartError(
+                        where + INTERNET_REFUSED.format(role=role, mode=policy.mode)
+                    )
         if self.spec.allow_internet:
             raise PermanentStartError(INTERNET_REFUSED.format(role="agent", mode="public"))
         try:
@@ -709,6 +722,9 @@ class LocalSandbox(Sandbox):
         return payload
 
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
+        # Every phase's own namespace is no-network (start refused anything else); a step
+        # the spec does not know is a caller's mistake, refused before anything runs.
+        self.spec.network_for(request.role, request.step)
         payload = phase_payload(
             request,
             cwd=request.cwd or self.paths.workspace,

@@ -106,6 +106,8 @@ class AgentContext:
                 stdin=stdin,
                 timeout_sec=limit,
                 max_output_bytes=self._max_output,
+                # A step's agent gets its step's network.
+                step=self.task.step.index if self.task.step is not None else None,
             )
         )
         logs = self.sandbox.paths.logs

@@ -30,7 +30,6 @@ from harness.tasks.limits import MAX_INSTRUCTION_BYTES, read_task_bytes
 from harness.tasks.links import link_problems
 from harness.tasks.migrate_tb1 import is_tb1_task_dir
 from harness.tasks.model import TaskConfig
-from harness.tasks.networks import step_problems
 from harness.tasks.paths import (
     INSTRUCTION_MD,
     SOLVE_SCRIPT,
@@ -250,8 +249,6 @@ def _check_config(path: Path, config: TaskConfig, problems: list[TaskError]) -> 
     toml_path = path / TASK_TOML
     for key, reason in config.unsupported_keys():
         problems.append(TaskError(toml_path, f"not supported: {reason}", field=key))
-    for key, message in step_problems(config):
-        problems.append(TaskError(toml_path, message, field=key))
     tables = {
         "environment.env": config.environment.env,
         "verifier.env": config.verifier.env,

@@ -4,6 +4,9 @@
   it) for the agent phase, which is the oracle's too; ``[verifier]`` (a step's ``verifier``
   table over it) for the verifier phase. A separate verifier's container takes its own
   ``[verifier.environment]`` as its environment.
+- Each step of a multi-step task has its own policies (:func:`step_networks`), and each
+  phase gets exactly its step's: steps may differ, and the trial's sandbox switches
+  between them (``SandboxSpec.step_networks``, ``PhaseRequest.step``).
 - ``allow_internet`` is the older spelling: ``true`` is ``public``, ``false``
   ``no-network``.
 - A table that sets ``network_mode = "allowlist"`` without ``allowed_hosts`` takes the
@@ -83,31 +86,6 @@ def task_networks(config: TaskConfig, step: StepSection | None = None) -> dict[s
     return found
 
 
-def step_problems(config: TaskConfig) -> list[tuple[str, str]]:
-    """``(field, message)`` for steps whose policies differ from the first step's.
-
-    A trial's sandbox is made once, with one policy per role: a step may restate it, not
-    change it.
-    """
-    steps = config.steps or []
-    if len(steps) < 2:
-        return []
-    first = task_networks(config, steps[0])
-    problems = []
-    for index, step in enumerate(steps[1:], start=1):
-        for role, policy in task_networks(config, step).items():
-            if policy != first[role]:
-                problems.append(
-                    (
-                        f"steps[{index}].{role}.network_mode",
-                        f"not supported: the step's {role} network ({policy.mode}) differs "
-                        f"from the first step's ({first[role].mode}); a trial keeps one "
-                        f"{role} policy for all its steps: set it in [{role}] instead",
-                    )
-                )
-    return problems
-
-
 @dataclass(frozen=True)
 class RunNetwork:
     """What a run does with the tasks' policies.
@@ -147,30 +125,58 @@ def effective_networks(
     }
 
 
+def step_networks(
+    config: TaskConfig, run: RunNetwork, steps: Iterable[StepSection] = ()
+) -> list[dict[str, NetworkPolicy]]:
+    """Each step's policies on this run, in order: each phase gets exactly its step's.
+
+    A task without steps: one entry, the task's. The oracle's phase is the agent's.
+    """
+    listed = list(steps)
+    if not listed:
+        return [effective_networks(config, run)]
+    return [effective_networks(config, run, step) for step in listed]
+
+
 def trial_networks(
     config: TaskConfig, run: RunNetwork, steps: Iterable[StepSection] = ()
 ) -> dict[str, NetworkPolicy]:
-    """A trial's policies (its first step's: :func:`step_problems` keeps steps alike)."""
-    first = next(iter(steps), None)
-    return effective_networks(config, run, first)
+    """A trial's first step's policies (the task's, without steps; the record's posture)."""
+    return step_networks(config, run, steps)[0]
+
+
+def _in_sandbox(
+    config: TaskConfig, run: RunNetwork, step: StepSection | None
+) -> dict[str, NetworkPolicy]:
+    """A step's policies in the trial's own sandbox (a separate verifier's are its own)."""
+    networks = effective_networks(config, run, step)
+    if config.verifier_mode(step) == "separate":
+        stated = _environment(config, "agent", step)
+        default = NetworkPolicy(DEFAULT_NETWORK_MODE, declared=False)
+        networks["verifier"] = enforceable(stated or default, run, "verifier")
+    return networks
 
 
 def sandbox_networks(
     config: TaskConfig, run: RunNetwork, steps: Iterable[StepSection] = ()
 ) -> dict[str, NetworkPolicy]:
-    """The policies of the trial's own sandbox (its spec's ``networks``).
+    """The policies of the trial's own sandbox for a phase of no step (its spec's ``networks``).
 
-    As :func:`trial_networks`, except that with a separate verifier the verifier role's
-    phases in this sandbox (the healthcheck) get the environment's policy: the
-    ``[verifier]`` policy is the separate container's.
+    The first step's (the task's healthcheck runs before it), except that with a separate
+    verifier the verifier role's phases in this sandbox (the healthcheck) get the
+    environment's policy: the ``[verifier]`` policy is the separate container's.
     """
-    first = next(iter(steps), None)
-    networks = effective_networks(config, run, first)
-    if config.verifier_mode(first) == "separate":
-        stated = _environment(config, "agent", first)
-        default = NetworkPolicy(DEFAULT_NETWORK_MODE, declared=False)
-        networks["verifier"] = enforceable(stated or default, run, "verifier")
-    return networks
+    return _in_sandbox(config, run, next(iter(steps), None))
+
+
+def sandbox_step_networks(
+    config: TaskConfig, run: RunNetwork, steps: Iterable[StepSection] = ()
+) -> tuple[dict[str, NetworkPolicy], ...]:
+    """Each step's policies in the trial's own sandbox (its spec's ``step_networks``).
+
+    As :func:`sandbox_networks`, per step; empty for a task without steps.
+    """
+    return tuple(_in_sandbox(config, run, step) for step in steps)
 
 
 def with_network(posture: dict[str, Any] | None, policy: NetworkPolicy) -> dict[str, Any]:
@@ -223,7 +229,8 @@ __all__ = [
     "refusal",
     "run_network",
     "sandbox_networks",
-    "step_problems",
+    "sandbox_step_networks",
+    "step_networks",
     "task_networks",
     "trial_networks",
     "with_network",

@@ -66,6 +66,7 @@ class AgentPhase(TrialState):
                     max_output_bytes=self.settings.max_output_bytes,
                     gateway_env=access.agent_env() if access else {},
                     entry=command.entry,
+                    step=self.step_index,
                 )
             )
         finally:

@@ -80,6 +80,7 @@ class CollectAndGrade(TrialState):
                 # Commands the tests run as the agent ($HARNESS_AGENT_EXEC) get its env.
                 agent_env=self.agent_phase_env({"HARNESS_INSTRUCTION_FILE": paths.instruction}),
                 confidential_env=tuple(self.view.verifier_env),
+                step=self.step_index,
             )
         )
         self.verifier_posture = result.posture

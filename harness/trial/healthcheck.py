@@ -55,6 +55,7 @@ def wait_healthy(
     name: str = "healthcheck",
     max_output_bytes: int = 1 << 20,
     clock: Callable[[], float] = time.monotonic,
+    step: int | None = None,
 ) -> int:
     """Run ``check`` until it passes.
 
@@ -66,6 +67,7 @@ def wait_healthy(
         name: Name of the tries' output files in the logs dir.
         max_output_bytes: Output kept per try.
         clock: Monotonic time (tests pass a fake).
+        step: The index of the step it checks (its tries get the step's network), or None.
 
     Returns:
         How many tries it took.
@@ -88,6 +90,7 @@ def wait_healthy(
                 max_output_bytes=max_output_bytes,
                 log_name=name,
                 shared_tmp=True,
+                step=step,
             )
         )
         ok = result.error is None and not result.timed_out and result.exit_code == 0

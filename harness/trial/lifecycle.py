@@ -30,7 +30,7 @@ from harness.records import (
     Usage,
 )
 from harness.tasks import Task
-from harness.tasks.networks import trial_networks, with_network
+from harness.tasks.networks import effective_networks, trial_networks, with_network
 from harness.transcript import write_transcript
 from harness.trial.agent_phase import AgentPhase
 from harness.trial.failures import failure_status
@@ -156,12 +156,27 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
             self.fail_in(self.phase, exc)
             return
         for view in self.task.views():
-            if not self._run_view(view):
+            going = self._run_view(view)
+            if view.step is not None:
+                self._step_network_events(view.step.name)
+            if not going:
                 break
         if self.task.steps:
             rewards = aggregate_rewards(self.steps, self.task.config.multi_step_reward_strategy)
             self.rewards = rewards or {}
             self.reward = trial_reward(rewards) if rewards else None
+
+    def _step_network_events(self, step: str) -> None:
+        """The connections the filter refused in this step's phases, named for the step.
+
+        Each step has its own policies; a refusal says which step's phase it was.
+        """
+        assert self.sandbox is not None
+        try:
+            events = self.sandbox.network_events()
+        except SandboxError:
+            return  # not lost: the sandbox's last call (remove_root) collects them
+        self.events.extend({**event, "step": step} for event in events)
 
     def _run_view(self, view: Task) -> bool:
         """Run the task (or one step of it); whether the next step may run."""
@@ -169,7 +184,14 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
         step = view.step
         if step is not None:
             self.step_evidence = self.evidence / "steps" / step.name
-            self.steps.append(StepOutcome(name=step.name, index=step.index))
+            networks = effective_networks(self.task.config, self.settings.network, step.config)
+            self.steps.append(
+                StepOutcome(
+                    name=step.name,
+                    index=step.index,
+                    network={role: policy.to_json() for role, policy in networks.items()},
+                )
+            )
             self.reward, self.rewards = None, {}
             try:
                 with self.clock.phase("setup"):

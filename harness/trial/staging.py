@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from harness.tasks.networks import sandbox_networks
+from harness.tasks.networks import sandbox_networks, sandbox_step_networks
 from harness.trial.env import grader_env, image_env_record
 from harness.trial.healthcheck import wait_healthy
 from harness.trial.state import TrialState
@@ -31,9 +31,11 @@ class Staging(TrialState):
         if self.task.workspace_dir is not None:
             fixtures = collect_fixture_dir(self.task.workspace_dir)
         env_cfg = self.task.config.environment
-        networks = sandbox_networks(
-            self.task.config, self.settings.network, (step.config for step in self.task.steps)
-        )
+        steps = [step.config for step in self.task.steps]
+        networks = sandbox_networks(self.task.config, self.settings.network, steps)
+        # Each step's phases get their own (a phase names its step: PhaseRequest.step).
+        per_step = sandbox_step_networks(self.task.config, self.settings.network, steps)
+        every = [*networks.values(), *(p for table in per_step for p in table.values())]
         gateway, agent = self.settings.gateway, self.settings.agent
         if gateway is not None and agent.model_use != "none":
             self.access = gateway.open_trial(
@@ -48,8 +50,9 @@ class Staging(TrialState):
             resources=Resources(
                 cpus=env_cfg.cpus, memory_mb=env_cfg.memory_mb, storage_mb=env_cfg.storage_mb
             ),
-            allow_internet=any(policy.internet for policy in networks.values()),
+            allow_internet=any(policy.internet for policy in every),
             networks=networks,
+            step_networks=per_step,
             image=env_cfg.docker_image,
             dockerfile=self.task.dockerfile,
             task_name=self.task.name,
@@ -154,6 +157,7 @@ class Staging(TrialState):
                     timeout_sec=self.view.agent_timeout_sec,
                     max_output_bytes=self.settings.max_output_bytes,
                     log_name="setup",
+                    step=self.step_index,
                 )
             )
             self._phase_events("setup", result)
@@ -170,6 +174,7 @@ class Staging(TrialState):
                 grader_env(sandbox, self.view, self.plan.id),
                 cancel=self.settings.cancel,
                 name=f"healthcheck-{step.name}",
+                step=self.step_index,
             )
 
 

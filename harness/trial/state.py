@@ -76,6 +76,14 @@ class TrialState:
         """The name of the step running now (None for a single-step task)."""
         return self.view.step.name if self.view.step is not None else None
 
+    @property
+    def step_index(self) -> int | None:
+        """The index of the step running now (None for a single-step task).
+
+        Every phase of the step names it (``PhaseRequest.step``): it gets its step's network.
+        """
+        return self.view.step.index if self.view.step is not None else None
+
     def enter(self, phase: str) -> None:
         """Enter ``phase`` (reported to the run); an interrupted run starts no agent or grading.
 

@@ -24,6 +24,9 @@ class StepOutcome:
     timings: dict[str, float] = field(default_factory=dict)
     #: Why the steps after this one did not run (min_reward not met, or a failure).
     stopped: str | None = None
+    #: Each of its phases' effective network policy: ``{"agent": ..., "verifier": ...}``
+    #: (``NetworkPolicy.to_json``), as the trial ran them.
+    network: dict[str, Any] | None = None
 
     def as_record(self) -> dict[str, Any]:
         """The step as the record stores it."""
@@ -35,6 +38,8 @@ class StepOutcome:
             "errors": self.errors,
             "timings": self.timings,
         }
+        if self.network is not None:
+            data["network"] = self.network
         if self.stopped is not None:
             data["stopped"] = self.stopped
         return data

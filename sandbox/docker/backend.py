@@ -392,6 +392,7 @@ class DockerSandbox(Sandbox):
             spec.allow_internet,
             # Each phase's policy: a warm container's network was chosen for its own.
             tuple(sorted(spec.networks.items())),
+            tuple(tuple(sorted(step.items())) for step in spec.step_networks),
             spec.image_tests,
             spec.agent_user,
             spec.agent_root,
@@ -755,7 +756,7 @@ class DockerSandbox(Sandbox):
 
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
         # The previous phase's processes are all dead (its run_phase returned): switch.
-        self._net.switch(request.role, self._container)
+        self._net.switch(request.role, self._container, request.step)
         payload = phase_payload(
             request,
             cwd=request.cwd or self._workdir,
@@ -764,7 +765,7 @@ class DockerSandbox(Sandbox):
             gateway_socket=self._gateway_socket(),
         )
         # An allowlist phase's proxy (HTTP_PROXY and friends); nothing for the others.
-        payload["env"].update(self._net.phase_env(request.role))
+        payload["env"].update(self._net.phase_env(request.role, request.step))
         private_tmp = request.role == "verifier" and not request.shared_tmp
         own_logs = sorted(str(path) for path in payload["logs"].values())
         if request.role != "agent":
@@ -782,7 +783,7 @@ class DockerSandbox(Sandbox):
                 uid, gid = self._verifier_id
                 payload["user"] = {"uid": uid, "gid": gid}
             template: PhaseWire = {
-                "env": {**request.agent_env, **self._net.phase_env(request.role)},
+                "env": {**request.agent_env, **self._net.phase_env(request.role, request.step)},
                 "cwd": self._workdir,
                 "rlimits": {"core": 0, "nofile": self.spec.resources.nofile},
             }

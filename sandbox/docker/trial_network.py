@@ -4,7 +4,8 @@ A trial none of whose phases gets the internet has no network at all (``none``: 
 and the gateway's in-container forwarder, which reaches the gateway over a unix socket).
 One whose phases ever do joins the filtered network (:mod:`sandbox.docker.egress`), or
 its compose project's, and is judged per phase by its own chain: the agent phase and the
-verifier phase of one trial can differ. :meth:`TrialNetwork.switch` runs when a phase
+verifier phase of one trial can differ, and so can each step's of a multi-step task (a
+phase names its step: ``PhaseRequest.step``). :meth:`TrialNetwork.switch` runs when a phase
 starts, after the supervisor reported every process of the previous phase dead (that is
 when ``run_phase`` returns), so a process left over from a ``no-network`` phase never
 sees the next phase's network; while no phase runs, the container keeps the last phase's
@@ -65,16 +66,24 @@ class TrialNetwork:
         #: compose sidecars' names and addresses.
         self._direct: tuple[str, ...] = ()
 
-    def policy(self, role: str) -> NetworkPolicy:
-        """The network of a phase of ``role`` (``allow_internet`` without per-phase ones)."""
-        if self.spec.networks:
-            return self.spec.network_for(role)
+    def policy(self, role: str, step: int | None = None) -> NetworkPolicy:
+        """The network of a phase of ``role`` in ``step`` (``allow_internet`` without any).
+
+        Raises:
+            SandboxError: ``step`` is not one of the spec's steps.
+        """
+        if self.spec.networks or self.spec.step_networks:
+            return self.spec.network_for(role, step)
         return PUBLIC if self.spec.allow_internet else NO_NETWORK
+
+    def _policies(self) -> tuple[NetworkPolicy, ...]:
+        """Every policy a phase of the trial may get, of any step (what is made up front)."""
+        return self.spec.all_networks() or (self.policy("agent"),)
 
     @property
     def internet(self) -> bool:
-        """Whether any phase of the trial gets the internet."""
-        return self.spec.allow_internet or any(self.policy(r).internet for r in ROLES)
+        """Whether any phase of the trial, of any step, gets the internet."""
+        return self.spec.allow_internet or any(p.internet for p in self._policies())
 
     def plain_network(self) -> str:
         """The engine network a container without sidecars joins."""
@@ -82,8 +91,8 @@ class TrialNetwork:
 
     @property
     def allowlist(self) -> bool:
-        """Whether a phase of the trial has an ``allowlist`` policy (it gets a proxy)."""
-        return any(self.policy(r).mode == "allowlist" for r in ROLES)
+        """Whether a phase of the trial, of any step, is an ``allowlist`` (it gets a proxy)."""
+        return any(p.mode == "allowlist" for p in self._policies())
 
     def prepare(self) -> None:
         """Install the filter if a phase needs it, and the proxy if one is an allowlist.
@@ -131,11 +140,11 @@ class TrialNetwork:
             return None
         return (self._proxy.address[0],)
 
-    def phase_env(self, role: str) -> dict[str, str]:
-        """What a phase of ``role`` adds to its environment: the proxy, in an allowlist one."""
+    def phase_env(self, role: str, step: int | None = None) -> dict[str, str]:
+        """What a phase of ``role`` in ``step`` adds to its environment (an allowlist's proxy)."""
         if self._proxy is None or self._proxy.address is None:
             return {}
-        if self.policy(role).mode != "allowlist":
+        if self.policy(role, step).mode != "allowlist":
             return {}
         host, port = self._proxy.address
         url = f"http://{host}:{port}"
@@ -189,17 +198,18 @@ class TrialNetwork:
             "the engine"
         )
 
-    def switch(self, role: str, container: Any) -> None:
-        """Set the container's network for the phase of ``role`` about to start.
+    def switch(self, role: str, container: Any, step: int | None = None) -> None:
+        """Set the container's network for the phase of ``role`` (in ``step``) about to start.
 
-        Called once the previous phase's processes are all dead.
+        Called once the previous phase's processes are all dead. Each phase gets exactly
+        its own step's policy (an allowlist its own hosts, never another step's).
         """
+        policy = self.policy(role, step)  # an unknown step is refused, whatever the network
         if not self.internet or container is None:
             return
         flt = self._filter_of(container)
         flt.collect(self._phase or "start")
         self._phase = role
-        policy = self.policy(role)
         if self._proxy is not None:
             self._proxy.switch(policy, role)
         if policy.mode == "allowlist":
@@ -279,6 +289,11 @@ class TrialNetwork:
         facts: dict[str, Any] = {
             "policies": {role: self.policy(role).to_json() for role in ROLES},
         }
+        if self.spec.step_networks:  # a multi-step task: each step's, by index
+            facts["step_policies"] = [
+                {role: self.policy(role, index).to_json() for role in ROLES}
+                for index in range(len(self.spec.step_networks))
+            ]
         if self._filter is not None:
             facts["egress_chain"] = self._filter.chain
         if self._proxy is not None and self._proxy.address is not None:

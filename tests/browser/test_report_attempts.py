@@ -91,7 +91,28 @@ def crafted_run(root: Path) -> Path:
             },
             "verifier_posture": {"network": {"mode": "public", "declared": False}},
             "evidence_dir": f"trials/{TRIAL}",
-            "steps": [{"name": "build", "reward": 1.0}, {"name": "test", "reward": 0.5}],
+            "steps": [
+                {
+                    "name": "build",
+                    "reward": 1.0,
+                    "network": {
+                        "agent": {
+                            "mode": "allowlist",
+                            "declared": True,
+                            "allowed_hosts": ["pypi.org"],
+                        },
+                        "verifier": {"mode": "public", "declared": False},
+                    },
+                },
+                {
+                    "name": "test",
+                    "reward": 0.5,
+                    "network": {
+                        "agent": {"mode": "no-network", "declared": True},
+                        "verifier": {"mode": "no-network", "declared": True},
+                    },
+                },
+            ],
             "judges": [{"judge": "style-critic", "score": 0.5, "rationale": "long lines"}],
             "a_field_from_2030": {"nested": [1, 2, {"x": None}]},
         }
@@ -128,6 +149,8 @@ def test_earlier_attempts_cleanup_errors_events_and_newer_fields(
     security = w.text("#security")
     assert "/etc/shadow" in security and "2 security event" in security
     assert "allowlist: pypi.org" in security and "public (not stated by the task)" in security
+    # A multi-step trial: each step's phases, by step (steps[].network).
+    assert "step build: agent" in security and "step test: verifier" in security
     assert "1 connection(s) refused by the network filter" in security
     assert "a_field_from_2030" in w.text("#other")
     assert "second attempt succeeded" in w.text("#transcript")

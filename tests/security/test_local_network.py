@@ -162,3 +162,16 @@ def test_a_local_sandbox_with_an_internet_phase_never_starts(networks: Any) -> N
     sandbox = LocalSandbox(spec, identities=IdentityPool(1_700_000_000, 1_700_000_000))
     with pytest.raises(PermanentStartError, match="the local sandbox gives a phase loopback"):
         sandbox.start()
+
+
+def test_a_local_sandbox_with_a_later_steps_internet_phase_never_starts() -> None:
+    """Every step's phases are checked up front: the first step's alone would pass."""
+    closed = {"agent": NetworkPolicy("no-network"), "verifier": NetworkPolicy("no-network")}
+    spec = SandboxSpec(
+        trial_id=f"net-{secrets.token_hex(4)}",
+        networks=closed,
+        step_networks=(closed, {**closed, "agent": NetworkPolicy("public")}),
+    )
+    sandbox = LocalSandbox(spec, identities=IdentityPool(1_700_000_000, 1_700_000_000))
+    with pytest.raises(PermanentStartError, match="step 1: the agent phase's network_mode"):
+        sandbox.start()

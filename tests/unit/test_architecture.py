@@ -29,8 +29,10 @@ The rules: ``sandbox/`` never imports ``harness/``; ``sandbox/inside/`` (the cod
 every sandbox, run there on Python 3.9) imports only the standard library and itself; no
 import cycle between modules; no module imports another package's private name; and the
 packages form a layered graph, no package-level cycle, where only the public facade
-``harness/__init__.py`` may import anything. ``tests/unit/test_architecture.py`` is the one
-place these rules are written down; docs/architecture.md explains them.
+``harness/__init__.py`` may import anything (and the old paths in ``ALLOWED_UPWARD_IMPORTS``,
+re-exports nothing of ours imports, may import what moved above them).
+``tests/unit/test_architecture.py`` is the one place these rules are written down;
+docs/architecture.md explains them.
 """
 
 from __future__ import annotations
@@ -49,8 +51,14 @@ ROOTS = ("harness", "sandbox")
 FACADE = "harness"
 #: The in-sandbox code: stdlib-only, shipped as files into every sandbox.
 INSIDE = "sandbox.inside"
-#: Package-level arrows allowed to close a cycle, each with the reason (none today).
-ALLOWED_PACKAGE_ARROWS: dict[tuple[str, str], str] = {}
+#: Imports (importer module, imported module) left out of the package graph, each with its
+#: reason: an old import path kept as a re-export after its code moved up. The importer must
+#: be a leaf that no module of ours imports (test_allowed_upward_imports_are_leaves).
+ALLOWED_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
+    ("harness.episodes.prepare", "harness.runner.env_check"): (
+        "the env check moved to runner/ (issue 23); its old path re-exports it"
+    ),
+}
 #: Standard modules newer than Python 3.9, which the in-sandbox code must still run on.
 NOT_ON_PY39 = frozenset({"tomllib"})
 
@@ -208,7 +216,10 @@ def module_graph() -> dict[str, dict[str, list[Import]]]:
 
 
 def package_graph() -> dict[str, dict[str, list[Import]]]:
-    """Package -> imported package -> the statements; the facade's own imports left out."""
+    """Package -> imported package -> the statements.
+
+    The facade's own imports are left out, and so are the ``ALLOWED_UPWARD_IMPORTS``.
+    """
     graph: dict[str, dict[str, list[Import]]] = {}
     for importer, targets in module_graph().items():
         if importer == FACADE:
@@ -217,7 +228,7 @@ def package_graph() -> dict[str, dict[str, list[Import]]]:
             a, b = package_of(importer), package_of(target)
             graph.setdefault(a, {})
             graph.setdefault(b, {})
-            if a != b and (a, b) not in ALLOWED_PACKAGE_ARROWS:
+            if a != b and (importer, target) not in ALLOWED_UPWARD_IMPORTS:
                 graph[a].setdefault(b, []).extend(imps)
     return graph
 
@@ -393,7 +404,7 @@ def test_no_module_imports_another_packages_private_name() -> None:
 def test_packages_form_layers_without_cycles() -> None:
     graph = package_graph()
     cycles = describe_cycles(graph, "package")
-    allowed = "".join(f"\n  {a} -> {b}: {why}" for (a, b), why in ALLOWED_PACKAGE_ARROWS.items())
+    allowed = "".join(f"\n  {a} -> {b}: {why}" for (a, b), why in ALLOWED_UPWARD_IMPORTS.items())
     assert not cycles, (
         "The top-level subpackages must form layers (a graph without cycles); only the "
         f"facade {FACADE}/__init__.py may import from every package. Package cycles:\n"
@@ -402,3 +413,19 @@ def test_packages_form_layers_without_cycles() -> None:
         "lower package, or invert the dependency (the upper package passes a callable in)."
         + (f"\nAllowed exceptions:{allowed}" if allowed else "")
     )
+
+
+def test_allowed_upward_imports_are_leaves() -> None:
+    # An allowed upward import stays harmless only while its importer is a re-export that no
+    # module of ours imports (so it can close no cycle), and while the import still exists.
+    graph = module_graph()
+    for importer, target in ALLOWED_UPWARD_IMPORTS:
+        assert target in graph.get(importer, {}), (
+            f"ALLOWED_UPWARD_IMPORTS lists {importer} -> {target}, which no longer exists: "
+            "remove the entry"
+        )
+        users = sorted(m for m, targets in graph.items() if importer in targets)
+        assert not users, (
+            f"{importer} is an allowed upward import (an old path's re-export) but "
+            f"{', '.join(users)} import it: import {target} instead"
+        )

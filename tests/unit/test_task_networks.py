@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from harness.config import RunConfig
+from harness.executors.base import ExecutorOptions
+from harness.executors.local import LocalExecutor
+from harness.executors.ray.driver import network_refusal as ray_network_refusal
 from harness.runner.network import declarable, network_lines, network_problems
 from harness.tasks import TaskConfig, check_tasks, load_task
 from harness.tasks.networks import (
@@ -16,7 +20,10 @@ from harness.tasks.networks import (
     RunNetwork,
     effective_networks,
     sandbox_networks,
+    sandbox_step_networks,
+    step_networks,
     task_networks,
+    trial_networks,
     with_network,
 )
 from sandbox.backend import Capacity
@@ -121,21 +128,125 @@ def test_bad_network_keys_are_task_errors(toml: str, message: str) -> None:
         config(toml)
 
 
-def test_steps_restate_but_never_change_a_policy(tmp_path: Path) -> None:
-    base = '[environment]\nnetwork_mode = "no-network"\n[[steps]]\nname = "one"\n'
-    same = base + '[[steps]]\nname = "two"\nagent = { network_mode = "no-network" }\n'
-    changed = base + '[[steps]]\nname = "two"\nverifier = { network_mode = "public" }\n'
-    for name, toml in (("same", same), ("changed", changed)):
-        root = write_task(tmp_path / name, toml)
-        for step in ("one", "two"):
-            (root / "steps" / step).mkdir(parents=True)
-            (root / "steps" / step / "instruction.md").write_text("x\n")
-    assert modes(changed, 1)["verifier"][0] == "public"
-    _tasks, problems = check_tasks([tmp_path / "same"])
+STEPS = (
+    '[environment]\nnetwork_mode = "no-network"\n'
+    '[verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n'
+    '[[steps]]\nname = "one"\n'
+    '[[steps]]\nname = "two"\nagent = { network_mode = "public" }\n'
+    'verifier = { network_mode = "no-network" }\n'
+    '[[steps]]\nname = "three"\n'
+    'verifier = { network_mode = "allowlist", allowed_hosts = ["files.pythonhosted.org"] }\n'
+    '[[steps]]\nname = "four"\nverifier = { allowed_hosts = ["deb.debian.org"] }\n'
+)
+
+
+def steps_task(root: Path, toml: str = STEPS) -> Path:
+    write_task(root, toml)
+    for step in tomllib.loads(toml).get("steps", []):
+        (root / "steps" / step["name"]).mkdir(parents=True)
+        (root / "steps" / step["name"] / "instruction.md").write_text("x\n")
+    return root
+
+
+def test_each_step_resolves_environment_then_phase_then_step() -> None:
+    """environment < [agent]/[verifier] < the step's table; each step its own list."""
+    got = [modes(STEPS, index) for index in range(4)]
+    assert got[0] == {
+        "agent": ("no-network", (), True),  # the environment's
+        "verifier": ("allowlist", ("pypi.org",), True),  # [verifier] over it
+    }
+    assert got[1] == {"agent": ("public", (), True), "verifier": ("no-network", (), True)}
+    # A step's own allowlist is exactly its own hosts, never the task's too (no union).
+    assert got[2]["verifier"] == ("allowlist", ("files.pythonhosted.org",), True)
+    # Hosts alone over an allowlist below: the step's hosts, the mode inherited.
+    assert got[3]["verifier"] == ("allowlist", ("deb.debian.org",), True)
+    assert got[3]["agent"] == got[2]["agent"] == ("no-network", (), True)
+
+
+def test_the_oracle_runs_each_steps_agent_policy() -> None:
+    """The oracle's phase is the agent's: nothing names an oracle table."""
+    cfg = config(STEPS)
+    run = RunNetwork(enforced=frozenset({"public", "no-network", "allowlist"}))
+    per_step = step_networks(cfg, run, cfg.steps or [])
+    assert [table["agent"].mode for table in per_step] == [
+        "no-network", "public", "no-network", "no-network",
+    ]  # fmt: skip
+    assert trial_networks(cfg, run, cfg.steps or []) == per_step[0]  # posture: the first
+    assert step_networks(config(""), run) == [effective_networks(config(""), run)]
+
+
+def test_network_none_takes_the_internet_from_every_steps_agent() -> None:
+    cfg = config(
+        STEPS.replace(
+            'agent = { network_mode = "public" }', 'agent = { network_mode = "allowlist" }'
+        )
+    )
+    run = RunNetwork(agent="none", enforced=frozenset({"public", "no-network", "allowlist"}))
+    per_step = step_networks(cfg, run, cfg.steps or [])
+    assert all(table["agent"] == NetworkPolicy("no-network") for table in per_step)
+    assert per_step[0]["verifier"] == NetworkPolicy("allowlist", ("pypi.org",))  # kept
+    cfg = config(STEPS)
+    assert step_networks(cfg, run, cfg.steps or [])[1]["agent"] == NetworkPolicy("no-network")
+
+
+def test_steps_may_differ_and_the_sandbox_gets_each_steps(tmp_path: Path) -> None:
+    """No refusal: each step's phases get their own (a separate verifier's is its own)."""
+    _tasks, problems = check_tasks([steps_task(tmp_path / "steps")])
     assert problems == []
-    _tasks, problems = check_tasks([tmp_path / "changed"])
-    text = " ".join(str(p) for p in problems)
-    assert "steps[1].verifier.network_mode" in text and "differs from the first step's" in text
+    separate = STEPS.replace(
+        '[[steps]]\nname = "two"\n',
+        '[[steps]]\nname = "two"\nverifier = { environment_mode = "separate" }\n',
+    ).replace(
+        'agent = { network_mode = "public" }\nverifier = { network_mode = "no-network" }\n',
+        'agent = { network_mode = "public" }\n',
+    )
+    cfg = config(separate)
+    run = RunNetwork(enforced=frozenset({"public", "no-network", "allowlist"}))
+    steps = cfg.steps or []
+    tables = sandbox_step_networks(cfg, run, steps)
+    assert len(tables) == 4 and tables[0] == sandbox_networks(cfg, run, steps)
+    # Step two's verifier is a container of its own: its phases here get the environment's.
+    assert tables[1] == {"agent": NetworkPolicy("public"), "verifier": NetworkPolicy("no-network")}
+    assert effective_networks(cfg, run, steps[1])["verifier"] == NetworkPolicy(
+        "allowlist", ("pypi.org",)
+    )
+    assert sandbox_step_networks(config(""), run) == ()
+
+
+def test_a_steps_policy_the_backend_cannot_enforce_refuses_the_task_naming_the_step(
+    tmp_path: Path,
+) -> None:
+    task = load_task(steps_task(tmp_path / "steps"))
+    local = Capacity(cpus=2, memory_mb=1024, network_modes=frozenset({"no-network"}))
+    problems = network_problems([task], RunNetwork(enforced=local.network_modes), local, "local")
+    # Step one's verifier (allowlist) is the first refused.
+    assert len(problems) == 1 and "step 'one': the verifier phase's network_mode" in problems[0]
+    # With no allowlist anywhere, step two's public agent is the one.
+    only_two = STEPS.replace('network_mode = "allowlist"', 'network_mode = "no-network"')
+    only_two = (
+        only_two.replace('allowed_hosts = ["pypi.org"]\n', "")
+        .replace(', allowed_hosts = ["files.pythonhosted.org"]', "")
+        .replace('verifier = { allowed_hosts = ["deb.debian.org"] }\n', "")
+    )
+    task = load_task(steps_task(tmp_path / "two", only_two))
+    problems = network_problems([task], RunNetwork(enforced=local.network_modes), local, "local")
+    assert len(problems) == 1, problems
+    assert "step 'two': the agent phase's network_mode = 'public' cannot be enforced" in problems[0]
+    none = RunNetwork(agent="none", enforced=local.network_modes)
+    assert network_problems([task], none, local, "local") == []
+    # One network per trial: a later step's internet cannot be kept from another's phase.
+    legacy = Capacity(cpus=2, memory_mb=1024)
+    problems = network_problems([task], RunNetwork(), legacy, "docker")
+    assert "gives all phases of a trial one network here" in problems[0], problems
+    every = frozenset({"public", "no-network", "allowlist"})
+    capacity = Capacity(2, 1024, network_modes=every)
+    assert network_problems([task], RunNetwork(enforced=every), capacity, "docker") == []
+    # The run's one line names the task and the steps whose agent gets the internet.
+    assert network_lines([task], RunNetwork(enforced=every)) == [
+        "network: the agent phase of 1 task(s) reaches the internet: two (two: public) "
+        "(--network none forbids it)"
+    ]
+    assert network_lines([task], RunNetwork(agent="none", enforced=every)) == []
 
 
 def test_the_task_hash_is_unchanged_while_the_keys_are_unset(tmp_path: Path) -> None:
@@ -246,3 +357,30 @@ def test_a_separate_verifiers_policy_is_its_own_containers() -> None:
         "verifier": NetworkPolicy("no-network"),
     }
     assert effective_networks(cfg, run)["verifier"] == NetworkPolicy("public")
+
+
+class RayRefusals(LocalExecutor):
+    """An executor refusing phases as the Ray driver does (``driver.network_refusal``)."""
+
+    def network_refusal(self, role: str, mode: str, enforced: frozenset[str] | None) -> str | None:
+        return ray_network_refusal(role, mode, enforced)
+
+
+def test_ray_refuses_a_later_steps_internet_where_the_backend_filters_none(
+    tmp_path: Path,
+) -> None:
+    """Ray's check covers every step: the first step alone (no-network) would pass."""
+    toml = (
+        '[environment]\nnetwork_mode = "no-network"\n[[steps]]\nname = "one"\n'
+        '[[steps]]\nname = "two"\nverifier = { network_mode = "public" }\n'
+    )
+    task = load_task(steps_task(tmp_path / "ray", toml))
+    executor = RayRefusals(ExecutorOptions(run_name="r", config=RunConfig(paths=[str(tmp_path)])))
+    unfiltered = Capacity(cpus=2, memory_mb=1024, network_modes=frozenset({"no-network", "public"}))
+    problems = network_problems([task], RunNetwork(), unfiltered, "docker", executor)
+    assert len(problems) == 1, problems
+    assert (
+        "step 'two': the verifier phase's network_mode = 'public' is refused with" in (problems[0])
+    )
+    filtered = RunNetwork(enforced=unfiltered.network_modes)
+    assert network_problems([task], filtered, unfiltered, "docker", executor) == []

@@ -18,7 +18,9 @@ from harness.trial import TrialPlan, TrialSettings, run_trial
 from harness.trial.healthcheck import HealthcheckFailed, wait_healthy
 from harness.trial.steps import StepOutcome, aggregate_rewards
 from sandbox.backend import PhaseRequest, PhaseResult, SandboxSpec
+from sandbox.errors import SandboxError
 from sandbox.fake import FakeSandbox, ok_result
+from sandbox.network_policy import NetworkPolicy
 
 Handler = Callable[[PhaseRequest, FakeSandbox], PhaseResult]
 
@@ -209,6 +211,65 @@ def test_oracle_runs_each_steps_solution(tmp_path: Path) -> None:
 
     run(tmp_path, steps_task(tmp_path, TWO_STEPS), OracleAgent(), handle)
     assert ran == [b"solve one\n", b"solve two\n"]
+
+
+DIFFERING = (
+    '[environment]\nnetwork_mode = "no-network"\n'
+    '[environment.healthcheck]\ncommand = "true"\ninterval_sec = 0\n'
+    '[verifier]\nnetwork_mode = "public"\n'
+    '[[steps]]\nname = "one"\n'
+    '[[steps]]\nname = "two"\n'
+    '[steps.agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n'
+    '[steps.verifier]\nnetwork_mode = "no-network"\n'
+    '[steps.healthcheck]\ncommand = "true"\ninterval_sec = 0\n'
+)
+
+
+def test_each_steps_phases_get_their_own_network_policy(tmp_path: Path) -> None:
+    """Steps whose policies differ: one sandbox, each phase its own step's policy."""
+    record, made = run(
+        tmp_path, steps_task(tmp_path, DIFFERING), OracleAgent(),
+        rewards_by_step({"one": "1", "two": "1"}),
+    )  # fmt: skip
+    assert record.status is TrialStatus.COMPLETED, record.errors
+    [fake] = made
+    spec = fake.spec
+    listed = NetworkPolicy("allowlist", ("pypi.org",))
+    closed, public = NetworkPolicy("no-network"), NetworkPolicy("public")
+    # Up front the sandbox knows every step's policies (the union is what it prepares for).
+    assert spec.step_networks == (
+        {"agent": closed, "verifier": public},
+        {"agent": listed, "verifier": closed},
+    )
+    assert spec.allow_internet and set(spec.all_networks()) == {closed, public, listed}
+    got = [(r.role, r.log_name, r.step, policy) for r, policy in fake.phases]
+    assert got == [
+        ("verifier", "healthcheck", None, public),  # the task's, before any step: step one's
+        ("agent", None, 0, closed),  # step one's oracle
+        ("verifier", None, 0, public),
+        ("agent", "setup", 1, listed),  # step two's setup.sh, as its agent
+        ("verifier", "healthcheck-two", 1, closed),
+        ("agent", None, 1, listed),  # exactly its own hosts
+        ("verifier", None, 1, closed),
+    ]
+    steps = record.model_extra["steps"]
+    assert [step["network"] for step in steps] == [
+        {"agent": closed.to_json(), "verifier": public.to_json()},
+        {"agent": listed.to_json(), "verifier": closed.to_json()},
+    ]
+    # The old per-role fields: the first step's.
+    assert record.posture is not None and record.posture["network"] == closed.to_json()
+    assert record.verifier_posture is not None
+    assert record.verifier_posture["network"] == public.to_json()
+
+
+def test_a_phase_naming_a_step_the_sandbox_was_not_made_for_is_refused() -> None:
+    spec = SandboxSpec(trial_id="x", step_networks=({"agent": NetworkPolicy("public")},))
+    fake = FakeSandbox(spec)
+    assert fake.spec.network_for("agent", 0) == NetworkPolicy("public")
+    assert fake.spec.network_for("verifier", 0) == NetworkPolicy("no-network")
+    with pytest.raises(SandboxError, match="step 1"):
+        fake.run_phase(PhaseRequest(role="agent", argv=["true"], step=1))
 
 
 def test_aggregate_rewards() -> None:

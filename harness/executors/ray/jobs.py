@@ -64,7 +64,9 @@ class TrialJob:
             the worker gives each phase the policy the driver planned and checked, not
             one its own host would pick (an unstated ``public`` quietly becoming
             ``no-network`` on a node that cannot filter); the node's sandbox refuses a
-            policy it cannot enforce. None: the backend declares none.
+            policy it cannot enforce. Each step's policies are resolved on the worker
+            from the task itself with these modes, as the driver checked them (every
+            step's phases: ``harness.runner.network``). None: the backend declares none.
     """
 
     run_name: str

@@ -1161,11 +1161,16 @@
   }
 
   // ---------------------------------------------------------------- security, attempts, rest
-  // Each phase's effective network policy (posture.network, verifier_posture.network) and
-  // how many connections its filter refused (network_refused events).
+  // Each phase's effective network policy (posture.network, verifier_posture.network; a
+  // multi-step task's per step, steps[].network) and how many connections its filter
+  // refused (network_refused events).
   function networkView(rec, events) {
     const policy = (posture) => (posture && typeof posture === "object" && posture.network && typeof posture.network === "object" ? posture.network : null);
-    const rows = [["agent", policy(rec.posture)], ["verifier", policy(rec.verifier_posture)]].filter(([, p]) => p);
+    const isPolicy = (p) => p && typeof p === "object" && typeof p.mode === "string";
+    const stepped = (Array.isArray(rec.steps) ? rec.steps : []).filter((s) => s && typeof s === "object" && s.network && typeof s.network === "object");
+    const rows = (stepped.length
+      ? stepped.flatMap((s) => ["agent", "verifier"].map((role) => ["step " + plain(s.name) + ": " + role, isPolicy(s.network[role]) ? s.network[role] : null]))
+      : [["agent", policy(rec.posture)], ["verifier", policy(rec.verifier_posture)]]).filter(([, p]) => p);
     if (!rows.length) return h("p", { class: "muted" }, "No network policy recorded.");
     const refused = events.filter((e) => e && e.type === "network_refused");
     const text = (p) => {
