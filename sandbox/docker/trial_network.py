@@ -119,7 +119,7 @@ class TrialNetwork:
                 "sidecars on the docker backend: use public or no-network"
             )
         self._compose_bridge, self._compose_network = bridge, network
-        self._filter = TrialFilter(kind="C", key=bridge, bridge=bridge)
+        self._filter = TrialFilter(kind="C", key=bridge, bridge=bridge, log=self.egress.log)
         self._filter.install()
         self.egress.chains.add(self._filter.chain)
 
@@ -156,12 +156,14 @@ class TrialNetwork:
         call(container.reload)
         networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
         if self._filter is None:  # a plain task on the filtered network
-            address = str((networks.get(NETWORK) or {}).get("IPAddress") or "")
+            endpoint = networks.get(NETWORK) or {}
+            address = str(endpoint.get("IPAddress") or "")
             if not address:
                 raise PermanentStartError(f"the trial container has no address on {NETWORK}")
             self._filter = TrialFilter(
-                kind="E", key=str(container.name), bridge=self.egress.bridge, source=address
-            )
+                kind="E", key=str(container.name), bridge=self.egress.bridge, source=address,
+                mac=str(endpoint.get("MacAddress") or "") or None, log=self.egress.log,
+            )  # fmt: skip
             if self._proxy is not None:
                 self._filter.proxy = self._proxy_ports()
             self._filter.install()
@@ -218,6 +220,8 @@ class TrialNetwork:
         }
         if self._filter is not None:
             facts["egress_chain"] = self._filter.chain
+        if self.internet:
+            facts["egress_log"] = self.egress.log_status()
         if self._proxy is not None and self._proxy.address is not None:
             host, port = self._proxy.address
             facts["egress_proxy"] = f"{host}:{port}"
