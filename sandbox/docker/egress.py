@@ -19,17 +19,20 @@ bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
   and reserved ranges, 169.254.169.254 and the host's own on-link subnets
   (:func:`blocked_ranges`); and lets through the host's DNS resolvers on port 53 (the
   engine's embedded DNS forwards the container's queries to them). What is left is the
-  internet. Every rule has its own counters: :meth:`TrialFilter.events` reads them (and
-  zeroes them) as the trial's refused connections, by destination.
+  internet. Every rule has its own counters: :meth:`TrialFilter.collect` reads them (and
+  zeroes them) as the trial's refused connections, by rule. An ``NFLOG`` rule before
+  each drop (:mod:`sandbox.docker.nflog`, the run's own netlink group, rate-limited)
+  gives the exact destination of the packets it logs, listed per trial and bounded.
 - IPv6: the network has none, containers get ``net.ipv6.conf.all.disable_ipv6=1``, and
   ``ip6tables`` drops every packet from the bridge in ``FORWARD`` and ``INPUT`` (a container
   left with a link-local ``fe80::`` address would otherwise reach the host's ``::``
-  listeners).
+  listeners); before that, its own :data:`DISPATCH` sends each plain trial's packets, by
+  the container's MAC address, to a chain of the trial's that counts, logs and drops them.
 
 An ``allowlist`` phase (:mod:`sandbox.docker.trial_network`) is the trial's chain with its
 egress proxy's two ports on the gateway accepted and everything else dropped before the
-rules above (:meth:`TrialFilter.restrict`), and a ``nat PREROUTING`` redirect of the
-trial's DNS to the gateway onto the proxy's responder.
+rules above (:meth:`TrialFilter.restrict`), and ``nat PREROUTING`` redirects of the
+trial's DNS to the gateway (UDP and TCP) onto the proxy's responder.
 
 Compose tasks with the internet get the same filter on their project's bridge (``hxc…``,
 see :mod:`sandbox.docker.hostguard`, whose ``INPUT`` rules stay): one chain per project,

@@ -13,8 +13,8 @@ state, and a container is closed from its start until its first ``public`` phase
 A trial with an ``allowlist`` phase gets its own egress proxy
 (:class:`sandbox.egress_proxy.ProxyServer`, a thread of the harness), bound on the
 filtered network's gateway address: HTTP/CONNECT on one port, its DNS responder on
-another, to which the trial's chain redirects the DNS the engine's embedded resolver
-forwards to the gateway (the container's ``dns``). In an ``allowlist`` phase the chain
+another (UDP and TCP), to which the trial's chain redirects the DNS the engine's embedded
+resolver forwards to the gateway (the container's ``dns``). In an ``allowlist`` phase the chain
 accepts only those two ports and drops everything else (:meth:`TrialFilter.restrict`); the
 phase's environment names the proxy (``HTTP_PROXY``, ``HTTPS_PROXY`` and their lower-case
 forms; ``NO_PROXY`` for loopback). The proxy takes each phase's policy at the switch and
@@ -188,8 +188,9 @@ class TrialNetwork:
     def events(self) -> list[dict[str, Any]]:
         """The refusals since the last call (``network_refused`` events).
 
-        The filter's: one per destination range and phase, with a packet count; the
-        proxy's: one per refused request, DNS query or tunnel, with its host or address.
+        The filter's: one per rule and phase, with a packet count, then one per exact
+        destination its log kept (``logged``); the proxy's: one per refused request, DNS
+        query or tunnel, with its host or address.
         """
         events: list[dict[str, Any]] = []
         if self._filter is not None:
