@@ -460,3 +460,43 @@ def test_a_killed_run_leaves_nothing_cleanup_cannot_remove() -> None:
     assert chain in _chains()
     report = remove_leaks(docker_client(), run=label)
     assert chain not in _chains() and not report.errors, report
+
+
+def test_without_a_free_log_group_the_filter_counts_only_and_says_so() -> None:
+    """Every log group the run would try is held by another socket: counters only.
+
+    The filter then works as before: its chains get no ``NFLOG`` rule, the record's
+    ``egress_log`` says why once.
+    """
+    from support.docker import docker_client
+
+    from sandbox.docker import egress, nflog
+
+    if os.geteuid() != 0:
+        pytest.fail("the egress filter needs root")
+    run = egress.EgressRun(docker_client(), f"egress-nolog-{secrets.token_hex(4)}")
+    held: list[nflog.PacketLog] = []
+    try:
+        for step in range(32):  # each binds the first free group from its start
+            opened = nflog.open_log(run._first_group + step)
+            assert not isinstance(opened, str), opened
+            held.append(opened)
+        run.ensure()
+        assert run.log is None, run.log
+        assert run.log_status().startswith("counters only, no destinations: no nfnetlink_log")
+        key = f"harness-nolog-{secrets.token_hex(4)}"
+        flt = egress.TrialFilter(
+            kind="E", key=key, bridge=run.bridge, source="172.31.254.8", log=run.log
+        )
+        flt.install()
+        try:
+            listing = subprocess.run(
+                ["iptables", "-S", flt.chain], capture_output=True, text=True, check=True
+            ).stdout
+            assert "-j DROP" in listing and "NFLOG" not in listing, listing
+        finally:
+            flt.remove()
+    finally:
+        for log in held:
+            log.close()
+        run.close()
