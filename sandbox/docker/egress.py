@@ -595,13 +595,16 @@ def _nflog_problem(group: int) -> str | None:
     Tried in a chain of its own, removed at once (under the run lock).
     """
     for tool in _tools():
-        _drop_chain(tool, PROBE)
-        _must(tool, "-N", PROBE)
         try:
-            result = _ipt(tool, "-A", PROBE, "-m", "limit", "--limit", nflog.RATE,
-                          "-j", "NFLOG", "--nflog-group", str(group))  # fmt: skip
-        finally:
             _drop_chain(tool, PROBE)
+            _must(tool, "-N", PROBE)
+            try:
+                result = _ipt(tool, "-A", PROBE, "-m", "limit", "--limit", nflog.RATE,
+                              "-j", "NFLOG", "--nflog-group", str(group))  # fmt: skip
+            finally:
+                _drop_chain(tool, PROBE)
+        except SandboxError as exc:
+            return f"the NFLOG probe failed: {exc}"
         if result.returncode != 0:
             return f"{tool} cannot load an NFLOG rule ({result.stderr.strip()})"
     return None

@@ -218,9 +218,13 @@ class PacketLog:
             self._trials.pop(chain, None)
 
     def flush(self) -> None:
-        """Read whatever the kernel has queued (called before a trial's log is drained)."""
+        """Read whatever the kernel has queued (called before a trial's log is drained).
+
+        Bounded by what the socket's buffer can hold, which the kernel never overfills.
+        """
         with self._lock:
-            self._read_all()
+            while not self._read_all():
+                pass
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -232,23 +236,26 @@ class PacketLog:
                 with self._lock:
                     self._read_all()
 
-    def _read_all(self) -> None:
-        # Called with the lock held; the socket is non-blocking.
-        for _batch in range(256):  # bounded: the reader thread comes back for the rest
+    def _read_all(self) -> bool:
+        """Read up to 256 messages; whether the queue is empty (or the socket gone)."""
+        # Called with the lock held; the socket is non-blocking. A batch at a time, so a
+        # flood never holds the lock long against a trial's flush.
+        for _batch in range(256):
             try:
                 data = self._sock.recv(1 << 16)
             except BlockingIOError:
-                return
+                return True
             except OSError as exc:
                 if exc.errno == errno.ENOBUFS:
                     self.lost += 1  # an overrun: some messages were dropped by the kernel
                     continue
-                return
+                return True
             for packet in parse(data):
                 chain, _, rule = packet.prefix.partition(" ")
                 trial = self._trials.get(chain)
                 if trial is not None and rule:
                     trial.add(rule, packet)
+        return False
 
     def close(self) -> None:
         """Unbind the group and end the thread (idempotent)."""
