@@ -19,17 +19,20 @@ bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
   and reserved ranges, 169.254.169.254 and the host's own on-link subnets
   (:func:`blocked_ranges`); and lets through the host's DNS resolvers on port 53 (the
   engine's embedded DNS forwards the container's queries to them). What is left is the
-  internet. Every rule has its own counters: :meth:`TrialFilter.events` reads them (and
-  zeroes them) as the trial's refused connections, by destination.
+  internet. Every rule has its own counters: :meth:`TrialFilter.collect` reads them (and
+  zeroes them) as the trial's refused connections, by rule. An ``NFLOG`` rule before
+  each drop (:mod:`sandbox.docker.nflog`, the run's own netlink group, rate-limited)
+  gives the exact destination of the packets it logs, listed per trial and bounded.
 - IPv6: the network has none, containers get ``net.ipv6.conf.all.disable_ipv6=1``, and
   ``ip6tables`` drops every packet from the bridge in ``FORWARD`` and ``INPUT`` (a container
   left with a link-local ``fe80::`` address would otherwise reach the host's ``::``
-  listeners).
+  listeners); before that, its own :data:`DISPATCH` sends each plain trial's packets, by
+  the container's MAC address, to a chain of the trial's that counts, logs and drops them.
 
 An ``allowlist`` phase (:mod:`sandbox.docker.trial_network`) is the trial's chain with its
 egress proxy's two ports on the gateway accepted and everything else dropped before the
-rules above (:meth:`TrialFilter.restrict`), and a ``nat PREROUTING`` redirect of the
-trial's DNS to the gateway onto the proxy's responder.
+rules above (:meth:`TrialFilter.restrict`), and ``nat PREROUTING`` redirects of the
+trial's DNS to the gateway (UDP and TCP) onto the proxy's responder.
 
 Compose tasks with the internet get the same filter on their project's bridge (``hxc…``,
 see :mod:`sandbox.docker.hostguard`, whose ``INPUT`` rules stay): one chain per project,
@@ -57,9 +60,9 @@ import fcntl
 import hashlib
 import ipaddress
 import json
-import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import threading
@@ -68,9 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.docker import nflog
 from sandbox.errors import PermanentStartError, SandboxError
-
-logger = logging.getLogger(__name__)
 
 #: The harness's filtered network, its Linux bridge and the label that finds it.
 NETWORK = "hx-egress"
@@ -84,6 +86,8 @@ LABEL = "org.harness.egress"
 COMPOSE_BRIDGES = "hxc+"
 #: The chain every packet from a filtered bridge goes through.
 DISPATCH = "HARNESS-EGRESS"
+#: A chain made and removed at a run's start, to learn whether ``NFLOG`` rules load here.
+PROBE = "HARNESS-EGRESS-PROBE"
 TAG = "harness-egress"
 #: What the containers on :data:`NETWORK` get (no IPv6 at all).
 SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1"}
@@ -126,6 +130,7 @@ REASONS = {
     "ietf-protocol": "reserved address",
     "benchmarking": "reserved address",
     "allowlist": "allowlist phase: only the egress proxy",
+    "ipv6": "IPv6 (the filtered network has none)",
 }
 
 
@@ -222,7 +227,10 @@ def _hooks_v4(bridge: str) -> list[tuple[str, list[str]]]:
 
 
 def _hooks_v6(bridge: str) -> list[tuple[str, list[str]]]:
+    # Each trial's chain counts (and logs) its own packets first; then every packet from
+    # the bridge is dropped whatever the verdict, as before.
     return [
+        ("FORWARD", ["-i", bridge, *_comment("v6-forward-judged"), "-j", DISPATCH]),
         ("FORWARD", ["-i", bridge, *_comment("v6-forward"), "-j", "DROP"]),
         (
             "FORWARD",
@@ -237,6 +245,7 @@ def _hooks_v6(bridge: str) -> list[tuple[str, list[str]]]:
                 "DROP",
             ],
         ),  # fmt: skip
+        ("INPUT", ["-i", bridge, *_comment("v6-input-judged"), "-j", DISPATCH]),
         ("INPUT", ["-i", bridge, *_comment("v6-input"), "-j", "DROP"]),
     ]
 
@@ -385,6 +394,7 @@ def _install_hooks(bridge: str) -> None:
     for chain, spec in reversed(_hooks_v4(bridge)):
         _ensure_rule("iptables", chain, spec)
     if _v6():
+        _ensure_chain("ip6tables", DISPATCH)
         for chain, spec in reversed(_hooks_v6(bridge)):
             _ensure_rule("ip6tables", chain, spec)
 
@@ -401,13 +411,19 @@ def _remove_hooks(bridge: str) -> None:
         _delete_nat(spec)
     for _chain, spec in _input_jumps():
         _delete_rule("iptables", "INPUT", spec)
-    for name in _trial_chains():
-        _drop_chain("iptables", name)
-    _drop_chain("iptables", DISPATCH)
+    for tool in _tools():
+        for name in _trial_chains(tool):
+            _drop_chain(tool, name)
+        _drop_chain(tool, DISPATCH)
 
 
-def _trial_chains() -> list[str]:
-    listing = _ipt("iptables", "-S")
+def _tools() -> tuple[str, ...]:
+    """The tables the filter has chains in: IPv4's, and IPv6's where the host has it."""
+    return ("iptables", "ip6tables") if _v6() else ("iptables",)
+
+
+def _trial_chains(tool: str = "iptables") -> list[str]:
+    listing = _ipt(tool, "-S")
     return _CHAIN.findall(listing.stdout) if listing.returncode == 0 else []
 
 
@@ -438,10 +454,12 @@ def _input_jumps() -> list[tuple[str, list[str]]]:
     return rules
 
 
-def _dispatch_rules() -> list[tuple[str, list[str]]]:
+def _dispatch_rules(tool: str = "iptables") -> list[tuple[str, list[str]]]:
     """(chain it goes to, rule spec) of every rule in :data:`DISPATCH` naming a trial chain."""
+    if tool != "iptables" and _ipt(tool, "-S", DISPATCH).returncode != 0:
+        return []  # IPv6's dispatch chain of a release before it had one
     rules = []
-    for line in _must("iptables", "-S", DISPATCH).splitlines():
+    for line in _must(tool, "-S", DISPATCH).splitlines():
         match = re.search(r"-g (HX[EC]-[0-9a-f]{12})", line)
         if line.startswith(f"-A {DISPATCH} ") and match:
             rules.append((match.group(1), _split(line)[2:]))
@@ -449,8 +467,6 @@ def _dispatch_rules() -> list[tuple[str, list[str]]]:
 
 
 def _split(line: str) -> list[str]:
-    import shlex
-
     return shlex.split(line)
 
 
@@ -471,25 +487,27 @@ def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
             live.add(chain_name("E", str(endpoint.get("Name") or "")))
     for bridge in Path("/sys/class/net").glob("hxc*"):
         live.add(chain_name("C", bridge.name))
-    dispatch = _dispatch_rules()
-    for target, spec in dispatch:
+    dispatch = {tool: _dispatch_rules(tool) for tool in _tools()}
+    for target, spec in [rule for rules in dispatch.values() for rule in rules]:
         name = spec[spec.index("-i") + 1] if "-i" in spec else mine
         if name != mine and not name.startswith("hxc") and Path(f"/sys/class/net/{name}").exists():
             live.add(target)  # another engine's live bridge
     removed = []
-    for target, spec in dispatch:
-        if target not in live:
-            _delete_rule("iptables", DISPATCH, spec)
+    for tool, rules in dispatch.items():
+        for target, spec in rules:
+            if target not in live:
+                _delete_rule(tool, DISPATCH, spec)
     for target, spec in _nat_rules():
         if target not in live:
             _delete_nat(spec)
     for target, spec in _input_jumps():
         if target not in live:
             _delete_rule("iptables", "INPUT", spec)
-    for name in _trial_chains():
-        if name not in live:
-            _drop_chain("iptables", name)
-            removed.append(f"iptables {name}")
+    for tool in dispatch:
+        for name in _trial_chains(tool):
+            if name not in live:
+                _drop_chain(tool, name)
+                removed.append(f"{tool} {name}")
     return removed
 
 
@@ -509,6 +527,7 @@ class EgressRun:
         self._lock = threading.Lock()
         self._ready = False
         tag = hashlib.sha256(run_label.encode()).hexdigest()[:10]
+        self._first_group = nflog.GROUP_BASE + int(tag, 16) % nflog.GROUP_SPAN
         #: This engine's bridge (:func:`bridge_of`).
         self.bridge = bridge_of(client)
         self._holder = STATE_DIR / f"holder-{self.bridge}-{tag}-{os.getpid()}"
@@ -517,6 +536,16 @@ class EgressRun:
         #: Names the allowlist proxies resolve from this table before the host's resolver
         #: (as ``/etc/hosts`` would: an operator pinning a mirror, a test its servers).
         self.hosts: dict[str, list[str]] = {}
+        #: The refused packets' log (None: counters only, :attr:`log_problem` says why).
+        self.log: nflog.PacketLog | None = None
+        self.log_problem: str | None = None
+
+    def log_status(self) -> str:
+        """What the record says of the log, once per trial: its group, or why there is none."""
+        if self.log is not None:
+            return f"nflog group {self.log.group}: refused destinations logged"
+        why = self.log_problem or "the filter is not installed"
+        return f"counters only, no destinations: {why}"
 
     def gateway(self) -> str:
         """The filtered network's gateway address on the host (its bridge's), once ensured.
@@ -557,6 +586,13 @@ class EgressRun:
                 _install_hooks(self.bridge)
                 with contextlib.suppress(SandboxError):
                     _sweep_stale(self.client, keep=set())
+                self.log_problem = _nflog_problem(self._first_group)
+            if self.log_problem is None:
+                opened = nflog.open_log(self._first_group)
+                if isinstance(opened, str):
+                    self.log_problem = opened
+                else:
+                    self.log = opened
             self._ready = True
 
     def close(self) -> list[str]:
@@ -565,9 +601,35 @@ class EgressRun:
             if not self._ready:
                 return []
             self._ready = False
-        with _locked():
-            self._holder.unlink(missing_ok=True)
-            return _teardown_if_unused(self.client)
+        try:
+            with _locked():
+                self._holder.unlink(missing_ok=True)
+                return _teardown_if_unused(self.client)
+        finally:
+            if self.log is not None:
+                self.log.close()
+                self.log = None
+
+
+def _nflog_problem(group: int) -> str | None:
+    """None when ``NFLOG`` rules load in every table the filter uses, else why not.
+
+    Tried in a chain of its own, removed at once (under the run lock).
+    """
+    for tool in _tools():
+        try:
+            _drop_chain(tool, PROBE)
+            _must(tool, "-N", PROBE)
+            try:
+                result = _ipt(tool, "-A", PROBE, "-m", "limit", "--limit", nflog.RATE,
+                              "-j", "NFLOG", "--nflog-group", str(group))  # fmt: skip
+            finally:
+                _drop_chain(tool, PROBE)
+        except SandboxError as exc:
+            return f"the NFLOG probe failed: {exc}"
+        if result.returncode != 0:
+            return f"{tool} cannot load an NFLOG rule ({result.stderr.strip()})"
+    return None
 
 
 def _teardown_if_unused(client: Any) -> list[str]:
@@ -621,10 +683,12 @@ def sweep(client: Any, run: str | None = None) -> tuple[list[str], list[str]]:
 
 @dataclass
 class TrialFilter:
-    """One trial's chain: its open/closed state, its counters.
+    """One trial's chain: its open/closed state, its counters, its logged destinations.
 
     ``key`` is the container's name (plain tasks) or the compose bridge; ``source`` is the
-    container's address on the filtered bridge, known once it runs.
+    container's address on the filtered bridge and ``mac`` its MAC address there (what
+    IPv6 packets are told apart by: the container has no IPv6 address), known once it
+    runs. ``log`` is the run's packet log (None: counters only).
     """
 
     kind: str  # "E" (the harness network) or "C" (a compose project's bridge)
@@ -633,15 +697,24 @@ class TrialFilter:
     source: str | None = None
     closed: bool = True
     events: list[dict[str, Any]] = field(default_factory=list)
-    #: ``(gateway, proxy port, DNS port)`` of the trial's egress proxy (allowlist trials).
+    #: ``(gateway, proxy port, DNS port)`` of the trial's egress proxy (allowlist trials);
+    #: the DNS port is the responder's on UDP and on TCP.
     proxy: tuple[str, int, int] | None = None
     #: An ``allowlist`` phase: everything but the proxy is dropped.
     only_proxy: bool = False
+    mac: str | None = None
+    log: nflog.PacketLog | None = None
+    _logged: nflog.Destinations | None = field(default=None, repr=False)
 
     @property
     def chain(self) -> str:
-        """The chain's name."""
+        """The chain's name (in ``iptables``, and in ``ip6tables`` for a plain task)."""
         return chain_name(self.kind, self.key)
+
+    @property
+    def v6(self) -> bool:
+        """Whether the trial has a chain of its own in ``ip6tables`` (by its MAC address)."""
+        return self.kind == "E" and self.mac is not None and _v6()
 
     def _dispatch(self) -> list[str]:
         if self.kind == "E":
@@ -657,9 +730,28 @@ class TrialFilter:
             ]
         return ["-i", self.bridge, *_comment(self.key), "-g", self.chain]
 
-    def _closed_rule(self) -> list[str]:
+    def _dispatch_v6(self) -> list[str]:
+        assert self.mac is not None
+        return ["-i", self.bridge, "-m", "mac", "--mac-source", self.mac, *_comment(self.key),
+                "-g", self.chain]  # fmt: skip
+
+    def _refuse(self, match: list[str], what: str) -> list[list[str]]:
+        """The rules refusing ``match`` (counted as ``what``): logged, then dropped.
+
+        The log rule is rate-limited (:data:`nflog.RATE`) and before its drop, so the
+        drop's counters stay the count of record whatever the log kept.
+        """
+        drop = [*match, *_comment(what), "-j", "DROP"]
+        if self.log is None:
+            return [drop]
+        logged = [*match, "-m", "limit", "--limit", nflog.RATE, "--limit-burst", nflog.BURST,
+                  "-j", "NFLOG", "--nflog-group", str(self.log.group),
+                  "--nflog-prefix", f"{self.chain} {what}"]  # fmt: skip
+        return [logged, drop]
+
+    def _closed_rules(self) -> list[list[str]]:
         source = ["-s", f"{self.source}/32"] if self.kind == "C" and self.source else []
-        return [*source, *_comment("closed"), "-j", "DROP"]
+        return self._refuse(source, "closed")
 
     def _proxy_rules(self) -> list[list[str]]:
         """The trial's own proxy ports on the gateway (its DNS port after the redirect)."""
@@ -671,26 +763,32 @@ class TrialFilter:
              "-j", "ACCEPT"],
             ["-d", f"{gateway}/32", "-p", "udp", "--dport", str(dns), *_comment("proxy-dns"),
              "-j", "ACCEPT"],
+            ["-d", f"{gateway}/32", "-p", "tcp", "--dport", str(dns), *_comment("proxy-dns"),
+             "-j", "ACCEPT"],
         ]  # fmt: skip
 
-    def _allowlist_rule(self) -> list[str]:
+    def _allowlist_rules(self) -> list[list[str]]:
         # A compose project's chain judges its sidecars too: only the main container's
         # address is restricted (the sidecars keep the project's policy).
         source = ["-s", f"{self.source}/32"] if self.kind == "C" and self.source else []
-        return [*source, *_comment("allowlist"), "-j", "DROP"]
+        return self._refuse(source, "allowlist")
 
-    def _dns_redirect(self) -> list[str]:
+    def _dns_redirects(self) -> list[list[str]]:
         """``nat PREROUTING``: the trial's DNS to the gateway goes to its proxy's responder.
 
         The engine's embedded DNS forwards a container's queries to its ``dns`` servers
-        from the container's own network namespace: they come in on the bridge from its
-        address, to port 53, and reach the responder on its own port.
+        from the container's own network namespace, by UDP, or by TCP when the client
+        asked by TCP (a large answer, or a client that prefers it): they come in on the
+        bridge from its address, to port 53, and reach the responder on its own port.
         """
         assert self.proxy is not None and self.source is not None
         gateway, _port, dns = self.proxy
-        return ["-i", self.bridge, "-s", f"{self.source}/32", "-d", f"{gateway}/32", "-p", "udp",
-                "--dport", "53", *_comment(f"dns-{self.chain}"), "-j", "DNAT",
-                "--to-destination", f"{gateway}:{dns}"]  # fmt: skip
+        return [
+            ["-i", self.bridge, "-s", f"{self.source}/32", "-d", f"{gateway}/32", "-p", proto,
+             "--dport", "53", *_comment(f"dns-{self.chain}"), "-j", "DNAT",
+             "--to-destination", f"{gateway}:{dns}"]
+            for proto in ("udp", "tcp")
+        ]  # fmt: skip
 
     def _input_jump(self) -> list[str]:
         """``INPUT``: a compose main container's packets to the host go to its chain first.
@@ -704,34 +802,47 @@ class TrialFilter:
                 "-j", self.chain]  # fmt: skip
 
     def _redirect(self) -> None:
-        """The trial's DNS redirect (and, for a compose project, its ``INPUT`` jump)."""
-        _delete_nat(self._dns_redirect())
-        _must("iptables", "-t", "nat", "-I", "PREROUTING", "1", *self._dns_redirect())
+        """The trial's DNS redirects (and, for a compose project, its ``INPUT`` jump)."""
+        for redirect in self._dns_redirects():
+            _delete_nat(redirect)
+            _must("iptables", "-t", "nat", "-I", "PREROUTING", "1", *redirect)
         if self.kind == "C":
             _delete_rule("iptables", "INPUT", self._input_jump())
             _must("iptables", "-I", "INPUT", "1", *self._input_jump())
 
     def install(self) -> None:
-        """Create the chain (closed) and its dispatch rule."""
+        """Create the chain (closed) and its dispatch rule (and IPv6's, by MAC address)."""
         chain = self.chain
         _drop_chain("iptables", chain)
         _must("iptables", "-N", chain)
         if self.kind == "E":
-            _must("iptables", "-A", chain, *self._closed_rule())
+            for rule in self._closed_rules():
+                _must("iptables", "-A", chain, *rule)
         self.closed = self.kind == "E"
         self.only_proxy = False
         for rule in self._proxy_rules():
             _must("iptables", "-A", chain, *rule)
         if self.proxy is not None and self.source is not None:
             self._redirect()
-        _must("iptables", "-A", chain, "-m", "addrtype", "--dst-type", "LOCAL",
-              *_comment("host"), "-j", "DROP")  # fmt: skip
+        for rule in self._refuse(["-m", "addrtype", "--dst-type", "LOCAL"], "host"):
+            _must("iptables", "-A", chain, *rule)
         for server in _resolv_nameservers():
             for proto in ("udp", "tcp"):
                 _must("iptables", "-A", chain, "-d", f"{server}/32", "-p", proto,
                       "--dport", "53", *_comment("dns"), "-j", "RETURN")  # fmt: skip
         for cidr, name in blocked_ranges():
-            _must("iptables", "-A", chain, "-d", cidr, *_comment(f"{name}:{cidr}"), "-j", "DROP")
+            for rule in self._refuse(["-d", cidr], f"{name}:{cidr}"):
+                _must("iptables", "-A", chain, *rule)
+        if self.log is not None:
+            self._logged = self.log.register(chain)
+        if self.v6:
+            # No phase gets IPv6 on docker: the chain drops every packet, counted as
+            # this trial's (a container reaches IPv6 only by a raw frame of its own).
+            _drop_chain("ip6tables", chain)
+            _must("ip6tables", "-N", chain)
+            for rule in self._refuse([], "ipv6:::/0"):
+                _must("ip6tables", "-A", chain, *rule)
+            _must("ip6tables", "-I", DISPATCH, "1", *self._dispatch_v6())
         _must("iptables", "-I", DISPATCH, "1", *self._dispatch())
 
     def attach_proxy(self, proxy: tuple[str, int, int]) -> None:
@@ -739,13 +850,13 @@ class TrialFilter:
 
         Called once the main container's address (:attr:`source`) is known, before its
         first phase: the proxy's ports are accepted at the top of the chain (after the
-        closed rule, if any), the main container's DNS to the gateway is redirected to the
+        closed rules, if any), the main container's DNS to the gateway is redirected to the
         responder, and its packets to the host jump to the chain (:meth:`_input_jump`).
         """
         if self.kind != "C" or self.source is None:
             raise SandboxError("only a compose chain with its main container's address")
         self.proxy = proxy
-        position = 1 + int(self.closed)
+        position = 1 + (len(self._closed_rules()) if self.closed else 0)
         for offset, rule in enumerate(self._proxy_rules()):
             _must("iptables", "-I", self.chain, str(position + offset), *rule)
         self._redirect()
@@ -753,10 +864,12 @@ class TrialFilter:
     def open(self) -> None:
         """Let the trial through its chain (a ``public`` phase is about to start)."""
         if self.only_proxy:
-            _delete_rule("iptables", self.chain, self._allowlist_rule())
+            for rule in self._allowlist_rules():
+                _delete_rule("iptables", self.chain, rule)
             self.only_proxy = False
         if self.closed:
-            _delete_rule("iptables", self.chain, self._closed_rule())
+            for rule in self._closed_rules():
+                _delete_rule("iptables", self.chain, rule)
             self.closed = False
 
     def restrict(self) -> None:
@@ -764,67 +877,98 @@ class TrialFilter:
         if self.proxy is None:
             raise SandboxError("an allowlist phase needs the trial's egress proxy")
         if not self.only_proxy:
-            position = 1 + int(self.closed) + len(self._proxy_rules())
-            _must("iptables", "-I", self.chain, str(position), *self._allowlist_rule())
+            closed = len(self._closed_rules()) if self.closed else 0
+            position = 1 + closed + len(self._proxy_rules())
+            for rule in reversed(self._allowlist_rules()):
+                _must("iptables", "-I", self.chain, str(position), *rule)
             self.only_proxy = True
         if self.closed:
-            _delete_rule("iptables", self.chain, self._closed_rule())
+            for rule in self._closed_rules():
+                _delete_rule("iptables", self.chain, rule)
             self.closed = False
 
     def close(self) -> None:
         """Drop everything from the trial (a ``no-network`` phase is about to start)."""
         if not self.closed:
-            _must("iptables", "-I", self.chain, "1", *self._closed_rule())
+            for rule in reversed(self._closed_rules()):
+                _must("iptables", "-I", self.chain, "1", *rule)
             self.closed = True
 
     def collect(self, phase: str) -> None:
-        """Add the counters of refused packets since the last call to :attr:`events`."""
-        listing = _ipt("iptables", "-S", self.chain, "-v")
+        """Add the refusals since the last call to :attr:`events`.
+
+        The drop rules' counters first (one event per rule, the count of record), then
+        the packets the log kept, one event per destination (``logged``).
+        """
+        tools = ("iptables", "ip6tables") if self.v6 else ("iptables",)
+        for tool in tools:
+            self._collect_counters(tool, phase)
+        if self.log is None or self._logged is None:
+            return
+        self.log.flush()
+        listed, other = self._logged.drain()
+        for (what, ip, protocol, port), packets in listed.items():
+            event = {**self._event(phase, what, packets), "protocol": protocol, "ip": ip}
+            if port is not None:
+                event["port"] = port
+            self.events.append({**event, "logged": True})
+        for what, packets in other.items():
+            # Past the trial's first destinations: summed, so the record stays bounded.
+            event = {**self._event(phase, what, packets), "ip": "other", "logged": True}
+            self.events.append(event)
+
+    def _collect_counters(self, tool: str, phase: str) -> None:
+        listing = _ipt(tool, "-S", self.chain, "-v")
         if listing.returncode != 0:
             return
-        _ipt("iptables", "-Z", self.chain)
+        _ipt(tool, "-Z", self.chain)
         for line in listing.stdout.splitlines():
             comment = re.search(rf"--comment \"?{TAG}:([^\" ]+)\"?", line)
             counts = re.search(r"-c (\d+) (\d+)", line)
             if comment is None or counts is None or "-j DROP" not in line:
                 continue
             packets = int(counts.group(1))
-            if packets == 0:
-                continue
-            what = comment.group(1)
-            name, _, cidr = what.partition(":")
-            self.events.append(
-                {
-                    "type": "network_refused",
-                    "phase": phase,
-                    "protocol": "ip",
-                    "reason": REASONS.get(name, name),
-                    "refused": name,
-                    "destination": cidr or name,
-                    "packets": packets,
-                }
-            )
+            if packets:
+                self.events.append(self._event(phase, comment.group(1), packets))
+
+    @staticmethod
+    def _event(phase: str, what: str, packets: int) -> dict[str, Any]:
+        """A refusal counted by the rule commented ``what`` (``name`` or ``name:range``)."""
+        name, _, cidr = what.partition(":")
+        return {
+            "type": "network_refused",
+            "phase": phase,
+            "protocol": "ipv6" if name == "ipv6" else "ip",
+            "reason": REASONS.get(name, name),
+            "refused": name,
+            "destination": cidr or name,
+            "packets": packets,
+        }
 
     def present(self) -> bool:
         """Whether the chain and its dispatch rule are in place."""
         return _ipt("iptables", "-C", DISPATCH, *self._dispatch()).returncode == 0
 
     def remove(self) -> None:
-        """Delete the dispatch rule, then the chain."""
+        """Delete the dispatch rules, then the chains, and stop keeping the trial's log."""
+        if self.log is not None:
+            self.log.unregister(self.chain)
         if _ipt("iptables", "-S", self.chain).returncode != 0:
             return
         if self.kind == "C" or self.source is not None:
             _delete_rule("iptables", DISPATCH, self._dispatch())
-        for _target, spec in _dispatch_rules():
-            if _target == self.chain:
-                _delete_rule("iptables", DISPATCH, spec)
+        for tool in _tools():
+            for _target, spec in _dispatch_rules(tool):
+                if _target == self.chain:
+                    _delete_rule(tool, DISPATCH, spec)
         for _target, spec in _nat_rules():
             if _target == self.chain:
                 _delete_nat(spec)
         for _target, spec in _input_jumps():
             if _target == self.chain:
                 _delete_rule("iptables", "INPUT", spec)
-        _drop_chain("iptables", self.chain)
+        for tool in _tools():
+            _drop_chain(tool, self.chain)
 
 
 __all__ = [

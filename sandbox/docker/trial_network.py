@@ -14,8 +14,8 @@ state, and a container is closed from its start until its first ``public`` phase
 A trial with an ``allowlist`` phase gets its own egress proxy
 (:class:`sandbox.egress_proxy.ProxyServer`, a thread of the harness), bound on the
 filtered network's gateway address: HTTP/CONNECT on one port, its DNS responder on
-another, to which the trial's chain redirects the DNS the engine's embedded resolver
-forwards to the gateway (the container's ``dns``). In an ``allowlist`` phase the chain
+another (UDP and TCP), to which the trial's chain redirects the DNS the engine's embedded
+resolver forwards to the gateway (the container's ``dns``). In an ``allowlist`` phase the chain
 accepts only those two ports and drops everything else (:meth:`TrialFilter.restrict`); the
 phase's environment names the proxy (``HTTP_PROXY``, ``HTTPS_PROXY`` and their lower-case
 forms; ``NO_PROXY`` for loopback). The proxy takes each phase's policy at the switch and
@@ -158,7 +158,7 @@ class TrialNetwork:
         if not self.internet:
             return
         self._compose_bridge, self._compose_network = bridge, network
-        self._filter = TrialFilter(kind="C", key=bridge, bridge=bridge)
+        self._filter = TrialFilter(kind="C", key=bridge, bridge=bridge, log=self.egress.log)
         self._filter.install()
         self.egress.chains.add(self._filter.chain)
 
@@ -227,12 +227,14 @@ class TrialNetwork:
         call(container.reload)
         networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
         if self._filter is None:  # a plain task on the filtered network
-            address = str((networks.get(NETWORK) or {}).get("IPAddress") or "")
+            endpoint = networks.get(NETWORK) or {}
+            address = str(endpoint.get("IPAddress") or "")
             if not address:
                 raise PermanentStartError(f"the trial container has no address on {NETWORK}")
             self._filter = TrialFilter(
-                kind="E", key=str(container.name), bridge=self.egress.bridge, source=address
-            )
+                kind="E", key=str(container.name), bridge=self.egress.bridge, source=address,
+                mac=str(endpoint.get("MacAddress") or "") or None, log=self.egress.log,
+            )  # fmt: skip
             if self._proxy is not None:
                 self._filter.proxy = self._proxy_ports()
             self._filter.install()
@@ -259,8 +261,9 @@ class TrialNetwork:
     def events(self) -> list[dict[str, Any]]:
         """The refusals since the last call (``network_refused`` events).
 
-        The filter's: one per destination range and phase, with a packet count; the
-        proxy's: one per refused request, DNS query or tunnel, with its host or address.
+        The filter's: one per rule and phase, with a packet count, then one per exact
+        destination its log kept (``logged``); the proxy's: one per refused request, DNS
+        query or tunnel, with its host or address.
         """
         events: list[dict[str, Any]] = []
         if self._filter is not None:
@@ -296,6 +299,8 @@ class TrialNetwork:
             ]
         if self._filter is not None:
             facts["egress_chain"] = self._filter.chain
+        if self.internet:
+            facts["egress_log"] = self.egress.log_status()
         if self._proxy is not None and self._proxy.address is not None:
             host, port = self._proxy.address
             facts["egress_proxy"] = f"{host}:{port}"

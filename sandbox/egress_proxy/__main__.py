@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow", action="append", default=[], help="allowed_hosts entry")
     parser.add_argument("--public", action="store_true", help="every host but the forbidden")
     parser.add_argument("--listen", default="127.0.0.1:3128", help="HOST:PORT of the proxy")
-    parser.add_argument("--dns-port", type=int, default=None, help="UDP port of the responder")
+    parser.add_argument("--dns-port", type=int, default=None, help="UDP+TCP port of the responder")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     policy = (

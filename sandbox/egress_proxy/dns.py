@@ -1,12 +1,17 @@
 """The DNS responder of an allowlist sandbox: listed names only, A and AAAA only.
 
-A query (UDP, one question) for a listed name (:meth:`Allowlist.name_allowed`) of type A or
-AAAA is answered with the addresses the proxy's own resolver finds, minus the forbidden
-ones (so a rebinding answer never reaches the client); a listed name's other types get an
-empty answer (NOERROR, no data). Any other name gets NXDOMAIN, and no query leaves the
-host for it: a name under no listed domain carries nothing out (no DNS tunnelling through
-TXT or through the names themselves). Nothing is forwarded upstream as the client asked
-it. Each refused name is a ``network_refused`` event (``protocol = "dns"``).
+A query (UDP, or TCP with its two-byte length before each message; one question) for a
+listed name (:meth:`Allowlist.name_allowed`) of type A or AAAA is answered with the
+addresses the proxy's own resolver finds, minus the forbidden ones (so a rebinding answer
+never reaches the client); a listed name's other types get an empty answer (NOERROR, no
+data). Any other name gets NXDOMAIN, and no query leaves the host for it: a name under no
+listed domain carries nothing out (no DNS tunnelling through TXT or through the names
+themselves). Nothing is forwarded upstream as the client asked it. Each refused name is a
+``network_refused`` event (``protocol = "dns"``).
+
+TCP is bounded as UDP is: a query longer than :data:`MAX_QUERY` ends the connection, as
+do :data:`STREAM_IDLE_SEC` without a whole query and :data:`MAX_STREAM_QUERIES` queries;
+at most :data:`MAX_STREAMS` connections are served at once (more are closed unanswered).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import asyncio
 import ipaddress
 import struct
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from sandbox.egress_proxy.resolve import Resolver
 from sandbox.egress_proxy.rules import Address, Allowlist, forbidden, host_addresses, normalize_name
@@ -28,6 +33,11 @@ MAX_QUERY = 512
 #: Most answers in one response (keeps it within 512 bytes).
 MAX_ANSWERS = 8
 TTL = 30
+#: Queries answered at once (UDP), and TCP connections served at once.
+MAX_PENDING = MAX_STREAMS = 64
+#: Queries one TCP connection may ask, and how long it may take to send each.
+MAX_STREAM_QUERIES = 100
+STREAM_IDLE_SEC = 10.0
 
 
 class DnsResponder(asyncio.DatagramProtocol):
@@ -53,12 +63,18 @@ class DnsResponder(asyncio.DatagramProtocol):
         self._resolver, self._hosts = resolver, hosts
         self._transport: asyncio.DatagramTransport | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        self._streams: set[asyncio.Task[Any]] = set()
+
+    @property
+    def tasks(self) -> list[asyncio.Task[Any]]:
+        """The queries and TCP connections being served (cancelled when the server stops)."""
+        return [*self._pending, *self._streams]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
         self._transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:  # noqa: D102
-        if len(self._pending) >= 64:
+        if len(self._pending) >= MAX_PENDING:
             return  # a flood: dropped, as a busy resolver would
         task = asyncio.ensure_future(self._answer(data, addr))
         self._pending.add(task)
@@ -68,6 +84,33 @@ class DnsResponder(asyncio.DatagramProtocol):
         response = await self.respond(data)
         if response is not None and self._transport is not None:
             self._transport.sendto(response, addr)
+
+    async def serve_stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Answer the queries of one TCP connection (``asyncio.start_server``'s callback)."""
+        task = asyncio.current_task()
+        if task is None or len(self._streams) >= MAX_STREAMS:
+            writer.close()
+            return
+        self._streams.add(task)
+        try:
+            for _query in range(MAX_STREAM_QUERIES):
+                head = await asyncio.wait_for(reader.readexactly(2), STREAM_IDLE_SEC)
+                (size,) = struct.unpack("!H", head)
+                if size > MAX_QUERY:
+                    return  # no plain query is that long
+                data = await asyncio.wait_for(reader.readexactly(size), STREAM_IDLE_SEC)
+                response = await self.respond(data)
+                if response is None:
+                    return
+                writer.write(struct.pack("!H", len(response)) + response)
+                await asyncio.wait_for(writer.drain(), STREAM_IDLE_SEC)
+        except (asyncio.IncompleteReadError, TimeoutError, OSError):
+            return
+        finally:
+            self._streams.discard(task)
+            writer.close()
 
     async def respond(self, data: bytes) -> bytes | None:
         """The response to one query datagram (None: not a query, nothing is sent)."""
@@ -153,4 +196,4 @@ def _record(qtype: int, address: Address) -> bytes:
     return struct.pack("!HHHIH", 0xC00C, qtype, _IN, TTL, len(packed)) + packed
 
 
-__all__ = ["MAX_QUERY", "DnsResponder"]
+__all__ = ["MAX_QUERY", "MAX_STREAMS", "DnsResponder"]

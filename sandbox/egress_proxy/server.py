@@ -1,11 +1,11 @@
 """The proxy and its DNS responder on a thread of their own, for a backend to start.
 
 :class:`ProxyServer` runs an :class:`~sandbox.egress_proxy.proxy.EgressProxy` (HTTP on
-TCP) and a :class:`~sandbox.egress_proxy.dns.DnsResponder` (UDP) in one event loop on a
-daemon thread, both bound where the backend says (an address its sandbox can reach and
-nothing else should: the host side of the sandbox's veth, a unix-socket forwarder's
-loopback). :meth:`ProxyServer.switch` applies a phase's policy; :meth:`ProxyServer.events`
-drains the refusals for ``Sandbox.network_events()``.
+TCP) and a :class:`~sandbox.egress_proxy.dns.DnsResponder` (UDP, and TCP on the same port
+number) in one event loop on a daemon thread, both bound where the backend says (an
+address its sandbox can reach and nothing else should: the host side of the sandbox's
+veth, a unix-socket forwarder's loopback). :meth:`ProxyServer.switch` applies a phase's
+policy; :meth:`ProxyServer.events` drains the refusals for ``Sandbox.network_events()``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from sandbox.network_events import NetworkEventLog
 from sandbox.network_policy import NetworkPolicy
 
 START_SEC = 10.0
+#: Tries at a free port number both UDP and TCP have (the responder's ``dns_port=0``).
+_DNS_BIND_TRIES = 8
 
 
 #: The ports an allowlist reaches unless told otherwise: HTTP and HTTPS.
@@ -47,7 +49,8 @@ class ProxyServer:
         phase: Its role.
         host: The address both listen on.
         port: The proxy's TCP port (0: any free one).
-        dns_port: The responder's UDP port (0: any free one; None: no responder).
+        dns_port: The responder's port, UDP and TCP (0: any number free for both; None: no
+            responder).
         overrides: Names resolved from this table before the host's resolver.
         limits: The proxy's bounds.
         ports: The destination ports an ``allowlist`` reaches.
@@ -85,7 +88,9 @@ class ProxyServer:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="egress")
         self._closers: list[Any] = []
         self.address: tuple[str, int] | None = None
+        #: Where the responder answers, on UDP and on TCP.
         self.dns_address: tuple[str, int] | None = None
+        self.responder: DnsResponder | None = None
 
     def start(self) -> ProxyServer:
         """Bind and serve; returns self (``address`` and ``dns_address`` are then set).
@@ -110,16 +115,31 @@ class ProxyServer:
         if self._unix_path is not None:
             self._closers.append(await self.proxy.serve_unix(self._unix_path))
         if self._dns_port is not None:
-            proxy = self.proxy
-            transport, _protocol = await asyncio.get_running_loop().create_datagram_endpoint(
-                lambda: DnsResponder(
-                    lambda: proxy.allowlist, lambda: proxy.phase, self.log, self._resolver
-                ),
-                local_addr=(self._host, self._dns_port),
+            await self._bind_dns()
+
+    async def _bind_dns(self) -> None:
+        proxy = self.proxy
+        responder = DnsResponder(
+            lambda: proxy.allowlist, lambda: proxy.phase, self.log, self._resolver
+        )
+        self.responder = responder
+        loop = asyncio.get_running_loop()
+        for attempt in range(_DNS_BIND_TRIES):
+            transport, _protocol = await loop.create_datagram_endpoint(
+                lambda: responder, local_addr=(self._host, self._dns_port or 0)
             )
-            self._closers.append(transport)
             dns = transport.get_extra_info("sockname")
+            try:
+                # The same number on TCP: one port for the redirect of both to name.
+                stream = await asyncio.start_server(responder.serve_stream, self._host, int(dns[1]))
+            except OSError:
+                transport.close()
+                if self._dns_port or attempt + 1 == _DNS_BIND_TRIES:
+                    raise
+                continue
+            self._closers += [transport, stream]
             self.dns_address = (str(dns[0]), int(dns[1]))
+            return
 
     def switch(self, policy: NetworkPolicy, phase: str) -> None:
         """Apply ``phase``'s policy (between phases: see :meth:`EgressProxy.switch`)."""
@@ -138,6 +158,8 @@ class ProxyServer:
                 for closer in self._closers:
                     closer.close()
                 tasks = list(self.proxy._tasks)  # noqa: SLF001 - our own proxy's tasks
+                if self.responder is not None:
+                    tasks += self.responder.tasks
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)

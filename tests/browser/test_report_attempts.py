@@ -84,6 +84,18 @@ def crafted_run(root: Path) -> Path:
                     "port": 443,
                     "reason": "the host is not listed",
                 },
+                {  # the docker filter's log: the exact destination of a counted refusal
+                    "type": "network_refused",
+                    "phase": "agent",
+                    "protocol": "tcp",
+                    "ip": "169.254.169.254",
+                    "port": 80,
+                    "refused": "metadata",
+                    "reason": "metadata address",
+                    "destination": "169.254.169.254/32",
+                    "packets": 2,
+                    "logged": True,
+                },
             ],
             "posture": {
                 "dropped": True,
@@ -147,7 +159,8 @@ def test_earlier_attempts_cleanup_errors_events_and_newer_fields(
     assert w.page.locator("#trial-errors li.cleanup .badge.cleanup").count() == 1
     assert "container died" in w.text("#trial-errors")  # the earlier attempt's error
     security = w.text("#security")
-    assert "/etc/shadow" in security and "2 security event" in security
+    assert "/etc/shadow" in security and "3 security event" in security
+    assert "169.254.169.254" in security  # listed among the events, not counted twice
     assert "allowlist: pypi.org" in security and "public (not stated by the task)" in security
     # A multi-step trial: each step's phases, by step (steps[].network).
     assert "step build: agent" in security and "step test: verifier" in security

@@ -1,18 +1,18 @@
 """Attacks on a docker trial's ``allowlist`` phase (issue 24 item 3), under runc and gVisor.
 
-"The internet" is a network namespace the test makes (``support.netns.PublicNet``: HTTP on
-80, TLS on 443 recording each SNI, plain TCP on 8443, each logging what reached it); the
-trial's egress proxy resolves ``pub.test`` (listed, with ``*.pub.test``) and ``evil.test``
-(not listed) to it from the run's pinned names. A listener on every host address stands for
-the host's own services. One trial per runtime, its agent phase ``allowlist``, attacks from
-inside: the listed host by HTTP and HTTPS (CONNECT + SNI) through the proxy the phase's
-environment names; an unlisted host, the listed host's raw IP, a mismatched SNI, the
-host's listener and the metadata address through the proxy; DNS for listed and unlisted
-names through the container's resolver; raw TCP and UDP to the public host, the host and
-the metadata address, past the proxy. Its ``public`` verifier then gets the public rules:
-no proxy, every name resolved. Judged from outside: what the servers and the listener
-saw, the trial's ``network_refused`` events, and what is left on the host after it
-stopped.
+"The internet" is a network namespace the test makes (``support.netns.PublicNet``: HTTP
+on 80, TLS on 443 recording each SNI, plain TCP on 8443, each logging what reached it);
+the trial's egress proxy resolves ``pub.test`` (listed, with ``*.pub.test``) and
+``evil.test`` (not listed) to it from the run's pinned names. A listener on every host
+address stands for the host's own services. One trial per runtime, its agent phase
+``allowlist``, attacks from inside: the listed host by HTTP and HTTPS (CONNECT + SNI)
+through the proxy the phase's environment names; an unlisted host, the listed host's raw
+IP, a mismatched SNI, the host's listener and the metadata address through the proxy; DNS
+for listed and unlisted names through the container's resolver, by UDP and by TCP; raw
+TCP and UDP to the public host, the host and the metadata address, past the proxy. Its
+``public`` verifier then gets the public rules: no proxy, every name resolved. Judged
+from outside: what the servers and the listener saw, the trial's ``network_refused``
+events, and what is left on the host after it stopped.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ METADATA = "169.254.169.254"
 
 #: Runs in the trial: every attempt's outcome as one JSON line.
 PROBE = r"""
-import json, os, socket, ssl, urllib.error, urllib.request
+import json, os, socket, ssl, struct, urllib.error, urllib.request
 out, public, gateway, port = {}, os.environ["PUB"], os.environ["GW"], os.environ["HPORT"]
 proxy = os.environ.get("HTTPS_PROXY", "")
 out["env"] = {k: os.environ.get(k) for k in ("HTTP_PROXY", "https_proxy", "NO_PROXY")}
@@ -83,6 +83,25 @@ def resolve(name):
         return sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET)})
     except socket.gaierror as exc:
         return "gaierror %s" % exc.errno
+def tcp_dns(name, server):
+    # One A query over TCP (two-byte length framing); the rcode and the last A record.
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split("."))
+    query = struct.pack("!HHHHHH", 9, 0x0100, 1, 0, 0, 0) + labels + b"\0\0\1\0\1"
+    try:
+        s = socket.create_connection((server, 53), timeout=10)
+        s.sendall(struct.pack("!H", len(query)) + query)
+        data = b""
+        while len(data) < 2 or len(data) < 2 + struct.unpack("!H", data[:2])[0]:
+            chunk = s.recv(4096)
+            if not chunk:
+                return "closed after %d bytes" % len(data)
+            data += chunk
+        body = data[2:]
+        answers = struct.unpack("!H", body[6:8])[0]
+        return [body[3] & 0xF, socket.inet_ntoa(body[-4:]) if answers else None]
+    except Exception as exc:
+        return "%s: %s" % (type(exc).__name__, exc)
+resolver = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
 out["dns-listed"] = resolve("pub.test")
 out["raw-public-80"] = raw(public, 80)
 if os.environ.get("SHORT"):
@@ -99,6 +118,9 @@ out["http-metadata"] = get("http://%s/" % os.environ["META"])
 out["https-unlisted"] = tunnel("evil.test:443", "evil.test")
 out["https-sni-mismatch"] = tunnel("pub.test:443", "evil.test")
 out["dns-unlisted"] = resolve("evil.test")
+out["tcp-dns-listed"] = tcp_dns("pub.test", resolver)
+out["tcp-dns-unlisted"] = tcp_dns("evil.test", resolver)
+out["tcp-dns-gateway"] = tcp_dns("www.pub.test", gateway)
 out["raw-public-8443"] = raw(public, 8443)
 out["raw-host"] = raw(gateway, int(port))
 out["raw-metadata"] = raw(os.environ["META"], 80)
@@ -192,6 +214,10 @@ def test_an_allowlist_phase_reaches_only_its_listed_hosts_through_the_proxy(
     assert agent["https-unlisted"].startswith("HTTP/1.1 403"), agent
     assert "TLS-OK" not in agent["https-sni-mismatch"], agent
     assert isinstance(agent["dns-unlisted"], str), agent  # NXDOMAIN, nothing resolved
+    # DNS over TCP, through the engine's resolver and to the gateway: the same answers.
+    assert agent["tcp-dns-listed"] == [0, public.ip], agent
+    assert agent["tcp-dns-gateway"] == [0, public.ip], agent
+    assert agent["tcp-dns-unlisted"] == [3, None], agent  # NXDOMAIN
     # Past the proxy: nothing leaves, by TCP or UDP.
     for label in ("raw-public-80", "raw-public-8443", "raw-host", "raw-metadata"):
         assert agent[label] != "CONNECTED", (label, agent)

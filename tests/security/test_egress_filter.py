@@ -8,17 +8,23 @@ it) and 169.254.169.254. Two trials run side by side on real containers:
 - ``A``: a ``public`` agent attacks the host on each of its addresses (the filtered
   bridge's gateway, docker0, the primary IPv4 and IPv6, the gateway's link-local IPv6),
   the metadata address, the private address and the second trial's container, and
-  reaches the public-like server; its ``no-network`` verifier then reaches nothing.
+  reaches the public-like server. Between its phases, raw IPv6 frames leave its network
+  namespace (what an agent would need a raw socket for: the container has no IPv6) to
+  the host's IPv6 addresses. Its ``no-network`` verifier then reaches nothing, and floods
+  300 distinct private and CGNAT addresses.
 - ``C``: a ``no-network`` agent listens (A's target), tries the public-like server and the
   Debian mirror, and leaves a process behind that keeps trying; its ``public`` verifier
   reaches both.
 
 The verdict is what the servers received (from outside), the trials' security events
-(the filter's counters) and the chains left on the host after the run.
+(the filter's counters, and the exact destinations its log kept: each attack's address and
+port, bounded under the flood, IPv6 counted for A and not for C) and the chains left on
+the host after the run.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -36,6 +42,7 @@ from support.egress_runtime import egress_runtime
 from support.net import Listener, interface_ipv4, primary_addresses
 
 from sandbox.backend import PhaseRequest, Sandbox, SandboxSpec
+from sandbox.docker.nflog import MAX_DESTINATIONS
 from sandbox.environment import FIXED_PATH
 from sandbox.network_policy import NetworkPolicy
 
@@ -112,6 +119,46 @@ if os.environ.get("MIRROR"):
     except Exception as exc:
         out["mirror"] = "%s: %s" % (type(exc).__name__, exc)
 print(json.dumps(out))
+"""
+
+#: Sends one UDP datagram to each of 150 addresses under each prefix of $FLOOD_NETS.
+FLOOD = r"""
+import os, socket
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for prefix in os.environ["FLOOD_NETS"].split(","):
+    for n in range(150):
+        try:
+            u.sendto(b"flood", ("%s.%d.%d" % (prefix, n // 100, n % 100 + 1), 9))
+        except OSError:
+            pass
+"""
+
+#: Run in a trial's network namespace by the test (root, a raw socket): one IPv6/UDP
+#: frame from the container's MAC to the host's bridge per ``address/port`` argument.
+RAW6 = r"""
+import socket, struct, sys
+iface, src_mac, dst_mac, token, *targets = sys.argv[1:]
+def mac(text):
+    return bytes.fromhex(text.replace(":", ""))
+def checksum(data):
+    data += b"\0" * (len(data) % 2)
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return (~total & 0xFFFF) or 0xFFFF
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((iface, 0))
+src = socket.inet_pton(socket.AF_INET6, "fe80::a:b:c:d")
+for target in targets:
+    address, port = target.rsplit("/", 1)
+    dst = socket.inet_pton(socket.AF_INET6, address)
+    payload = ("%s %s" % (token, address)).encode()
+    size = 8 + len(payload)
+    pseudo = src + dst + struct.pack("!I3xB", size, 17)
+    udp = struct.pack("!HHHH", 40000, int(port), size, 0) + payload
+    udp = udp[:6] + struct.pack("!H", checksum(pseudo + udp)) + udp[8:]
+    header = struct.pack("!IHBB", 6 << 28, size, 17, 64) + src + dst
+    s.send(mac(dst_mac) + mac(src_mac) + b"\x86\xdd" + header + udp)
 """
 
 #: C's agent: a listener (A's target) and a process left behind that keeps trying out.
@@ -197,7 +244,7 @@ def docker_runtime(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 def _phase(sandbox: Sandbox, role: str, script: str, env: dict[str, str]) -> dict[str, Any]:
-    full = {"PATH": FIXED_PATH, "PROBE": PROBE, **env}
+    full = {"PATH": FIXED_PATH, "PROBE": PROBE, "FLOOD": FLOOD, **env}
     result = sandbox.run_phase(
         PhaseRequest(role=role, argv=["bash", "-c", script], env=full, timeout_sec=60)  # type: ignore[arg-type]
     )
@@ -228,7 +275,7 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
 
     port, cport = netns["port"], 20000 + secrets.randbelow(20000)
     public = f"{PUBLIC_LIKE}:{port}"
-    token = {k: f"{k}-{secrets.token_hex(6)}" for k in ("A", "AV", "C", "CL", "CV")}
+    token = {k: f"{k}-{secrets.token_hex(6)}" for k in ("A", "A6", "AV", "C", "CL", "CV")}
     made: list[Any] = []
 
     def start(name: str, agent: NetworkPolicy, verifier: NetworkPolicy) -> Any:
@@ -280,9 +327,15 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
                 {"TOKEN": token["A"], "TARGETS": ",".join(targets), "DEADLINE": "6"},
             )
             thread.join(timeout=120)
+            c_address = _address(c, NETWORK)
+            raw6 = [f"{link_local}/{host.port}"] if link_local else []
+            raw6 += [f"{own['ipv6']}/{host.port}"] if "ipv6" in own else []
+            assert raw6, "the host has no IPv6 address on the filtered bridge to attack"
+            _send_raw6(a, docker_runtime.egress.bridge, token["A6"], raw6)
             a_verifier = _phase(
-                a, "verifier", 'python3 -c "$PROBE"',
-                {"TOKEN": token["AV"], "TARGETS": public, "MIRROR": MIRROR},
+                a, "verifier", 'python3 -c "$PROBE" && python3 -c "$FLOOD"',
+                {"TOKEN": token["AV"], "TARGETS": public, "MIRROR": MIRROR,
+                 "FLOOD_NETS": "10.203,100.64"},
             )  # fmt: skip
             c_verifier = _phase(
                 c, "verifier", 'python3 -c "$PROBE"',
@@ -309,6 +362,7 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
     assert c_agent[public] != "CONNECTED" and not c_agent["mirror"].startswith("Origin"), c_agent
     assert c_agent["_survivors"] >= 1, c_agent  # the leftover was alive when the phase ended
     assert token["C"] not in seen and token["CL"] not in seen, seen
+    assert token["A6"] not in host_got, host_got
     # Phases switch: A's verifier is closed, C's reaches the public-like server and the mirror.
     assert token["AV"] not in seen and not a_verifier["mirror"].startswith("Origin"), a_verifier
     assert f"{token['CV']} {public}" in seen and c_verifier["mirror"].startswith("Origin: Debian")
@@ -318,8 +372,55 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
     assert ("verifier", "closed") in refused, a_events
     assert ("agent", "closed") in {(e["phase"], e["refused"]) for e in c_events}, c_events
     assert all(e["packets"] > 0 and e["destination"] for e in a_events + c_events)
+    # The log: each refused connection with its exact destination (address, protocol, port).
+    logged = {
+        (e["phase"], e["protocol"], e["ip"], e.get("port"), e["refused"])
+        for e in a_events + c_events
+        if e.get("logged")
+    }
+    for protocol, ip, dport, refused in [
+        ("tcp", METADATA, port, "metadata"),
+        ("udp", METADATA, port, "metadata"),
+        ("tcp", netns["private"], port, "private"),
+        ("tcp", gateway, host.port, "host"),
+        ("tcp", own["ipv4"], host.port, "host"),
+        ("tcp", c_address, cport, "private"),
+    ]:
+        assert ("agent", protocol, ip, dport, refused) in logged, (ip, dport, sorted(logged))
+    # C's no-network agent: its refused attempts are listed too, by the closed rule.
+    assert ("agent", "tcp", PUBLIC_LIKE, port, "closed") in logged, sorted(logged)
+    # The flood (A's closed verifier): the counters count every datagram; the list stays
+    # bounded, the rest summed.
+    closed = [e for e in a_events if e["refused"] == "closed" and not e.get("logged")]
+    assert sum(e["packets"] for e in closed if e["phase"] == "verifier") >= 300, closed
+    listed = [e for e in a_events if e.get("logged") and e["ip"] != "other"]
+    other = [e for e in a_events if e.get("ip") == "other"]
+    assert len(listed) <= MAX_DESTINATIONS and other, (len(listed), other)
+    assert len(a_events) <= MAX_DESTINATIONS + 40, len(a_events)
+    # IPv6: counted (and logged) for A, whose namespace sent it, and not for C.
+    v6 = [e for e in a_events if e["refused"] == "ipv6"]
+    assert sum(e["packets"] for e in v6 if not e.get("logged")) >= len(raw6), v6
+    sent = {(str(ipaddress.ip_address(t.rpartition("/")[0])), host.port) for t in raw6}
+    assert sent <= {(e["ip"], e.get("port")) for e in v6 if e.get("logged")}, v6
+    assert not [e for e in c_events if e["refused"] == "ipv6"], c_events
+    assert a.describe()["egress_log"].startswith("nflog group"), a.describe()
     listing = _chains()
     assert not [chain for chain in chains if chain in listing], listing
+
+
+def _send_raw6(sandbox: Any, bridge: str, token: str, targets: list[str]) -> None:
+    """Send :data:`RAW6` frames from the trial's network namespace (entered by its pid)."""
+    from sandbox.docker.egress import NETWORK
+
+    sandbox._container.reload()
+    attrs = sandbox._container.attrs
+    pid, mac = attrs["State"]["Pid"], attrs["NetworkSettings"]["Networks"][NETWORK]["MacAddress"]
+    bridge_mac = Path(f"/sys/class/net/{bridge}/address").read_text().strip()
+    subprocess.run(
+        ["nsenter", "-t", str(pid), "-n", sys.executable, "-c", RAW6, "eth0", mac, bridge_mac,
+         token, *targets],
+        check=True, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
 
 
 def _link_local(interface: str) -> str | None:
@@ -359,3 +460,43 @@ def test_a_killed_run_leaves_nothing_cleanup_cannot_remove() -> None:
     assert chain in _chains()
     report = remove_leaks(docker_client(), run=label)
     assert chain not in _chains() and not report.errors, report
+
+
+def test_without_a_free_log_group_the_filter_counts_only_and_says_so() -> None:
+    """Every log group the run would try is held by another socket: counters only.
+
+    The filter then works as before: its chains get no ``NFLOG`` rule, the record's
+    ``egress_log`` says why once.
+    """
+    from support.docker import docker_client
+
+    from sandbox.docker import egress, nflog
+
+    if os.geteuid() != 0:
+        pytest.fail("the egress filter needs root")
+    run = egress.EgressRun(docker_client(), f"egress-nolog-{secrets.token_hex(4)}")
+    held: list[nflog.PacketLog] = []
+    try:
+        for step in range(32):  # each binds the first free group from its start
+            opened = nflog.open_log(run._first_group + step)
+            assert not isinstance(opened, str), opened
+            held.append(opened)
+        run.ensure()
+        assert run.log is None, run.log
+        assert run.log_status().startswith("counters only, no destinations: no nfnetlink_log")
+        key = f"harness-nolog-{secrets.token_hex(4)}"
+        flt = egress.TrialFilter(
+            kind="E", key=key, bridge=run.bridge, source="172.31.254.8", log=run.log
+        )
+        flt.install()
+        try:
+            listing = subprocess.run(
+                ["iptables", "-S", flt.chain], capture_output=True, text=True, check=True
+            ).stdout
+            assert "-j DROP" in listing and "NFLOG" not in listing, listing
+        finally:
+            flt.remove()
+    finally:
+        for log in held:
+            log.close()
+        run.close()

@@ -164,3 +164,121 @@ def test_the_event_log_is_bounded_and_counts_the_rest() -> None:
     }
     assert len(events[0]["host"]) == 255 and events[0]["port"] == 0
     assert log.drain() == []
+
+
+def nflog_message(prefix: bytes, payload: bytes) -> bytes:
+    """One ``nfnetlink_log`` packet message as the kernel frames it."""
+
+    def attr(kind: int, value: bytes) -> bytes:
+        return struct.pack("=HH", 4 + len(value), kind) + value + b"\0" * (-len(value) % 4)
+
+    body = struct.pack("!BBH", 2, 0, 18432) + attr(1, b"\x08\x00\x01\x00")
+    body += attr(10, prefix + b"\0") + attr(9, payload)
+    return struct.pack("=IHHII", 16 + len(body), 4 << 8, 0, 0, 0) + body
+
+
+def ipv4(dst: str, proto: int, port: int, *, fragment: int = 0, options: int = 0) -> bytes:
+    header = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45 + options, 0, 40, 1, fragment, 64, proto, 0,
+        ipaddress.IPv4Address("172.30.0.2").packed, ipaddress.IPv4Address(dst).packed,
+    )  # fmt: skip
+    return header + b"\0" * (4 * options) + struct.pack("!HH", 40000, port) + b"\0" * 16
+
+
+def ipv6(dst: str, proto: int, port: int, *, extension: bool = False) -> bytes:
+    first = 0 if extension else proto  # a hop-by-hop header before the transport
+    header = struct.pack("!IHBB16s16s", 6 << 28, 24, first, 64, bytes(16),
+                         ipaddress.IPv6Address(dst).packed)  # fmt: skip
+    hop = bytes([proto, 0]) + bytes(6) if extension else b""
+    return header + hop + struct.pack("!HH", 40000, port) + b"\0" * 16
+
+
+def test_the_log_reads_each_packets_exact_destination() -> None:
+    from sandbox.docker.nflog import LoggedPacket, destination, parse
+
+    prefix = b"HXE-0123456789ab metadata:169.254.169.254/32"
+    data = nflog_message(prefix, ipv4("169.254.169.254", 6, 80))
+    data += nflog_message(
+        b"HXE-0123456789ab private:10.0.0.0/8", ipv4("10.1.2.3", 17, 53, options=2)
+    )
+    data += nflog_message(b"HXE-0123456789ab ipv6:::/0", ipv6("fe80::1", 17, 9, extension=True))
+    assert list(parse(data)) == [
+        LoggedPacket(prefix.decode(), "169.254.169.254", "tcp", 80),
+        LoggedPacket("HXE-0123456789ab private:10.0.0.0/8", "10.1.2.3", "udp", 53),
+        LoggedPacket("HXE-0123456789ab ipv6:::/0", "fe80::1", "udp", 9),
+    ]
+    assert destination(ipv4("10.0.0.9", 1, 0)) == ("10.0.0.9", "icmp", None)
+    assert destination(ipv4("10.0.0.9", 6, 22, fragment=0x20)) == ("10.0.0.9", "tcp", None)
+    assert destination(ipv4("10.0.0.9", 47, 0)) == ("10.0.0.9", "ip-proto-47", None)
+    assert destination(ipv6("::1", 58, 0)) == ("::1", "icmpv6", None)
+
+
+def test_hostile_log_messages_raise_nothing() -> None:
+    from sandbox.docker.nflog import destination, parse
+
+    rng = random.Random(7)
+    good = nflog_message(b"HXE-0123456789ab host", ipv4("172.30.0.1", 6, 8080))
+    for _ in range(3000):
+        mutated = bytearray(good)
+        for _ in range(rng.randint(1, 8)):
+            mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+        for sample in (bytes(mutated[: rng.randint(0, len(mutated))]), rng.randbytes(300)):
+            for packet in parse(sample):
+                assert packet.protocol and packet.ip
+            destination(sample[rng.randint(0, 40) :])
+
+
+def test_a_trials_destinations_are_bounded_and_the_rest_summed() -> None:
+    from sandbox.docker.nflog import Destinations, LoggedPacket
+
+    log = Destinations(limit=3)
+    for n in range(1000):
+        log.add("private:10.0.0.0/8", LoggedPacket("p", f"10.0.{n // 250}.{n % 250}", "udp", 9))
+    log.add("private:10.0.0.0/8", LoggedPacket("p", "10.0.0.1", "udp", 9))  # listed before
+    listed, other = log.drain()
+    assert listed == {
+        ("private:10.0.0.0/8", "10.0.0.0", "udp", 9): 1,
+        ("private:10.0.0.0/8", "10.0.0.1", "udp", 9): 2,
+        ("private:10.0.0.0/8", "10.0.0.2", "udp", 9): 1,
+    }
+    assert other == {"private:10.0.0.0/8": 997}
+    # The bound is the trial's: a later phase lists only what was listed before.
+    log.add("host", LoggedPacket("p", "172.30.0.1", "tcp", 22))
+    log.add("private:10.0.0.0/8", LoggedPacket("p", "10.0.0.2", "udp", 9))
+    assert log.drain() == ({("private:10.0.0.0/8", "10.0.0.2", "udp", 9): 1}, {"host": 1})
+
+
+def test_the_responder_answers_dns_over_tcp_bounded() -> None:
+    dns = responder(["pypi.org"], {"pypi.org": ["151.101.0.223"]})
+
+    async def ask(port: int, *queries: bytes) -> list[bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        answers = []
+        for data in queries:
+            writer.write(struct.pack("!H", len(data)) + data)
+            await writer.drain()
+        for _ in queries:
+            try:
+                size = struct.unpack("!H", await reader.readexactly(2))[0]
+                answers.append(await reader.readexactly(size))
+            except asyncio.IncompleteReadError:
+                answers.append(b"")
+        writer.close()
+        return answers
+
+    async def go() -> None:
+        server = await asyncio.start_server(dns.serve_stream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        listed, unlisted = await ask(port, query("pypi.org", 1, 1), query("evil.test", 1, 2))
+        assert listed[:2] == b"\0\1" and listed[3] & 0xF == 0
+        assert listed.endswith(ipaddress.IPv4Address("151.101.0.223").packed)
+        assert unlisted[:2] == b"\0\2" and unlisted[3] & 0xF == 3
+        # A length past the longest query ends the connection unanswered.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(struct.pack("!H", 4000) + b"x" * 4000)
+        assert await reader.read() == b""
+        writer.close()
+        server.close()
+
+    _run(go())

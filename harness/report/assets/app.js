@@ -1163,7 +1163,8 @@
   // ---------------------------------------------------------------- security, attempts, rest
   // Each phase's effective network policy (posture.network, verifier_posture.network; a
   // multi-step task's per step, steps[].network) and how many connections its filter
-  // refused (network_refused events).
+  // refused (network_refused events; those marked `logged` name the exact destinations of
+  // refusals a rule's counter already counted).
   function networkView(rec, events) {
     const policy = (posture) => (posture && typeof posture === "object" && posture.network && typeof posture.network === "object" ? posture.network : null);
     const isPolicy = (p) => p && typeof p === "object" && typeof p.mode === "string";
@@ -1172,7 +1173,7 @@
       ? stepped.flatMap((s) => ["agent", "verifier"].map((role) => ["step " + plain(s.name) + ": " + role, isPolicy(s.network[role]) ? s.network[role] : null]))
       : [["agent", policy(rec.posture)], ["verifier", policy(rec.verifier_posture)]]).filter(([, p]) => p);
     if (!rows.length) return h("p", { class: "muted" }, "No network policy recorded.");
-    const refused = events.filter((e) => e && e.type === "network_refused");
+    const refused = events.filter((e) => e && e.type === "network_refused" && !e.logged);
     const text = (p) => {
       let out = String(p.mode) + (p.declared === false ? " (not stated by the task)" : "");
       if (Array.isArray(p.allowed_hosts)) out += ": " + (p.allowed_hosts.length ? p.allowed_hosts.map(String).join(", ") : "no host");
