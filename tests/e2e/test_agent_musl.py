@@ -37,6 +37,10 @@ fi
 """
 
 
+WRITE = "printf 'Hello, world!\\n' > hello.txt"
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
 def _task_set(
     root: Path,
     image: str,
@@ -98,14 +102,16 @@ def musl_image(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _run_musl(
-    tmp_path: Path, tasks: Path, agent: str, canary_env: str
+    tmp_path: Path, tasks: Path, agent: str, canary_env: str, *, libc: str | None = "musl"
 ) -> tuple[dict[str, Any], Path]:
-    """``harness run`` of ``agent`` for musl on docker; its one record and evidence dir."""
+    """``harness run`` of ``agent`` on docker (``libc``: its ``agent.kwargs.libc``); its one
+    record and evidence dir, checked: reward 1, the file written, no canary anywhere."""
     out = tmp_path / "runs"
     canary = "canary-" + secrets.token_hex(16)
+    options = ["--set", f'agent.kwargs.libc="{libc}"'] if libc else []
     result = run_cli(
         "run", tasks, "--agent", agent, "--model", "faux/musl", "--sandbox", "docker",
-        "--set", 'agent.kwargs.libc="musl"', "-o", out,
+        *options, "-o", out,
         env={canary_env: canary, "HARNESS_PROVIDER": "", "HARNESS_MODEL": ""},
         timeout=900,
     )  # fmt: skip
@@ -113,7 +119,7 @@ def _run_musl(
     run = read_run_dir(only_run_dir(out))
     [record] = run.records
     assert record["status"] == "completed" and record["reward"] == 1, record["errors"]
-    assert record["agent"]["install"]["platform"] == "linux-x86_64-musl"
+    assert record["agent"]["install"]["platform"] == f"linux-x86_64-{libc or 'glibc'}"
     evidence = run.evidence(record)
     assert (evidence / "workspace" / "hello.txt").read_text() == "Hello, world!\n"
     files = [p for p in out.rglob("*") if p.is_file()]
@@ -165,6 +171,27 @@ def test_gemini_cli_runs_on_pypis_musl_node_on_a_musl_image(
     assert "hello.txt" in json.dumps(calls[0]["arguments"])
     results = [e for e in transcript if e["type"] == "tool_result"]
     assert len(results) == 1 and "error" not in results[0], results
+
+
+def test_mini_swe_agent_runs_on_a_musl_image_on_its_own_c_library(
+    tmp_path: Path, musl_image: str
+) -> None:
+    """A Python agent needs no agent.kwargs.libc there: its runtime brings its loader."""
+    script = {
+        "responses": [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": WRITE}}]},
+            {"tool_calls": [{"name": "bash", "arguments": {"command": SUBMIT}}]},
+        ]
+    }
+    tasks = _task_set(tmp_path, musl_image, script, api="openai-chat", memory_mb=2048)
+    record, evidence = _run_musl(tmp_path, tasks, "mini-swe-agent", "OPENAI_API_KEY", libc=None)
+    assert record["sandbox"]["image"] == musl_image
+    # The entry's own glibc loader started the interpreter; the image has none.
+    assert list(Path(record["agent"]["install"]["path"]).glob("python/libs/ld-linux-*"))
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["bash", "bash"]
+    assert "hello.txt" in json.dumps(calls[0]["arguments"])
 
 
 def test_gemini_cli_on_a_musl_too_old_for_pypis_node_fails_with_one_clear_error(
