@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from support.installed_agents import (
     BACKEND_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_told_once,
     files_holding,
     listed_with_version,
     listener,
@@ -137,6 +139,7 @@ def test_cli_solves_the_task_through_the_gateway(
     assert len(results) == 2 and "error" not in results[0]
 
     assert_atif_tool_call(run_dir, evidence, spec.logged_tool, "hello.txt")
+    assert_told_once(record, evidence)
 
     # The model was reached only through the gateway, with the trial token.
     model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
@@ -196,6 +199,40 @@ def test_a_cli_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path)
     errors = result.error_lines()
     assert len([line for line in errors if "cannot install agent claude-code" in line]) == 1
     assert "0.0.0-no-such-version" in result.stderr and "agent.version" in result.stderr
+    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("cli", "api"), [("claude-code", "anthropic-messages"), ("aider", "openai-chat")]
+)
+def test_a_cli_whose_registry_is_unreachable_fails_before_any_trial(
+    cli: str, api: str, tmp_path: Path
+) -> None:
+    """Offline: an empty cache, and npm's and pip's registries a closed port on loopback."""
+    with socket.socket() as sock:  # a port nothing listens on: every connection refused
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    tasks = task_set(tmp_path, {"responses": [{"text": "x"}]}, api)
+    out = tmp_path / "runs"
+    offline = {
+        "HARNESS_AGENT_CACHE": str(tmp_path / "empty-cache"),
+        "npm_config_registry": f"{dead}/",
+        "npm_config_cache": str(tmp_path / "npm-cache"),  # nothing cached to fall back on
+        "npm_config_fetch_retries": "0",
+        "PIP_INDEX_URL": f"{dead}/simple",
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_RETRIES": "0",
+        "HARNESS_PROVIDER": "",
+        "HARNESS_MODEL": "",
+    }
+    result = run_cli(
+        "run", tasks, "--agent", cli, "--model", "faux/cli-script", "-o", out,
+        env=offline, timeout=600,
+    )  # fmt: skip
+    assert result.code == 2, result
+    errors = result.error_lines()
+    assert len([line for line in errors if f"cannot install agent {cli}" in line]) == 1, errors
+    assert "registry is reachable" in result.stderr, result.stderr
     assert not out.exists() or not list(out.glob("*/trials.jsonl"))
 
 
