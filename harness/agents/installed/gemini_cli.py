@@ -14,6 +14,10 @@ statistics, auto-update and its notifications off, folder trust off (the workspa
 sandbox's).
 Its stream-json (stdout, kept as ``agent.log``) is converted into ``session.jsonl``; its
 own session files (``~/.gemini/tmp``) are kept under ``agent-logs/gemini-tmp``.
+
+For a musl image (``agent.kwargs.libc = "musl"``) the Node is the wheel's ``musllinux``
+build, which needs musl 1.2.4 or later (:data:`MUSL_MIN`): the launcher checks the
+image's musl first (:data:`MUSL_CHECK`) and ends an older one's run with one error.
 """
 
 from __future__ import annotations
