@@ -35,7 +35,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.agents.installed.cache import AgentCache, CacheEntry, InstallSpec, Platform
+from harness.agents.installed.cache import (
+    AgentCache,
+    CacheEntry,
+    InstallError,
+    InstallSpec,
+    Platform,
+)
 from harness.agents.kinds import AgentCommand, SandboxAgent, reject_command
 from harness.config import AgentConfig
 from harness.errors import AgentConfigError, UsageError
@@ -165,8 +171,36 @@ class InstalledAgent(SandboxAgent):
         if self.entry is None:
             # Every agent's spec is fetched for :attr:`platform`, whatever it left default.
             spec = dataclasses.replace(self.install_spec(), platform=self.platform)
-            self.entry = (self.cache or AgentCache()).ensure(spec)
+            entry = (self.cache or AgentCache()).ensure(spec)
+            self.check_programs(entry)
+            self.entry = entry
         return self.entry
+
+    def programs(self) -> tuple[str, ...]:
+        """In-sandbox paths of the files the CLI starts from (checked once fetched).
+
+        A CLI whose executable is an optional dependency per platform names it here: npm
+        skips an optional dependency that was never published, so a version without a
+        build for :attr:`platform` installs without error and holds no executable.
+        """
+        return ()
+
+    def check_programs(self, entry: CacheEntry) -> None:
+        """Every file of :meth:`programs` is in ``entry``.
+
+        Raises:
+            InstallError: One is missing (before any trial, naming it and what to do).
+        """
+        for program in self.programs():
+            rel = program.removeprefix(f"{INSTALL_MOUNT}/")
+            if not (entry.path / rel).is_file():
+                raise InstallError(
+                    f"cannot install agent {self.name} {self.version} for {self.platform}: "
+                    f"the fetched packages hold no {rel} (npm skips an optional dependency "
+                    f"that was never published, so {self.name} {self.version} may have no "
+                    f"build for {self.platform}). Pick a version that has one "
+                    "(agent.version), or another C library (agent.kwargs.libc)."
+                )
 
     def sandbox_mounts(self) -> Mapping[str, Path]:
         """The cache entry, shown read-only at :data:`INSTALL_MOUNT` (installed if needed)."""

