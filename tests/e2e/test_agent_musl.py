@@ -107,13 +107,21 @@ def musl_image(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _run_musl(
-    tmp_path: Path, tasks: Path, agent: str, canary_env: str, *, libc: str | None = "musl"
+    tmp_path: Path,
+    tasks: Path,
+    agent: str,
+    canary_env: str,
+    *,
+    libc: str | None = "musl",
+    version: str | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """``harness run`` of ``agent`` on docker (``libc``: its ``agent.kwargs.libc``); its one
     record and evidence dir, checked: reward 1, the file written, no canary anywhere."""
     out = tmp_path / "runs"
     canary = "canary-" + secrets.token_hex(16)
     options = ["--set", f'agent.kwargs.libc="{libc}"'] if libc else []
+    if version is not None:
+        options += ["--set", f"agent.version={version}"]
     result = run_cli(
         "run", tasks, "--agent", agent, "--model", "faux/musl", "--sandbox", "docker",
         *options, "-o", out,
@@ -193,6 +201,55 @@ def test_codex_runs_its_static_build_on_a_musl_image(tmp_path: Path, musl_image:
     calls = [e for e in transcript if e["type"] == "tool_call"]
     assert [c["name"] for c in calls] == ["shell"]  # Codex logs the command it ran
     assert "hello.txt" in json.dumps(calls[0]["arguments"])
+
+
+#: OpenCode's pinned version (1.18.33) was published without its musl builds (npm skips
+#: the missing optional dependency); the version before it has them.
+OPENCODE_WITH_MUSL = "1.18.32"
+
+
+def test_opencode_runs_its_musl_build_on_a_musl_image(tmp_path: Path) -> None:
+    client = docker_client()
+    require_image(client)
+    # Its executable links the C++ runtime, as an Alpine image has it after apk add libstdc++.
+    musl_image = build_musl_image(client, tmp_path / "image", cxx_runtime=True)
+    arguments = {"command": WRITE, "description": "Writes hello.txt"}
+    script = {
+        "responses": [
+            {"tool_calls": [{"name": "bash", "arguments": arguments}]},
+            {"text": "Created hello.txt."},
+        ]
+    }
+    # OpenCode's executable needs more than a small task's memory (docs/agents.md).
+    tasks = _task_set(tmp_path, musl_image, script, api="openai-chat", memory_mb=2048)
+    record, evidence = _run_musl(
+        tmp_path, tasks, "opencode", "OPENAI_API_KEY", version=OPENCODE_WITH_MUSL
+    )
+    assert record["agent"]["version"] == OPENCODE_WITH_MUSL
+    entry = Path(record["agent"]["install"]["path"]) / "npm/node_modules"
+    assert list(entry.glob("opencode-linux-x64*-musl/bin/opencode")), list(entry.iterdir())
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["bash"]
+    assert "hello.txt" in json.dumps(calls[0]["arguments"])
+
+
+def test_a_version_without_a_musl_build_fails_before_any_trial(
+    tmp_path: Path, musl_image: str
+) -> None:
+    tasks = _task_set(tmp_path, musl_image, {"responses": [{"text": "x"}]}, api="openai-chat")
+    out = tmp_path / "runs"
+    result = run_cli(
+        "run", tasks, "--agent", "opencode", "--model", "faux/musl", "--sandbox", "docker",
+        "--set", 'agent.kwargs.libc="musl"', "-o", out,
+        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""}, timeout=900,
+    )  # fmt: skip
+    assert result.code == 2, result
+    errors = [line for line in result.error_lines() if "cannot install agent opencode" in line]
+    assert len(errors) == 1, result.stderr
+    assert "linux-x86_64-musl" in result.stderr and "agent.version" in result.stderr
+    assert "-musl/bin/opencode" in result.stderr, result.stderr
+    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
 
 
 def test_mini_swe_agent_runs_on_a_musl_image_on_its_own_c_library(
