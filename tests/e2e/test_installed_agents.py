@@ -146,6 +146,13 @@ def test_cli_solves_the_task_through_the_gateway(
     assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
         ("POST", spec.path, 200)
     }
+    # The record's usage is the gateway's count of those calls, whatever the CLI logged.
+    usage = record["usage"]
+    assert usage["output_tokens"] == sum(c["usage"]["output_tokens"] for c in model_calls)
+    if cli == "claude-code":
+        # Its stream-json logs each message's usage as its stream began (no output tokens
+        # yet): the record keeps that figure beside the gateway's, which wins.
+        assert usage["agent_log"]["output_tokens"] == 0 < usage["output_tokens"], usage
     probe = (evidence / "workspace" / "probe.txt").read_text()
     assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
     for shown in spec.env_shows:
