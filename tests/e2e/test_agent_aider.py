@@ -22,6 +22,7 @@ from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_told_once,
     files_holding,
     listed_with_version,
     listener,
@@ -88,6 +89,7 @@ def test_aider_solves_the_task_through_the_gateway(
     assert len(results) == 1 and "error" not in results[0]
 
     assert_atif_tool_call(run_dir, evidence, "edit", "hello.txt")
+    assert_told_once(record, evidence)
 
     # The model was reached only through the gateway (chat completions): aider's own
     # traffic (analytics, update and model-metadata checks) is off or had no network.

@@ -23,6 +23,7 @@ from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_told_once,
     files_holding,
     listed_with_version,
     listener,
@@ -94,6 +95,7 @@ def test_gemini_cli_solves_the_task_through_the_gateway(
     )
 
     assert_atif_tool_call(run_dir, evidence, "run_shell_command", "hello.txt")
+    assert_told_once(record, evidence)
 
     # The model was reached only through the gateway's Gemini API, with the trial token.
     model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
@@ -103,6 +105,8 @@ def test_gemini_cli_solves_the_task_through_the_gateway(
     probe = (evidence / "workspace" / "probe.txt").read_text()
     assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
     assert "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:" in probe, probe
+    # Telemetry off (its settings file turns off usage statistics and auto-update too).
+    assert "GEMINI_TELEMETRY_ENABLED=false" in probe, probe
     assert listener.accepted == 0
     assert "CACHE-WRITTEN" not in probe
     assert files_holding(run_dir, canary.encode()) == []

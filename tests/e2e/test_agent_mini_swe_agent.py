@@ -27,6 +27,7 @@ from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_told_once,
     files_holding,
     listed_with_version,
     listener,
@@ -131,6 +132,7 @@ def _check_solved(run_dir: Path, listener: HostListener, canary: str) -> dict[st
     assert len(results) == 3 and "error" not in results[0]
 
     assert_atif_tool_call(run_dir, evidence, "bash", "hello.txt")
+    assert_told_once(record, evidence)
 
     # The model was reached only through the gateway (chat completions), with the token.
     model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]

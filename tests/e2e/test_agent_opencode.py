@@ -22,6 +22,7 @@ from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_told_once,
     files_holding,
     listed_with_version,
     listener,
@@ -94,6 +95,7 @@ def test_opencode_solves_the_task_through_the_gateway(
     )
 
     assert_atif_tool_call(run_dir, evidence, "bash", "hello.txt")
+    assert_told_once(record, evidence)
 
     # The model was reached only through the gateway's chat API, with the trial token; no
     # background call (a title) took a turn of the script.
@@ -104,6 +106,9 @@ def test_opencode_solves_the_task_through_the_gateway(
     probe = (evidence / "workspace" / "probe.txt").read_text()
     assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
     assert "OPENAI_BASE_URL=http://127.0.0.1:" in probe, probe
+    # Its update check, models.dev fetch and sharing are off (its tools inherit its env).
+    for switch in ("AUTOUPDATE", "MODELS_FETCH", "SHARE"):
+        assert f"OPENCODE_DISABLE_{switch}=1" in probe, (switch, probe)
     assert listener.accepted == 0
     assert "CACHE-WRITTEN" not in probe
     assert files_holding(run_dir, canary.encode()) == []

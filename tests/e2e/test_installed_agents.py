@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from support.installed_agents import (
     BACKEND_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_told_once,
     files_holding,
     listed_with_version,
     listener,
@@ -137,12 +139,20 @@ def test_cli_solves_the_task_through_the_gateway(
     assert len(results) == 2 and "error" not in results[0]
 
     assert_atif_tool_call(run_dir, evidence, spec.logged_tool, "hello.txt")
+    assert_told_once(record, evidence)
 
     # The model was reached only through the gateway, with the trial token.
     model_calls = [json.loads(line) for line in (evidence / "model_calls.jsonl").open()]
     assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
         ("POST", spec.path, 200)
     }
+    # The record's usage is the gateway's count of those calls, whatever the CLI logged.
+    usage = record["usage"]
+    assert usage["output_tokens"] == sum(c["usage"]["output_tokens"] for c in model_calls)
+    if cli == "claude-code":
+        # Its stream-json logs each message's usage as its stream began (no output tokens
+        # yet): the record keeps that figure beside the gateway's, which wins.
+        assert usage["agent_log"]["output_tokens"] == 0 < usage["output_tokens"], usage
     probe = (evidence / "workspace" / "probe.txt").read_text()
     assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
     for shown in spec.env_shows:
@@ -196,6 +206,40 @@ def test_a_cli_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path)
     errors = result.error_lines()
     assert len([line for line in errors if "cannot install agent claude-code" in line]) == 1
     assert "0.0.0-no-such-version" in result.stderr and "agent.version" in result.stderr
+    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("cli", "api"), [("claude-code", "anthropic-messages"), ("aider", "openai-chat")]
+)
+def test_a_cli_whose_registry_is_unreachable_fails_before_any_trial(
+    cli: str, api: str, tmp_path: Path
+) -> None:
+    """Offline: an empty cache, and npm's and pip's registries a closed port on loopback."""
+    with socket.socket() as sock:  # a port nothing listens on: every connection refused
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    tasks = task_set(tmp_path, {"responses": [{"text": "x"}]}, api)
+    out = tmp_path / "runs"
+    offline = {
+        "HARNESS_AGENT_CACHE": str(tmp_path / "empty-cache"),
+        "npm_config_registry": f"{dead}/",
+        "npm_config_cache": str(tmp_path / "npm-cache"),  # nothing cached to fall back on
+        "npm_config_fetch_retries": "0",
+        "PIP_INDEX_URL": f"{dead}/simple",
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_RETRIES": "0",
+        "HARNESS_PROVIDER": "",
+        "HARNESS_MODEL": "",
+    }
+    result = run_cli(
+        "run", tasks, "--agent", cli, "--model", "faux/cli-script", "-o", out,
+        env=offline, timeout=600,
+    )  # fmt: skip
+    assert result.code == 2, result
+    errors = result.error_lines()
+    assert len([line for line in errors if f"cannot install agent {cli}" in line]) == 1, errors
+    assert "registry is reachable" in result.stderr, result.stderr
     assert not out.exists() or not list(out.glob("*/trials.jsonl"))
 
 

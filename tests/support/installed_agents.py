@@ -171,6 +171,24 @@ def assert_atif_tool_call(run_dir: Path, evidence: Path, tool: str, needle: str)
     assert needle in json.dumps(tool_steps[0]["tool_calls"][0]["arguments"])
 
 
+def assert_told_once(record: dict[str, Any], evidence: Path) -> None:
+    """The CLI was told the instruction once, and the record's usage is the gateway's.
+
+    The CLI's first model request holds the task's instruction (``instruction.md``, as
+    JSON escapes it) exactly once: a CLI that was also given it on stdin appends it again
+    (Claude Code and Codex do). ``usage.source`` says whose count the record's is; the
+    CLI's own figures (``usage.agent_log``) appear only where they disagree, and a faux
+    model's calls, each logged by the CLI as the gateway counted it, agree.
+    """
+    instruction = Path(record["task"]["path"], "instruction.md").read_text().strip()
+    needle = json.dumps(instruction)[1:-1]
+    with (evidence / "model_calls.jsonl").open() as calls:
+        first = json.loads(calls.readline())
+    assert json.dumps(first["request"]).count(needle) == 1, first["request"]
+    usage = record["usage"]
+    assert usage["source"] == "gateway" and usage["calls"] >= 1, usage
+
+
 def listed_with_version(listing: str, name: str, version: str) -> bool:
     """Whether ``harness agents list`` shows ``name`` with ``version`` in its version column."""
     for line in listing.splitlines():

@@ -22,7 +22,9 @@ from harness.agents.installed.cache import (
     AgentCache,
     InstallError,
     InstallSpec,
+    Platform,
     cache_root,
+    pip_platform_args,
 )
 from harness.agents.installed.claude_code import ClaudeCode, convert_stream_json
 from harness.agents.installed.codex import Codex, convert_exec_json
@@ -264,6 +266,25 @@ def test_a_pypi_package_is_installed_with_pip_target(tmp_path: Path) -> None:
     entry = AgentCache(tmp_path / "cache").ensure(spec)
     assert (entry.path / "py" / "six.py").is_file()
     assert "py/six.py" in json.loads((entry.path / "manifest.json").read_text())["files"]
+
+
+def test_pypi_wheels_are_fetched_for_the_images_c_library(tmp_path: Path) -> None:
+    glibc, musl = Platform("x86_64", "glibc"), Platform("x86_64", "musl")
+    assert pip_platform_args(glibc, host=glibc) == []  # the host's own: pip's default
+    assert pip_platform_args(musl, host=glibc) == [
+        "--platform", "musllinux_1_2_x86_64", "--platform", "musllinux_1_1_x86_64",
+    ]  # fmt: skip
+    assert "manylinux2014_x86_64" in pip_platform_args(glibc, host=musl)
+    # A real fetch for the other C library: a package with a compiled extension gets the
+    # wheel built for it (pip on this host would pick its own otherwise).
+    other = musl if Platform.host().libc == "glibc" else glibc
+    spec = InstallSpec(
+        agent="markupsafe", version="3.0.2", pypi=("markupsafe==3.0.2",), platform=other
+    )
+    entry = AgentCache(tmp_path / "cache").ensure(spec)
+    [wheel] = (entry.path / "py").glob("[Mm]arkup[Ss]afe-3.0.2.dist-info/WHEEL")
+    tag = "musllinux" if other.libc == "musl" else "manylinux"
+    assert f"-{tag}_" in wheel.read_text(), wheel.read_text()
 
 
 def test_a_copy_for_another_node_uses_that_nodes_cache(tmp_path: Path) -> None:

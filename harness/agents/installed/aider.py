@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from harness.agents.installed.python_agent import LOG_DIR, PythonInstalledAgent
+from harness.agents.installed.python_agent import PythonInstalledAgent
 from harness.tasks import Task
 from sandbox.backend import Sandbox
 
@@ -75,7 +75,7 @@ class Aider(PythonInstalledAgent):
         assert self.model is not None
         provider = "anthropic" if self.model.provider == "anthropic" else "openai"
         home = sandbox.paths.home
-        logs = f"{home}/{LOG_DIR}"
+        logs = self.log_dir(sandbox, self.step_name(task))  # a step's own: never appended to
         return [
             *self.python(),
             "-m",

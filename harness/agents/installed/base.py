@@ -17,6 +17,10 @@ as the agent user under the supervisor) made of five parts:
   (docs/model-access.md §3), from which the transcript and ATIF are derived as for
   ``builtin``.
 
+A multi-step task runs the CLI once per step, each writing its own log (kept in the step's
+evidence, ``steps/<name>/agent.log``): collect converts each step's, in order, into the
+one ``session.jsonl``, each opened by that step's instruction as the user message.
+
 A plug-in adds one by subclassing and registering it under ``harness.agents``
 (docs/agents.md).
 """
@@ -31,7 +35,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.agents.installed.cache import AgentCache, CacheEntry, InstallSpec, Platform
+from harness.agents.installed.cache import (
+    AgentCache,
+    CacheEntry,
+    InstallError,
+    InstallSpec,
+    Platform,
+)
 from harness.agents.kinds import AgentCommand, SandboxAgent, reject_command
 from harness.config import AgentConfig
 from harness.errors import AgentConfigError, UsageError
@@ -89,6 +99,9 @@ class InstalledAgent(SandboxAgent):
         self.platform = Platform(arch=host.arch, libc=libc or host.libc)
         self.cache = cache
         self.entry: CacheEntry | None = None
+        # The steps each trial's CLI ran so far (by its sandbox's id; the agent serves every
+        # trial of a run): their names and instructions, until collect() converts their logs.
+        self._steps: dict[int, list[StepRun]] = {}
 
     @classmethod
     def from_config(cls, config: AgentConfig) -> InstalledAgent:
@@ -158,8 +171,36 @@ class InstalledAgent(SandboxAgent):
         if self.entry is None:
             # Every agent's spec is fetched for :attr:`platform`, whatever it left default.
             spec = dataclasses.replace(self.install_spec(), platform=self.platform)
-            self.entry = (self.cache or AgentCache()).ensure(spec)
+            entry = (self.cache or AgentCache()).ensure(spec)
+            self.check_programs(entry)
+            self.entry = entry
         return self.entry
+
+    def programs(self) -> tuple[str, ...]:
+        """In-sandbox paths of the files the CLI starts from (checked once fetched).
+
+        A CLI whose executable is an optional dependency per platform names it here: npm
+        skips an optional dependency that was never published, so a version without a
+        build for :attr:`platform` installs without error and holds no executable.
+        """
+        return ()
+
+    def check_programs(self, entry: CacheEntry) -> None:
+        """Every file of :meth:`programs` is in ``entry``.
+
+        Raises:
+            InstallError: One is missing (before any trial, naming it and what to do).
+        """
+        for program in self.programs():
+            rel = program.removeprefix(f"{INSTALL_MOUNT}/")
+            if not (entry.path / rel).is_file():
+                raise InstallError(
+                    f"cannot install agent {self.name} {self.version} for {self.platform}: "
+                    f"the fetched packages hold no {rel} (npm skips an optional dependency "
+                    f"that was never published, so {self.name} {self.version} may have no "
+                    f"build for {self.platform}). Pick a version that has one "
+                    "(agent.version), or another C library (agent.kwargs.libc)."
+                )
 
     def sandbox_mounts(self) -> Mapping[str, Path]:
         """The cache entry, shown read-only at :data:`INSTALL_MOUNT` (installed if needed)."""
@@ -169,6 +210,7 @@ class InstalledAgent(SandboxAgent):
         # A copy sent to another node (a Ray worker) uses that node's own cache.
         state = dict(self.__dict__)
         state["entry"] = None
+        state["_steps"] = {}
         return state
 
     # -- prepare and command --------------------------------------------------------------
@@ -186,7 +228,14 @@ class InstalledAgent(SandboxAgent):
         """The CLI's command line, with the instruction passed once."""
 
     def prepare(self, task: Task, sandbox: Sandbox) -> None:
-        """Write :meth:`home_files` into the trial's HOME (agent-readable)."""
+        """Write :meth:`home_files` into the trial's HOME (agent-readable).
+
+        Called before each agent phase: a multi-step task's step is noted, so that
+        :meth:`collect` converts every step's log, not only the last one's.
+        """
+        if task.step is not None:
+            step = StepRun(task.step.name, task.instruction)
+            self._steps.setdefault(id(sandbox), []).append(step)
         for rel, text in self.home_files(task, sandbox).items():
             sandbox.put_file(f"{sandbox.paths.home}/{rel}", text.encode(), agent_readable=True)
 
@@ -203,12 +252,16 @@ class InstalledAgent(SandboxAgent):
         return {}
 
     def collect(self, sandbox: Sandbox | None, evidence: Path) -> None:
-        """Keep the CLI's session files; turn its stdout (``agent.log``) into ``session.jsonl``.
+        """Keep the CLI's session files; turn its log into ``session.jsonl``.
 
         The session files (:meth:`log_dirs`) are copied as they are under ``agent-logs/``
-        (regular files only, never following a link, capped). The instruction the CLI was
-        given opens ``session.jsonl``, as the user message.
+        (regular files only, never following a link, capped). The log converted is
+        :meth:`converted_log` (its stdout, ``agent.log``, unless a subclass says otherwise):
+        for a multi-step task each step's, in the order they ran, each opened by the
+        instruction that step gave the CLI as the user message (its logs do not repeat the
+        prompt); the first ``session`` line found opens the file.
         """
+        steps = self._steps.pop(id(sandbox), []) if sandbox is not None else []
         if sandbox is not None:
             for name, path in self.log_dirs(sandbox).items():
                 events = sandbox.copy_out(
@@ -220,21 +273,50 @@ class InstalledAgent(SandboxAgent):
                 for found in events:
                     if found.kind != "missing":
                         logger.warning("agent %s: %s not kept: %s", self.name, path, found)
-        log = evidence / AGENT_LOG
-        if not log.is_file():
-            return
-        lines = list(self.convert(log.read_text(encoding="utf-8", errors="replace").splitlines()))
-        instruction = None
-        if sandbox is not None:
-            # What the CLI was told (its logs do not repeat the prompt): the user message.
-            data, event = sandbox.read_file(sandbox.paths.instruction, max_bytes=1 << 20)
-            if data is not None and event is None:
-                instruction = data.decode("utf-8", "replace")
-        if instruction is not None:
-            at = 1 if lines and lines[0].get("type") == "session" else 0
-            lines.insert(at, {"type": "message", "role": "user", "content": instruction})
-        text = "".join(json_line(line) for line in lines)
-        (evidence / SESSION).write_text(text, encoding="utf-8")
+        runs: list[tuple[Path, str | None]]
+        if steps:
+            runs = [(self.converted_log(evidence, step.name), step.instruction) for step in steps]
+        else:
+            instruction = None
+            if sandbox is not None:
+                data, event = sandbox.read_file(sandbox.paths.instruction, max_bytes=1 << 20)
+                if data is not None and event is None:
+                    instruction = data.decode("utf-8", "replace")
+            runs = [(self.converted_log(evidence, None), instruction)]
+        head: list[dict[str, Any]] = []
+        body: list[dict[str, Any]] = []
+        converted = False
+        for log, instruction in runs:
+            if not log.is_file():
+                continue  # that step's CLI left no log (it never started, say)
+            converted = True
+            lines = list(self.convert(log.read_text("utf-8", "replace").splitlines()))
+            if lines and lines[0].get("type") == "session":
+                session = lines.pop(0)
+                if not head:
+                    head.append(session)
+            if instruction is not None:
+                body.append({"type": "message", "role": "user", "content": instruction})
+            body.extend(lines)
+        if converted:
+            text = "".join(json_line(line) for line in [*head, *body])
+            (evidence / SESSION).write_text(text, encoding="utf-8")
+
+    def converted_log(self, evidence: Path, step: str | None) -> Path:
+        """The evidence file of the log :meth:`convert` reads: the CLI's stdout as kept.
+
+        Args:
+            evidence: The trial's evidence dir.
+            step: The step whose log it is (None: a task without steps).
+        """
+        if step is None:
+            return evidence / AGENT_LOG
+        return evidence / "steps" / step / AGENT_LOG
+
+    def current_step(self, sandbox: Sandbox) -> str | None:
+        """The step whose agent phase runs (or ran last) in ``sandbox`` (None: no steps)."""
+        steps = self._steps.get(id(sandbox))
+        return steps[-1].name if steps else None
 
     @abstractmethod
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
@@ -274,9 +356,22 @@ class InstalledAgent(SandboxAgent):
         return f"{INSTALL_MOUNT}/{rel}"
 
 
+@dataclasses.dataclass(frozen=True)
+class StepRun:
+    """One step's run of the CLI in a multi-step trial: what :meth:`collect` converts.
+
+    Attributes:
+        name: The step's name (its evidence is ``steps/<name>/``).
+        instruction: What the step told the CLI.
+    """
+
+    name: str
+    instruction: str
+
+
 def json_line(line: Mapping[str, Any]) -> str:
     """One JSONL line."""
     return json.dumps(line, ensure_ascii=False) + "\n"
 
 
-__all__ = ["AGENT_LOG", "INSTALL_MOUNT", "InstalledAgent"]
+__all__ = ["AGENT_LOG", "INSTALL_MOUNT", "InstalledAgent", "StepRun"]

@@ -246,6 +246,7 @@ class AgentCache:
             "--only-binary=:all:",
             "--target",
             str(target),
+            *pip_platform_args(spec.platform),
             *spec.pypi,
         ]
         run_fetch(spec, argv, cwd=self.root)
@@ -288,6 +289,25 @@ class AgentCache:
             raise InstallError(f"node: pip downloaded {len(wheels)} wheels, not one")
         unpack_wheel(wheels[0], staging / "node")
         remove_tree(wheels_dir)
+
+
+def pip_platform_args(target: Platform, host: Platform | None = None) -> list[str]:
+    """``pip --platform`` options that fetch wheels for ``target`` (none: the host's own).
+
+    pip picks wheels for the interpreter it runs on; for another C library (a musl image
+    fetched from a glibc host, say) it must be told that platform's wheel tags, or it
+    fetches the host's build (Node's ``manylinux`` wheel, which has no loader on Alpine).
+    pip expands no ``musllinux`` tag to the older ones, so each is listed.
+    """
+    host = host or Platform.host()
+    if target == host:
+        return []
+    if target.libc == "musl":
+        tags = [f"musllinux_1_{minor}_{target.arch}" for minor in (2, 1)]
+    else:
+        tags = [f"manylinux_2_{minor}_{target.arch}" for minor in (28, 17)]
+        tags.append(f"manylinux2014_{target.arch}")
+    return [option for tag in tags for option in ("--platform", tag)]
 
 
 def run_fetch(spec: InstallSpec, argv: Sequence[str], *, cwd: Path) -> None:
@@ -404,5 +424,6 @@ __all__ = [
     "InstallSpec",
     "Platform",
     "cache_root",
+    "pip_platform_args",
     "scan_tree",
 ]

@@ -36,6 +36,9 @@ class ClaudeCode(InstalledAgent):
     providers: ClassVar[tuple[str, ...]] = ("anthropic", "faux")
     npm_package: ClassVar[str] = PACKAGE
 
+    def programs(self) -> tuple[str, ...]:  # noqa: D102
+        return (self.executable(),)
+
     def executable(self) -> str:
         """The native executable of the host's platform, inside the sandbox."""
         return self.bin_path(f"npm/node_modules/{native_package(self.platform)}/claude")

@@ -72,6 +72,9 @@ class Codex(InstalledAgent):
     providers: ClassVar[tuple[str, ...]] = ("openai", "faux")
     npm_package: ClassVar[str] = PACKAGE
 
+    def programs(self) -> tuple[str, ...]:  # noqa: D102
+        return (self.executable(),)
+
     def executable(self) -> str:
         """The static executable of the host's CPU, inside the sandbox."""
         plat = self.install_spec().platform

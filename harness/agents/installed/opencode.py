@@ -64,6 +64,9 @@ class OpenCode(InstalledAgent):
     providers: ClassVar[tuple[str, ...]] = ("openai", "faux")
     npm_package: ClassVar[str] = PACKAGE
 
+    def programs(self) -> tuple[str, ...]:  # noqa: D102
+        return (self.executable(),)
+
     def executable(self) -> str:
         """The native executable of the host's platform, inside the sandbox."""
         plat = self.install_spec().platform

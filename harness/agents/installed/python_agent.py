@@ -4,7 +4,9 @@ A :class:`PythonInstalledAgent` installs its PyPI packages on the host's relocat
 (:mod:`~harness.agents.installed.python_runtime`) and starts them with
 :meth:`PythonInstalledAgent.python`, never with the image's ``python3``. Its log to
 convert is a file the CLI writes into the trial's HOME (:attr:`log_file`), not its
-stdout: :meth:`collect` keeps it under ``agent-logs/`` and converts it.
+stdout: :meth:`collect` keeps it under ``agent-logs/`` and converts it. A multi-step
+task's steps each write their own (``<LOG_DIR>/<step>/``): a later step would otherwise
+overwrite (or append to) the earlier one's.
 """
 
 from __future__ import annotations
@@ -13,13 +15,7 @@ import logging
 from pathlib import Path
 from typing import ClassVar
 
-from harness.agents.installed.base import (
-    AGENT_LOGS,
-    INSTALL_MOUNT,
-    SESSION,
-    InstalledAgent,
-    json_line,
-)
+from harness.agents.installed.base import AGENT_LOGS, INSTALL_MOUNT, InstalledAgent
 from harness.agents.installed.cache import AgentCache, CacheEntry, InstallError, Platform
 from harness.agents.installed.python_runtime import (
     PythonAgentSpec,
@@ -27,6 +23,7 @@ from harness.agents.installed.python_runtime import (
     python_agent_spec,
     python_argv,
 )
+from harness.tasks import Task
 from sandbox.backend import PhaseResult, Sandbox
 
 logger = logging.getLogger(__name__)
@@ -48,12 +45,16 @@ class PythonInstalledAgent(InstalledAgent):
 
     def install(self) -> CacheEntry:  # noqa: D102
         if self.entry is None:
-            if self.platform.libc != Platform.host().libc:
-                # The runtime is this host's CPython and C library, relocated: no other libc.
+            host = Platform.host().libc
+            if self.platform.libc != host:
+                # The runtime is this host's CPython and C library, relocated: no other libc
+                # (no registry here hosts a musl CPython). It needs none of the image's, so
+                # it runs on a musl image as it is: the option only has to go.
                 raise InstallError(
                     f"{self.name}: agent.kwargs.libc = {self.platform.libc!r} is not supported: "
-                    f"its Python runtime is relocated from this {Platform.host().libc} host. "
-                    "Run it from a host of that C library, or drop agent.kwargs.libc."
+                    f"its Python runtime is relocated from this {host} host, with that C "
+                    "library and its loader. It runs on a musl (Alpine) image as it is, "
+                    "needing no C library of the image's: drop agent.kwargs.libc."
                 )
             self.entry = ensure_python_agent(self.cache or AgentCache(), self.install_spec())
         return self.entry
@@ -66,31 +67,31 @@ class PythonInstalledAgent(InstalledAgent):
         """
         return [*python_argv(self.install(), INSTALL_MOUNT), "-I", "-X", "utf8"]
 
-    def log_path(self, sandbox: Sandbox) -> str:
-        """The in-sandbox path of the CLI's log file."""
-        return f"{sandbox.paths.home}/{LOG_DIR}/{self.log_file}"
+    def log_path(self, sandbox: Sandbox, step: str | None = None) -> str:
+        """The in-sandbox path of the CLI's log file (a multi-step task's: ``step``'s)."""
+        return f"{self.log_dir(sandbox, step)}/{self.log_file}"
+
+    def log_dir(self, sandbox: Sandbox, step: str | None = None) -> str:
+        """The in-sandbox dir the CLI writes its logs to (a multi-step task's: ``step``'s)."""
+        base = f"{sandbox.paths.home}/{LOG_DIR}"
+        return base if step is None else f"{base}/{step}"
+
+    def step_name(self, task: Task) -> str | None:
+        """The step of ``task`` the CLI runs for (None: a task without steps)."""
+        return task.step.name if task.step is not None else None
 
     def log_dirs(self, sandbox: Sandbox) -> dict[str, str]:  # noqa: D102
         return {self.name: f"{sandbox.paths.home}/{LOG_DIR}"}
 
-    def collect(self, sandbox: Sandbox | None, evidence: Path) -> None:
-        """Keep the log dir and stdout; convert the CLI's log file into ``session.jsonl``."""
-        super().collect(sandbox, evidence)
-        kept = evidence / AGENT_LOGS / self.name / self.log_file
-        if not kept.is_file():
-            return
-        lines = list(self.convert(kept.read_text("utf-8", "replace").splitlines()))
-        if sandbox is not None:
-            data, event = sandbox.read_file(sandbox.paths.instruction, max_bytes=1 << 20)
-            if data is not None and event is None:
-                at = 1 if lines and lines[0].get("type") == "session" else 0
-                text = data.decode("utf-8", "replace")
-                lines.insert(at, {"type": "message", "role": "user", "content": text})
-        (evidence / SESSION).write_text("".join(json_line(x) for x in lines), encoding="utf-8")
+    def converted_log(self, evidence: Path, step: str | None) -> Path:
+        """The CLI's log file as kept under ``agent-logs/`` (a step's: in its own dir)."""
+        kept = evidence / AGENT_LOGS / self.name
+        return kept / self.log_file if step is None else kept / step / self.log_file
 
     def explain_failure(self, sandbox: Sandbox, result: PhaseResult) -> str | None:
         """The ``end`` line's error of the converted log file, if it has one."""
-        data, event = sandbox.read_file(self.log_path(sandbox), max_bytes=32 << 20)
+        path = self.log_path(sandbox, self.current_step(sandbox))
+        data, event = sandbox.read_file(path, max_bytes=32 << 20)
         if data is None or event is not None:
             return None
         for line in self.convert(data.decode("utf-8", "replace").splitlines()):
