@@ -6,8 +6,8 @@ for the host's platform with npm and runs that executable directly, so the sandb
 Node. It is run as ``claude -p INSTRUCTION --output-format stream-json --verbose`` with its
 permission prompts off (the sandbox is disposable), against the trial's gateway
 (``ANTHROPIC_BASE_URL``, the trial token as ``ANTHROPIC_API_KEY``), with telemetry, error
-reporting, auto-update and non-essential traffic off. Its stream-json (stdout, kept as
-``agent.log``) is converted into ``session.jsonl``.
+reporting, auto-update, non-essential traffic and the feedback survey off. Its stream-json
+(stdout, kept as ``agent.log``) is converted into ``session.jsonl``.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ class ClaudeCode(InstalledAgent):
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_BUG_COMMAND": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            # Its session-quality survey (a feedback call), which the above leaves to it.
+            "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
             # Its default (10, backing off for minutes) outlasts most agent timeouts; the
             # gateway's answers are final for a trial's faux script and budget alike.
             "CLAUDE_CODE_MAX_RETRIES": "2",

@@ -4,8 +4,9 @@ It runs on the harness's own Python (:mod:`.python_runtime`), never the image's:
 ``python -I -m minisweagent.run.mini -m PROVIDER/MODEL -t INSTRUCTION --yolo
 --exit-immediately -o TRAJECTORY``. litellm reaches the gateway through
 ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` with the trial token as the key (set for every
-sandbox agent); the first-run setup prompt, the cost map download and cost tracking of
-unknown models are off. Its model calls the ``bash`` tool; each action runs in a subshell
+sandbox agent); the first-run setup prompt, litellm's downloads (``LITELLM_OFFLINE_MODE``:
+its cost map, Anthropic beta-header config, tokenizers) and cost tracking of unknown models
+are off. Its model calls the ``bash`` tool; each action runs in a subshell
 of the image's ``bash``; ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` ends the run. Its
 trajectory (``mini-swe-agent-1.1`` JSON: the chat messages with their tool calls) is kept
 under ``agent-logs/mini-swe-agent/`` and converted into ``session.jsonl``.
@@ -69,6 +70,9 @@ class MiniSweAgent(PythonInstalledAgent):
             "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "2",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no cost map download at import
             "LITELLM_TELEMETRY": "False",
+            # litellm's own fetches (its cost map, Anthropic beta-header config from GitHub,
+            # tokenizers from Hugging Face) use their bundled copies, or are skipped.
+            "LITELLM_OFFLINE_MODE": "true",
             "NO_COLOR": "1",
             "TERM": "dumb",
         }
