@@ -11,6 +11,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -76,22 +77,39 @@ def _base_env() -> dict[str, str]:
 class RunningCli:
     """A ``python -m harness`` subprocess started in the background (see :func:`start_cli`)."""
 
-    def __init__(self, args: tuple[str, ...], proc: subprocess.Popen[str]) -> None:
+    def __init__(
+        self, args: tuple[str, ...], proc: subprocess.Popen[str], output: Path | None = None
+    ) -> None:
         self.args = args
         self.proc = proc
+        self.output = output
 
     def wait(self, timeout: float = 60.0) -> CliResult:
         """Wait at most ``timeout`` seconds; on timeout kill its process group and fail."""
         try:
-            stdout, stderr = self.proc.communicate(timeout=timeout)
+            stdout, stderr = self._read(self.proc.communicate(timeout=timeout))
         except subprocess.TimeoutExpired:
             self.kill()
-            stdout, stderr = self.proc.communicate()
+            stdout, stderr = self._read(self.proc.communicate())
             pytest.fail(
                 f"harness {' '.join(self.args)} did not finish within {timeout:g}s\n"
                 f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
             )
         return CliResult(self.proc.returncode, stdout, stderr)
+
+    def _read(self, piped: tuple[str | None, str | None]) -> tuple[str, str]:
+        if self.output is None:
+            return piped[0] or "", piped[1] or ""
+        read = (self.output / "stdout", self.output / "stderr")
+        return read[0].read_text(errors="replace"), read[1].read_text(errors="replace")
+
+    def interrupt(self, timeout: float = 300.0) -> CliResult:
+        """Ctrl-C (SIGINT to its process group: the run stops and cleans up), then wait."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+        return self.wait(timeout)
 
     def kill(self) -> None:
         """SIGKILL the process group this helper started (only that one)."""
@@ -105,23 +123,34 @@ def start_cli(
     *args: str | os.PathLike[str],
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    output: Path | None = None,
 ) -> RunningCli:
-    """Start ``python -m harness ARGS...`` in its own session; see :meth:`RunningCli.wait`."""
+    """Start ``python -m harness ARGS...`` in its own session; see :meth:`RunningCli.wait`.
+
+    ``output``: a dir its stdout and stderr go to, as the files ``stdout`` and ``stderr``,
+    instead of pipes. A run left going while a test does something else can then write
+    all it wants: nobody reads a pipe until it ends, and a full one would stall it.
+    """
     full_env = _base_env()
     if env:
         full_env.update(env)
     argv = tuple(map(str, args))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=full_env,
-        cwd=str(cwd or REPO),
-        start_new_session=True,
-        text=True,
-    )
-    return RunningCli(argv, proc)
+    with contextlib.ExitStack() as files:
+        streams: list[Any] = [subprocess.PIPE, subprocess.PIPE]
+        if output is not None:
+            output.mkdir(parents=True, exist_ok=True)
+            streams = [files.enter_context((output / n).open("w")) for n in ("stdout", "stderr")]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=streams[0],
+            stderr=streams[1],
+            env=full_env,
+            cwd=str(cwd or REPO),
+            start_new_session=True,
+            text=True,
+        )
+    return RunningCli(argv, proc, output)
 
 
 def run_cli(

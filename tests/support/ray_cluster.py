@@ -45,6 +45,17 @@ class Node:
                 continue
         return found
 
+    def alive(self) -> bool:
+        """Whether a process of the node still runs (a zombie has ended: it waits only for
+        its parent, or for init, to reap it)."""
+        for proc in self.processes():
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    return True
+            except psutil.Error:
+                continue
+        return False
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         for proc in self.processes():
             try:
@@ -82,6 +93,10 @@ class RayCluster:
     ) -> Node:
         """Start a node (the head first) with ``cpus`` CPUs; return once it is alive.
 
+        ``ray start`` itself returns only once the head's GCS lists the node it started
+        (alive, at its address), so no check of our own follows: one cost a driver's
+        start-up, seconds on a loaded machine, for every node.
+
         ``env`` is added to the node's environment (its workers inherit it): a node of its
         own, e.g. with its own agent cache (``HARNESS_AGENT_CACHE``).
         """
@@ -117,7 +132,6 @@ class RayCluster:
             raise RuntimeError(f"ray start failed:\n{output.decode(errors='replace')}")
         if self.address is None:
             self.address = self._read_address()
-        self.wait_for_node(ip, timeout=timeout)
         return node
 
     def _read_address(self) -> str:
@@ -157,12 +171,19 @@ class RayCluster:
             time.sleep(1)
 
     def stop(self) -> None:
-        """End every node this cluster started (workers first), then remove its temp dir."""
-        for node in reversed(self.nodes):
+        """End every node this cluster started (workers first), then remove its temp dir.
+
+        The worker nodes get SIGTERM and up to 10 s to leave the cluster (they take a
+        moment); the head is then killed. Its GCS server and autoscaler monitor do not end
+        on SIGTERM and its raylet waits 10 s on the GCS before it does, so a grace period
+        for the head only ever ran out.
+        """
+        workers = self.nodes[1:]
+        for node in reversed(workers):
             node.kill(signal.SIGTERM)
         deadline = time.monotonic() + 10
-        while any(node.processes() for node in self.nodes) and time.monotonic() < deadline:
+        while any(node.alive() for node in workers) and time.monotonic() < deadline:
             time.sleep(0.2)
-        for node in self.nodes:
+        for node in reversed(self.nodes):
             node.kill(signal.SIGKILL)
         subprocess.run(["rm", "-rf", str(self.temp_dir)], check=False)
