@@ -37,6 +37,7 @@ import pytest
 from support.egress_runtime import egress_runtime
 from support.net import Listener
 from support.netns import PublicNet
+from support.probes import PROXY_CLIENT
 
 from sandbox.backend import PhaseRequest, Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
@@ -66,43 +67,11 @@ ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 """
 
 #: Runs in the main container: every attempt's outcome as one JSON line.
-PROBE = r"""
-import json, os, random, socket, ssl, struct, urllib.error, urllib.request
+PROBE = PROXY_CLIENT + r"""
+import random
 out, public, gateway, port = {}, os.environ["PUB"], os.environ["GW"], os.environ["HPORT"]
 role = os.environ["ROLE"]
-proxy = os.environ.get("HTTPS_PROXY", "")
 out["env"] = {k: os.environ.get(k) for k in ("HTTP_PROXY", "https_proxy", "NO_PROXY")}
-def get(url):
-    try:
-        return urllib.request.urlopen(url, timeout=15).read(200).decode()
-    except urllib.error.HTTPError as exc:
-        return "HTTP %d" % exc.code
-    except Exception as exc:
-        return "%s: %s" % (type(exc).__name__, exc)
-def tunnel(target, sni):
-    try:
-        host, _, pport = proxy.rpartition("/")[2].rpartition(":")
-        s = socket.create_connection((host, int(pport)), timeout=15)
-        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = s.recv(1)
-            if not chunk:
-                return "closed: %r" % head
-            head += chunk
-        if not head.startswith(b"HTTP/1.1 200"):
-            return head.split(b"\r\n")[0].decode()
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        return ctx.wrap_socket(s, server_hostname=sni).recv(200).decode()
-    except Exception as exc:
-        return "%s: %s" % (type(exc).__name__, exc)
-def raw(host, p):
-    try:
-        socket.create_connection((host, p), timeout=3).close()
-        return "CONNECTED"
-    except OSError as exc:
-        return "%s: %s" % (type(exc).__name__, exc)
 def query(server, name):
     # One A query straight to a resolver (no /etc/hosts): its addresses, or why none.
     ident = random.randrange(65536)

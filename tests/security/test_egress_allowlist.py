@@ -29,6 +29,7 @@ import pytest
 from support.egress_runtime import egress_runtime
 from support.net import Listener
 from support.netns import PublicNet
+from support.probes import PROXY_CLIENT
 
 from sandbox.backend import PhaseRequest, Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
@@ -41,43 +42,9 @@ PUBLIC = NetworkPolicy(mode="public")
 METADATA = "169.254.169.254"
 
 #: Runs in the trial: every attempt's outcome as one JSON line.
-PROBE = r"""
-import json, os, socket, ssl, struct, urllib.error, urllib.request
+PROBE = PROXY_CLIENT + r"""
 out, public, gateway, port = {}, os.environ["PUB"], os.environ["GW"], os.environ["HPORT"]
-proxy = os.environ.get("HTTPS_PROXY", "")
 out["env"] = {k: os.environ.get(k) for k in ("HTTP_PROXY", "https_proxy", "NO_PROXY")}
-def get(url):
-    try:
-        return urllib.request.urlopen(url, timeout=15).read(200).decode()
-    except urllib.error.HTTPError as exc:
-        return "HTTP %d" % exc.code
-    except Exception as exc:
-        return "%s: %s" % (type(exc).__name__, exc)
-def tunnel(target, sni):
-    try:
-        host, _, pport = proxy.rpartition("/")[2].rpartition(":")
-        s = socket.create_connection((host, int(pport)), timeout=15)
-        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = s.recv(1)
-            if not chunk:
-                return "closed: %r" % head
-            head += chunk
-        if not head.startswith(b"HTTP/1.1 200"):
-            return head.split(b"\r\n")[0].decode()
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        t = ctx.wrap_socket(s, server_hostname=sni)
-        return t.recv(200).decode()
-    except Exception as exc:
-        return "%s: %s" % (type(exc).__name__, exc)
-def raw(host, p):
-    try:
-        socket.create_connection((host, p), timeout=3).close()
-        return "CONNECTED"
-    except OSError as exc:
-        return "%s: %s" % (type(exc).__name__, exc)
 def resolve(name):
     try:
         return sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET)})

@@ -1,0 +1,46 @@
+"""In-sandbox probe code shared by the egress attack tests, as Python source strings.
+
+A probe runs inside a trial (``python3 -c "$PROBE"``) on the image's Python, so it is
+plain stdlib code kept as text; a test prepends :data:`PROXY_CLIENT` to its own probe body.
+"""
+
+from __future__ import annotations
+
+#: ``get(url)`` (through the phase's proxy variables, as a tool would), ``tunnel(target,
+#: sni)`` (CONNECT to ``$HTTPS_PROXY``, then TLS with ``sni``) and ``raw(host, port)`` (a
+#: bare TCP connect, past any proxy): each returns what happened as a string.
+PROXY_CLIENT = r"""
+import json, os, socket, ssl, struct, urllib.error, urllib.request
+proxy = os.environ.get("HTTPS_PROXY", "")
+def get(url):
+    try:
+        return urllib.request.urlopen(url, timeout=15).read(200).decode()
+    except urllib.error.HTTPError as exc:
+        return "HTTP %d" % exc.code
+    except Exception as exc:
+        return "%s: %s" % (type(exc).__name__, exc)
+def tunnel(target, sni):
+    try:
+        host, _, pport = proxy.rpartition("/")[2].rpartition(":")
+        s = socket.create_connection((host, int(pport)), timeout=15)
+        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(1)
+            if not chunk:
+                return "closed: %r" % head
+            head += chunk
+        if not head.startswith(b"HTTP/1.1 200"):
+            return head.split(b"\r\n")[0].decode()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        return ctx.wrap_socket(s, server_hostname=sni).recv(200).decode()
+    except Exception as exc:
+        return "%s: %s" % (type(exc).__name__, exc)
+def raw(host, p):
+    try:
+        socket.create_connection((host, p), timeout=3).close()
+        return "CONNECTED"
+    except OSError as exc:
+        return "%s: %s" % (type(exc).__name__, exc)
+"""
