@@ -99,25 +99,6 @@ def query(server, name):
             found.append(socket.inet_ntoa(data[i + 10:i + 14]))
         i += 10 + size
     return sorted(found)
-def tcp_query(server, name):
-    # The same A query over TCP (two-byte length framing): the rcode and the A records.
-    question = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
-    packet = struct.pack("!HHHHHH", 7, 0x0100, 1, 0, 0, 0) + question + b"\0\1\0\1"
-    try:
-        s = socket.create_connection((server, 53), timeout=10)
-        s.sendall(struct.pack("!H", len(packet)) + packet)
-        data = b""
-        while len(data) < 2 or len(data) < 2 + struct.unpack("!H", data[:2])[0]:
-            chunk = s.recv(4096)
-            if not chunk:
-                return "closed after %d bytes" % len(data)
-            data += chunk
-        s.close()
-    except OSError as exc:
-        return "%s: %s" % (type(exc).__name__, exc)
-    body = data[2:]
-    answers = struct.unpack("!H", body[6:8])[0]
-    return [body[3] & 0xF, socket.inet_ntoa(body[-4:]) if answers else None]
 out["sidecar-http"] = get("http://kv:8080/canary-" + role)
 out["sidecar-raw"] = raw("kv", 8080)
 out["dns-sidecar"] = query("127.0.0.11", "kv")
@@ -135,10 +116,10 @@ if role == "agent":
     out["https-unlisted"] = tunnel("evil.test:443", "evil.test")
     out["https-sni-mismatch"] = tunnel("pub.test:443", "evil.test")
     out["dns-host-resolver"] = query(os.environ["RESOLVER"], "pub.test")
-    out["tcp-dns-sidecar"] = tcp_query("127.0.0.11", "kv")
-    out["tcp-dns-listed"] = tcp_query("127.0.0.11", "pub.test")
-    out["tcp-dns-unlisted"] = tcp_query("127.0.0.11", "evil.test")
-    out["tcp-dns-gateway"] = tcp_query(gateway, "www.pub.test")
+    out["tcp-dns-sidecar"] = tcp_dns("127.0.0.11", "kv")
+    out["tcp-dns-listed"] = tcp_dns("127.0.0.11", "pub.test")
+    out["tcp-dns-unlisted"] = tcp_dns("127.0.0.11", "evil.test")
+    out["tcp-dns-gateway"] = tcp_dns(gateway, "www.pub.test")
     out["raw-public-8443"] = raw(public, 8443)
     out["raw-host"] = raw(gateway, int(port))
     out["raw-metadata"] = raw(os.environ["META"], 80)

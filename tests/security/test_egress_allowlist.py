@@ -50,24 +50,6 @@ def resolve(name):
         return sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET)})
     except socket.gaierror as exc:
         return "gaierror %s" % exc.errno
-def tcp_dns(name, server):
-    # One A query over TCP (two-byte length framing); the rcode and the last A record.
-    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split("."))
-    query = struct.pack("!HHHHHH", 9, 0x0100, 1, 0, 0, 0) + labels + b"\0\0\1\0\1"
-    try:
-        s = socket.create_connection((server, 53), timeout=10)
-        s.sendall(struct.pack("!H", len(query)) + query)
-        data = b""
-        while len(data) < 2 or len(data) < 2 + struct.unpack("!H", data[:2])[0]:
-            chunk = s.recv(4096)
-            if not chunk:
-                return "closed after %d bytes" % len(data)
-            data += chunk
-        body = data[2:]
-        answers = struct.unpack("!H", body[6:8])[0]
-        return [body[3] & 0xF, socket.inet_ntoa(body[-4:]) if answers else None]
-    except Exception as exc:
-        return "%s: %s" % (type(exc).__name__, exc)
 resolver = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
 out["dns-listed"] = resolve("pub.test")
 out["raw-public-80"] = raw(public, 80)
@@ -85,9 +67,9 @@ out["http-metadata"] = get("http://%s/" % os.environ["META"])
 out["https-unlisted"] = tunnel("evil.test:443", "evil.test")
 out["https-sni-mismatch"] = tunnel("pub.test:443", "evil.test")
 out["dns-unlisted"] = resolve("evil.test")
-out["tcp-dns-listed"] = tcp_dns("pub.test", resolver)
-out["tcp-dns-unlisted"] = tcp_dns("evil.test", resolver)
-out["tcp-dns-gateway"] = tcp_dns("www.pub.test", gateway)
+out["tcp-dns-listed"] = tcp_dns(resolver, "pub.test")
+out["tcp-dns-unlisted"] = tcp_dns(resolver, "evil.test")
+out["tcp-dns-gateway"] = tcp_dns(gateway, "www.pub.test")
 out["raw-public-8443"] = raw(public, 8443)
 out["raw-host"] = raw(gateway, int(port))
 out["raw-metadata"] = raw(os.environ["META"], 80)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 #: ``get(url)`` (through the phase's proxy variables, as a tool would), ``tunnel(target,
 #: sni)`` (CONNECT to ``$HTTPS_PROXY``, then TLS with ``sni``) and ``raw(host, port)`` (a
-#: bare TCP connect, past any proxy): each returns what happened as a string.
+#: bare TCP connect, past any proxy): each returns what happened as a string; and
+#: ``tcp_dns(server, name)``: one A query over TCP, ``[rcode, last A record or None]``.
 PROXY_CLIENT = r"""
 import json, os, socket, ssl, struct, urllib.error, urllib.request
 proxy = os.environ.get("HTTPS_PROXY", "")
@@ -43,4 +44,23 @@ def raw(host, p):
         return "CONNECTED"
     except OSError as exc:
         return "%s: %s" % (type(exc).__name__, exc)
+def tcp_dns(server, name):
+    # One A query over TCP (two-byte length framing): the rcode and the last A record.
+    question = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    packet = struct.pack("!HHHHHH", 7, 0x0100, 1, 0, 0, 0) + question + b"\0\1\0\1"
+    try:
+        s = socket.create_connection((server, 53), timeout=10)
+        s.sendall(struct.pack("!H", len(packet)) + packet)
+        data = b""
+        while len(data) < 2 or len(data) < 2 + struct.unpack("!H", data[:2])[0]:
+            chunk = s.recv(4096)
+            if not chunk:
+                return "closed after %d bytes" % len(data)
+            data += chunk
+        s.close()
+    except Exception as exc:
+        return "%s: %s" % (type(exc).__name__, exc)
+    body = data[2:]
+    answers = struct.unpack("!H", body[6:8])[0]
+    return [body[3] & 0xF, socket.inet_ntoa(body[-4:]) if answers else None]
 """
