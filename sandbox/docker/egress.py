@@ -427,15 +427,20 @@ def _trial_chains(tool: str = "iptables") -> list[str]:
     return _CHAIN.findall(listing.stdout) if listing.returncode == 0 else []
 
 
-def _nat_rules() -> list[tuple[str, list[str]]]:
-    """(trial chain, rule spec) of every DNS redirect in ``nat PREROUTING`` of the harness."""
-    listing = _ipt("iptables", "-t", "nat", "-S", "PREROUTING")
+def _tagged_rules(chain: str, kind: str, table: str = "filter") -> list[tuple[str, list[str]]]:
+    """(trial chain, rule spec) of every rule in ``table``'s ``chain`` tagged ``kind-<chain>``."""
+    listing = _ipt("iptables", "-t", table, "-S", chain)
     rules = []
     for line in listing.stdout.splitlines() if listing.returncode == 0 else []:
-        match = re.search(rf"{TAG}:dns-(HX[EC]-[0-9a-f]{{12}})", line)
-        if line.startswith("-A PREROUTING ") and match:
+        match = re.search(rf"{TAG}:{kind}-(HX[EC]-[0-9a-f]{{12}})", line)
+        if line.startswith(f"-A {chain} ") and match:
             rules.append((match.group(1), _split(line)[2:]))
     return rules
+
+
+def _nat_rules() -> list[tuple[str, list[str]]]:
+    """(trial chain, rule spec) of every DNS redirect in ``nat PREROUTING`` of the harness."""
+    return _tagged_rules("PREROUTING", "dns", table="nat")
 
 
 def _delete_nat(spec: list[str]) -> None:
@@ -445,13 +450,7 @@ def _delete_nat(spec: list[str]) -> None:
 
 def _input_jumps() -> list[tuple[str, list[str]]]:
     """(trial chain, rule spec) of every ``INPUT`` jump of a compose main container."""
-    listing = _ipt("iptables", "-S", "INPUT")
-    rules = []
-    for line in listing.stdout.splitlines() if listing.returncode == 0 else []:
-        match = re.search(rf"{TAG}:input-(HXC-[0-9a-f]{{12}})", line)
-        if line.startswith("-A INPUT ") and match:
-            rules.append((match.group(1), _split(line)[2:]))
-    return rules
+    return [(chain, spec) for chain, spec in _tagged_rules("INPUT", "input") if chain[:3] == "HXC"]
 
 
 def _dispatch_rules(tool: str = "iptables") -> list[tuple[str, list[str]]]:
