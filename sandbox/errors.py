@@ -82,6 +82,16 @@ class EngineUnavailable(SandboxError):
     """The container engine cannot be reached; the message says how to start it."""
 
 
+class HostToolInterrupted(SandboxError):
+    """A host tool (``iptables``, ``mount``, ``cp``) died of an interrupt sent to its group.
+
+    A terminal's Ctrl-C reaches every process of its foreground group; a tool caught in the
+    instant before it leaves the harness's group dies of it
+    (:mod:`sandbox.host_tools`). The run is being interrupted: the trial is ``cancelled``,
+    never an ``environment_error`` to retry.
+    """
+
+
 def aggregate_errors(
     run_error: BaseException | None, cleanup_errors: Sequence[Exception]
 ) -> BaseException | None:

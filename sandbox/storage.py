@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxError
+from sandbox.host_tools import failure_detail, run_tool
 
 #: ``storage_mb`` of a task that declares none (Harbor's default), where the disk has room.
 DEFAULT_STORAGE_MB = 10240
@@ -60,10 +60,9 @@ def _tool(name: str) -> str:
 
 
 def _run(argv: list[str], what: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    done = run_tool(argv)
     if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip()
-        raise StorageError(f"{what} failed: {detail or f'exit {done.returncode}'}")
+        raise StorageError(f"{what} failed: {failure_detail(done)}")
 
 
 def storage_supported() -> bool:
@@ -242,13 +241,11 @@ def unmount(path: Path) -> None:
         SandboxError: neither worked.
     """
     for flags in ([], ["--lazy"]):
-        done = subprocess.run(
-            [_tool("umount"), *flags, str(path)], capture_output=True, text=True, check=False
-        )
+        done = run_tool([_tool("umount"), *flags, str(path)])
         if done.returncode == 0 or not os.path.ismount(path):
             return
         time.sleep(0.05)
-    raise SandboxError(f"cannot unmount the trial filesystem {path}: {done.stderr.strip()}")
+    raise SandboxError(f"cannot unmount the trial filesystem {path}: {failure_detail(done)}")
 
 
 def _mountinfo() -> list[tuple[str, Path]]:

@@ -15,26 +15,31 @@ from collections.abc import Mapping
 
 from harness.errors import VerifierError
 from harness.records import TrialStatus
-from sandbox.errors import SandboxDied, SandboxError
+from sandbox.errors import HostToolInterrupted, SandboxDied, SandboxError
 
 Row = tuple[tuple[type[BaseException], ...], TrialStatus]
 
 _MACHINE = ((Exception,), TrialStatus.ENVIRONMENT_ERROR)
+#: A host tool killed by the interrupt that is stopping the run, whatever the phase: the
+#: run is being cancelled (it may not have counted the signal yet), never a fault to retry.
+_INTERRUPTED = ((HostToolInterrupted,), TrialStatus.CANCELLED)
 
 FAILURE_STATUS: Mapping[str, tuple[Row, ...]] = {
     # Getting the sandbox (and a step's files and setup) ready is the machine's part.
-    "prepare": (_MACHINE,),
+    "prepare": (_INTERRUPTED, _MACHINE),
     # A failed build or pull (the errors a retry cannot change say so: retryable false).
-    "build": (_MACHINE,),
-    "reset": (_MACHINE,),
-    "setup": (_MACHINE,),
+    "build": (_INTERRUPTED, _MACHINE),
+    "reset": (_INTERRUPTED, _MACHINE),
+    "setup": (_INTERRUPTED, _MACHINE),
     "execute": (
+        _INTERRUPTED,
         # The agent's own processes brought the sandbox down (out of memory, say).
         ((SandboxDied,), TrialStatus.AGENT_ERROR),
         ((SandboxError, OSError), TrialStatus.ENVIRONMENT_ERROR),
         ((Exception,), TrialStatus.AGENT_ERROR),
     ),
     "grade": (
+        _INTERRUPTED,
         ((VerifierError, SandboxDied), TrialStatus.VERIFIER_ERROR),
         # Unless what the agent left caused it (the trial checks: agent_fault).
         ((SandboxError, OSError, RecursionError, UnicodeError), TrialStatus.ENVIRONMENT_ERROR),

@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
+from sandbox.host_tools import run_tool
+
 BuilderChoice = Literal["auto", "buildkit", "legacy"]
 BUILDER_CHOICES: tuple[str, ...] = ("auto", "buildkit", "legacy")
 _PROBE_TIMEOUT = 20
@@ -42,9 +44,7 @@ class Builder:
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
     try:
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False
-        )
+        return run_tool(argv, timeout=_PROBE_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired):
         return None
 

@@ -73,6 +73,7 @@ from typing import Any
 
 from sandbox.docker import nflog
 from sandbox.errors import PermanentStartError, SandboxError
+from sandbox.host_tools import failure_detail, run_tool
 
 #: The harness's filtered network, its Linux bridge and the label that finds it.
 NETWORK = "hx-egress"
@@ -140,15 +141,13 @@ class EgressUnavailable(PermanentStartError):
 
 def _ipt(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     # -w: wait for the xtables lock (dockerd edits the tables too).
-    return subprocess.run(
-        [tool, "-w", *args], capture_output=True, text=True, check=False, timeout=_TIMEOUT_SEC
-    )
+    return run_tool([tool, "-w", *args], timeout=_TIMEOUT_SEC)
 
 
 def _must(tool: str, *args: str) -> str:
     result = _ipt(tool, *args)
     if result.returncode != 0:
-        raise SandboxError(f"{tool} {' '.join(args)}: {result.stderr.strip()}")
+        raise SandboxError(f"{tool} {' '.join(args)}: {failure_detail(result)}")
     return result.stdout
 
 
@@ -174,7 +173,7 @@ def _ensure_chain(tool: str, chain: str) -> bool:
         return False
     result = _ipt(tool, "-N", chain)
     if result.returncode != 0 and "exists" not in result.stderr:
-        raise SandboxError(f"{tool} -N {chain}: {result.stderr.strip()}")
+        raise SandboxError(f"{tool} -N {chain}: {failure_detail(result)}")
     return result.returncode == 0
 
 
@@ -273,9 +272,9 @@ def _resolv_nameservers() -> list[str]:
 def _onlink_subnets() -> list[str]:
     """The host's directly connected IPv4 subnets (its LAN), docker's bridges excluded."""
     try:
-        out = subprocess.run(
+        out = run_tool(
             ["ip", "-j", "-4", "route", "show", "table", "main", "scope", "link"],
-            capture_output=True, text=True, check=True, timeout=_TIMEOUT_SEC,
+            timeout=_TIMEOUT_SEC, check=True,
         ).stdout  # fmt: skip
         routes = json.loads(out or "[]")
     except (OSError, subprocess.SubprocessError, ValueError):
@@ -627,7 +626,7 @@ def _nflog_problem(group: int) -> str | None:
         except SandboxError as exc:
             return f"the NFLOG probe failed: {exc}"
         if result.returncode != 0:
-            return f"{tool} cannot load an NFLOG rule ({result.stderr.strip()})"
+            return f"{tool} cannot load an NFLOG rule ({failure_detail(result)})"
     return None
 
 

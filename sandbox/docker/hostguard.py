@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.errors import PermanentStartError, SandboxError
+from sandbox.host_tools import failure_detail, run_tool
 
 TAG = "harness-hostguard"
 #: A harness compose bridge: ``hxc`` + 12 hex (Linux names have at most 15 characters).
@@ -68,9 +69,7 @@ def _tools() -> list[str]:
 
 def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     # -w: wait for the xtables lock (dockerd edits the tables too).
-    return subprocess.run(
-        [tool, "-w", *args], capture_output=True, text=True, check=False, timeout=_TIMEOUT_SEC
-    )
+    return run_tool([tool, "-w", *args], timeout=_TIMEOUT_SEC)
 
 
 def _engine_netns_problem(socket_path: str) -> str | None:
@@ -108,7 +107,7 @@ def _problem(local_socket: str | None) -> str | None:
             return f"{tool} is not installed (Debian: apt-get install iptables)"
         listing = _iptables(tool, "-S", "INPUT")
         if listing.returncode != 0:
-            return f"{tool} does not work here: {listing.stderr.strip()}"
+            return f"{tool} does not work here: {failure_detail(listing)}"
     return _engine_netns_problem(local_socket)
 
 
@@ -136,7 +135,7 @@ def _delete(tool: str, bridge: str, comment: str) -> None:
             # "Bad rule" / "does a matching rule exist": gone. Anything else is kept.
             gone = "matching rule" in result.stderr or "Bad rule" in result.stderr
             if not gone:
-                raise SandboxError(f"{tool}: cannot delete {comment}: {result.stderr.strip()}")
+                raise SandboxError(f"{tool}: cannot delete {comment}: {failure_detail(result)}")
             return
 
 
@@ -165,7 +164,7 @@ class HostGuard:
                 self.remove()
                 raise HostGuardUnavailable(
                     f"{tool} refused the rule that keeps the compose network {self.bridge} "
-                    f"off the host's services: {result.stderr.strip()}"
+                    f"off the host's services: {failure_detail(result)}"
                 )
             self.families.append(tool)
 

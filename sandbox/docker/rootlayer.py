@@ -31,13 +31,13 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sandbox.errors import EnvironmentStartError
+from sandbox.host_tools import failure_detail, run_tool
 from sandbox.storage import unmount
 
 logger = logging.getLogger(__name__)
@@ -165,16 +165,11 @@ class RootLayer:
                 f"the engine's layer dir {layer} is not visible on this host: run the harness "
                 "on the engine's host, as root, in its mount namespace"
             )
-        done = subprocess.run(
-            ["cp", "-a", "--", str(layer), str(self.copy)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = run_tool(["cp", "-a", "--", str(layer), str(self.copy)])
         if done.returncode != 0:
             raise EnvironmentStartError(
                 f"cannot copy the container's layer onto the trial filesystem: "
-                f"{done.stderr.strip() or done.returncode}"
+                f"{failure_detail(done)}"
             )
         os.chmod(self.copy, 0o700)
         _bind(self.copy, layer)
