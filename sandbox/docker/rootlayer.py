@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox.docker.sdk import call
 from sandbox.errors import EnvironmentStartError
 from sandbox.host_tools import failure_detail, run_tool
 from sandbox.storage import unmount
@@ -94,12 +95,16 @@ _warned: set[str] = set()
 
 
 def storage_driver(client: Any) -> str:
-    """The engine's storage driver (``docker info``), asked once per engine."""
+    """The engine's storage driver (``docker info``), asked once per engine.
+
+    Raises:
+        EngineError: The engine failed ``docker info`` (mapped at the SDK's seam).
+    """
     key = str(getattr(client.api, "base_url", ""))
     with _lock:
         known = _drivers.get(key)
     if known is None:
-        known = str(client.info().get("Driver") or "")
+        known = str(call(client.info).get("Driver") or "")
         with _lock:
             _drivers[key] = known
     return known

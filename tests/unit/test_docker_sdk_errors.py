@@ -15,6 +15,7 @@ import requests
 from support.docker import docker_client
 
 from sandbox.docker.engine import engine_failure
+from sandbox.docker.rootlayer import storage_driver
 from sandbox.docker.sdk import (
     EngineError,
     EngineObjectMissing,
@@ -97,6 +98,20 @@ def test_a_streamed_answer_maps_an_error_raised_while_it_is_read() -> None:
         for event in stream(events()):
             seen.append(event)
     assert seen == [{"status": "Pulling"}]
+
+
+def test_the_storage_driver_question_goes_through_the_seam() -> None:
+    # rootlayer asks `docker info` at a container's boot: an engine gone away there is the
+    # engine not answering, not a raw transport error escaping the trial.
+    class Away:
+        class api:  # noqa: N801 - the SDK's attribute name
+            base_url = "http+docker://sdk-seam-storage-driver-test"
+
+        def info(self) -> dict[str, Any]:
+            raise requests.exceptions.ConnectionError("Connection refused")
+
+    with pytest.raises(EngineUnreachable):
+        storage_driver(Away())
 
 
 @pytest.mark.docker
