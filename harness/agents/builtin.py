@@ -15,8 +15,8 @@ from harness.agents.kinds import AgentCommand, SandboxAgent
 from harness.errors import AgentConfigError, UsageError
 from harness.tasks import Task
 from sandbox.backend import PhaseResult, Sandbox
+from sandbox.inside.agent_loop import SESSION_FILE  # the loop's own name for the file it writes
 
-SESSION_FILE = "session.jsonl"
 DEFAULT_MAX_TURNS = 30
 
 

@@ -88,12 +88,13 @@ class ReplayAgent(SandboxAgent):
         """The trial's evidence dir, reached from the source without a link (else refused)."""
         if safe_relative(trial_id) is None or "/" in trial_id:
             raise AgentRunError(f"trial id {trial_id!r} does not name an evidence dir")
-        if not is_dir_beneath(self.source, f"trials/{trial_id}"):
+        relative = trial_evidence_dir(trial_id)
+        if not is_dir_beneath(self.source, relative):
             raise AgentRunError(
-                f"{self.source}: trials/{trial_id} is not a directory of the run dir (missing, "
+                f"{self.source}: {relative} is not a directory of the run dir (missing, "
                 "or a symlink, which a run dir never holds)"
             )
-        return self.source / trial_evidence_dir(trial_id)
+        return self.source / relative
 
     def check(self, task: Task) -> None:  # noqa: D102
         if not (self.source / TRIALS_DIRNAME).is_dir():

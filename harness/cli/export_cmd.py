@@ -10,6 +10,7 @@ import typer
 from harness.cli.display import out, print_error
 from harness.errors import exit_code_for
 from harness.export import SUPPORTED_FORMATS, export_run
+from harness.records.layout import TRIALS_DIRNAME
 
 __all__ = ["export"]
 
@@ -36,5 +37,5 @@ def export(
     except OSError as exc:
         print_error(f"cannot write trajectories: {exc}")
         raise typer.Exit(exit_code_for(exc)) from None
-    where = output if output is not None else Path(run_dir) / "trials"
+    where = output if output is not None else Path(run_dir) / TRIALS_DIRNAME
     out.print(f"wrote {len(paths)} {fmt} trajectories under {where}", markup=False)

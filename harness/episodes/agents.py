@@ -21,6 +21,7 @@ from harness.episodes.records import Episode, Trace
 from harness.episodes.trials import EpisodeTrial, JudgeTrial
 from harness.errors import EnvError
 from harness.records import TrialRecord
+from harness.records.layout import episode_agent_evidence_dir
 from harness.tasks import Task
 from harness.trial.settings import TrialPlan, TrialSettings
 
@@ -45,7 +46,7 @@ class EpisodeContext:
             id=f"{self.plan.id}-{name}",
             task=self.plan.task,
             rollout=self.plan.rollout,
-            evidence=f"trials/{self.plan.id}/agents/{name}",
+            evidence=episode_agent_evidence_dir(self.plan.id, name),
         )
 
     @contextmanager

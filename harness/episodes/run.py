@@ -23,6 +23,7 @@ from harness.episodes.records import EPISODE_FIELD, Episode, EpisodeRecord, sum_
 from harness.errors import EnvError, TrialCancelled
 from harness.models.catalog import ModelSpec
 from harness.records import AgentRef, SandboxRef, TaskRef, TrialError, TrialRecord, TrialStatus
+from harness.records.layout import trial_evidence_dir
 from harness.trial.settings import TrialPlan, TrialSettings
 
 AgentBuilder = Callable[[AgentConfig], Agent]
@@ -110,7 +111,7 @@ def run_episode(
     )
     env = setup.env_class(setup.params)
     cls = type(env).__name__
-    evidence = settings.run_dir / "trials" / plan.id
+    evidence = settings.run_dir / trial_evidence_dir(plan.id)
     evidence.mkdir(parents=True, exist_ok=True)
     status = TrialStatus.COMPLETED
     try:
@@ -192,7 +193,7 @@ def _record(
             "versions": dict(settings.versions),
             "started_at": started_at,
             "finished_at": datetime.now(UTC),
-            "evidence_dir": f"trials/{plan.id}",
+            "evidence_dir": trial_evidence_dir(plan.id),
             EPISODE_FIELD: info.model_dump(mode="json"),
         }
     )

@@ -18,6 +18,7 @@ from typing import Any
 from harness.errors import AgentRunError, EnvError
 from harness.gateway import Gateway
 from harness.records import TrialStatus
+from harness.records.layout import MODEL_CALLS_FILENAME
 from harness.trial import Trial
 from harness.trial.env import judge_env
 from harness.trial.separate import SeparateVerifier
@@ -202,7 +203,7 @@ class JudgeTrial(EpisodeTrial):
     def _open(self) -> None:
         gateway, agent = self.settings.gateway, self.settings.agent
         name = f"{self.task.name}@judge"
-        record = self.evidence / "model_calls.jsonl"
+        record = self.evidence / MODEL_CALLS_FILENAME
         if self.mode == "shared":
             # The solver is dead: its token dies, the judge gets its own on the same socket.
             solver_access = self.solver.access

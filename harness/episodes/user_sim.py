@@ -26,6 +26,11 @@ from harness.episodes.trials import EpisodeTrial
 from harness.errors import UsageError
 from harness.gateway import TrialGateway
 from harness.records import TrialError, TrialStatus, Usage
+from harness.records.layout import (
+    MODEL_CALLS_FILENAME,
+    episode_agent_evidence_dir,
+    trial_evidence_dir,
+)
 from harness.tasks import Task
 from harness.tasks.limits import MAX_TASK_TEXT_BYTES, read_task_text
 from harness.trial.lifecycle import usage_of
@@ -55,7 +60,7 @@ class SimulatedUser:
         self.gateway = gateway
         self.trial_id = trial_id
         self.evidence = evidence
-        self.access = gateway.open_trial(trial_id, f"{task}@user", evidence / "model_calls.jsonl")
+        self.access = gateway.open_trial(trial_id, f"{task}@user", evidence / MODEL_CALLS_FILENAME)
         self.errors: list[TrialError] = []
 
     def say(self, system: str, history: list[dict[str, str]]) -> str | None:
@@ -109,10 +114,10 @@ class UserSimEnv(Env):
         params = self._params
         goal = (read_task_text(task.path, params.goal_file, MAX_TASK_TEXT_BYTES) or "").strip()
         system = params.persona.format(goal=goal, done=params.done_marker)
-        episode_dir = context.settings.run_dir / "trials" / context.plan.id
-        user = SimulatedUser(
-            gateway, f"{context.plan.id}-user", task.name, episode_dir / "agents" / "user"
-        )
+        run_dir, episode = context.settings.run_dir, context.plan.id
+        episode_dir = run_dir / trial_evidence_dir(episode)
+        user_dir = run_dir / episode_agent_evidence_dir(episode, "user")
+        user = SimulatedUser(gateway, f"{episode}-user", task.name, user_dir)
         started = datetime.now(UTC)
         conversation: list[dict[str, Any]] = []
         stop = ["max_turns"]

@@ -90,7 +90,8 @@ class TrialExecutor(ABC):
         With ``settings.attempt`` set (only on an executor that ``runs_episodes``), the
         attempt is what it runs (an episode of the run's env) and the record its record.
 
-        Its evidence is under ``settings.run_dir / "trials" / plan.id`` when it returns.
+        Its evidence is in the run dir's ``trials/<id>`` when it returns
+        (:func:`~harness.records.layout.trial_evidence_dir`).
         Raising means an internal error: the trial gets no record in this invocation.
         """
 

@@ -43,6 +43,7 @@ from harness.export.atif_schema import (
     AtifTrajectory,
 )
 from harness.records import TrialRecord
+from harness.records.layout import TRIALS_DIRNAME
 from harness.tasks.limits import MAX_INSTRUCTION_BYTES
 from harness.transcript import (
     MODEL_CALLS_FILENAME,
@@ -269,7 +270,7 @@ def _malformed_note(name: str, read: JsonlRead) -> str | None:
 def _default_session_id(evidence_dir: Path) -> str | None:
     """The run name, when ``evidence_dir`` is ``<run>/trials/<id>``."""
     evidence_dir = Path(evidence_dir).absolute()
-    if evidence_dir.parent.name == "trials":
+    if evidence_dir.parent.name == TRIALS_DIRNAME:
         return evidence_dir.parent.parent.name or None
     return None
 

@@ -14,13 +14,11 @@ from pydantic import ValidationError
 from harness.errors import CorruptRecordError, ExportError, UnknownFormatError
 from harness.export.atif import trajectory_for_trial
 from harness.records import TrialRecord, TrialStore, latest_by_id, write_json_atomic
+from harness.records.layout import TRAJECTORY_DIRNAME, TRAJECTORY_FILENAME, trial_evidence_dir
 from sandbox.beneath import is_dir_beneath
 
 SUPPORTED_FORMATS: tuple[str, ...] = ("atif",)
 """Export formats :func:`export_run` knows."""
-
-TRAJECTORY_FILENAME = "trajectory.json"
-"""Name of an exported trajectory file."""
 
 
 def _safe_id(trial_id: str) -> bool:
@@ -34,7 +32,7 @@ def _evidence_dir(run_dir: Path, record: TrialRecord) -> Path:
     """The trial's evidence dir, refusing one outside the run dir."""
     if not _safe_id(record.id):
         raise ExportError(f"trial id {record.id!r} is not a valid directory name")
-    relative = record.evidence_dir or f"trials/{record.id}"
+    relative = record.evidence_dir or trial_evidence_dir(record.id)
     evidence = run_dir / relative
     try:
         evidence.resolve().relative_to(run_dir.resolve())
@@ -69,7 +67,7 @@ def trajectory_path(run_dir: Path, record: TrialRecord, out_dir: Path | None = N
         if not _safe_id(record.id):
             raise ExportError(f"trial id {record.id!r} is not a valid directory name")
         return Path(out_dir) / record.id / TRAJECTORY_FILENAME
-    return _evidence_dir(Path(run_dir), record) / "agent" / TRAJECTORY_FILENAME
+    return _evidence_dir(Path(run_dir), record) / TRAJECTORY_DIRNAME / TRAJECTORY_FILENAME
 
 
 def export_run(run_dir: Path, fmt: str = "atif", out_dir: Path | None = None) -> list[Path]:

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
+from harness.records.layout import WORKSPACE_DIRNAME
 from harness.records.workspace import Kept, kept_file
 from harness.transcript import (
     MODEL_CALLS_FILENAME,
@@ -39,8 +40,6 @@ __all__ = [
 
 MAX_INPUT_BYTES = 1 << 20
 """The most a judge reads of one file (1 MiB)."""
-WORKSPACE_DIRNAME = "workspace"
-"""The copy of the agent's workspace inside an evidence dir."""
 
 
 def relative_path(value: str) -> str | None:

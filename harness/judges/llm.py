@@ -27,11 +27,10 @@ from harness.judges.base import Judge, JudgeInput, JudgeOptions, ModelRequest, V
 from harness.judges.evidence import WorkspaceFile
 from harness.judges.structured import parse_json_object
 from harness.records.atomic import write_bytes_atomic
+from harness.records.layout import JUDGES_DIRNAME
 
 __all__ = ["JUDGES_DIRNAME", "LlmJudge", "answer_text", "request_for"]
 
-JUDGES_DIRNAME = "judges"
-"""Where judges keep their own evidence inside a trial's evidence dir."""
 
 SYSTEM_PROMPT = (
     "You grade the work of an AI agent against a rubric. Read the task, the rubric and the "

@@ -32,7 +32,7 @@ from harness.records.model import TrialRecord
 logger = logging.getLogger(__name__)
 
 LOCK_FILENAME = TRIALS_LOCK_FILENAME
-"""The lock file guarding :data:`TRIALS_FILENAME` (this module's name for it, kept public)."""
+"""The old public name of :data:`~harness.records.layout.TRIALS_LOCK_FILENAME` (kept importable)."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class TrialStore:
         """
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / TRIALS_FILENAME
-        self.lock_path = self.run_dir / LOCK_FILENAME
+        self.lock_path = self.run_dir / TRIALS_LOCK_FILENAME
         self._lock_timeout = lock_timeout
         self._lock: FileLock | None = None
         self.torn_tail = False

@@ -31,7 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.records.layout import TRIALS_FILENAME, WORKSPACE_DIRNAME
+from harness.records.layout import (
+    OBJECTS_DIRNAME,
+    TRIALS_FILENAME,
+    WORKSPACE_DIRNAME,
+    WORKSPACE_MANIFEST_FILENAME,
+)
 from sandbox.beneath import (
     SHA256_RE,
     ReadResult,
@@ -42,7 +47,6 @@ from sandbox.beneath import (
     safe_relative,
     walk_beneath,
 )
-from sandbox.evidence_diff import MANIFEST_NAME, OBJECTS_DIR
 
 #: How deep an evidence dir lies under its run dir (``trials/<id>/agents/<name>``).
 _MAX_NESTING = 4
@@ -66,7 +70,7 @@ __all__ = [
 
 def read_manifest(evidence_dir: Path) -> dict[str, Any] | None:
     """The trial's workspace manifest, or None (a ``full`` copy, or no workspace kept)."""
-    read = read_beneath(evidence_dir, MANIFEST_NAME, MAX_MANIFEST_BYTES)
+    read = read_beneath(evidence_dir, WORKSPACE_MANIFEST_FILENAME, MAX_MANIFEST_BYTES)
     if read is None or read.size > len(read.data):
         return None
     try:
@@ -132,7 +136,7 @@ def _run_root(evidence_dir: Path) -> Path | None:
     and never past a dir holding ``trials.jsonl``): a store outside the run is never used.
     """
     for parent in evidence_dir.absolute().parents[:_MAX_NESTING]:
-        if is_dir_beneath(parent, OBJECTS_DIR):
+        if is_dir_beneath(parent, OBJECTS_DIRNAME):
             return parent
         if lstat_beneath(parent, TRIALS_FILENAME) is not None:
             return None
@@ -142,7 +146,7 @@ def _run_root(evidence_dir: Path) -> Path | None:
 def _object(root: Path | None, sha: str) -> Kept | None:
     if root is None:
         return None
-    kept = Kept(root, f"{OBJECTS_DIR}/{sha[:2]}/{sha}")
+    kept = Kept(root, f"{OBJECTS_DIRNAME}/{sha[:2]}/{sha}")
     try:
         fd = open_beneath(root, kept.rel)
     except OSError:

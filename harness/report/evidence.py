@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import TrialRecord
-from harness.records.layout import VERIFIER_DIRNAME
+from harness.records.layout import VERIFIER_DIRNAME, trial_evidence_dir
 from harness.records.workspace import read_manifest
 from harness.report.changes import WORKSPACE_DIRNAME, agent_changes
 from harness.report.clip import Limits, clip_deep, clip_text, read_text_capped
@@ -139,7 +139,7 @@ def attempt_evidence(
         ``logs`` and ``changes`` (see :func:`~harness.report.changes.agent_changes`).
     """
     directory = evidence_path(run_dir, relative, record.id)
-    shown = relative or f"trials/{record.id}"
+    shown = relative or trial_evidence_dir(record.id)
     if directory is None or not is_dir_beneath(run_dir, directory.relative_to(run_dir)):
         return {"dir": shown, "exists": False, "safe": directory is not None}
     verifier, verifier_omitted = _files_under(directory, VERIFIER_DIRNAME, limits)

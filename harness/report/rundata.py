@@ -115,7 +115,7 @@ def load_run(run_dir: Path) -> RunData:
         )
     records, config, versions, status = read.records, read.config, read.versions, read.status
     summary = read.summary
-    source = "summary.json"
+    source = SUMMARY_FILENAME
     running = read.running
     if summary is None or running:
         summary = summarize(records, threshold=_threshold(config)).model_dump(mode="json")

@@ -34,20 +34,23 @@ from harness.config import RunConfig
 from harness.errors import UsageError
 from harness.records import CompactReport, StoreSnapshot, TrialRecord, TrialStore, write_json_atomic
 from harness.records.layout import (
+    INVOCATION_DIR_PREFIX,
+    LATEST_LOG_LINK,
     LOG_FILENAME,
     LOGS_DIRNAME,
     RUN_LOCK_FILENAME,
     STATUS_FILENAME,
     SUMMARY_FILENAME,
+    invocation_dirname,
 )
 from harness.records.metrics import Summary, summarize
 from harness.runner.events import RunEvents
 
 LOCK_FILENAME = RUN_LOCK_FILENAME
-"""Held (flock) by the harness process working on a run dir (this module's name, kept public)."""
+"""The old public name of :data:`~harness.records.layout.RUN_LOCK_FILENAME` (kept importable)."""
 
 #: ``invocation_N``, or harness 0.1's ``attempt_N`` (the same thing, under an older name).
-_INVOCATION_DIR = re.compile(r"^(?:invocation|attempt)_(\d+)$")
+_INVOCATION_DIR = re.compile(rf"^(?:{INVOCATION_DIR_PREFIX}|attempt_)(\d+)$")
 
 
 def lock_run_dir(run_dir: Path) -> FileLock:
@@ -56,7 +59,7 @@ def lock_run_dir(run_dir: Path) -> FileLock:
     Raises:
         UsageError: Another harness process works on the run dir.
     """
-    lock = FileLock(str(run_dir / LOCK_FILENAME), timeout=0)
+    lock = FileLock(str(run_dir / RUN_LOCK_FILENAME), timeout=0)
     try:
         lock.acquire()
     except Timeout:
@@ -106,7 +109,7 @@ def _holds_a_run(run_dir: Path) -> bool:
     leaves: the same command starts the run again there.
     """
     return any(
-        entry.name != LOCK_FILENAME and not _PARTIAL_WRITE.match(entry.name)
+        entry.name != RUN_LOCK_FILENAME and not _PARTIAL_WRITE.match(entry.name)
         for entry in run_dir.iterdir()
     )
 
@@ -182,22 +185,22 @@ def open_invocation_log(run_dir: Path) -> tuple[int, RunLog]:
     top = run_dir / LOG_FILENAME
     if not logs.exists() and top.is_file() and not top.is_symlink():
         # A run dir from before per-invocation logs: its log becomes the first invocation's.
-        (logs / "invocation_1").mkdir(parents=True)
-        top.rename(logs / "invocation_1" / LOG_FILENAME)
+        (logs / invocation_dirname(1)).mkdir(parents=True)
+        top.rename(logs / invocation_dirname(1) / LOG_FILENAME)
     logs.mkdir(exist_ok=True)
     number = latest_invocation(run_dir) + 1
-    folder = logs / f"invocation_{number}"
+    folder = logs / invocation_dirname(number)
     folder.mkdir()
     log = RunLog(folder / LOG_FILENAME)
-    _symlink_atomic(logs / "latest", folder.name)
+    _symlink_atomic(logs / LATEST_LOG_LINK, folder.name)
     if not top.is_symlink():
-        _symlink_atomic(top, f"{LOGS_DIRNAME}/latest/{LOG_FILENAME}")
+        _symlink_atomic(top, f"{LOGS_DIRNAME}/{LATEST_LOG_LINK}/{LOG_FILENAME}")
     return number, log
 
 
 def latest_log(run_dir: Path) -> RunLog:
     """The latest invocation's log, to add to (a log that drops lines if there is none)."""
-    latest = run_dir / LOGS_DIRNAME / "latest" / LOG_FILENAME
+    latest = run_dir / LOGS_DIRNAME / LATEST_LOG_LINK / LOG_FILENAME
     return RunLog(latest if latest.is_file() else None)
 
 

@@ -17,6 +17,7 @@ from harness.agents.failure import failure_fields, one_line
 from harness.agents.kinds import HarnessAgent, SandboxAgent
 from harness.errors import AgentRunError, StorageLimitReached
 from harness.records import TrialStatus
+from harness.records.layout import AGENT_EXEC_LOG_FILENAME, MODEL_CALLS_FILENAME
 from harness.trial.settings import STORAGE_FULL_SLACK
 from harness.trial.state import TrialState
 from sandbox.backend import PhaseRequest
@@ -103,7 +104,7 @@ class AgentPhase(TrialState):
             fields = failure_fields(
                 result.exit_code,
                 explained or stderr,
-                self.evidence / "model_calls.jsonl",
+                self.evidence / MODEL_CALLS_FILENAME,
                 also=[stderr],
             )
             self.fail(
@@ -167,7 +168,7 @@ class AgentPhase(TrialState):
             deadline=None if timeout is None else start + timeout,
             chat=chat,
             model=self.settings.model,
-            log_path=self.evidence / "agent_exec.jsonl",
+            log_path=self.evidence / AGENT_EXEC_LOG_FILENAME,
             max_output_bytes=self.settings.max_output_bytes,
         )
         failure: list[BaseException] = []

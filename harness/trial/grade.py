@@ -16,13 +16,22 @@ from pathlib import Path
 from harness.errors import VerifierError
 from harness.failpoints import kill_point
 from harness.records.atomic import write_bytes_atomic
+from harness.records.layout import (
+    AGENT_LOG_FILENAME,
+    AGENT_STDERR_LOG_FILENAME,
+    ARTIFACTS_DIRNAME,
+    VERIFIER_DIRNAME,
+    VERIFIER_STDERR_FILENAME,
+    VERIFIER_STDOUT_FILENAME,
+    WORKSPACE_DIRNAME,
+    WORKSPACE_MANIFEST_FILENAME,
+)
 from harness.trial.artifacts import collect_artifacts
 from harness.trial.env import grader_env
 from harness.trial.grading import read_rewards, trial_reward
 from harness.trial.separate import SeparateVerifier
 from harness.trial.state import TrialState
 from sandbox.backend import PhaseRequest, PhaseResult
-from sandbox.evidence_diff import MANIFEST_NAME
 
 
 class CollectAndGrade(TrialState):
@@ -32,10 +41,10 @@ class CollectAndGrade(TrialState):
         """Copy out the agent's logs and the workspace (after the last step, its state)."""
         assert self.sandbox is not None
         paths = self.sandbox.paths
-        self._copy(f"{paths.logs}/agent.stdout", self.step_evidence / "agent.log")
-        self._copy(f"{paths.logs}/agent.stderr", self.step_evidence / "agent.stderr.log")
-        workspace = self.evidence / "workspace"
-        manifest = self.evidence / MANIFEST_NAME
+        self._copy(f"{paths.logs}/agent.stdout", self.step_evidence / AGENT_LOG_FILENAME)
+        self._copy(f"{paths.logs}/agent.stderr", self.step_evidence / AGENT_STDERR_LOG_FILENAME)
+        workspace = self.evidence / WORKSPACE_DIRNAME
+        manifest = self.evidence / WORKSPACE_MANIFEST_FILENAME
         if workspace.exists():  # a multi-step trial keeps the state after its last step
             shutil.rmtree(workspace)
         manifest.unlink(missing_ok=True)
@@ -88,9 +97,9 @@ class CollectAndGrade(TrialState):
         self.clock.add("verifier", result.process_sec or result.duration_sec)
         self.clock.add("verifier_phase", result.duration_sec)
         self._phase_events("verifier", result)
-        verifier = self.step_evidence / "verifier"
-        self._copy(f"{paths.logs}/verifier.stdout", verifier / "test-stdout.txt")
-        self._copy(f"{paths.logs}/verifier.stderr", verifier / "test-stderr.txt")
+        verifier = self.step_evidence / VERIFIER_DIRNAME
+        self._copy(f"{paths.logs}/verifier.stdout", verifier / VERIFIER_STDOUT_FILENAME)
+        self._copy(f"{paths.logs}/verifier.stderr", verifier / VERIFIER_STDERR_FILENAME)
         self._copy(paths.verifier, verifier)
         _raise_for(result, timeout)
         self.reward, self.rewards, events = read_rewards(sandbox)
@@ -104,7 +113,7 @@ class CollectAndGrade(TrialState):
             plan=self.plan,
             view=self.view,
             agent_sandbox=self.sandbox,
-            evidence=self.step_evidence / "verifier",
+            evidence=self.step_evidence / VERIFIER_DIRNAME,
             caps=self.caps,
         )
         try:
@@ -124,7 +133,7 @@ class CollectAndGrade(TrialState):
         """Collect the artifacts of the task (or step) into its evidence."""
         assert self.sandbox is not None
         events = collect_artifacts(
-            self.sandbox, self.view.artifacts, self.step_evidence / "artifacts", self.caps
+            self.sandbox, self.view.artifacts, self.step_evidence / ARTIFACTS_DIRNAME, self.caps
         )
         self.record_events(events)
 

@@ -29,6 +29,7 @@ from harness.records import (
     TrialStatus,
     Usage,
 )
+from harness.records.layout import SESSION_FILENAME, STEPS_DIRNAME
 from harness.tasks import Task
 from harness.tasks.networks import effective_networks, trial_networks, with_network
 from harness.transcript import write_transcript
@@ -183,7 +184,7 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
         self.view = view
         step = view.step
         if step is not None:
-            self.step_evidence = self.evidence / "steps" / step.name
+            self.step_evidence = self.evidence / STEPS_DIRNAME / step.name
             networks = effective_networks(self.task.config, self.settings.network, step.config)
             self.steps.append(
                 StepOutcome(
@@ -370,7 +371,7 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
             )
         assert data is not None
         self.evidence.mkdir(parents=True, exist_ok=True)
-        (self.evidence / "session.jsonl").write_bytes(data)
+        (self.evidence / SESSION_FILENAME).write_bytes(data)
 
     def dispose(self) -> None:
         """Dispose of the agent's per-trial state; its model token is dead by now."""

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from harness.records.layout import VERIFIER_STDERR_FILENAME, VERIFIER_STDOUT_FILENAME
 from harness.tasks import Task
 from harness.tasks.model import Artifact
 from harness.tasks.networks import effective_networks
@@ -126,8 +127,8 @@ class SeparateVerifier:
             )
         )
         for source, name in (
-            (f"{paths.logs}/verifier.stdout", "test-stdout.txt"),
-            (f"{paths.logs}/verifier.stderr", "test-stderr.txt"),
+            (f"{paths.logs}/verifier.stdout", VERIFIER_STDOUT_FILENAME),
+            (f"{paths.logs}/verifier.stderr", VERIFIER_STDERR_FILENAME),
             (paths.verifier, ""),
         ):
             self._copy_out(sandbox, source, self.evidence / name if name else self.evidence)

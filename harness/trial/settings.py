@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 from harness.agents.kinds import Agent
 from harness.gateway import TrialGateway
 from harness.records import TrialRecord
+from harness.records.layout import OBJECTS_DIRNAME
 from harness.tasks import Task
 from harness.tasks.networks import RunNetwork
 from sandbox.backend import Sandbox, SandboxSpec
 from sandbox.evidence import DEFAULT_LIMITS, Limits
-from sandbox.evidence_diff import OBJECTS_DIR, ObjectStore, seed_index
+from sandbox.evidence_diff import ObjectStore, seed_index
 from sandbox.seeding import Fixture
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ class TrialSettings:
     @property
     def objects(self) -> ObjectStore:
         """The run's content store of evidence files."""
-        return ObjectStore(self.run_dir / OBJECTS_DIR)
+        return ObjectStore(self.run_dir / OBJECTS_DIRNAME)
 
     def seed_of(self, task: Task, fixtures: Mapping[str, Fixture]) -> dict[str, str]:
         """The seed's index (path -> sha256), hashed once per task per run.

@@ -9,6 +9,12 @@
 
 from __future__ import annotations
 
+from harness.records.layout import (
+    BUILD_LOG_FILENAME,
+    MODEL_CALLS_FILENAME,
+    SETUP_LOG_FILENAME,
+    SETUP_STDERR_LOG_FILENAME,
+)
 from harness.tasks.networks import sandbox_networks, sandbox_step_networks
 from harness.trial.env import grader_env, image_env_record
 from harness.trial.healthcheck import wait_healthy
@@ -39,7 +45,7 @@ class Staging(TrialState):
         gateway, agent = self.settings.gateway, self.settings.agent
         if gateway is not None and agent.model_use != "none":
             self.access = gateway.open_trial(
-                self.plan.id, self.task.name, self.evidence / "model_calls.jsonl"
+                self.plan.id, self.task.name, self.evidence / MODEL_CALLS_FILENAME
             )
         # Only a sandboxed agent gets the socket; a trusted in-process agent calls directly.
         socket = None if self.access is None else agent.gateway_socket(self.access.socket_path)
@@ -98,7 +104,7 @@ class Staging(TrialState):
 
     def _write_build_log(self, log: str) -> None:
         self.evidence.mkdir(parents=True, exist_ok=True)
-        (self.evidence / "build.log").write_text(log, encoding="utf-8", errors="replace")
+        (self.evidence / BUILD_LOG_FILENAME).write_text(log, encoding="utf-8", errors="replace")
 
     def reset(self) -> None:
         """Start the sandbox, wait for the healthcheck, copy the skills in."""
@@ -162,8 +168,9 @@ class Staging(TrialState):
             )
             self._phase_events("setup", result)
             if result.error is not None or result.timed_out or result.exit_code != 0:
-                self._copy(f"{paths.logs}/setup.stdout", self.step_evidence / "setup.log")
-                self._copy(f"{paths.logs}/setup.stderr", self.step_evidence / "setup.stderr.log")
+                kept = self.step_evidence
+                self._copy(f"{paths.logs}/setup.stdout", kept / SETUP_LOG_FILENAME)
+                self._copy(f"{paths.logs}/setup.stderr", kept / SETUP_STDERR_LOG_FILENAME)
                 raise StepSetupFailed(
                     f"step {step.name}: setup.sh failed ({_how(result)}); see setup.log"
                 )

@@ -15,6 +15,7 @@ from typing import Any
 from harness.errors import TrialCancelled
 from harness.gateway import TrialAccess, TrialUsage
 from harness.records import TrialError, TrialStatus
+from harness.records.layout import trial_evidence_dir
 from harness.tasks import Task
 from harness.trial.artifacts import Caps
 from harness.trial.env import agent_env
@@ -56,7 +57,7 @@ class TrialState:
         self.verifier_posture: dict[str, Any] | None = None
         self.sandbox: Sandbox | None = None
         self.sandbox_info: dict[str, Any] = {"backend": "unknown"}
-        self.evidence = settings.run_dir / (plan.evidence or f"trials/{plan.id}")
+        self.evidence = settings.run_dir / (plan.evidence or trial_evidence_dir(plan.id))
         #: Per agent phase, what it changed in the image's root (:mod:`~harness.trial.tampering`).
         self.root_log = RootChangeLog(self.evidence, self.events)
         self.phase = "prepare"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import Usage
+from harness.records.layout import SESSION_FILENAME
 
 __all__ = ["SESSION_USAGE_BYTES", "agent_logged_usage", "with_usage_source"]
 
@@ -63,7 +64,7 @@ def with_usage_source(usage: Usage, evidence: Path) -> Usage:
     if usage.calls is None:
         return usage  # no gateway: nothing measured, nothing to prefer
     extra: dict[str, Any] = {"source": "gateway"}
-    logged = agent_logged_usage(evidence / "session.jsonl")
+    logged = agent_logged_usage(evidence / SESSION_FILENAME)
     if logged is not None:
         gateway = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
         if any(logged.get(key) != gateway[key] for key in logged):

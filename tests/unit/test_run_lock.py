@@ -10,12 +10,13 @@ from filelock import FileLock
 
 from harness.config import RunConfig, save_config
 from harness.errors import UsageError
+from harness.records.layout import RUN_LOCK_FILENAME
 from harness.runner import prepare_run
-from harness.runner.rundir import LOCK_FILENAME, lock_run_dir
+from harness.runner.rundir import lock_run_dir
 
 
 def test_a_held_run_dir_is_refused(tmp_path: Path) -> None:
-    holder = FileLock(str(tmp_path / LOCK_FILENAME))
+    holder = FileLock(str(tmp_path / RUN_LOCK_FILENAME))
     holder.acquire()
     try:
         with pytest.raises(UsageError, match="in use by another harness process"):

@@ -45,6 +45,12 @@ from harness.agents.installed.cache import (
 from harness.agents.kinds import AgentCommand, SandboxAgent, reject_command
 from harness.config import AgentConfig
 from harness.errors import AgentConfigError, UsageError
+from harness.records.layout import (
+    AGENT_LOG_FILENAME,
+    AGENT_LOGS_DIRNAME,
+    SESSION_FILENAME,
+    STEPS_DIRNAME,
+)
 from harness.tasks import Task
 from sandbox.backend import PhaseResult, Sandbox
 
@@ -53,12 +59,11 @@ logger = logging.getLogger(__name__)
 #: Where a sandbox sees the agent's cache entry (read-only), in every backend.
 INSTALL_MOUNT = "/opt/harness-agent"
 #: The evidence file the CLI's own log is kept in, as it wrote it.
-AGENT_LOG = "agent.log"
+AGENT_LOG = AGENT_LOG_FILENAME
 #: The evidence dir the CLI's own session files are copied into.
-AGENT_LOGS = "agent-logs"
+AGENT_LOGS = AGENT_LOGS_DIRNAME
 LOG_FILE_BYTES = 32 << 20
 LOG_TOTAL_BYTES = 128 << 20
-SESSION = "session.jsonl"
 #: The C libraries an image may have (``agent.kwargs.libc``; default: the host's).
 LIBCS = ("glibc", "musl")
 
@@ -300,7 +305,7 @@ class InstalledAgent(SandboxAgent):
             body.extend(lines)
         if converted:
             text = "".join(json_line(line) for line in [*head, *body])
-            (evidence / SESSION).write_text(text, encoding="utf-8")
+            (evidence / SESSION_FILENAME).write_text(text, encoding="utf-8")
 
     def converted_log(self, evidence: Path, step: str | None) -> Path:
         """The evidence file of the log :meth:`convert` reads: the CLI's stdout as kept.
@@ -311,7 +316,7 @@ class InstalledAgent(SandboxAgent):
         """
         if step is None:
             return evidence / AGENT_LOG
-        return evidence / "steps" / step / AGENT_LOG
+        return evidence / STEPS_DIRNAME / step / AGENT_LOG
 
     def current_step(self, sandbox: Sandbox) -> str | None:
         """The step whose agent phase runs (or ran last) in ``sandbox`` (None: no steps)."""

@@ -38,6 +38,7 @@ from harness.records import (
     TrialStatus,
     parse_record,
 )
+from harness.records.layout import MODEL_CALLS_FILENAME, trial_evidence_dir
 from harness.tasks import Task
 from harness.tasks.env_templates import env_tables
 from harness.transcript import write_transcript
@@ -212,14 +213,14 @@ class RayExecutor(TrialExecutor):
         """Dispatch the attempt as a Ray task, wait for it, bring its evidence home."""
         assert self._bridge is not None, "start() first"
         started_at = datetime.now(UTC)
-        evidence = settings.run_dir / "trials" / plan.id
+        evidence = settings.run_dir / trial_evidence_dir(plan.id)
         if evidence.exists():
             shutil.rmtree(evidence)
         evidence.mkdir(parents=True)
         gateway, agent, task = settings.gateway, settings.agent, plan.task
         access = None
         if gateway is not None and agent.model_use != "none":
-            access = gateway.open_trial(plan.id, task.name, evidence / "model_calls.jsonl")
+            access = gateway.open_trial(plan.id, task.name, evidence / MODEL_CALLS_FILENAME)
         slot, address = self._bridge.issue(plan.id, access, settings.on_phase)
         config = self.options.config
         job = TrialJob(
@@ -327,7 +328,7 @@ class RayExecutor(TrialExecutor):
             versions=dict(settings.versions),
             started_at=started_at,
             finished_at=finished_at,
-            evidence_dir=str((settings.run_dir / "trials" / plan.id).relative_to(settings.run_dir)),
+            evidence_dir=trial_evidence_dir(plan.id),
         )
 
     # -- interrupts and the end --------------------------------------------------------------

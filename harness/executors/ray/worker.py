@@ -38,6 +38,7 @@ from harness.executors.ray.jobs import (
 )
 from harness.executors.ray.relay import DriverLink, RelayedGateway, Watch
 from harness.records import record_line
+from harness.records.layout import trial_evidence_dir
 from harness.tasks import Task, load_task
 from harness.tasks.env_templates import map_env_tables
 from harness.tasks.networks import RunNetwork
@@ -159,7 +160,7 @@ def run_job(job: TrialJob, archive: bytes) -> TrialResult:
         watch.open(node)
         plan = TrialPlan(job.trial_id, task, job.rollout)
         record = run_trial(plan, settings, attempt=job.attempt)
-        evidence = pack_dir(scratch / "trials" / job.trial_id)
+        evidence = pack_dir(scratch / trial_evidence_dir(job.trial_id))
     finally:
         watch.close()
         if gateway is not None:
