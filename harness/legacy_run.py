@@ -10,9 +10,9 @@ config checked) or uses :mod:`harness.runner`.
 from __future__ import annotations
 
 from harness.backends.base import SandboxBackend
+from harness.backends.registry import open_backend
 from harness.config import RunConfig
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS, EXIT_USAGE
-from harness.plugins import open_backend
 from harness.runner import (
     ABORT_GRACE_SEC,
     PreparedRun,

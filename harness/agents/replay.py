@@ -20,10 +20,9 @@ from typing import Any
 
 from harness.agents.kinds import AgentCommand, SandboxAgent
 from harness.errors import AgentConfigError, AgentRunError
-from harness.records.layout import TRIALS_DIRNAME, trial_evidence_dir
+from harness.records.layout import SESSION_FILENAME, TRIALS_DIRNAME, trial_evidence_dir
 from harness.records.workspace import WORKSPACE_DIRNAME, final_workspace, workspace_kept
 from harness.tasks import Task
-from harness.transcript import SESSION_FILENAME
 from sandbox.backend import Sandbox
 from sandbox.beneath import is_dir_beneath, read_beneath, safe_relative
 

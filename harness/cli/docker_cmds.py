@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness import engine
+from harness import admin
 from harness.cli.display import err, out
 
 images_app = typer.Typer(help="Build, list and prune task images.", no_args_is_help=True)
@@ -37,7 +37,7 @@ def images_build(
     ] = False,
 ) -> None:
     """Build (or reuse) the content-addressed image of every task with a Dockerfile."""
-    report = engine.build_images(
+    report = admin.build_images(
         paths,
         base_alias or [],
         force_build=force_build,
@@ -63,9 +63,9 @@ def images_list(
     ] = False,
 ) -> None:
     """List task images built by the harness (whole tags), and the base image."""
-    rows, has_base = engine.list_images()
+    rows, has_base = admin.list_images()
     if not has_base:
-        err.print(f"base image {engine.DEFAULT_IMAGE} is missing: `bash images/bootstrap-base.sh`")
+        err.print(f"base image {admin.DEFAULT_IMAGE} is missing: `bash images/bootstrap-base.sh`")
     if plain:
         for row in rows:
             out.print(
@@ -95,7 +95,7 @@ def images_prune(
     ] = False,
 ) -> None:
     """Remove every image the harness built and the layers its failed builds left."""
-    removed, kept = engine.prune_images(untagged_only=untagged)
+    removed, kept = admin.prune_images(untagged_only=untagged)
     for line in kept:
         err.print(f"[yellow]{escape(line)}[/yellow]")
     out.print(f"removed {removed} image(s)")
@@ -119,7 +119,7 @@ def sandbox_cleanup(
     ] = None,
 ) -> None:
     """Remove every container, volume, network and local trial cgroup the harness left."""
-    report = engine.cleanup(run=run, temp=temp)
+    report = admin.cleanup(run=run, temp=temp)
     leaks = report.leaks
     out.print(
         f"removed {len(leaks.containers)} container(s), {len(leaks.volumes)} volume(s), "
@@ -134,7 +134,7 @@ def sandbox_cleanup(
 
 def doctor() -> None:
     """Check the engine, runtimes, cgroups, compose host rules, base image; exit 1 with fixes."""
-    report = engine.doctor()
+    report = admin.doctor()
     table = _table("check", "result", header=False)
     for check, result in report.checks:
         table.add_row(check, result)

@@ -7,10 +7,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from harness.agents.registry import AGENTS, build_agent
+from harness.backends.registry import SANDBOXES
 from harness.cli.display import out
 from harness.config import AgentConfig
 from harness.errors import AgentConfigError
-from harness.plugins import AGENTS, EXECUTORS, SANDBOXES, PluginInfo, Registry, build_agent
+from harness.executors.registry import EXECUTORS
+from harness.registry import PluginInfo, Registry
 
 agents_app = typer.Typer(help="Agents under evaluation (installed plug-ins).", no_args_is_help=True)
 executors_app = typer.Typer(

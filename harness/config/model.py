@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from harness.config.judges import JudgeSpec
 from harness.config.legacy import sectioned
 from harness.errors import AGENT_ERROR_CAUSES
-from sandbox.evidence import DEFAULT_LIMITS as _EVIDENCE_DEFAULTS
-from sandbox.evidence import Limits
+from sandbox.inside.evidence import DEFAULT_LIMITS as _EVIDENCE_DEFAULTS
+from sandbox.inside.evidence import Limits
 from sandbox.local import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
 
 #: Statuses a trial can end with; a retry rule may name any but these two.

@@ -43,17 +43,15 @@ from harness.export.atif_schema import (
     AtifTrajectory,
 )
 from harness.records import TrialRecord
-from harness.records.layout import TRIALS_DIRNAME
-from harness.tasks.limits import MAX_INSTRUCTION_BYTES
-from harness.transcript import (
-    MODEL_CALLS_FILENAME,
-    SESSION_FILENAME,
+from harness.records.layout import MODEL_CALLS_FILENAME, SESSION_FILENAME, TRIALS_DIRNAME
+from harness.records.transcript import (
     JsonlRead,
     content_text,
     parse_timestamp,
     read_jsonl,
     usage_from_model_calls,
 )
+from harness.tasks.limits import MAX_INSTRUCTION_BYTES
 from sandbox.beneath import is_file_beneath, read_beneath
 
 INSTRUCTION_FILENAME = "instruction.md"

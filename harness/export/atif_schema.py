@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from harness.transcript import parse_timestamp
+from harness.records.transcript import parse_timestamp
 
 ATIF_SCHEMA_VERSION: Literal["ATIF-v1.7"] = "ATIF-v1.7"
 """The ATIF version this module writes."""

@@ -17,16 +17,14 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
-from harness.records.layout import WORKSPACE_DIRNAME
-from harness.records.workspace import Kept, kept_file
-from harness.transcript import (
+from harness.records.layout import (
     MODEL_CALLS_FILENAME,
     SESSION_FILENAME,
     TRANSCRIPT_FILENAME,
-    JsonlRead,
-    derive_transcript,
-    read_jsonl,
+    WORKSPACE_DIRNAME,
 )
+from harness.records.transcript import JsonlRead, derive_transcript, read_jsonl
+from harness.records.workspace import Kept, kept_file
 from sandbox.beneath import is_file_beneath, lstat_beneath, read_beneath
 
 __all__ = [

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.metrics import trial_duration
 from harness.records import TrialRecord
+from harness.records.metrics import trial_duration
 from harness.report.clip import Limits, clip_text
 from harness.report.compare import comparison_sources
 from harness.report.evidence import trial_detail

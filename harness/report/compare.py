@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.metrics import bootstrap_ci
 from harness.records import TrialRecord
+from harness.records.metrics import bootstrap_ci
 from harness.report.rundata import RunData
 
 __all__ = [

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.records.layout import SESSION_FILENAME
+from harness.records.transcript import content_text, read_jsonl
 from harness.report.clip import Limits, clip_deep
-from harness.transcript import SESSION_FILENAME, content_text, read_jsonl
 from sandbox.beneath import is_file_beneath
 
 __all__ = ["conversation"]

@@ -18,20 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from harness.records import TrialRecord
-from harness.records.layout import VERIFIER_DIRNAME, trial_evidence_dir
+from harness.records.layout import (
+    MODEL_CALLS_FILENAME,
+    SESSION_FILENAME,
+    TRANSCRIPT_FILENAME,
+    VERIFIER_DIRNAME,
+    trial_evidence_dir,
+)
+from harness.records.transcript import JsonlRead, derive_transcript, read_jsonl
 from harness.records.workspace import read_manifest
 from harness.report.changes import WORKSPACE_DIRNAME, agent_changes
 from harness.report.clip import Limits, clip_deep, clip_text, read_text_capped
 from harness.report.conversation import conversation
 from harness.report.rundata import evidence_path
-from harness.transcript import (
-    MODEL_CALLS_FILENAME,
-    SESSION_FILENAME,
-    TRANSCRIPT_FILENAME,
-    JsonlRead,
-    derive_transcript,
-    read_jsonl,
-)
 from sandbox.beneath import is_dir_beneath, is_file_beneath, walk_beneath
 
 __all__ = ["VERIFIER_DIRNAME", "attempt_evidence", "trial_detail"]

@@ -20,7 +20,7 @@ from typing import Any
 from harness.tasks.model import Artifact
 from sandbox.backend import Sandbox
 from sandbox.errors import SandboxError
-from sandbox.evidence import EvidenceEvent
+from sandbox.inside.evidence import EvidenceEvent
 
 MANIFEST = "manifest.json"
 #: The name the convention dir's files are listed under in the manifest.

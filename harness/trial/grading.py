@@ -7,7 +7,7 @@ import math
 
 from harness.errors import VerifierError
 from sandbox.backend import Sandbox
-from sandbox.evidence import EvidenceEvent
+from sandbox.inside.evidence import EvidenceEvent
 
 MAX_REWARD_FILE_BYTES = 1 << 20
 

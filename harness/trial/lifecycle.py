@@ -30,9 +30,9 @@ from harness.records import (
     Usage,
 )
 from harness.records.layout import SESSION_FILENAME, STEPS_DIRNAME
+from harness.records.transcript import write_transcript
 from harness.tasks import Task
 from harness.tasks.networks import effective_networks, trial_networks, with_network
-from harness.transcript import write_transcript
 from harness.trial.agent_phase import AgentPhase
 from harness.trial.failures import failure_status
 from harness.trial.grade import CollectAndGrade

@@ -24,7 +24,7 @@ from harness.trial.grading import read_rewards
 from harness.trial.settings import TrialPlan, TrialSettings
 from sandbox.backend import PhaseRequest, PhaseResult, Resources, Role, Sandbox, SandboxSpec
 from sandbox.errors import EnvironmentStartError, SandboxError
-from sandbox.evidence import EvidenceEvent
+from sandbox.inside.evidence import EvidenceEvent
 
 
 class SeparateVerifier:

@@ -17,8 +17,8 @@ from harness.records.layout import OBJECTS_DIRNAME
 from harness.tasks import Task
 from harness.tasks.networks import RunNetwork
 from sandbox.backend import Sandbox, SandboxSpec
-from sandbox.evidence import DEFAULT_LIMITS, Limits
 from sandbox.evidence_diff import ObjectStore, seed_index
+from sandbox.inside.evidence import DEFAULT_LIMITS, Limits
 from sandbox.seeding import Fixture
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from harness.trial.settings import Clock, TrialPlan, TrialSettings
 from harness.trial.steps import StepOutcome
 from harness.trial.tampering import RootChangeLog
 from sandbox.backend import PhaseResult, Sandbox
-from sandbox.evidence import EvidenceEvent
+from sandbox.inside.evidence import EvidenceEvent
 
 
 def trial_error(exc: BaseException, phase: str, step: str | None = None) -> TrialError:

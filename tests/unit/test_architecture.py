@@ -30,7 +30,9 @@ every sandbox, run there on Python 3.9) imports only the standard library and it
 import cycle between modules; no module imports another package's private name; and the
 packages form a layered graph, no package-level cycle, where only the public facade
 ``harness/__init__.py`` may import anything (and the old paths in ``ALLOWED_UPWARD_IMPORTS``,
-re-exports nothing of ours imports, may import what moved above them).
+re-exports nothing of ours imports, may import what moved above them); and no module of
+ours imports a shim: a module that only re-exports (an old import path, a public face such
+as ``harness.plugins``), which serves callers outside ``harness/`` and ``sandbox/``.
 ``tests/unit/test_architecture.py`` is the one place these rules are written down;
 docs/architecture.md explains them.
 """
@@ -57,6 +59,16 @@ INSIDE = "sandbox.inside"
 ALLOWED_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
     ("harness.episodes.prepare", "harness.runner.env_check"): (
         "the env check moved to runner/ (issue 23); its old path re-exports it"
+    ),
+}
+#: Old import paths that hold code of their own (so they are not found as pure re-exports).
+OLD_PATHS_WITH_CODE: dict[str, str] = {
+    "harness.legacy_run": "harness 0.1's module harness.run (registered by the facade)",
+}
+#: Imports of a shim by a module of ours, each with its reason.
+SHIM_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
+    ("harness", "harness.legacy_run"): (
+        "the facade registers 0.1's harness.run module; importing it is how it does that"
     ),
 }
 #: Standard modules newer than Python 3.9, which the in-sandbox code must still run on.
@@ -412,6 +424,78 @@ def test_packages_form_layers_without_cycles() -> None:
         + "\nFix: the arrow that runs up is the wrong one: move the shared code into the "
         "lower package, or invert the dependency (the upper package passes a callable in)."
         + (f"\nAllowed exceptions:{allowed}" if allowed else "")
+    )
+
+
+def _is_reexport_only(path: Path) -> bool:
+    """A module whose body is a docstring, imports and ``__all__``: it re-exports, nothing more."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for i, node in enumerate(tree.body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Assign) and [
+            t.id for t in node.targets if isinstance(t, ast.Name)
+        ] == ["__all__"]:
+            continue
+        return False
+    return True
+
+
+@cache
+def shims() -> dict[str, str]:
+    """The modules that only re-export (old import paths, public faces), each with its docstring.
+
+    A package's ``__init__.py`` is not one: it is the package's own public face, and its
+    modules import their siblings. ``harness.legacy_run``, 0.1's ``harness.run`` module kept
+    importable, has code of its own; it is an old path all the same, listed by name.
+    """
+    found = {
+        name: ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        for name, path in modules().items()
+        if path.name != "__init__.py" and _is_reexport_only(path)
+    }
+    found.update(OLD_PATHS_WITH_CODE)
+    return found
+
+
+def test_the_shims_are_found() -> None:
+    # Not vacuous: the old paths of issue 23's moves are among them, and every module whose
+    # docstring says it moved is one (a shim that grew code would escape the rule below).
+    found = shims()
+    assert {"harness.transcript", "harness.engine", "sandbox.evidence", "harness.plugins"} <= set(
+        found
+    )
+    said_moved = [
+        name
+        for name, path in modules().items()
+        if (doc := ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))))
+        and ("Moved to" in doc or "re-exported here" in doc)
+    ]
+    assert said_moved and not [name for name in said_moved if name not in found], (
+        "these modules say they moved but hold code of their own: keep an old path a pure "
+        f"re-export (docstring, imports, __all__): {[n for n in said_moved if n not in found]}"
+    )
+
+
+def test_no_module_of_ours_imports_a_shim() -> None:
+    # The shims serve external callers only; our own code imports the new homes, so a shim
+    # can be dropped or changed without touching the harness, and never closes a cycle.
+    found = shims()
+    uses = [*all_imports(), *(u for m, p in modules().items() for u in _attribute_uses(m, p))]
+    bad = dict.fromkeys(
+        f"{imp.where()}  ({imp.target} only re-exports)"
+        for imp in uses
+        if imp.target in found
+        and imp.target != imp.importer
+        and (imp.importer, imp.target) not in SHIM_IMPORTS_ALLOWED
+    )
+    assert not bad, (
+        "A module of ours imports an old import path or a public face that only re-exports "
+        "(those serve callers outside harness/ and sandbox/):\n  "
+        + "\n  ".join(bad)
+        + "\nFix: import the name from the module the shim re-exports it from (its new home)."
     )
 
 

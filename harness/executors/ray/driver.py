@@ -39,9 +39,9 @@ from harness.records import (
     parse_record,
 )
 from harness.records.layout import MODEL_CALLS_FILENAME, trial_evidence_dir
+from harness.records.transcript import write_transcript
 from harness.tasks import Task
 from harness.tasks.env_templates import env_tables
-from harness.transcript import write_transcript
 from harness.trial import TrialPlan, TrialSettings, usage_of
 
 POLL_SEC = 0.2
