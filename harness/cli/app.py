@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-import harness
+from harness._version import __version__
 from harness.cli.datasets_cmd import datasets_app
 from harness.cli.display import print_error
 from harness.cli.docker_cmds import doctor, images_app, sandbox_app
@@ -38,7 +38,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"harness {harness.__version__}")
+        typer.echo(f"harness {__version__}")
         raise typer.Exit()
 
 

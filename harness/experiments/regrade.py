@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import harness
+from harness import api  # called as api.run: one seam to stand a run in for (tests)
 from harness.config import AgentConfig, RunConfig, load_saved_config, resolve_config
 from harness.config.judges import JudgeSpec
 from harness.errors import UsageError
@@ -151,8 +151,8 @@ def regrade(
         UsageError: As :func:`harness.run`.
     """
     source = Path(run_dir).absolute()
-    before = {r.id: r for r in harness.load_run(source).records}
-    outcome = harness.run(config, events=events)
+    before = {r.id: r for r in api.load_run(source).records}
+    outcome = api.run(config, events=events)
     regraded = {record.id for record in outcome.records}
     left_out = [
         {"trial_id": r.id, "task": r.task.key, "reason": not_regradable(source, r)}

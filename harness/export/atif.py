@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import harness
+from harness._version import __version__
 from harness.export.atif_schema import (
     AtifAgent,
     AtifFinalMetrics,
@@ -379,7 +379,7 @@ def trajectory_for_trial(
     )
     agent = AtifAgent(
         name=record.agent.name,
-        version=record.versions.get("harness") or harness.__version__,
+        version=record.versions.get("harness") or __version__,
         model_name=builder.model_name,
         tool_definitions=_tool_definitions(session_line.get("tools")),
         extra=_compact(agent_extras),

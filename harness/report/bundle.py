@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
+from harness._version import __version__
 from harness.records import TrialRecord
 from harness.records.metrics import trial_duration
 from harness.report.clip import Limits, clip_text

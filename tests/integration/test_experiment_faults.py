@@ -40,7 +40,7 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[RunOutcome]:
         made.append(outcome)
         return outcome
 
-    monkeypatch.setattr(harness, "run", run)
+    monkeypatch.setattr(harness.api, "run", run)  # the experiments call it as api.run
     return made
 
 

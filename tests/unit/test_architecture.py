@@ -32,7 +32,8 @@ packages form a layered graph, no package-level cycle, where only the public fac
 ``harness/__init__.py`` may import anything (and the old paths in ``ALLOWED_UPWARD_IMPORTS``,
 re-exports nothing of ours imports, may import what moved above them); and no module of
 ours imports a shim: a module that only re-exports (an old import path, a public face such
-as ``harness.plugins``), which serves callers outside ``harness/`` and ``sandbox/``.
+as ``harness.plugins``), which serves callers outside ``harness/`` and ``sandbox/``; nor the
+facade itself.
 ``tests/unit/test_architecture.py`` is the one place these rules are written down;
 docs/architecture.md explains them.
 """
@@ -496,6 +497,22 @@ def test_no_module_of_ours_imports_a_shim() -> None:
         "(those serve callers outside harness/ and sandbox/):\n  "
         + "\n  ".join(bad)
         + "\nFix: import the name from the module the shim re-exports it from (its new home)."
+    )
+
+
+def test_no_module_of_ours_imports_the_facade() -> None:
+    # The facade re-exports from every package; a module that imports it for one name
+    # (__version__, run) depends on the whole API. __version__ is harness._version's, the
+    # API harness.api's.
+    uses = [*all_imports(), *(u for m, p in modules().items() for u in _attribute_uses(m, p))]
+    bad = dict.fromkeys(
+        imp.where() for imp in uses if imp.target == FACADE and imp.importer != FACADE
+    )
+    assert not bad, (
+        f"A module of ours imports the facade {FACADE}/__init__.py:\n  "
+        + "\n  ".join(bad)
+        + "\nFix: import from the module that defines the name: harness._version for "
+        "__version__, harness.api for run/resume/load_run/check, else the name's package."
     )
 
 
