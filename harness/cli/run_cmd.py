@@ -124,7 +124,8 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
 def run(
     paths: Annotated[
         list[Path] | None,
-        typer.Argument(help="Task dirs or task-set folders (or [tasks] paths in the config)."),
+        # Help is rich markup: an unescaped [tasks] would be taken for a style and vanish.
+        typer.Argument(help="Task dirs or task-set folders (or \\[tasks] paths in the config)."),
     ] = None,
     config_file: Annotated[
         Path | None,
@@ -288,8 +289,9 @@ def run(
         str | None,
         typer.Option(
             "--executor",
+            # \\[ray]: rich markup would swallow the extra's name (pyproject's `ray` extra).
             help="Where trials run: local (this process, the default) or ray (a Ray task per "
-            "trial; `pip install 'harness[ray]'`).",
+            "trial; `pip install 'harness\\[ray]'`).",
         ),
     ] = None,
     ray_address: Annotated[

@@ -84,7 +84,8 @@ def tasks_migrate(
         bool,
         typer.Option(
             "--allow-internet",
-            help="Write [environment] allow_internet = true (TB1 tasks ran with the network).",
+            # \\[: help is rich markup, where [environment] would vanish as a style tag.
+            help="Write \\[environment] allow_internet = true (TB1 tasks ran with the network).",
         ),
     ] = False,
 ) -> None:
