@@ -229,6 +229,7 @@ class StoragePool:
             prepared: What :meth:`take` returned.
             then: Removed after the filesystem (the trial root by default).
         """
+
         def remove() -> None:
             try:
                 prepared.storage.destroy()

@@ -157,9 +157,7 @@ def _prepare(design: ExperimentDesign, directory: Path) -> dict[str, Any]:
             arm: sorted(
                 {
                     plan.task.key
-                    for plan in api.check(
-                        config.model_copy(update={"run_name": first_run[arm]})
-                    )
+                    for plan in api.check(config.model_copy(update={"run_name": first_run[arm]}))
                 }
             )
             for arm, config in arms.items()

@@ -24,6 +24,8 @@ def socket_root() -> Path:
     """Where this process puts its gateway socket dirs when it runs as root."""
     given = os.environ.get(SOCKET_ROOT_ENV, "")
     return Path(given) if given.startswith("/") else SOCKET_ROOT
+
+
 SOCKET_NAME = "gw.sock"
 
 

@@ -190,8 +190,7 @@ def test_base_alias_reaches_compose_sidecars_and_an_unused_alias_is_warned_once(
     task = _task(tmp_path / "tasks", "sidecars", dockerfile="FROM ubuntu:24.04\n")
     (task / "environment" / "built").mkdir()
     (task / "environment" / "built" / "Dockerfile").write_text(
-        f"ARG BASE=ubuntu:24.04\nFROM ${{BASE}} AS base\nRUN echo {marker} > /marker\n"
-        "FROM base\n"
+        f"ARG BASE=ubuntu:24.04\nFROM ${{BASE}} AS base\nRUN echo {marker} > /marker\nFROM base\n"
     )
     (task / "environment" / "docker-compose.yaml").write_text(COMPOSE)
     out = tmp_path / "o"
@@ -256,11 +255,14 @@ def test_a_failed_legacy_build_leaves_only_labelled_layers_that_prune_removes(
     if _buildkit():
         with pytest.raises(ImageBuildError):
             ImageResolver(docker_client()).resolve(request)
-        assert not {
-            i
-            for i, image in _all_images().items()
-            if (image.get("Labels") or {}).get(IMAGE_HASH) == tag_hash
-        } - ours
+        assert (
+            not {
+                i
+                for i, image in _all_images().items()
+                if (image.get("Labels") or {}).get(IMAGE_HASH) == tag_hash
+            }
+            - ours
+        )
     listed = harness("images", "list", "--plain")
     assert any(line.startswith("<untagged>") for line in listed.stdout.splitlines())
     pruned = harness("images", "prune", "--untagged")

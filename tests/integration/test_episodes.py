@@ -286,7 +286,7 @@ def test_task_judges_score_each_graded_agent_trial_not_the_judge_agent(tmp_path:
     assert all("fields" in (t.model_extra or {})["judges"] for t in episode.traces)
     assert record.reward == 1.0 and by_name["agent-1"].metrics["best"] == 1.0
 
-    verdict = "bash -c 'echo {{\\\"score\\\": 1}} > \"$HARNESS_VERDICT_FILE\"'"
+    verdict = 'bash -c \'echo {{\\"score\\": 1}} > "$HARNESS_VERDICT_FILE"\''
     judged = episode_config(
         tmp_path / "judge", EXAMPLES / "hello-file", answer.replace("*-1", "*") + HELLO,
         {"id": "judge", "mode": "isolated", "roles": {"judge": {"name": "command",
@@ -300,6 +300,7 @@ def test_task_judges_score_each_graded_agent_trial_not_the_judge_agent(tmp_path:
     assert roles["solver"].rewards["fields"] == 1.0 and "judges" in roles["solver"].model_extra
     assert roles["judge"].rewards == {"judge": 1.0}
     assert "judges" not in (roles["judge"].model_extra or {})
+
 
 def test_episodes_are_refused_on_ray_before_anything_runs(tmp_path: Path) -> None:
     """An episode's env and agents run in the harness process: --executor ray is refused

@@ -67,7 +67,9 @@ ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 """
 
 #: Runs in the main container: every attempt's outcome as one JSON line.
-PROBE = PROXY_CLIENT + r"""
+PROBE = (
+    PROXY_CLIENT
+    + r"""
 import random
 out, public, gateway, port = {}, os.environ["PUB"], os.environ["GW"], os.environ["HPORT"]
 role = os.environ["ROLE"]
@@ -128,6 +130,7 @@ if role == "agent":
         u.sendto(b"UDP-CANARY", (host, p)); u.close()
 print(json.dumps(out))
 """
+)
 
 
 @pytest.fixture(scope="module")

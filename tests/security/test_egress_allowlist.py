@@ -42,7 +42,9 @@ PUBLIC = NetworkPolicy(mode="public")
 METADATA = "169.254.169.254"
 
 #: Runs in the trial: every attempt's outcome as one JSON line.
-PROBE = PROXY_CLIENT + r"""
+PROBE = (
+    PROXY_CLIENT
+    + r"""
 out, public, gateway, port = {}, os.environ["PUB"], os.environ["GW"], os.environ["HPORT"]
 out["env"] = {k: os.environ.get(k) for k in ("HTTP_PROXY", "https_proxy", "NO_PROXY")}
 def resolve(name):
@@ -78,6 +80,7 @@ for host, p in ((public, 8443), (gateway, int(port))):
     u.sendto(b"UDP-CANARY", (host, p)); u.close()
 print(json.dumps(out))
 """
+)
 
 
 @pytest.fixture(scope="module")

@@ -71,9 +71,7 @@ def test_outage_message_says_where_how_long_and_how_to_go_on(tmp_path: Path) -> 
     [said] = events.messages
     plain, _, error = said.partition("(error: ")
     assert plain.startswith(f"docker engine unreachable at {backend.address} since "), said
-    assert "no trial starts until it answers again. Start it: the run waits up to 0.5 s" in (
-        plain
-    )
+    assert "no trial starts until it answers again. Start it: the run waits up to 0.5 s" in plain
     assert f"continue with: harness run --resume {run_dir}" in plain
     assert "Ctrl-C stops it now" in plain
     # The raw error comes last, as an aside: one line, short.
