@@ -41,6 +41,7 @@ docs/architecture.md explains them.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -530,3 +531,48 @@ def test_allowed_upward_imports_are_leaves() -> None:
             f"{importer} is an allowed upward import (an old path's re-export) but "
             f"{', '.join(users)} import it: import {target} instead"
         )
+
+
+def _map_rows() -> list[set[str]]:
+    """docs/architecture.md's module map: the modules (dotted) each row names, in order."""
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = doc.index("| module | what it holds |")
+    rows = []
+    for line in doc[start : doc.index("\n\n", start)].splitlines()[2:]:
+        names = re.findall(r"`([^`]+)`", line.split(" | ")[0])
+        # The first name is a path; the others in the cell sit in its folder.
+        folder = Path(names[0]) if names[0].endswith("/") else Path(names[0]).parent
+        row = set()
+        for name in names:
+            path = Path(name) if name.startswith(("harness/", "sandbox/")) else folder / name
+            assert (REPO / path).exists(), f"the module map names {name}, which does not exist"
+            row.add(".".join(path.with_suffix("").parts).removesuffix(".__init__"))
+        rows.append(row)
+    return rows
+
+
+def test_the_module_map_names_real_modules_from_the_ground_floor_up() -> None:
+    # docs/architecture.md says its map goes from the ground floor up: nothing in a row
+    # imports a later row. The old paths (shims) and the facade stand apart.
+    rows = _map_rows()
+    assert len(rows) > 20
+
+    def row_of(module: str) -> int | None:
+        while module:
+            for index, row in enumerate(rows):
+                if module in row:
+                    return index
+            module = module.rpartition(".")[0]
+        return None
+
+    found = shims()
+    later = [
+        f"{importer} (row {row_of(importer)}) imports {target} (row {row_of(target)})"
+        for importer, targets in module_graph().items()
+        if importer not in found and importer != FACADE
+        for target in targets
+        if (a := row_of(importer)) is not None and (b := row_of(target)) is not None and b > a
+    ]
+    assert not later, "docs/architecture.md's module map is not in layer order:\n  " + "\n  ".join(
+        later
+    )
