@@ -70,7 +70,7 @@ def start(env: dict[str, str], workdir: Path, *args: str | Path) -> Started:
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
-            env=env,
+            env={**env, "PYTHONFAULTHANDLER": "1"},  # stacks on a hang: see _stacks
             cwd=str(REPO),
             start_new_session=True,
         )
@@ -88,8 +88,25 @@ def wait_for(condition: Callable[[], bool], what: str, proc: Started, timeout: f
             pytest.fail(f"harness exited ({proc.proc.returncode}) before {what}:\n"
                         f"{proc.err.read_text()}")  # fmt: skip
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
+            pytest.fail(f"timed out waiting for {what}:\n{_stacks(proc)}")
         time.sleep(0.05)
+
+
+def _stacks(proc: Started) -> str:
+    """The harness's stderr with every thread's stack (faulthandler, on SIGABRT), and its log.
+
+    A harness that stops answering is diagnosed from what each of its threads was doing.
+    """
+    if proc.proc.poll() is None:
+        os.kill(proc.proc.pid, signal.SIGABRT)  # PYTHONFAULTHANDLER=1: dumps, then dies
+        try:
+            proc.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.proc.pid, signal.SIGKILL)
+            proc.proc.wait()
+    logs = sorted(proc.err.parent.glob("runs/*/eval.log"))
+    tail = "\n".join(logs[-1].read_text(errors="replace").splitlines()[-40:]) if logs else ""
+    return f"{proc.err.read_text(errors='replace')}\n--- eval.log (tail) ---\n{tail}"
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
