@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support.workers import uid_base
 
 from harness.tasks import Task, load_task
 from sandbox.backend import SandboxSpec
@@ -33,7 +34,7 @@ IS_ROOT = os.geteuid() == 0
 LEGACY_RUN = Path(__file__).resolve().parent / "fixtures" / "legacy-run-0.1.0"
 LEGACY_WRITTEN_AT = "/tmp/harness-fixture"
 #: uids/gids no real account uses; a pool of 8 slots starts here.
-TEST_UID_BASE = 61000
+TEST_UID_BASE = uid_base(61000)
 SYSTEM_PYTHON = shutil.which("python3", path=FIXED_PATH) or sys.executable
 
 
@@ -51,6 +52,21 @@ def _attack_tmp() -> str:
 
 
 ATTACK_TMP = _attack_tmp()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``), a module's tests go to one worker together.
+
+    So a module's fixtures (a built image, a Ray cluster) are made once. A module that
+    shares something with others names the group they share in ``XDIST_GROUP`` (the Ray
+    tests: one cluster at a time on the machine's loopback addresses). Set first, before
+    xdist reads the group (support/workers.py says how the suite runs in parallel).
+    """
+    for item in items:
+        module = getattr(item, "module", None)
+        group = getattr(module, "XDIST_GROUP", None) or item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+from support.workers import uid_base
 
 from sandbox.backend import PhaseRequest, PhaseResult, Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
@@ -28,7 +29,7 @@ from sandbox.local import IdentityPool, LocalSandbox
 
 SYSTEM_PYTHON = shutil.which("python3", path=FIXED_PATH) or sys.executable
 #: A uid range of its own (tests/conftest.py uses 61000+), so sweeps never collide.
-CONFORMANCE_UID_BASE = 61100
+CONFORMANCE_UID_BASE = uid_base(61100)
 _LOCAL_POOL = IdentityPool(CONFORMANCE_UID_BASE, CONFORMANCE_UID_BASE)
 
 _DOCKER_RUNTIME: list[Any] = []

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.workers import uid_base
 
 HARNESS = Path(sys.executable).with_name("harness")  # the venv's console script
 REPO = Path(__file__).resolve().parents[2]
 #: A uid range of its own, so nothing here can collide with other tests' sandboxes.
-UID_BASE = 62100
+UID_BASE = uid_base(62100)
 
 
 @dataclass

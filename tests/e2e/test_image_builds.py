@@ -22,7 +22,8 @@ from sandbox.docker.labels import IMAGE_HASH, MANAGED
 BASE = "harness/base:bookworm"
 #: Port 9 (discard) on loopback: nothing listens, so a pull is refused at once.
 UNREACHABLE = "127.0.0.1:9/nowhere/app:1"
-pytestmark = pytest.mark.docker
+# `images prune --untagged` would take other workers' untagged layers: alone (serial).
+pytestmark = [pytest.mark.docker, pytest.mark.serial]
 
 
 @pytest.fixture(autouse=True)

@@ -27,7 +27,7 @@ from support.faults import (
 )
 from support.private_engine import PrivateEngine
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.serial]
 
 EXIT_DISK_FULL = 74
 

@@ -29,7 +29,7 @@ from sandbox.docker.engine import engine_failure, ping
 from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.sdk import UNREACHABLE_WORDS, EngineUnreachable, call
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.serial]
 
 
 def unreachable(engine: PrivateEngine) -> str:

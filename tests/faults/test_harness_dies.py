@@ -33,7 +33,7 @@ from support.private_engine import PrivateEngine
 
 from sandbox.evidence_diff import MANIFEST_NAME
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.serial]
 
 KILL_POINTS = [
     "phase:prepare",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from support.faults import Cli, assert_no_traceback, records, run_args
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.serial]
 
 
 class _Answers500(http.server.BaseHTTPRequestHandler):

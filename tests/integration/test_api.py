@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.workers import uid_base
 
 import harness
 from harness import (
@@ -27,7 +28,7 @@ from harness import (
 )
 from harness.tasks import Task
 
-UID_BASE = 62300
+UID_BASE = uid_base(62300)
 
 
 def _config(tmp_path: Path, task: Task, **changes: Any) -> RunConfig:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.workers import uid_base
 
 import harness
 from harness import AgentConfig, RunConfig, SandboxConfig, TasksConfig
@@ -23,7 +24,7 @@ from harness.experiments.trials import SUMMARY_FILENAME
 from harness.runner import RunOutcome
 from harness.tasks import Task
 
-UID_BASE = 62500
+UID_BASE = uid_base(62500)
 STOPPED = "stopped: the run dir's filesystem is full; 1 of 1 trial(s) are recorded; ..."
 
 

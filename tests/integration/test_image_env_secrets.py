@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 import pytest
+from support.workers import uid_base
 
 from harness.tasks import Task
 from harness.trial.env import agent_env, grader_env
@@ -25,7 +26,7 @@ from sandbox.local import IdentityPool, LocalSandbox
 pytestmark = pytest.mark.root
 
 SYSTEM_PYTHON = shutil.which("python3", path=FIXED_PATH) or sys.executable
-UID_BASE = 61460
+UID_BASE = uid_base(61460)
 IMAGE = {"OPENAI_API_KEY": "image-key", "ANTHROPIC_API_KEY": "image-key", "FOO": "from-image"}
 
 

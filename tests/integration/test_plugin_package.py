@@ -19,11 +19,12 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from support.workers import uid_base
 
 from harness.plugins import AGENTS, SANDBOXES
 
 PLUGIN = Path(__file__).resolve().parents[1] / "fixtures" / "plugin-example"
-UID_BASE = 62400
+UID_BASE = uid_base(62400)
 
 pytestmark = pytest.mark.root
 

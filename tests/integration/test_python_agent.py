@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.workers import uid_base
 
 from harness.config import AgentConfig, BudgetConfig
 from harness.model_access import start_gateway
@@ -102,7 +103,10 @@ def _run(tmp_path: Path, agent_name: str, script: dict[str, object] | None, time
         path.write_text(json.dumps(script))
         spec = ModelSpec("faux", "py", "py", "openai-chat", script=path)
         gateway = start_gateway(ModelChoice(spec, "--model"), CredentialStore(), BudgetConfig())
-    pool, supervisors = IdentityPool(61300, 61300, max_slots=8), SupervisorPool()
+    pool, supervisors = (
+        IdentityPool(uid_base(61300), uid_base(61300), max_slots=8),
+        SupervisorPool(),
+    )
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     settings = TrialSettings(
@@ -149,7 +153,7 @@ def test_python_agent_drives_the_model_and_acts_as_the_agent_user(
     assert [c["via"] for c in calls] == ["in-process", "in-process"]
     tool_output = calls[1]["request"]["messages"][-1]["content"]
     uid = int(tool_output.split()[0])
-    assert uid >= 61300  # the command ran as the dropped agent user, not as root
+    assert uid >= uid_base(61300)  # the command ran as the dropped agent user, not as root
     assert tool_output.split()[1] != os.environ.get("HOME")
     execs = [json.loads(line) for line in (evidence / "agent_exec.jsonl").read_text().splitlines()]
     assert len(execs) == 1 and execs[0]["exit_code"] == 0

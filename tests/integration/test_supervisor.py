@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
+from support.workers import uid_base
 
 from sandbox import cgroups
 from sandbox.backend import PROTOCOL_VERSION, SUPERVISOR_PATH, SupervisorSession
@@ -92,7 +93,7 @@ def phase(**fields: Any) -> dict[str, Any]:
     return base
 
 
-def drop_to(uid: int = 61010) -> dict[str, int] | None:
+def drop_to(uid: int = uid_base(61010)) -> dict[str, int] | None:
     return {"uid": uid, "gid": uid} if IS_ROOT else None
 
 
@@ -217,7 +218,7 @@ def test_harness_sigkill_mid_phase_kills_the_phase(tmp_path: Path) -> None:
             from sandbox.local import IdentityPool, LocalSandbox
             sb = LocalSandbox(
                 SandboxSpec(trial_id="doomed"),
-                identities=IdentityPool(61020, 61020),
+                identities=IdentityPool(uid_base(61020), uid_base(61020)),
                 python={SYSTEM_PYTHON!r},
                 tmp_dir=Path({str(roots)!r}),
                 run_label={label!r},

@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from support.workers import uid_base
 
 from sandbox.backend import PhaseRequest, Role, Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
 from sandbox.local import IdentityPool, LocalSandbox
 
 #: A uid range of its own (conftest: 61000+, conformance: 61100+, python agent: 61300+).
-UID_BASE = 61500
+UID_BASE = uid_base(61500)
 SYSTEM_PYTHON = shutil.which("python3", path=FIXED_PATH) or sys.executable
 
 PLANT = (

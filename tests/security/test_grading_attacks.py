@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.workers import uid_base
 
 from sandbox.storage import IMAGE_NAME, MOUNT_NAME, RESERVE_MB
 
@@ -571,7 +572,13 @@ def test_a_local_trials_sweep_never_touches_a_containers_process_of_the_same_uid
     try:
         task = sec.write_task(tmp_path / "tasks", sec.unique("lane"), attack="sleep 1\n")
         run = sec.Cli(tmp_path, sandbox="local").run(
-            [task], extra=["--set", "sandbox_uid=61500", "--set", "sandbox_gid=61500"]
+            [task],
+            extra=[
+                "--set",
+                f"sandbox_uid={uid_base(61500)}",
+                "--set",
+                f"sandbox_gid={uid_base(61500)}",
+            ],
         )
         assert run.code == 0, run
         assert run.by_task(task.name)["sandbox"]["uid"] == 61500

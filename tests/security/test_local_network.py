@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from support.net import Listener
+from support.workers import uid_base
 
 from sandbox.backend import SandboxSpec
 from sandbox.errors import PermanentStartError
@@ -159,7 +160,9 @@ def test_no_local_phase_reaches_the_hosts_listeners(sec: Any, tmp_path: Path) ->
 def test_a_local_sandbox_with_an_internet_phase_never_starts(networks: Any) -> None:
     """Defence in depth: a spec asking for the internet is refused by the sandbox itself."""
     spec = SandboxSpec(trial_id=f"net-{secrets.token_hex(4)}", networks=networks)
-    sandbox = LocalSandbox(spec, identities=IdentityPool(1_700_000_000, 1_700_000_000))
+    sandbox = LocalSandbox(
+        spec, identities=IdentityPool(uid_base(1_700_000_000), uid_base(1_700_000_000))
+    )
     with pytest.raises(PermanentStartError, match="the local sandbox gives a phase loopback"):
         sandbox.start()
 
@@ -172,6 +175,8 @@ def test_a_local_sandbox_with_a_later_steps_internet_phase_never_starts() -> Non
         networks=closed,
         step_networks=(closed, {**closed, "agent": NetworkPolicy("public")}),
     )
-    sandbox = LocalSandbox(spec, identities=IdentityPool(1_700_000_000, 1_700_000_000))
+    sandbox = LocalSandbox(
+        spec, identities=IdentityPool(uid_base(1_700_000_000), uid_base(1_700_000_000))
+    )
     with pytest.raises(PermanentStartError, match="step 1: the agent phase's network_mode"):
         sandbox.start()

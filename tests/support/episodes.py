@@ -9,9 +9,10 @@ from typing import Any
 import harness
 from harness.config import AgentConfig, EnvConfig, RunConfig, SandboxConfig, TasksConfig
 from harness.records import TrialRecord
+from support.workers import uid_base
 
 #: The local sandbox's uid range for the episode tests (no other test file uses it).
-UID_BASE = 62800
+UID_BASE = uid_base(62800)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 HELLO = 'printf "Hello, world!\\n" > hello.txt'
 #: Where a run of :func:`episode_config` is (under its ``tmp_path``).
