@@ -17,9 +17,14 @@ one of :data:`~harness.errors.AGENT_ERROR_CAUSES`:
 These are the classes Harbor's agents sort provider errors into (authentication, context
 length exceeded, rate limit, content refusal, budget/cost limit). The gateway's own record
 of the trial's last model call is asked first (``cause_source = "gateway"``): it saw the
-status and whether the budget refused the call, whatever the CLI made of it; otherwise the
-CLI's last error line is read (``cause_source = "log"``). ``retry.on_causes`` selects
-attempts to retry by cause (docs/errors.md).
+status, whether the budget refused the call and the error the provider (or a faux script)
+answered, whatever the CLI made of it; otherwise the CLI's last error line is read
+(``cause_source = "log"``). ``retry.on_causes`` selects attempts to retry by cause
+(docs/errors.md).
+
+Some CLIs exit 0 after a provider error (aider prints the error and ends its one-message
+run): :func:`gave_up_on` finds such a run from the gateway's record, whose last model call
+then failed, so that it ends ``agent_error`` with a cause like one that exits non-zero.
 """
 
 from __future__ import annotations
@@ -32,12 +37,27 @@ from typing import Any
 
 from harness.errors import AGENT_ERROR_CAUSES
 
-__all__ = ["AGENT_ERROR_CAUSES", "classify", "failure_fields", "last_gateway_call", "one_line"]
+__all__ = [
+    "AGENT_ERROR_CAUSES",
+    "FAILED_OUTCOMES",
+    "classify",
+    "failure_fields",
+    "gave_up_on",
+    "last_model_call",
+    "one_line",
+    "recorded_error",
+]
 
 #: The longest ``last_error`` kept in a record (the CLI's text is the agent's: bounded).
 LAST_ERROR_CHARS = 2000
 #: How much of ``model_calls.jsonl``'s end is read to find the last call.
 CALLS_TAIL_BYTES = 256 << 10
+#: A model call's ``outcome`` in the gateway's record when it got no answer the CLI could
+#: use: the provider's (or a faux script's) error status, no answer at all (``error``: the
+#: provider unreachable, a faux script used up), the trial's budget spent. ``refused`` is
+#: not one: the gateway refuses requests a CLI makes on the side (telemetry, a host or
+#: path it does not serve), and a model call's bad token is refused before any provider.
+FAILED_OUTCOMES = ("upstream_error", "error", "budget")
 
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("budget_spent", re.compile(r"budget(_exceeded| spent|\b)", re.I)),
@@ -45,7 +65,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "context_window",
         re.compile(
             r"context[ _-]?(window|length)|prompt is too long|input is too long|"
-            r"maximum context|too many (input )?tokens|exceeds? the model'?s",
+            r"maximum context|too many (input )?tokens|exceeds? the model'?s|"
+            r"input token count .*exceeds",
             re.I,
         ),
     ),
@@ -78,8 +99,13 @@ def one_line(text: str | None) -> str | None:
     return line if len(line) <= LAST_ERROR_CHARS else line[:LAST_ERROR_CHARS] + "…"
 
 
-def last_gateway_call(model_calls: Path) -> dict[str, Any] | None:
-    """The last line of a trial's ``model_calls.jsonl`` (None: no call, or unreadable)."""
+def last_model_call(model_calls: Path) -> dict[str, Any] | None:
+    """The last model call in a trial's ``model_calls.jsonl`` (None: none, or unreadable).
+
+    Only lines of a model endpoint count (their ``api`` is set): a side request a CLI
+    makes after its last call (a token count, a models list, a refused telemetry post)
+    says nothing about how the model answered.
+    """
     try:
         with model_calls.open("rb") as fh:
             size = fh.seek(0, 2)
@@ -92,9 +118,47 @@ def last_gateway_call(model_calls: Path) -> dict[str, Any] | None:
             line = json.loads(raw)
         except ValueError:
             continue
-        if isinstance(line, dict):
+        if isinstance(line, dict) and line.get("api"):
             return line
     return None
+
+
+def _error_texts(call: Mapping[str, Any]) -> list[str]:
+    """The recorded answer's error texts: its message first, then its type or status."""
+    response = call.get("response")
+    error = response.get("error") if isinstance(response, dict) else None
+    if isinstance(error, dict):
+        # OpenAI's message, type and code; Anthropic's message and type; Gemini's message
+        # and status name (its code is the HTTP status).
+        keys = ("message", "type", "code", "status")
+        return [str(error[k]) for k in keys if isinstance(error.get(k), str) and error[k]]
+    return [error] if isinstance(error, str) and error else []
+
+
+def recorded_error(call: Mapping[str, Any]) -> str | None:
+    """The error a model call was answered with, as the gateway recorded it (one line).
+
+    The provider's (or a faux script's) error message from the recorded response, in any
+    API's shape, else the gateway's ``reason`` (a faux script used up, a provider it could
+    not reach). None when the record holds neither.
+    """
+    texts = _error_texts(call)
+    if texts:
+        return one_line(texts[0])
+    reason = call.get("reason")
+    return one_line(reason) if isinstance(reason, str) else None
+
+
+def gave_up_on(model_calls: Path) -> dict[str, Any] | None:
+    """The trial's last model call if it failed (:data:`FAILED_OUTCOMES`), else None.
+
+    A CLI that exited 0 with its last model call failed ended its run on a provider's
+    error: nothing the model said came after it.
+    """
+    call = last_model_call(model_calls)
+    if call is None or call.get("outcome") not in FAILED_OUTCOMES:
+        return None
+    return call
 
 
 def _gateway_cause(call: Mapping[str, Any] | None) -> str | None:
@@ -107,6 +171,10 @@ def _gateway_cause(call: Mapping[str, Any] | None) -> str | None:
         return "authentication"
     if status == 429:
         return "rate_limit"
+    if call.get("outcome") == "upstream_error":
+        # The provider's own words (a 400 "prompt is too long", a "content_filter"): read
+        # only from its answer, never from the gateway's reasons ("connection refused").
+        return _text_cause(_error_texts(call))
     return None
 
 
@@ -157,7 +225,7 @@ def failure_fields(
         also: Further texts the cause may be read from (its stderr's last line...).
     """
     line = one_line(last_error)
-    call = last_gateway_call(model_calls) if model_calls is not None else None
+    call = last_model_call(model_calls) if model_calls is not None else None
     cause, source = classify([line, *also], call)
     fields: dict[str, Any] = {"exit_code": exit_code, "last_error": line, "cause": cause}
     if source is not None:

@@ -133,6 +133,11 @@ class SandboxAgent(Agent):
     """An agent run as a command inside the sandbox, as the agent user (untrusted)."""
 
     kind: ClassVar[str] = "sandbox"
+    #: Whether a run that exits 0 with the trial's last model call failed is an
+    #: ``agent_error``: true of a CLI whose whole job is talking to its model, which may
+    #: print a provider's error and exit 0 (aider does); false of a command line that may
+    #: probe the gateway on purpose and whose exit status is its author's to choose.
+    exit_0_after_a_failed_call_fails: ClassVar[bool] = False
 
     @abstractmethod
     def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:

@@ -265,7 +265,9 @@ class FauxProvider(Provider):
             return ProviderReply(
                 response.error_status,
                 "application/json",
-                body=json.dumps(_error_body(call.api, response.error_message)).encode(),
+                body=json.dumps(
+                    _error_body(call.api, response.error_status, response.error_message)
+                ).encode(),
                 record={"faux": note},
             )
         out_chars = len(response.text) + sum(c.chars for c in response.tool_calls)
@@ -282,9 +284,11 @@ class FauxProvider(Provider):
         )
 
 
-def _error_body(api: str, message: str) -> dict[str, Any]:
+def _error_body(api: str, status: int, message: str) -> dict[str, Any]:
     if api == gemini.GEMINI_API:
-        return gemini.error(400, message)
+        # Its code and status name the scripted status, as Google's API does (a 429's
+        # RESOURCE_EXHAUSTED, a 401's UNAUTHENTICATED), not always a 400's.
+        return gemini.error(status, message)
     if api == "anthropic-messages":
         return {"type": "error", "error": {"type": "faux_error", "message": message}}
     return {"error": {"message": message, "type": "faux_error"}}

@@ -13,14 +13,14 @@ import time
 from typing import Any
 
 from harness.agents.context import AgentContext
-from harness.agents.failure import failure_fields, one_line
+from harness.agents.failure import failure_fields, gave_up_on, one_line, recorded_error
 from harness.agents.kinds import HarnessAgent, SandboxAgent
 from harness.errors import AgentRunError, StorageLimitReached
 from harness.records import TrialStatus
 from harness.records.layout import AGENT_EXEC_LOG_FILENAME, MODEL_CALLS_FILENAME
 from harness.trial.settings import STORAGE_FULL_SLACK
 from harness.trial.state import TrialState
-from sandbox.backend import PhaseRequest
+from sandbox.backend import PhaseRequest, PhaseResult
 from sandbox.errors import PostureCheckFailed, SupervisorError
 
 
@@ -98,6 +98,8 @@ class AgentPhase(TrialState):
                 RuntimeError(f"agent was killed by signal {result.signal}"),
                 "execute",
             )
+        elif result.exit_code == 0 and agent.exit_0_after_a_failed_call_fails:
+            self._check_gave_up(agent, result)
         elif result.exit_code not in (0, None):
             explained = agent.explain_failure(sandbox, result)
             stderr = one_line(self._agent_stderr())
@@ -112,6 +114,28 @@ class AgentPhase(TrialState):
                 AgentRunError(explained or f"agent exited with code {result.exit_code}", fields),
                 "execute",
             )
+
+    def _check_gave_up(self, agent: SandboxAgent, result: PhaseResult) -> None:
+        """A CLI that exited 0 after its last model call failed ends ``agent_error``.
+
+        It gave up on the provider's error (nothing the model said came after it), as one
+        that exits non-zero does: the record says so with the same fields, the cause from
+        the gateway's record of that call, the message from the CLI's log if it has one.
+        """
+        assert self.sandbox is not None
+        model_calls = self.evidence / MODEL_CALLS_FILENAME
+        call = gave_up_on(model_calls)
+        if call is None:
+            return
+        recorded = recorded_error(call) or "no answer"
+        status = call.get("status")
+        failed = f"HTTP {status}: {recorded}" if status is not None else recorded
+        explained = agent.explain_failure(self.sandbox, result)
+        message = f"agent exited 0 after its last model call failed ({failed})"
+        if explained:
+            message += f": {explained}"
+        fields = failure_fields(0, explained or failed, model_calls)
+        self.fail(TrialStatus.AGENT_ERROR, AgentRunError(message, fields), "execute")
 
     def _agent_stderr(self) -> str | None:
         """The agent's stderr, as the supervisor kept it (None: absent or unreadable)."""

@@ -1,9 +1,10 @@
 """End-to-end: a failed installed CLI is data: exit code, last error line, typed cause.
 
-The real Claude Code CLI (and Codex, for 401 and 429), installed by the harness, runs
-against faux scripts that make the gateway answer as a provider would when the key is bad
-(401), the context is full (a ``prompt is too long`` 400), the rate limit is hit (429),
-the model refuses (``stop_reason`` ``refusal``), and against the trial's own budget
+The real Claude Code CLI (and Codex, for 401 and 429; aider, which exits 0 after a
+provider's error, and mini-swe-agent, for 401), installed by the harness, runs against
+faux scripts that make the gateway answer as a provider would when the key is bad (401),
+the context is full (a ``prompt is too long`` 400), the rate limit is hit (429), the model
+refuses (``stop_reason`` ``refusal``), and against the trial's own budget
 (``budget.max_calls``), which the gateway enforces. The record's error must carry the
 CLI's exit code, its own last error line and the cause; ``retry.on_causes`` must retry
 exactly the attempts whose cause it names. Judged from the record.
@@ -25,12 +26,27 @@ pytestmark = pytest.mark.root  # the local sandbox's root view binds the CLI's c
 RUN_TIMEOUT = 900.0
 
 
-APIS = {"claude-code": "anthropic-messages", "codex": "openai-responses"}
+APIS = {
+    "claude-code": "anthropic-messages",
+    "codex": "openai-responses",
+    "aider": "openai-chat",
+    "mini-swe-agent": "openai-chat",
+}
+#: The Python agents import litellm: seconds on an idle host, minutes on a loaded one (the
+#: agent's timeout is raised for them; never asserted on).
+SLOW_START = {"aider", "mini-swe-agent"}
 
 
-def _tasks(tmp_path: Path, script: dict[str, Any], api: str = "anthropic-messages") -> Path:
+def _tasks(
+    tmp_path: Path, script: dict[str, Any], api: str = "anthropic-messages", *, slow: bool = False
+) -> Path:
     tasks = tmp_path / "tasks"
     shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
+    if slow:
+        toml = tasks / "hello-file" / "task.toml"
+        text = toml.read_text()
+        assert "[agent]\ntimeout_sec = 60" in text
+        toml.write_text(text.replace("[agent]\ntimeout_sec = 60", "[agent]\ntimeout_sec = 900"))
     (tasks / "script.json").write_text(json.dumps(script))
     (tasks / "models.toml").write_text(
         f'[models."faux/err"]\nscript = "script.json"\napi = "{api}"\n'
@@ -42,7 +58,8 @@ def _run(
     tmp_path: Path, script: dict[str, Any], *sets: str, cli: str = "claude-code"
 ) -> list[dict[str, Any]]:
     out = tmp_path / "runs"
-    args: list[Any] = ["run", _tasks(tmp_path, script, APIS[cli]), "--agent", cli]
+    tasks = _tasks(tmp_path, script, APIS[cli], slow=cli in SLOW_START)
+    args: list[Any] = ["run", tasks, "--agent", cli]
     args += ["--model", "faux/err", "--sandbox", "local", "-o", out]
     for item in sets:
         args += ["--set", item]
@@ -79,11 +96,13 @@ def _agent_error(record: dict[str, Any]) -> dict[str, Any]:
     ("status", "message", "cause", "source"),
     [
         pytest.param(401, "invalid x-api-key", "authentication", "gateway", id="authentication"),
+        # A 400 is any bad request: the provider's own message, as the gateway recorded
+        # it, says the context is full.
         pytest.param(
             400,
             "prompt is too long: 212000 tokens > 200000 maximum",
             "context_window",
-            "log",
+            "gateway",
             id="context_window",
         ),
         pytest.param(
@@ -102,8 +121,8 @@ def test_a_provider_error_is_typed_in_the_record(
     error = _agent_error(record)
     assert error["cause"] == cause, error
     assert error["cause_source"] == source, error
-    if source == "log":
-        assert "too long" in error["last_error"], error
+    if cause == "context_window":
+        assert "too long" in error["last_error"], error  # the CLI's own line, kept
 
 
 @pytest.mark.parametrize(
@@ -119,6 +138,32 @@ def test_codexs_provider_errors_are_typed_in_the_record(
     [record] = _run(tmp_path, _errors(status, message), "retry.max_retries=0", cli="codex")
     error = _agent_error(record)
     assert error["cause"] == cause and error["cause_source"] == "gateway", error
+
+
+@pytest.mark.parametrize(
+    ("cli", "exit_code", "own_words"),
+    [
+        # aider prints the provider's error and ends its one-message run with status 0:
+        # the gateway's record of its last call (failed: nothing the model said came
+        # after it) makes the trial an agent_error like any other.
+        pytest.param("aider", 0, "AuthenticationError", id="aider-exits-0"),
+        pytest.param("mini-swe-agent", 1, "AuthenticationError", id="mini-swe-agent"),
+    ],
+)
+def test_the_python_agents_provider_errors_are_typed_in_the_record(
+    tmp_path: Path, cli: str, exit_code: int, own_words: str
+) -> None:
+    script = _errors(401, "Incorrect API key provided", times=3)
+    [record] = _run(tmp_path, script, "retry.max_retries=0", cli=cli)
+    assert record["status"] == "agent_error", record["errors"]
+    assert record["reward"] == 0  # graded on what it left, as any agent_error
+    [error] = record["errors"]
+    assert error["type"] == "AgentRunError" and error["exit_code"] == exit_code, error
+    assert error["cause"] == "authentication" and error["cause_source"] == "gateway", error
+    if exit_code == 0:
+        assert "exited 0 after its last model call failed (HTTP 401" in error["message"], error
+    # The CLI's own words, from its converted log's end.
+    assert own_words in error["last_error"], error
 
 
 def test_a_refusal_is_typed_in_the_record(tmp_path: Path) -> None:

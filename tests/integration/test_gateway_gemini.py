@@ -225,6 +225,32 @@ def test_faux_streams_as_sse_and_as_a_json_array(tmp_path: Path) -> None:
     assert recorded[1]["usage"]["estimated"] is True
 
 
+def test_a_scripted_error_is_a_gemini_error_of_its_status(tmp_path: Path) -> None:
+    # Google's API names the status in the body too (a 429 RESOURCE_EXHAUSTED): a CLI's
+    # message, and the cause read from it, follow the scripted status, not a fixed 400.
+    spec = faux(
+        tmp_path,
+        [
+            {"error": {"status": 429, "message": "Quota exceeded"}},
+            {"error": {"status": 401, "message": "API key not valid"}},
+        ],
+    )
+    gw, access, records = open_gateway(tmp_path, spec)
+    try:
+        with client(access, {"x-goog-api-key": access.token}) as c:
+            body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+            limited, refused = c.post(GEN, json=body), c.post(GEN, json=body)
+    finally:
+        gw.close()
+    assert limited.status_code == 429
+    assert limited.json() == {
+        "error": {"code": 429, "message": "Quota exceeded", "status": "RESOURCE_EXHAUSTED"}
+    }
+    assert refused.status_code == 401
+    assert refused.json()["error"]["status"] == "UNAUTHENTICATED"
+    assert [line["outcome"] for line in lines(records)] == ["upstream_error"] * 2
+
+
 def test_count_tokens_and_models_are_answered_and_other_paths_refused(tmp_path: Path) -> None:
     spec = faux(tmp_path, [{"text": "never used"}])
     gw, access, records = open_gateway(tmp_path, spec)

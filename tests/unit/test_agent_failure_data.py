@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from harness.agents.failure import classify, failure_fields, one_line
+from harness.agents.failure import (
+    classify,
+    failure_fields,
+    gave_up_on,
+    last_model_call,
+    one_line,
+    recorded_error,
+)
+from harness.agents.installed.aider import convert_chat_history
 from harness.config import RetryConfig
 from harness.errors import AGENT_ERROR_CAUSES
 from harness.records import Usage
@@ -71,8 +79,10 @@ def test_a_last_call_that_succeeded_leaves_the_cause_to_the_log() -> None:
 def test_failure_fields_read_the_gateways_record(tmp_path: Path) -> None:
     calls = tmp_path / "model_calls.jsonl"
     lines = [
-        {"seq": 1, "status": 200, "outcome": "ok"},
-        {"seq": 2, "status": 429, "outcome": "budget"},
+        {"seq": 1, "api": "anthropic-messages", "status": 200, "outcome": "ok"},
+        {"seq": 2, "api": "anthropic-messages", "status": 429, "outcome": "budget"},
+        # A side request after it (no model API) says nothing of how the model answered.
+        {"seq": 3, "api": None, "path": "/v1/models", "status": 200, "outcome": "ok"},
     ]
     calls.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"torn')
     fields = failure_fields(1, "first line\n\nError: out of calls\n", calls)
@@ -87,6 +97,95 @@ def test_failure_fields_read_the_gateways_record(tmp_path: Path) -> None:
         "last_error": None,
         "cause": "unknown",
     }
+
+
+def _calls(tmp_path: Path, *lines: dict[str, object]) -> Path:
+    calls = tmp_path / "model_calls.jsonl"
+    calls.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return calls
+
+
+# What aider 0.86.2 wrote, and the gateway recorded, when the faux model answered its only
+# call 401: aider printed the error and exited 0 (its chat history's end, abridged).
+AIDER_401_CHAT = """\
+
+# aider chat started at 2026-12-05 02:10:11
+
+> Aider v0.86.2<br>
+> Model: openai/err with whole edit format<br>
+
+#### Create a file named `hello.txt`<br>
+> litellm.AuthenticationError: AuthenticationError: OpenAIException - Incorrect API key provided<br>
+> The API provider is not able to authenticate you. Check your API key.<br>
+""".replace("<br>", "  ")
+AIDER_401_CALL = {
+    "seq": 1, "method": "POST", "path": "/v1/chat/completions", "api": "openai-chat",
+    "provider": "faux", "status": 401, "outcome": "upstream_error", "reason": None,
+    "response": {"error": {"message": "Incorrect API key provided", "type": "faux_error"}},
+    "faux": {"turn": 1},
+}  # fmt: skip
+
+
+def test_a_cli_that_exited_0_after_a_provider_error_gets_the_gateways_cause(
+    tmp_path: Path,
+) -> None:
+    calls = _calls(tmp_path, AIDER_401_CALL)
+    call = gave_up_on(calls)
+    assert call is not None and recorded_error(call) == "Incorrect API key provided"
+    [end] = [line for line in convert_chat_history(AIDER_401_CHAT.splitlines(), model=None)
+             if line["type"] == "end"]  # fmt: skip
+    assert end["ok"] is False and "AuthenticationError" in end["error"]
+    assert failure_fields(0, end["error"], calls) == {
+        "exit_code": 0,
+        "last_error": end["error"],
+        "cause": "authentication",
+        "cause_source": "gateway",
+    }
+
+
+@pytest.mark.parametrize(
+    ("last", "failed"),
+    [
+        ({"status": 200, "outcome": "ok"}, False),
+        # The gateway refused it (a host, a path, a bad token): no provider error.
+        ({"status": 403, "outcome": "refused"}, False),
+        ({"status": 429, "outcome": "upstream_error"}, True),
+        ({"status": 502, "outcome": "error", "reason": "connection refused"}, True),
+        ({"status": 429, "outcome": "budget"}, True),
+        ({"status": 200, "outcome": "budget", "reason": "stream cut"}, True),
+    ],
+)
+def test_only_a_failed_last_model_call_is_given_up_on(
+    tmp_path: Path, last: dict[str, object], failed: bool
+) -> None:
+    ok = {"api": "openai-chat", "status": 200, "outcome": "ok"}
+    side = {"api": None, "path": "/v1/models", "status": 200, "outcome": "ok"}
+    calls = _calls(tmp_path, ok, {"api": "openai-chat", **last}, side)
+    assert last_model_call(calls) == {"api": "openai-chat", **last}
+    assert (gave_up_on(calls) is not None) is failed
+
+
+def test_the_providers_recorded_words_give_the_cause_when_its_status_does_not() -> None:
+    # A 400 is any bad request; the provider's message (as the gateway recorded it, in
+    # each API's shape) says the context is full, whatever the CLI made of it.
+    for response in (
+        {"type": "error", "error": {"type": "invalid_request_error",
+                                    "message": "prompt is too long: 212000 tokens > 200000"}},
+        {"error": {"message": "Your input exceeds what it takes",
+                   "code": "context_length_exceeded"}},
+        {"error": {"code": 400, "message": "The input token count (1200000) exceeds the "
+                   "maximum number of tokens allowed (1048576).", "status": "INVALID_ARGUMENT"}},
+    ):  # fmt: skip
+        call = {"api": "x", "status": 400, "outcome": "upstream_error", "response": response}
+        assert classify(["Bad request"], call) == ("context_window", "gateway"), response
+    # Gemini's 429 names its status RESOURCE_EXHAUSTED; an overloaded 529 is a rate limit.
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    call = {"api": "x", "status": 529, "outcome": "upstream_error", "response": overloaded}
+    assert classify(["boom"], call) == ("rate_limit", "gateway")
+    # The gateway's own reasons are not the provider's words ("connection refused").
+    unreachable = {"api": "x", "status": 502, "outcome": "error", "reason": "connection refused"}
+    assert classify(["boom"], unreachable) == ("unknown", None)
+    assert recorded_error(unreachable) == "connection refused"
 
 
 def test_a_huge_last_error_is_capped_to_one_line() -> None:

@@ -77,6 +77,7 @@ class InstalledAgent(SandboxAgent):
     """
 
     model_use = "required"
+    exit_0_after_a_failed_call_fails: ClassVar[bool] = True
     #: The pinned version installed when ``agent.version`` is not given.
     default_version: ClassVar[str] = ""
     #: The API the CLI speaks to the gateway.
