@@ -41,9 +41,13 @@ AGENT_TIMEOUT_SEC = 900
 __all__ = ["listener"]  # the fixture, from tests/support/installed_agents.py
 
 
-def _task_set(tmp_path: Path, script: dict[str, Any], api: str) -> Path:
+def _task_set(
+    tmp_path: Path, script: dict[str, Any], api: str, *, instruction: str | None = None
+) -> Path:
     """The CLI tests' hello-file copy, with room for the interpreter's start."""
-    return task_set(tmp_path, script, api, agent_timeout_sec=AGENT_TIMEOUT_SEC)
+    return task_set(
+        tmp_path, script, api, agent_timeout_sec=AGENT_TIMEOUT_SEC, instruction=instruction
+    )
 
 
 def _whole(path: str, content: str) -> dict[str, Any]:
@@ -106,12 +110,17 @@ def test_aider_solves_the_task_through_the_gateway(
 @pytest.mark.parametrize("backend", RUNC_PARAMS)
 def test_aider_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
-    tasks = _task_set(tmp_path, {"responses": [{"text": "I will not do anything."}]}, "openai-chat")
+    # An instruction that starts with "!" is aider's shell command, one with "/" its
+    # in-chat command: it must reach the model as the prompt (told once), and nothing run.
+    instruction = "!touch hello.txt\n"
+    script = {"responses": [{"text": "I will not do anything."}]}
+    tasks = _task_set(tmp_path, script, "openai-chat", instruction=instruction)
     run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
     [record] = read_run_dir(run_dir).records
     assert record["status"] == "completed", record["errors"]
     assert record["reward"] == 0
     evidence = read_run_dir(run_dir).evidence(record)
+    assert_told_once(record, evidence)
     transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
     assert [e for e in transcript if e["type"] == "tool_call"] == []
     assert any(

@@ -105,6 +105,7 @@ def task_set(
     *,
     memory_mb: int | None = None,
     agent_timeout_sec: int | None = None,
+    instruction: str | None = None,
 ) -> Path:
     """A copy of examples/tasks/hello-file whose model :data:`FAUX_MODEL` replays ``script``.
 
@@ -115,6 +116,7 @@ def task_set(
         memory_mb: The task's memory instead of the example's 512 MB (Node or Bun CLIs).
         agent_timeout_sec: The agent's timeout instead of the example's 60 s (CLIs that
             start slowly on a loaded machine; never asserted on).
+        instruction: The task's instruction instead of the example's.
     """
     tasks = tmp_path / "tasks"
     shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
@@ -129,6 +131,8 @@ def task_set(
             "[agent]\ntimeout_sec = 60", f"[agent]\ntimeout_sec = {agent_timeout_sec}"
         )
     toml.write_text(text)
+    if instruction is not None:
+        (tasks / "hello-file" / "instruction.md").write_text(instruction)
     (tasks / "script.json").write_text(json.dumps(script))
     (tasks / "models.toml").write_text(
         f'[models."{FAUX_MODEL}"]\nscript = "script.json"\napi = "{api}"\n'

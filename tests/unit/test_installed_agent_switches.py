@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from harness.agents.installed import python_agent
-from harness.agents.installed.aider import Aider
+from harness.agents.installed.aider import Aider, as_message
 from harness.agents.installed.base import InstalledAgent
 from harness.agents.installed.cache import AgentCache, CacheEntry, InstallSpec
 from harness.agents.installed.claude_code import ClaudeCode
@@ -238,6 +238,15 @@ def check_aider(cli: Handed) -> None:
     env_file = cli.file(option(cli.argv, "--env-file"))
     assert [line for line in env_file.splitlines() if not line.startswith("#")] == []
     assert "--message" in cli.argv  # one message, then it exits
+    assert option(cli.argv, "--message") == load_task(EXAMPLES / "hello-file").instruction
+
+
+@pytest.mark.parametrize("instruction", ["/app/main.py crashes: fix it", "!true", "/run ls"])
+def test_an_instruction_aider_would_run_as_a_command_is_its_prompt(instruction: str) -> None:
+    # aider runs a message starting with "/" as its in-chat command, "!" as a shell command.
+    message = as_message(instruction)
+    assert message[0] not in "/!" and message.strip() == instruction
+    assert as_message("Create hello.txt") == "Create hello.txt"  # others are left as they are
 
 
 @dataclass(frozen=True)

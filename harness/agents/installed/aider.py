@@ -1,16 +1,19 @@
 """``aider`` (PyPI ``aider-chat``), through the gateway with litellm.
 
 It runs on the harness's own Python (:mod:`.python_runtime`), never the image's:
-``python -I -m aider --message INSTRUCTION --model PROVIDER/MODEL ...``. The gateway is its
-model's API base: litellm, which aider calls, reads ``OPENAI_BASE_URL`` /
+``python -I -m aider --message INSTRUCTION --model PROVIDER/MODEL ...`` (an instruction
+that starts with ``/`` or ``!`` is given a leading space: aider would run it as a command).
+The gateway is its model's API base: litellm, which aider calls, reads ``OPENAI_BASE_URL`` /
 ``ANTHROPIC_BASE_URL`` (the gateway's loopback address, known only inside the sandbox)
 and the trial token as ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` from the environment,
 never from the command line. Every question is answered yes
 (``--yes-always``), except running shell commands, which aider asks explicitly and so
 never does; no git (``--no-git``: nothing to commit), no analytics, no update or model
-warnings check, no browser, no URL detection, plain output. Its config comes only from the
+warnings check, no browser, no URL detection, plain output. Its config comes from the
 harness's file in the trial's HOME (``--config``, ``--env-file``): a workspace's
-``.aider.conf.yml`` or ``.env`` does not reconfigure it. Its chat history (markdown) and
+``.aider.conf.yml`` or ``.env`` does not reconfigure it. aider's ``AIDER_*`` variables
+outrank a config file, so the task's own (its image's ``ENV``, ``[environment].env``) do:
+the task's author's choice, never the agent's. Its chat history (markdown) and
 LLM history are kept under ``agent-logs/aider/``; the chat history is converted into
 ``session.jsonl``, each applied edit a tool call ``edit`` with the file's path.
 """
@@ -95,7 +98,7 @@ class Aider(PythonInstalledAgent):
             "--input-history-file",
             f"{logs}/input-history",
             "--message",
-            task.instruction,
+            as_message(task.instruction),
         ]
 
     def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
@@ -108,6 +111,17 @@ class Aider(PythonInstalledAgent):
 
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
         return convert_chat_history(log, model=self.model_id)
+
+
+def as_message(instruction: str) -> str:
+    """The instruction as aider's ``--message``: a prompt, never one of its commands.
+
+    aider runs a message that starts with ``/`` as its in-chat command (``/run CMD``, or
+    "Invalid command" for ``/app/x.py is broken``) and one that starts with ``!`` as a shell
+    command: the model would never see it. A leading space makes it a prompt (aider tests
+    only the first character), and reads the same to the model.
+    """
+    return " " + instruction if instruction[:1] in ("/", "!") else instruction
 
 
 def convert_chat_history(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:
@@ -199,4 +213,4 @@ def _whole_file(reply: str, path: str) -> str | None:
     return match.group(1) if match else None
 
 
-__all__ = ["PACKAGE", "Aider", "convert_chat_history"]
+__all__ = ["PACKAGE", "Aider", "as_message", "convert_chat_history"]
