@@ -7,12 +7,18 @@ format (the file's path on a line, then its whole new content in a fence) throug
 chat completions, and aider applies the edit. Judged from outside: the record, the
 evidence, the ATIF export, every file of the run dir, and a host listener the sandbox
 must not reach.
+
+aider never runs a command its model suggests (it asks explicitly, and is told no), so the
+probe from inside the trial is its own test command: the task's ``[environment].env`` sets
+``AIDER_AUTO_TEST`` and ``AIDER_TEST_CMD`` (aider's variables outrank its config file), and
+aider runs the probe after it applied the edit, as the agent, from the workspace.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +32,7 @@ from support.installed_agents import (
     files_holding,
     listed_with_version,
     listener,
+    probe_command,
     run_agent,
     task_set,
 )
@@ -42,12 +49,30 @@ __all__ = ["listener"]  # the fixture, from tests/support/installed_agents.py
 
 
 def _task_set(
-    tmp_path: Path, script: dict[str, Any], api: str, *, instruction: str | None = None
+    tmp_path: Path,
+    script: dict[str, Any],
+    api: str,
+    *,
+    env: dict[str, str] | None = None,
+    instruction: str | None = None,
 ) -> Path:
     """The CLI tests' hello-file copy, with room for the interpreter's start."""
     return task_set(
-        tmp_path, script, api, agent_timeout_sec=AGENT_TIMEOUT_SEC, instruction=instruction
+        tmp_path,
+        script,
+        api,
+        agent_timeout_sec=AGENT_TIMEOUT_SEC,
+        env=env,
+        instruction=instruction,
     )
+
+
+def _probe_after_edits(port: int) -> dict[str, str]:
+    """aider's variables that have it run the probe (in bash: /dev/tcp) after its edits."""
+    return {
+        "AIDER_AUTO_TEST": "true",
+        "AIDER_TEST_CMD": f"bash -c {shlex.quote(probe_command(port))}",
+    }
 
 
 def _whole(path: str, content: str) -> dict[str, Any]:
@@ -61,7 +86,7 @@ def test_aider_solves_the_task_through_the_gateway(
 ) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [_whole("hello.txt", "Hello, world!\n")]}
-    tasks = _task_set(tmp_path, script, "openai-chat")
+    tasks = _task_set(tmp_path, script, "openai-chat", env=_probe_after_edits(listener.port))
     run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
     run = read_run_dir(run_dir)
     [record] = run.records
@@ -101,9 +126,17 @@ def test_aider_solves_the_task_through_the_gateway(
     assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
         ("POST", "/v1/chat/completions", 200)
     }
+    # From inside, as the agent: the host listener and the internet are out of reach, and
+    # the CLI's cache entry cannot be written (the probe ran: its findings are there).
+    # Whole lines: the probe's own command is in the environment it dumps (AIDER_TEST_CMD).
+    probe = (evidence / "workspace" / "probe.txt").read_text().splitlines()
+    assert probe[:2] == ["HOST-CLOSED", "NET-CLOSED"], probe
+    assert any(line.startswith("OPENAI_BASE_URL=http://127.0.0.1:") for line in probe), probe
     assert listener.accepted == 0
+    assert "CACHE-WRITTEN" not in probe
     cache = Path(agent["install"]["path"])
     assert (cache / "manifest.json").is_file()
+    assert not (cache / "planted").exists()
     assert files_holding(run_dir, canary.encode()) == []
 
 

@@ -105,6 +105,7 @@ def task_set(
     *,
     memory_mb: int | None = None,
     agent_timeout_sec: int | None = None,
+    env: dict[str, str] | None = None,
     instruction: str | None = None,
 ) -> Path:
     """A copy of examples/tasks/hello-file whose model :data:`FAUX_MODEL` replays ``script``.
@@ -116,6 +117,7 @@ def task_set(
         memory_mb: The task's memory instead of the example's 512 MB (Node or Bun CLIs).
         agent_timeout_sec: The agent's timeout instead of the example's 60 s (CLIs that
             start slowly on a loaded machine; never asserted on).
+        env: The task's ``[environment].env``: variables of every phase, the agent's too.
         instruction: The task's instruction instead of the example's.
     """
     tasks = tmp_path / "tasks"
@@ -130,6 +132,10 @@ def task_set(
         text = text.replace(
             "[agent]\ntimeout_sec = 60", f"[agent]\ntimeout_sec = {agent_timeout_sec}"
         )
+    if env is not None:
+        assert "[environment]\n" in text
+        table = ", ".join(f"{name} = {json.dumps(value)}" for name, value in env.items())
+        text = text.replace("[environment]\n", f"[environment]\nenv = {{ {table} }}\n")
     toml.write_text(text)
     if instruction is not None:
         (tasks / "hello-file" / "instruction.md").write_text(instruction)
