@@ -76,6 +76,11 @@ NOT_A_BOUNDARY = (
     "the local sandbox is not running as root, so it cannot drop privileges: it is NOT a "
     "security boundary (run as root, or use --sandbox docker, for untrusted agents)"
 )
+#: What to do when an agent's CLI must be shown from the host (an installed agent) and
+#: the harness is not root: the local sandbox shows host dirs only in its root view.
+AGENT_MOUNTS_NEED_ROOT = (
+    "Run the harness as root (sudo -E .venv/bin/harness run ...), or use --sandbox docker"
+)
 #: The network modes a local phase can get: its own network namespace, with loopback and
 #: the model gateway's forwarder. The host's network namespace is never shared with a phase
 #: (its listeners on 127.0.0.1 would be the agent's), and no egress filter runs here.
@@ -448,9 +453,11 @@ class LocalSandbox(Sandbox):
         if is_root() and is_root_user(self.spec.verifier_user):
             raise PermanentStartError(ROOT_VERIFIER_REFUSED)
         if self.spec.agent_mounts and not is_root():
+            # The run refuses this before any trial (LocalBackend.mount_problem); here for
+            # a sandbox made another way (a Ray worker that is not root, a library caller).
             raise PermanentStartError(
                 "an installed agent CLI needs the local sandbox to run as root (its root "
-                "view shows the CLI read-only); run as root, or use --sandbox docker"
+                f"view shows the CLI read-only). {AGENT_MOUNTS_NEED_ROOT}"
             )
         if self.spec.os != "linux":
             raise PermanentStartError(

@@ -118,6 +118,14 @@ class Agent(ABC):
         """Host dirs the sandbox shows the agent read-only: in-sandbox path -> host dir."""
         return {}
 
+    def mount_points(self) -> tuple[str, ...]:
+        """The in-sandbox paths of :meth:`sandbox_mounts`, known without fetching anything.
+
+        Asked before the run, so that a backend that cannot show host dirs refuses it
+        before anything is fetched (:meth:`~harness.backends.SandboxBackend.mount_problem`).
+        """
+        return tuple(self.sandbox_mounts())
+
     def collect(self, sandbox: Sandbox | None, evidence: Path) -> None:  # noqa: B027
         """Turn the agent's own logs into evidence (a cleanup step, after the grade)."""
 

@@ -64,6 +64,16 @@ class SandboxBackend(ABC):
     def make_sandbox(self, spec: SandboxSpec) -> Sandbox:
         """A new, not yet started sandbox for one trial."""
 
+    @classmethod
+    def mount_problem(cls, mount_points: Sequence[str]) -> str | None:
+        """Why no sandbox here can show an agent host dirs at ``mount_points`` (None: it can).
+
+        Asked before the backend is opened and before the agent's CLI is fetched (an
+        installed agent's cache entry, :meth:`~harness.agents.Agent.mount_points`): a
+        sandbox that cannot would refuse to start for every trial. Default: None.
+        """
+        return None
+
     def capacity(self) -> Capacity | None:
         """The most one trial can be given (None: the backend enforces no CPU or memory)."""
         return None

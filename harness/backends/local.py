@@ -31,9 +31,7 @@ from harness.tasks import Task
 from sandbox.backend import Capacity, SandboxSpec
 from sandbox.cgroups import Support, probe, sweep
 from sandbox.local import (
-    NETWORK_MODES as LOCAL_NETWORK_MODES,
-)
-from sandbox.local import (
+    AGENT_MOUNTS_NEED_ROOT,
     NOT_A_BOUNDARY,
     ROOT_VERIFIER_REFUSED,
     IdentityPool,
@@ -42,6 +40,9 @@ from sandbox.local import (
     is_root,
     is_root_user,
     layout_trial_fs,
+)
+from sandbox.local import (
+    NETWORK_MODES as LOCAL_NETWORK_MODES,
 )
 from sandbox.storage import StorageBudget
 from sandbox.storage_pool import StoragePool
@@ -89,6 +90,17 @@ class LocalBackend(SandboxBackend):
         self._closed = False
         if not is_root():
             self.warnings.append(NOT_A_BOUNDARY)
+
+    @classmethod
+    def mount_problem(cls, mount_points: Sequence[str]) -> str | None:
+        """Host dirs are shown only in a root view, which only a root harness makes."""
+        if not mount_points or is_root():
+            return None
+        return (
+            f"it runs from a host dir shown read-only in the sandbox ({', '.join(mount_points)}), "
+            "which the local sandbox can do only in the root view it makes when the harness "
+            f"runs as root, and this one runs as uid {os.geteuid()}. {AGENT_MOUNTS_NEED_ROOT}"
+        )
 
     def capacity(self) -> Capacity:
         """The host's CPUs (those this process may run on) and memory (``MemTotal``).

@@ -22,7 +22,7 @@ from harness._version import __version__
 from harness.agents.kinds import Agent
 from harness.agents.registry import build_agent
 from harness.backends.base import SandboxBackend
-from harness.backends.registry import open_backend
+from harness.backends.registry import SANDBOXES, open_backend
 from harness.config import RunConfig
 from harness.datasets import DatasetsLock, Resolved, materialize, read_lock, resolve
 from harness.datasets.lock import lock_path
@@ -119,6 +119,28 @@ def versions(config: RunConfig) -> dict[str, str]:
     }
 
 
+def _refuse_mounts(config: RunConfig, agents: Sequence[Agent]) -> None:
+    """Refuse an agent whose host dirs the run's backend cannot show, before any fetch.
+
+    An installed agent's CLI is shown from the host (its cache entry); a backend that
+    cannot (the local sandbox of a harness that is not root) would fail every trial at
+    its start. Checked only where trials run in this process (the local executor): a
+    worker node's sandbox checks its own privileges when it starts.
+
+    Raises:
+        UsageError: One line: the agent, why, and what to do.
+    """
+    if config.executor.name != "local":
+        return
+    backend = SANDBOXES.get(config.sandbox.backend)
+    for agent in agents:
+        problem = backend.mount_problem(agent.mount_points())
+        if problem is not None:
+            raise UsageError(
+                f"agent {agent.name} cannot run in the {config.sandbox.backend} sandbox: {problem}"
+            )
+
+
 def _check_agent(agent: Agent, tasks: list[Task]) -> None:
     """Only the tasks that will run must suit the agent; every problem is listed."""
     problems = []
@@ -213,6 +235,7 @@ def prepare_run(
     if not is_single(config):
         refuse_executor(config)
         env, role_agents = prepare_env(config)
+    _refuse_mounts(config, role_agents)
     credentials = credentials if credentials is not None else CredentialStore()
     environ = os.environ if environ is None else environ
     tasks = resolve_tasks_env(tasks, environ, credentials, allowed=config.tasks.env_allow)

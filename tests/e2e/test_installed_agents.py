@@ -12,14 +12,20 @@ host listener the sandbox must not reach.
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, read_run_dir, run_cli
+from conftest import EXAMPLES, REPO, read_run_dir, run_cli
+from support.docker import prerequisite_missing
 from support.installed_agents import (
     BACKEND_PARAMS,
     HostListener,
@@ -241,6 +247,58 @@ def test_a_cli_whose_registry_is_unreachable_fails_before_any_trial(
     assert len([line for line in errors if f"cannot install agent {cli}" in line]) == 1, errors
     assert "registry is reachable" in result.stderr, result.stderr
     assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+
+
+#: The uid and gid a run that is not root is made with (``nobody``, ``nogroup``).
+NOBODY = 65534
+
+
+@pytest.mark.root  # to become nobody
+def test_a_local_run_that_is_not_root_is_refused_before_the_cli_is_fetched() -> None:
+    """The README's ``harness run tasks/ --agent claude-code`` on the local sandbox, not root.
+
+    Its sandbox shows the CLI only in a root view, so every trial would fail as it starts:
+    the run is refused once, before anything is fetched or written, saying what to do.
+    """
+    # Not tmp_path: its parents are private to root, and nobody must write here.
+    home = Path(tempfile.mkdtemp(prefix="harness-not-root-"))
+    try:
+        os.chown(home, NOBODY, NOBODY)
+        become = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "HARNESS_AGENT_CACHE": str(home / "cache"),
+            "HARNESS_PROVIDER": "",
+            "HARNESS_MODEL": "",
+            "COLUMNS": "200",
+            "NO_COLOR": "1",
+        }
+
+        def harness(*args: str) -> subprocess.CompletedProcess[str]:
+            argv = [*become, sys.executable, "-m", "harness", *args]
+            return subprocess.run(
+                argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+            )
+
+        if harness("--version").returncode != 0:
+            prerequisite_missing(f"uid {NOBODY} cannot run this checkout's harness")
+        tasks = task_set(home, {"responses": [{"text": "x"}]}, "anthropic-messages")
+        out = home / "runs"
+        result = harness(
+            "run", str(tasks), "--agent", "claude-code", "--model", "faux/cli-script",
+            "--sandbox", "local", "-o", str(out),
+        )  # fmt: skip
+        assert result.returncode == 2, result
+        errors = [line for line in result.stderr.splitlines() if line.strip()]
+        refused = [line for line in errors if "cannot run in the local sandbox" in line]
+        assert len(refused) == 1, errors
+        assert "agent claude-code" in refused[0] and f"uid {NOBODY}" in refused[0], refused
+        assert "as root" in refused[0] and "--sandbox docker" in refused[0], refused
+        assert not out.exists()
+        assert not (home / "cache").exists()  # refused before the CLI was fetched
+    finally:
+        shutil.rmtree(home)
 
 
 def test_the_installed_agents_are_listed_with_their_versions() -> None:

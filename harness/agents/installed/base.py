@@ -212,6 +212,10 @@ class InstalledAgent(SandboxAgent):
         """The cache entry, shown read-only at :data:`INSTALL_MOUNT` (installed if needed)."""
         return {INSTALL_MOUNT: self.install().path}
 
+    def mount_points(self) -> tuple[str, ...]:
+        """:data:`INSTALL_MOUNT`, without installing anything."""
+        return (INSTALL_MOUNT,)
+
     def __getstate__(self) -> dict[str, Any]:
         # A copy sent to another node (a Ray worker) uses that node's own cache.
         state = dict(self.__dict__)
