@@ -136,6 +136,13 @@ class Agent(ABC):
         """Agent facts for the trial record."""
         return {"name": self.name}
 
+    def expect_install(self, planned: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+        """Run only from an install like ``planned`` (the driver's copy's ``install`` facts).
+
+        Called on another node (a Ray worker) before its trial, with what the run's own
+        copy of the agent described after its check (:meth:`describe`). Default: nothing.
+        """
+
 
 class SandboxAgent(Agent):
     """An agent run as a command inside the sandbox, as the agent user (untrusted)."""

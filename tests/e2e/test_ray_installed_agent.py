@@ -6,7 +6,8 @@ node only). The driver's cache holds an intact Claude Code entry; the worker's h
 same entry with one file tampered with, as a node's disk might. The trial must run on the
 worker from the worker's own cache, which the worker checks against its manifest, finds
 damaged, and fetches again (from npm, on that node) — never the driver's path, never the
-damaged file. Judged from outside: the record, both cache dirs.
+damaged file — and whose files must be those the driver planned with (the same ``tree``).
+Judged from outside: the record, both cache dirs.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, read_run_dir, start_cli
+from conftest import EXAMPLES, CliResult, read_run_dir, start_cli
 from support.ray_cluster import RayCluster
 
-from harness.agents.installed.cache import AgentCache, scan_tree
+from harness.agents.installed.cache import AgentCache, scan_tree, write_manifest
 from harness.agents.installed.claude_code import ClaudeCode
 
 #: One Ray cluster at a time on the machine's loopback addresses (tests/conftest.py).
@@ -70,10 +71,8 @@ def cluster(caches: tuple[Path, Path, Path]) -> Iterator[RayCluster]:
         ray_cluster.stop()
 
 
-def test_the_worker_runs_claude_code_from_its_own_checked_cache(
-    cluster: RayCluster, caches: tuple[Path, Path, Path], tmp_path: Path
-) -> None:
-    driver_cache, worker_cache, key = caches
+def _run(cluster: RayCluster, driver_cache: Path, tmp_path: Path) -> tuple[CliResult, Path]:
+    """hello-file solved by Claude Code on the cluster; the result and the run dir."""
     tasks = tmp_path / "tasks"
     shutil.copytree(EXAMPLES / "hello-file", tasks / "hello-file")
     script = {
@@ -109,8 +108,18 @@ def test_the_worker_runs_claude_code_from_its_own_checked_cache(
         },
     )  # fmt: skip
     result = running.wait(900)
+    run_dir = out / "ray-cc"
+    assert not any(canary.encode() in p.read_bytes() for p in run_dir.rglob("*") if p.is_file())
+    return result, run_dir
+
+
+def test_the_worker_runs_claude_code_from_its_own_checked_cache(
+    cluster: RayCluster, caches: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    driver_cache, worker_cache, key = caches
+    result, run_dir = _run(cluster, driver_cache, tmp_path)
     assert result.code == 0, result
-    [record] = read_run_dir(out / "ray-cc").records
+    [record] = read_run_dir(run_dir).records
     assert record["status"] == "completed" and record["reward"] == 1, record["errors"]
     assert record["sandbox"]["node"] == WORKER_IP
     install = record["agent"]["install"]
@@ -121,12 +130,44 @@ def test_the_worker_runs_claude_code_from_its_own_checked_cache(
     assert json.loads((fetched / "npm" / TAMPERED).read_text()) != {"tampered": True}
     manifest = json.loads((fetched / "manifest.json").read_text())
     assert scan_tree(fetched) == manifest["files"] and install["tree"] == manifest["tree"]
+    # And it holds the files the driver planned with (the same tree).
+    planned = json.loads((driver_cache / key / "manifest.json").read_text())["tree"]
+    assert install["tree"] == planned, (install, planned)
     # The driver's entry was checked on the driver, before any trial, and left as it was.
     assert (
         scan_tree(driver_cache / key)
         == json.loads((driver_cache / key / "manifest.json").read_text())["files"]
     )
-    assert not any(
-        canary.encode() in p.read_bytes() for p in (out / "ray-cc").rglob("*") if p.is_file()
-    )
     assert os.stat(fetched).st_uid == 0
+
+
+def test_a_worker_whose_entry_holds_other_files_is_refused(
+    cluster: RayCluster, caches: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """An intact entry (its manifest matches) with other files under the same key.
+
+    As a worker's own fetch would hold had npm resolved another dependency tree: the
+    trial does not run it, and says why and what to do, once (a retry cannot help).
+    """
+    driver_cache, worker_cache, key = caches
+    entry = worker_cache / key
+    shutil.rmtree(entry, ignore_errors=True)
+    _copy_entry(driver_cache / key, worker_cache)
+    other = entry / "npm" / TAMPERED
+    other.chmod(0o644)
+    other.write_text(other.read_text() + "\n")  # another build's package.json
+    spec = ClaudeCode().install_spec()
+    tree = write_manifest(entry, spec)
+    planned = json.loads((driver_cache / key / "manifest.json").read_text())["tree"]
+    assert AgentCache(worker_cache).ensure(spec).tree == tree != planned  # intact, other
+
+    result, run_dir = _run(cluster, driver_cache, tmp_path)
+    assert result.code == 1, result
+    [record] = read_run_dir(run_dir).records
+    assert record["status"] == "environment_error" and record["attempt"] == 1, record
+    [error] = record["errors"]
+    assert error["type"] == "EntryMismatch" and error["retryable"] is False, error
+    assert tree in error["message"] and planned in error["message"], error
+    assert "replace" in error["message"] and "--resume" in error["message"], error
+    assert not (run_dir / "trials").exists() or not list(run_dir.rglob("agent.log"))
+    shutil.rmtree(entry)  # the next test fetches it again

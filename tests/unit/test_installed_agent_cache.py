@@ -11,20 +11,26 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import stat
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from harness.agents.installed.base import InstalledAgent
 from harness.agents.installed.cache import (
     CACHE_ENV,
     NODE_FROM_PYPI_ENV,
     AgentCache,
+    EntryMismatch,
     InstallError,
     InstallSpec,
     Platform,
     cache_root,
     pip_platform_args,
+    write_manifest,
 )
 from harness.agents.installed.claude_code import ClaudeCode, convert_stream_json
 from harness.agents.installed.codex import Codex, convert_exec_json
@@ -32,6 +38,8 @@ from harness.config import AgentConfig
 from harness.errors import AgentConfigError
 from harness.models.catalog import ModelSpec
 from harness.plugins import AGENTS, build_agent
+from harness.tasks import Task
+from sandbox.backend import Sandbox
 
 TINY = InstallSpec(agent="tiny", version="7.0.0", npm=("is-number@7.0.0",))
 
@@ -292,6 +300,60 @@ def test_a_copy_for_another_node_uses_that_nodes_cache(tmp_path: Path) -> None:
     agent.entry = AgentCache(tmp_path / "driver").ensure(TINY)  # as check() leaves it
     copy = pickle.loads(pickle.dumps(agent))
     assert agent.entry is not None and copy.entry is None and copy.version == agent.version
+
+
+class Tiny(InstalledAgent):
+    """An installed agent whose entry is :data:`TINY` (``is-number`` from npm)."""
+
+    name = "tiny"
+    default_version = "7.0.0"
+    npm_package = "is-number"
+
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+        return ["true"]
+
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+        return []
+
+
+def _on_worker(driver: Tiny, worker_cache: Path) -> Tiny:
+    """The agent as a Ray worker makes it: built anew, told what the driver checked."""
+    agent = Tiny(cache=AgentCache(worker_cache))  # on a worker: its own HARNESS_AGENT_CACHE
+    agent.expect_install(driver.describe()["install"])  # the job's agent_install
+    return agent
+
+
+def test_a_worker_runs_only_the_entry_the_driver_planned_with(tmp_path: Path) -> None:
+    driver = Tiny(cache=AgentCache(tmp_path / "driver"))
+    planned = driver.install()  # as check() leaves it, before any trial
+
+    # A copy of the agent sent elsewhere (pickled) carries the plan too.
+    assert pickle.loads(pickle.dumps(driver)).planned == planned.describe()
+
+    # A worker that fetches the entry itself, or holds a copy of the driver's: same files.
+    fresh = _on_worker(driver, tmp_path / "fresh")
+    assert fresh.planned == planned.describe()
+    assert fresh.install().tree == planned.tree and fresh.install().path != planned.path
+    copied = tmp_path / "copied"
+    copied.mkdir()
+    shutil.copytree(planned.path, copied / planned.path.name, symlinks=True)
+    assert _on_worker(driver, copied).install().tree == planned.tree
+
+    # A worker whose intact entry (its manifest matches) holds other files under the same
+    # key, as a fetch that resolved other dependencies would: refused, never run.
+    other = tmp_path / "other"
+    other.mkdir()
+    entry = Path(shutil.copytree(planned.path, other / planned.path.name, symlinks=True))
+    readme = entry / "npm" / "node_modules" / "is-number" / "README.md"
+    readme.chmod(0o644)
+    readme.write_text("another build of the same version\n")
+    tree = write_manifest(entry, TINY)
+    assert AgentCache(other).ensure(TINY).tree == tree != planned.tree
+    with pytest.raises(EntryMismatch) as refused:
+        _on_worker(driver, other).install()
+    message = str(refused.value)
+    assert tree in message and planned.tree in message and str(planned.path) in message
+    assert "--resume" in message and refused.value.retryable is False
 
 
 def test_a_model_the_gateway_does_not_serve_in_the_clis_api_is_refused_first(

@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 from harness.agents.installed.cache import (
     AgentCache,
     CacheEntry,
+    EntryMismatch,
     InstallError,
     InstallSpec,
     Platform,
@@ -105,6 +106,10 @@ class InstalledAgent(SandboxAgent):
         self.platform = Platform(arch=host.arch, libc=libc or host.libc)
         self.cache = cache
         self.entry: CacheEntry | None = None
+        #: The entry the run planned with (the driver's, as check() left it: its
+        #: ``describe()``), carried by a copy sent to another node, whose own entry must
+        #: hold the same files (:meth:`check_planned`). None where nothing was planned.
+        self.planned: dict[str, Any] | None = None
         # The steps each trial's CLI ran so far (by its sandbox's id; the agent serves every
         # trial of a run): their names and instructions, until collect() converts their logs.
         self._steps: dict[int, list[StepRun]] = {}
@@ -179,8 +184,37 @@ class InstalledAgent(SandboxAgent):
             spec = dataclasses.replace(self.install_spec(), platform=self.platform)
             entry = (self.cache or AgentCache()).ensure(spec)
             self.check_programs(entry)
+            self.check_planned(entry)
             self.entry = entry
         return self.entry
+
+    def expect_install(self, planned: Mapping[str, Any]) -> None:
+        """This node's entry must hold the files of ``planned`` (:meth:`check_planned`)."""
+        self.planned = dict(planned)
+
+    def check_planned(self, entry: CacheEntry) -> None:
+        """``entry`` holds the files of the entry the run planned with (:attr:`planned`).
+
+        The key pins what was asked (the CLI's version, the platform), not what a fetch
+        resolved: another node's fetch, at another time or from another mirror, can bring
+        other dependencies, and a Python agent's entry holds the fetching host's shared
+        libraries. The entry's ``tree`` (the hash of its manifest's file list) tells.
+
+        Raises:
+            EntryMismatch: It holds other files (one message: both trees, what to do).
+        """
+        planned = self.planned
+        if planned is None or planned.get("tree") == entry.tree:
+            return
+        raise EntryMismatch(
+            f"agent {self.name} {self.version}: this node's cache entry {entry.path} is not "
+            f"the one the run planned with: its files hash to tree {entry.tree}, the "
+            f"driver's ({planned.get('path')}) to {planned.get('tree')}. Only the CLI's own "
+            "package is pinned; its dependencies were resolved when each entry was fetched "
+            "(a Python agent's entry also holds its host's shared libraries). Give every "
+            f"node the driver's entry: replace {entry.path} with a copy of the driver's "
+            "dir, then --resume the run."
+        )
 
     def programs(self) -> tuple[str, ...]:
         """In-sandbox paths of the files the CLI starts from (checked once fetched).
@@ -217,8 +251,11 @@ class InstalledAgent(SandboxAgent):
         return (INSTALL_MOUNT,)
 
     def __getstate__(self) -> dict[str, Any]:
-        # A copy sent to another node (a Ray worker) uses that node's own cache.
+        # A copy sent to another node (a Ray worker) uses that node's own cache, which must
+        # hold what this one checked (check_planned).
         state = dict(self.__dict__)
+        if self.entry is not None:
+            state["planned"] = self.entry.describe()
         state["entry"] = None
         state["_steps"] = {}
         return state

@@ -52,6 +52,18 @@ class InstallError(AgentConfigError):
     """An agent CLI cannot be had (offline, an unknown version, a failing registry)."""
 
 
+class EntryMismatch(InstallError):
+    """A node's entry holds other files than the entry the run planned with (its ``tree``).
+
+    Only the CLI's own package is pinned: its dependencies are resolved when an entry is
+    fetched (a Python agent's entry also holds the fetching host's shared libraries), so
+    two nodes can hold different trees under one key. A retry on that node cannot change
+    it (``retryable`` False).
+    """
+
+    retryable = False
+
+
 @dataclass(frozen=True)
 class Platform:
     """What a fetched CLI must run on: the sandbox's CPU and C library."""
@@ -420,6 +432,7 @@ __all__ = [
     "NODE_WHEEL_VERSION",
     "AgentCache",
     "CacheEntry",
+    "EntryMismatch",
     "InstallError",
     "InstallSpec",
     "Platform",

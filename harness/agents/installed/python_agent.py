@@ -56,7 +56,9 @@ class PythonInstalledAgent(InstalledAgent):
                     "library and its loader. It runs on a musl (Alpine) image as it is, "
                     "needing no C library of the image's: drop agent.kwargs.libc."
                 )
-            self.entry = ensure_python_agent(self.cache or AgentCache(), self.install_spec())
+            entry = ensure_python_agent(self.cache or AgentCache(), self.install_spec())
+            self.check_planned(entry)
+            self.entry = entry
         return self.entry
 
     def python(self) -> list[str]:

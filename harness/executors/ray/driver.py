@@ -238,6 +238,7 @@ class RayExecutor(TrialExecutor):
             model=access.model if access is not None else agent.model,
             gateway_token=access.token if access is not None else None,
             network_modes=_modes(settings.network.enforced),
+            agent_install=agent.describe().get("install"),
         )
         usage = None
         try:

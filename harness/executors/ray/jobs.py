@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.models.catalog import ModelSpec
 
@@ -67,6 +68,9 @@ class TrialJob:
             policy it cannot enforce. Each step's policies are resolved on the worker
             from the task itself with these modes, as the driver checked them (every
             step's phases: ``harness.runner.network``). None: the backend declares none.
+        agent_install: The agent's install as the driver checked it before any trial (its
+            record's ``agent.install``: an installed agent's cache entry, with its
+            ``tree``): the node's own must hold the same files. None: nothing installed.
     """
 
     run_name: str
@@ -83,6 +87,7 @@ class TrialJob:
     model: ModelSpec | None = None
     gateway_token: str | None = field(default=None, repr=False)
     network_modes: tuple[str, ...] | None = None
+    agent_install: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,9 @@ def run_job(job: TrialJob, archive: bytes) -> TrialResult:
     agent = build_agent(config.agent)
     if job.model is not None:
         agent.bind_model(job.model)
+    if job.agent_install is not None:
+        # What the driver checked before any trial: this node's install must be the same.
+        agent.expect_install(job.agent_install)
     link = DriverLink(job.bridge, job.trial_id)
     gateway = None
     if job.model is not None and job.gateway_token is not None:
