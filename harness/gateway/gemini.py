@@ -29,7 +29,7 @@ from urllib.parse import parse_qs
 import httpx
 
 from harness.errors import ProviderError
-from harness.gateway.policy import Refused
+from harness.gateway.policy import CALL_METHODS, READ_METHODS, Refused, method_not_allowed
 from harness.gateway.providers import (
     ENDPOINTS,
     Provider,
@@ -74,9 +74,18 @@ def counts_tokens(path: str) -> bool:
     return _COUNT.match(path) is not None
 
 
-def takes_post(path: str) -> bool:
-    """Whether ``path`` is a Gemini route that takes POST (a call or countTokens)."""
-    return endpoint_api(path.split("?", 1)[0]) == GEMINI_API or counts_tokens(path)
+def allowed(path: str) -> tuple[str, ...] | None:
+    """The methods a Gemini route takes (None: not one), for ``OPTIONS`` and a 405's ``Allow``.
+
+    The model listing and a model's description are read (GET, HEAD); a call (also with
+    ``?alt=sse``) and ``countTokens`` take POST.
+    """
+    bare = path.split("?", 1)[0]
+    if bare in (PREFIX, PREFIX + "/") or _MODEL.match(bare):
+        return READ_METHODS
+    if _CALL.match(bare) or _COUNT.match(bare):
+        return CALL_METHODS
+    return None
 
 
 def gateway_path(target: str, path: str) -> str:
@@ -138,15 +147,19 @@ def local_answer(
     speak Gemini gets None here (its ``/v1beta`` calls are refused like any unknown path).
 
     Raises:
-        Refused: A countTokens body that is not a JSON object (400).
+        Refused: A method the route does not take (405; its ``Allow``: :func:`allowed`), a
+            countTokens body that is not a JSON object (400).
     """
     if GEMINI_API not in apis or not path.startswith(PREFIX):
         return None
-    if method == "GET" and path in (PREFIX, PREFIX + "/"):
-        return {"models": [describe_model(model)]}
-    if method == "GET" and _MODEL.match(path):
-        return describe_model(model)
-    if method == "POST" and _COUNT.match(path):
+    listing = path in (PREFIX, PREFIX + "/")
+    if listing or _MODEL.match(path):
+        if method != "GET":  # HEAD is asked as GET
+            raise method_not_allowed(method, path, READ_METHODS)
+        return {"models": [describe_model(model)]} if listing else describe_model(model)
+    if _COUNT.match(path):
+        if method != "POST":
+            raise method_not_allowed(method, path, CALL_METHODS)
         try:
             body = strict_json(raw_body or b"{}")
         except ValueError as exc:
@@ -297,6 +310,7 @@ class GoogleProvider(Provider):
 __all__ = [
     "GEMINI_API",
     "GoogleProvider",
+    "allowed",
     "as_call",
     "describe_model",
     "endpoint_api",

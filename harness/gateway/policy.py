@@ -41,6 +41,17 @@ class Refused(HarnessError):  # noqa: N818 - a refusal, not a failure of the gat
         self.outcome = outcome
 
 
+#: The methods of a route the gateway answers itself (a listing, a model's description).
+READ_METHODS = ("GET", "HEAD", "OPTIONS")
+#: The methods of a model call's route, and of a token count's.
+CALL_METHODS = ("POST", "OPTIONS")
+
+
+def method_not_allowed(method: str, path: str, methods: tuple[str, ...]) -> Refused:
+    """The 405 of ``method`` on a path that takes only ``methods`` (sent as its ``Allow``)."""
+    return Refused(405, f"{method} {path} refused: it takes {', '.join(methods)}")
+
+
 # --------------------------------------------------------------------------------------------
 # Tokens
 # --------------------------------------------------------------------------------------------
@@ -331,7 +342,9 @@ class LiveStream:
 
 
 __all__ = [
+    "CALL_METHODS",
     "MODELS_PATHS",
+    "READ_METHODS",
     "TOKEN_PREFIX",
     "Allowance",
     "Budget",
@@ -341,5 +354,6 @@ __all__ = [
     "TrialUsage",
     "check_call",
     "check_target",
+    "method_not_allowed",
     "token_of",
 ]

@@ -494,7 +494,7 @@ class Gateway:
         Raises:
             Refused: The gateway serves no such path (404).
         """
-        local = side.options(path, extra=(path,) if gemini.takes_post(path) else ())
+        local = side.options(path)
         if local is None:
             raise Refused(404, f"OPTIONS {path}: the gateway serves no such path")
         return local

@@ -14,7 +14,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from harness.gateway.policy import Refused
+from harness.gateway import gemini
+from harness.gateway.policy import CALL_METHODS, READ_METHODS, Refused, method_not_allowed
 from harness.gateway.providers import ENDPOINTS
 from harness.gateway.usage import estimate_tokens, request_chars, strict_json
 from harness.models.catalog import ModelSpec
@@ -24,8 +25,8 @@ COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 MODELS_PREFIX = "/v1/models"
 #: Paths answered without a token: they tell nothing about the trial or its model.
 PUBLIC_PATHS = frozenset({HELLO_PATH})
-_READ = ("GET", "HEAD", "OPTIONS")
-_CALL = ("POST", "OPTIONS")
+_READ = READ_METHODS
+_CALL = CALL_METHODS
 
 
 @dataclass(frozen=True)
@@ -41,33 +42,27 @@ class Local:
         return b"" if self.body is None else json.dumps(self.body).encode()
 
 
-def allowed(path: str, *, extra: Collection[str] = ()) -> tuple[str, ...] | None:
+def allowed(path: str) -> tuple[str, ...] | None:
     """The methods ``path`` takes (None: the gateway serves no such path).
 
-    Args:
-        path: The request's path.
-        extra: Paths registered beyond the built-in ones (they take POST).
+    The OpenAI and Anthropic routes, and the Gemini API's (its model listing and model,
+    its calls and ``countTokens``: :func:`harness.gateway.gemini.allowed`).
     """
-    if path in ENDPOINTS or path == COUNT_TOKENS_PATH or path in extra:
+    if path in ENDPOINTS or path == COUNT_TOKENS_PATH:
         return _CALL
     if path in (HELLO_PATH, MODELS_PREFIX) or path.startswith(MODELS_PREFIX + "/"):
         return _READ
-    return None
+    return gemini.allowed(path)
 
 
-def options(path: str, *, extra: Collection[str] = ()) -> Local | None:
+def options(path: str) -> Local | None:
     """The answer to ``OPTIONS path`` (``*``: the gateway as a whole); None if unknown."""
     if path == "*":
         return Local(204, headers=(("allow", "GET, HEAD, POST, OPTIONS"),))
-    methods = allowed(path, extra=extra)
+    methods = allowed(path)
     if methods is None:
         return None
     return Local(204, headers=(("allow", ", ".join(methods)),))
-
-
-def method_not_allowed(method: str, path: str, methods: tuple[str, ...]) -> Refused:
-    """The 405 of ``method`` on a path that takes only ``methods``."""
-    return Refused(405, f"{method} {path} refused: it takes {', '.join(methods)}")
 
 
 def answer(

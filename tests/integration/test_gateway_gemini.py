@@ -251,6 +251,54 @@ def test_a_scripted_error_is_a_gemini_error_of_its_status(tmp_path: Path) -> Non
     assert [line["outcome"] for line in lines(records)] == ["upstream_error"] * 2
 
 
+READ = "GET, HEAD, OPTIONS"
+CALL = "POST, OPTIONS"
+
+
+def test_gemini_routes_answer_options_and_a_405_with_allow(tmp_path: Path) -> None:
+    # As for every other route (tests/integration/test_gateway_cli_defects.py): OPTIONS
+    # lists the methods a path takes, and a method it does not take is a 405 saying them.
+    spec = faux(tmp_path, [{"text": "never used"}])
+    gw, access, records = open_gateway(tmp_path, spec)
+    count = "/v1beta/models/gem:countTokens"
+    try:
+        with client(access, {"x-goog-api-key": access.token}) as c:
+            for path, allow in (
+                ("/v1beta/models", READ),
+                ("/v1beta/models/gem", READ),
+                (GEN, CALL),
+                (f"{STREAM}?alt=sse", CALL),
+                (count, CALL),
+            ):
+                preflight = httpx.Client(
+                    transport=httpx.HTTPTransport(uds=str(access.socket_path)),
+                    base_url="http://127.0.0.1",
+                ).options(path)  # a preflight carries no token
+                assert (preflight.status_code, preflight.content) == (204, b""), path
+                assert preflight.headers["allow"] == allow, path
+            assert c.options("/v1beta/cachedContents").status_code == 404
+            for method, path, allow in (
+                ("POST", "/v1beta/models", READ),
+                ("PUT", "/v1beta/models/gem", READ),
+                ("DELETE", "/v1beta/models/gem", READ),
+                ("GET", GEN, CALL),
+                ("HEAD", f"{STREAM}?alt=sse", CALL),
+                ("GET", count, CALL),
+            ):
+                refused = c.request(method, path, json={} if method in ("POST", "PUT") else None)
+                assert refused.status_code == 405, (method, path, refused.text)
+                assert refused.headers["allow"] == allow, (method, path)
+                if method != "HEAD":
+                    assert "refused" in refused.json()["error"]["message"], refused.text
+    finally:
+        gw.close()
+    # None was a model call; each is recorded.
+    recorded = [(line["method"], line["status"]) for line in lines(records)]
+    assert recorded == [("OPTIONS", 204)] * 5 + [("OPTIONS", 404)] + [
+        (m, 405) for m in ("POST", "PUT", "DELETE", "GET", "HEAD", "GET")
+    ]
+
+
 def test_count_tokens_and_models_are_answered_and_other_paths_refused(tmp_path: Path) -> None:
     spec = faux(tmp_path, [{"text": "never used"}])
     gw, access, records = open_gateway(tmp_path, spec)
