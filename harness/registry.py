@@ -10,6 +10,7 @@ only :mod:`harness.errors` and the standard library, so any layer can keep a reg
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -44,7 +45,7 @@ class PluginInfo:
 
     Attributes:
         plugin: The entry.
-        summary: The first line of its docstring.
+        summary: The first line of its docstring, as plain text (:func:`plain_text`).
         loaded: What it loads (None when it cannot be loaded).
         error: Why it cannot be loaded, if so.
     """
@@ -144,12 +145,33 @@ class Registry(Generic[T]):
                 infos.append(PluginInfo(plugin, error=str(exc)))
                 continue
             doc = inspect.getdoc(loaded) or ""
-            infos.append(PluginInfo(plugin, summary=doc.split("\n", 1)[0], loaded=loaded))
+            summary = plain_text(doc.split("\n", 1)[0])
+            infos.append(PluginInfo(plugin, summary=summary, loaded=loaded))
         return infos
 
     def unregister(self, name: str) -> None:
         """Drop an in-process entry (installed entries are untouched)."""
         self._local.pop(name, None)
+
+
+#: reST markup a docstring's line may hold: a role (``:class:`~a.b.C` ``, ``:meth:`x` ``) and
+#: an inline literal (````x````).
+_ROLE = re.compile(r":(?:[\w-]+:)+`(?P<short>~?)(?P<target>[^`]+)`")
+_LITERAL = re.compile(r"``(.+?)``")
+
+
+def _role_text(match: re.Match[str]) -> str:
+    # Sphinx shows ``~a.b.C`` as its last part.
+    target = match["target"]
+    return target.rsplit(".", 1)[-1] if match["short"] else target
+
+
+def plain_text(line: str) -> str:
+    """A docstring's line without its reST markup, as a terminal should show it.
+
+    ``:class:`~a.b.C` `` becomes ``C``, ````x```` becomes ``x``.
+    """
+    return _LITERAL.sub(r"\1", _ROLE.sub(_role_text, line))
 
 
 def subclass_of(base: type) -> Callable[[Any], str | None]:
@@ -167,4 +189,4 @@ def subclass_of(base: type) -> Callable[[Any], str | None]:
     return check
 
 
-__all__ = ["Plugin", "PluginInfo", "Registry", "subclass_of"]
+__all__ = ["Plugin", "PluginInfo", "Registry", "plain_text", "subclass_of"]

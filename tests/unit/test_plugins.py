@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.local import LocalBackend
 from harness.config import AgentConfig, RunConfig, SandboxConfig
 from harness.errors import AgentConfigError, PluginError
-from harness.plugins import AGENTS, SANDBOXES, build_agent, open_backend
+from harness.plugins import AGENTS, EXECUTORS, SANDBOXES, build_agent, open_backend
+from harness.registry import plain_text
 from harness.tasks import Task
 from sandbox.backend import Sandbox, SandboxSpec
 from sandbox.fake import FakeSandbox
@@ -145,3 +147,15 @@ def test_each_kind_is_run_its_own_way_and_only_a_sandbox_agent_gets_the_socket()
     assert _EchoAgent().gateway_socket(socket) == socket
     assert _Trusted().gateway_socket(socket) is None
     assert PythonAgent.kind == "harness" and BuiltinAgent.kind == "sandbox"
+
+
+def test_listings_show_docstrings_as_plain_text() -> None:
+    # `harness agents list` (and the sandbox and executor lists) print the first docstring
+    # line: a terminal shows reST markup as it is, so none may be left in it.
+    summaries = [info.summary for r in (AGENTS, SANDBOXES, EXECUTORS) for info in r.describe()]
+    assert summaries and all(summaries)
+    assert [s for s in summaries if "``" in s or re.search(r":\w+:`", s)] == []
+    assert plain_text("Runs ``solution/solve.sh``; see :class:`~harness.agents.Agent`.") == (
+        "Runs solution/solve.sh; see Agent."
+    )
+    assert plain_text(":py:meth:`a.b` and `single`") == "a.b and `single`"
