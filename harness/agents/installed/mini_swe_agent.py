@@ -6,8 +6,10 @@ It runs on the harness's own Python (:mod:`.python_runtime`), never the image's:
 ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` with the trial token as the key (set for every
 sandbox agent); the first-run setup prompt, litellm's downloads (``LITELLM_OFFLINE_MODE``:
 its cost map, Anthropic beta-header config, tokenizers) and cost tracking of unknown models
-are off. Its model calls the ``bash`` tool; each action runs in a subshell
-of the image's ``bash``; ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` ends the run. Its
+are off. Its model calls the ``bash`` tool; each action runs in a shell of its own, the
+image's ``/bin/sh -c`` (its local environment runs it with Python's ``shell=True``, so not
+bash, and no shell state such as ``cd`` or variables carries over);
+``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` ends the run. Its
 trajectory (``mini-swe-agent-1.1`` JSON: the chat messages with their tool calls) is kept
 under ``agent-logs/mini-swe-agent/`` and converted into ``session.jsonl``.
 """
