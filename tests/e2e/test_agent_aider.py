@@ -28,6 +28,7 @@ from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_probe,
     assert_told_once,
     files_holding,
     listed_with_version,
@@ -126,17 +127,9 @@ def test_aider_solves_the_task_through_the_gateway(
     assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
         ("POST", "/v1/chat/completions", 200)
     }
-    # From inside, as the agent: the host listener and the internet are out of reach, and
-    # the CLI's cache entry cannot be written (the probe ran: its findings are there).
-    # Whole lines: the probe's own command is in the environment it dumps (AIDER_TEST_CMD).
-    probe = (evidence / "workspace" / "probe.txt").read_text().splitlines()
-    assert probe[:2] == ["HOST-CLOSED", "NET-CLOSED"], probe
-    assert any(line.startswith("OPENAI_BASE_URL=http://127.0.0.1:") for line in probe), probe
-    assert listener.accepted == 0
-    assert "CACHE-WRITTEN" not in probe
-    cache = Path(agent["install"]["path"])
-    assert (cache / "manifest.json").is_file()
-    assert not (cache / "planted").exists()
+    # From inside, as the agent: the gateway only (the probe's command is in the
+    # environment it dumps, as AIDER_TEST_CMD: judged on whole lines).
+    assert_probe(evidence, listener, Path(agent["install"]["path"]))
     assert files_holding(run_dir, canary.encode()) == []
 
 

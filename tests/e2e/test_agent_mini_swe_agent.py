@@ -27,6 +27,7 @@ from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_probe,
     assert_told_once,
     files_holding,
     listed_with_version,
@@ -139,15 +140,10 @@ def _check_solved(run_dir: Path, listener: HostListener, canary: str) -> dict[st
     assert {(c["method"], c["path"], c["status"]) for c in model_calls} == {
         ("POST", "/v1/chat/completions", 200)
     }
-    probe = (evidence / "workspace" / "probe.txt").read_text()
-    assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
+    probe = "\n".join(assert_probe(evidence, listener, Path(agent["install"]["path"])))
     assert "OPENAI_API_KEY=hgw-" in probe and "LITELLM_LOCAL_MODEL_COST_MAP=True" in probe
     # The harness's interpreter leaks nothing into the agent's commands.
     assert "PYTHONHOME=" not in probe and "LD_LIBRARY_PATH=" not in probe
-    assert listener.accepted == 0
-    assert "CACHE-WRITTEN" not in probe
-    cache = Path(agent["install"]["path"])
-    assert (cache / "manifest.json").is_file() and not (cache / "planted").exists()
     assert files_holding(run_dir, canary.encode()) == []
     return record
 

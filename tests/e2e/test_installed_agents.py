@@ -30,6 +30,7 @@ from support.installed_agents import (
     BACKEND_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_probe,
     assert_told_once,
     files_holding,
     listed_with_version,
@@ -159,14 +160,9 @@ def test_cli_solves_the_task_through_the_gateway(
         # Its stream-json logs each message's usage as its stream began (no output tokens
         # yet): the record keeps that figure beside the gateway's, which wins.
         assert usage["agent_log"]["output_tokens"] == 0 < usage["output_tokens"], usage
-    probe = (evidence / "workspace" / "probe.txt").read_text()
-    assert "HOST-CLOSED" in probe and "NET-CLOSED" in probe, probe
+    probe = "\n".join(assert_probe(evidence, listener, Path(agent["install"]["path"])))
     for shown in spec.env_shows:
         assert shown in probe, (shown, probe)
-    assert listener.accepted == 0
-    assert "CACHE-WRITTEN" not in probe
-    cache = Path(agent["install"]["path"])
-    assert (cache / "manifest.json").is_file() and not (cache / "planted").exists()
     # No file of the run holds the real key (the canary the harness was given).
     assert files_holding(run_dir, canary.encode()) == []
 

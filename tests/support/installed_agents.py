@@ -80,8 +80,17 @@ def listener() -> Iterator[HostListener]:
 def probe_command(port: int) -> str:
     """A bash command that tries the host and the internet, plants a file, and dumps env.
 
-    Its findings go to ``probe.txt`` in the workspace (kept in the evidence).
+    Its findings go to ``probe.txt`` in the workspace (kept in the evidence), one per line
+    (:func:`assert_probe` reads them). Its first line is a positive control: the gateway's
+    own loopback port, which the sandbox must reach, so a shell that cannot open a TCP
+    connection at all (``/dev/tcp`` is bash's, not ``sh``'s) shows as such instead of as
+    an unreachable host.
     """
+    gateway = (
+        'g="${OPENAI_BASE_URL#http://}"; g="${g%%/*}"; '
+        '(exec 3<>"/dev/tcp/${g%:*}/${g##*:}") 2>/dev/null && echo GATEWAY-OPEN '
+        "|| echo GATEWAY-CLOSED"
+    )
     host = f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo HOST-OPEN || echo HOST-CLOSED"
     net = (
         "(exec 3<>/dev/tcp/registry.npmjs.org/443) 2>/dev/null && echo NET-OPEN || echo NET-CLOSED"
@@ -89,8 +98,25 @@ def probe_command(port: int) -> str:
     # The CLI's cache entry is shown read-only (and root-owned): planting a file must fail.
     plant = "(echo x > /opt/harness-agent/planted) 2>/dev/null && echo CACHE-WRITTEN"
     return (
-        f"{{ {host}; {net}; {plant}; env; }} > $HOME/probe.txt 2>&1; cp $HOME/probe.txt probe.txt"
+        f"{{ {gateway}; {host}; {net}; {plant}; env; }} > $HOME/probe.txt 2>&1; "
+        "cp $HOME/probe.txt probe.txt"
     )
+
+
+def assert_probe(evidence: Path, listener: HostListener, cache: Path) -> list[str]:
+    """What :func:`probe_command` found from inside the trial: no way out, no write.
+
+    The gateway was reachable (the probe could connect at all), the host listener and the
+    npm registry were not (and the listener saw no connection), and the CLI's cache entry
+    took no file (``cache``: the entry on the host). Judged on whole lines: a dumped
+    variable may hold the probe's own text. Returns the probe's lines.
+    """
+    probe = (evidence / "workspace" / "probe.txt").read_text().splitlines()
+    assert probe[:3] == ["GATEWAY-OPEN", "HOST-CLOSED", "NET-CLOSED"], probe
+    assert "CACHE-WRITTEN" not in probe, probe
+    assert listener.accepted == 0
+    assert (cache / "manifest.json").is_file() and not (cache / "planted").exists()
+    return probe
 
 
 def files_holding(root: Path, needle: bytes) -> list[Path]:
@@ -117,7 +143,8 @@ def task_set(
         memory_mb: The task's memory instead of the example's 512 MB (Node or Bun CLIs).
         agent_timeout_sec: The agent's timeout instead of the example's 60 s (CLIs that
             start slowly on a loaded machine; never asserted on).
-        env: The task's ``[environment].env``: variables of every phase, the agent's too.
+        env: The task's ``[environment].env``: variables of every phase, the agent's too
+            (taken literally).
         instruction: The task's instruction instead of the example's.
     """
     tasks = tmp_path / "tasks"
@@ -134,7 +161,9 @@ def task_set(
         )
     if env is not None:
         assert "[environment]\n" in text
-        table = ", ".join(f"{name} = {json.dumps(value)}" for name, value in env.items())
+        # Literal values: an env table reads ${VAR} as a template, and $$ as one $.
+        literal = {name: value.replace("$", "$$") for name, value in env.items()}
+        table = ", ".join(f"{name} = {json.dumps(value)}" for name, value in literal.items())
         text = text.replace("[environment]\n", f"[environment]\nenv = {{ {table} }}\n")
     toml.write_text(text)
     if instruction is not None:
