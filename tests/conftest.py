@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -54,19 +55,27 @@ def _attack_tmp() -> str:
 ATTACK_TMP = _attack_tmp()
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``), a module's tests go to one worker together.
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadscope`` (scripts/test), a module's tests go to one worker together.
 
-    So a module's fixtures (a built image, a Ray cluster) are made once. A module that
-    shares something with others names the group they share in ``XDIST_GROUP`` (the Ray
-    tests: one cluster at a time on the machine's loopback addresses). Set first, before
-    xdist reads the group (support/workers.py says how the suite runs in parallel).
+    So a module's fixtures (a built image, a Ray cluster) are made once; the modules whose
+    name starts ``test_ray_`` share one worker (one Ray cluster at a time on the machine's
+    loopback addresses). support/workers.py says how the suite runs in parallel.
     """
-    for item in items:
-        module = getattr(item, "module", None)
-        group = getattr(module, "XDIST_GROUP", None) or item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_scope(nodeid.split("::", 1)[0])
+
+    return ModuleScheduling(config, log)
+
+
+def shared_scope(path: str) -> str:
+    """The unit a worker takes whole: the module, or the group it shares a resource with."""
+    return "ray" if Path(path).name.startswith("test_ray_") else path
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

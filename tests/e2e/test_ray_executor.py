@@ -27,9 +27,6 @@ from conftest import EXAMPLE_KEYS, EXAMPLES, RunningCli, make_task_dir, read_run
 from support.docker import docker_client, require_image
 from support.ray_cluster import RayCluster
 
-#: One Ray cluster at a time on the machine's loopback addresses (tests/conftest.py).
-XDIST_GROUP = "ray"
-
 WORKER_IP = "127.0.0.3"
 CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance" / "harbor"
 TEST_WHO = (

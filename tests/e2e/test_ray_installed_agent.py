@@ -27,9 +27,6 @@ from support.ray_cluster import RayCluster
 from harness.agents.installed.cache import AgentCache, scan_tree, write_manifest
 from harness.agents.installed.claude_code import ClaudeCode
 
-#: One Ray cluster at a time on the machine's loopback addresses (tests/conftest.py).
-XDIST_GROUP = "ray"
-
 pytestmark = pytest.mark.root  # the local sandbox's root view binds the CLI's cache entry
 
 WORKER_IP = "127.0.0.3"

@@ -41,9 +41,6 @@ WORKER_IP = "127.0.0.3"
 #: Connects to every ``host:port`` given, sending ``<token> <target>``; prints JSON.
 PROBE = r"""
 import json, socket, struct, sys, threading
-
-#: One Ray cluster at a time on the machine's loopback addresses (tests/conftest.py).
-XDIST_GROUP = "ray"
 token, targets, out = sys.argv[1], sys.argv[2:], {}
 def gateway():
     for line in open("/proc/net/route").read().splitlines()[1:]:

@@ -557,14 +557,15 @@ def test_a_local_trials_sweep_never_touches_a_containers_process_of_the_same_uid
 ) -> None:
     """A local trial and a container running the same numeric uid: sweeps stay in their lane.
 
-    A container runs a process as uid 61500 while a local trial made to use that uid too
-    (``sandbox_uid = 61500``) runs and ends with its kill sweep. The container's process
-    must live on.
+    A container runs a process as uid 61500 (this worker's: ``uid_base``) while a local
+    trial made to use that uid too (``sandbox_uid``) runs and ends with its kill sweep. The
+    container's process must live on.
     """
+    uid = uid_base(61500)
     container = client.containers.run(
         sec.BASE_IMAGE,
         ["sleep", "300"],
-        user="61500:61500",
+        user=f"{uid}:{uid}",
         network_mode="none",
         labels={sec.MANAGED: "1", sec.RUN_LABEL: f"sec-lane-{secrets.token_hex(4)}"},
         detach=True,
@@ -575,13 +576,13 @@ def test_a_local_trials_sweep_never_touches_a_containers_process_of_the_same_uid
             [task],
             extra=[
                 "--set",
-                f"sandbox_uid={uid_base(61500)}",
+                f"sandbox_uid={uid}",
                 "--set",
-                f"sandbox_gid={uid_base(61500)}",
+                f"sandbox_gid={uid}",
             ],
         )
         assert run.code == 0, run
-        assert run.by_task(task.name)["sandbox"]["uid"] == 61500
+        assert run.by_task(task.name)["sandbox"]["uid"] == uid
         container.reload()
         assert container.status == "running", "a local trial's sweep killed a container's process"
     finally:

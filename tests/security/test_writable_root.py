@@ -146,6 +146,7 @@ def _free_mb(path: str) -> int:
     return shutil.disk_usage(path).free >> 20
 
 
+@pytest.mark.serial  # the host's free space is measured: no other test may write meanwhile
 def test_filling_the_root_stops_at_the_cap_and_setuid_never_yields_root(
     client: Any, runtime: DockerRuntime, docker_runtime: str | None, image: str
 ) -> None:
