@@ -218,7 +218,7 @@ def test_harness_sigkill_mid_phase_kills_the_phase(tmp_path: Path) -> None:
             from sandbox.local import IdentityPool, LocalSandbox
             sb = LocalSandbox(
                 SandboxSpec(trial_id="doomed"),
-                identities=IdentityPool(uid_base(61020), uid_base(61020)),
+                identities=IdentityPool({uid_base(61020)}, {uid_base(61020)}),
                 python={SYSTEM_PYTHON!r},
                 tmp_dir=Path({str(roots)!r}),
                 run_label={label!r},
