@@ -13,8 +13,10 @@ def remove_tree(path: Path) -> None:
     """Remove a tree (or a file) without following symlinks, even where parts are read-only.
 
     An agent may chmod its dirs 000 or make its files read-only: each failed removal makes the
-    failed entry and its parent dir the owner's again, then retries. A symlink is removed
-    itself, never followed; an absent path is left alone.
+    failed entry and its parent dir the owner's again, then retries. Only entries of the tree
+    are ever changed, never what holds it: a top that cannot go (a mount point still busy, a
+    dir still being written) must not make ``/tmp`` or a run's output dir root's alone. A
+    symlink is removed itself, never followed; an absent path is left alone.
 
     Args:
         path: The dir, file or symlink to remove.
@@ -22,11 +24,13 @@ def remove_tree(path: Path) -> None:
     Raises:
         OSError: An entry could not be removed even after its permissions were restored.
     """
+    top = os.path.abspath(path)
 
     def fix_and_retry(func: Any, failed: str, _exc: Any) -> None:
         for target in (os.path.dirname(failed), failed):
+            inside = os.path.commonpath([top, os.path.abspath(target)]) == top
             try:
-                if not os.path.islink(target):
+                if inside and not os.path.islink(target):
                     os.chmod(target, stat.S_IRWXU)
             except OSError:
                 pass
