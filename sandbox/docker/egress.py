@@ -19,10 +19,11 @@ bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
   and reserved ranges, 169.254.169.254 and the host's own on-link subnets
   (:func:`blocked_ranges`); and lets through the host's DNS resolvers on port 53 (the
   engine's embedded DNS forwards the container's queries to them). What is left is the
-  internet. Every rule has its own counters: :meth:`TrialFilter.collect` reads them (and
-  zeroes them) as the trial's refused connections, by rule. An ``NFLOG`` rule before
-  each drop (:mod:`sandbox.docker.nflog`, the run's own netlink group, rate-limited)
-  gives the exact destination of the packets it logs, listed per trial and bounded.
+  internet. Every rule has its own counters:
+  :meth:`TrialFilter.collect` reads them (and zeroes them) as the trial's refused
+  connections, by rule. An ``NFLOG`` rule before each drop (:mod:`sandbox.docker.nflog`,
+  the run's own netlink group, rate-limited) gives the exact destination of the packets it
+  logs, listed per trial and bounded.
 - IPv6: the network has none, containers get ``net.ipv6.conf.all.disable_ipv6=1``, and
   ``ip6tables`` drops every packet from the bridge in ``FORWARD`` and ``INPUT`` (a container
   left with a link-local ``fe80::`` address would otherwise reach the host's ``::``
@@ -38,12 +39,13 @@ Compose tasks with the internet get the same filter on their project's bridge (`
 see :mod:`sandbox.docker.hostguard`, whose ``INPUT`` rules stay): one chain per project,
 dispatched by the bridge, with the main container's address closed during its
 ``no-network`` phases and restricted to the proxy during its ``allowlist`` ones (the
-sidecars keep the rest of the chain). The proxy is bound on the project's own gateway,
-which the host guard's ``INPUT`` drop would keep out of reach: the main container's
-packets to the host jump to the project's chain first (an ``INPUT`` rule by its address,
-commented ``harness-egress:input-HXC-…``, above the guard's), where only the proxy's
-ports are accepted and everything else to the host is dropped as before
-(:meth:`TrialFilter.attach_proxy`).
+sidecars keep the rest of the chain). Whatever the project's containers send to the host
+goes to the project's chain too, before the host guard's ``INPUT`` drop (an ``INPUT``
+rule by the bridge, commented ``harness-egress:input-HXC-…``, inserted above the guard's
+once it is in place), so those refusals are the trial's, with their destinations; there
+only the main container's proxy ports are accepted (:meth:`TrialFilter.attach_proxy`:
+the proxy is bound on the project's own gateway) and everything else to the host is
+dropped as before. Falling off the chain returns to ``INPUT`` and the guard's drop.
 
 Only chains and rules carrying the harness's names and comments are ever touched. The
 rules are installed idempotently at every run's start, under a lock, and removed by the
@@ -752,17 +754,22 @@ class TrialFilter:
         return self._refuse(source, "closed")
 
     def _proxy_rules(self) -> list[list[str]]:
-        """The trial's own proxy ports on the gateway (its DNS port after the redirect)."""
+        """The trial's own proxy ports on the gateway (its DNS port after the redirect).
+
+        A compose project's chain sees every packet its containers send to the host: only
+        the main container's are accepted (the sidecars never had the proxy).
+        """
         if self.proxy is None:
             return []
         gateway, port, dns = self.proxy
+        source = ["-s", f"{self.source}/32"] if self.kind == "C" and self.source else []
         return [
-            ["-d", f"{gateway}/32", "-p", "tcp", "--dport", str(port), *_comment("proxy"),
-             "-j", "ACCEPT"],
-            ["-d", f"{gateway}/32", "-p", "udp", "--dport", str(dns), *_comment("proxy-dns"),
-             "-j", "ACCEPT"],
-            ["-d", f"{gateway}/32", "-p", "tcp", "--dport", str(dns), *_comment("proxy-dns"),
-             "-j", "ACCEPT"],
+            [*source, "-d", f"{gateway}/32", "-p", "tcp", "--dport", str(port),
+             *_comment("proxy"), "-j", "ACCEPT"],
+            [*source, "-d", f"{gateway}/32", "-p", "udp", "--dport", str(dns),
+             *_comment("proxy-dns"), "-j", "ACCEPT"],
+            [*source, "-d", f"{gateway}/32", "-p", "tcp", "--dport", str(dns),
+             *_comment("proxy-dns"), "-j", "ACCEPT"],
         ]  # fmt: skip
 
     def _allowlist_rules(self) -> list[list[str]]:
@@ -789,24 +796,21 @@ class TrialFilter:
         ]  # fmt: skip
 
     def _input_jump(self) -> list[str]:
-        """``INPUT``: a compose main container's packets to the host go to its chain first.
+        """``INPUT``: a compose project's packets to the host go to its chain first.
 
         Inserted above the host guard's drop of the whole bridge
-        (:mod:`sandbox.docker.hostguard`), so the proxy's ports on the project's gateway
-        can be accepted; the chain drops everything else addressed to the host.
+        (:mod:`sandbox.docker.hostguard`, installed first), so what the chain drops is
+        counted and logged as the trial's, and the main container's proxy ports on the
+        project's gateway can be accepted; the chain drops everything else addressed to
+        the host (``addrtype LOCAL``), and what falls off it meets the guard's drop.
         """
-        assert self.source is not None
-        return ["-i", self.bridge, "-s", f"{self.source}/32", *_comment(f"input-{self.chain}"),
-                "-j", self.chain]  # fmt: skip
+        return ["-i", self.bridge, *_comment(f"input-{self.chain}"), "-j", self.chain]
 
     def _redirect(self) -> None:
-        """The trial's DNS redirects (and, for a compose project, its ``INPUT`` jump)."""
+        """The trial's DNS redirects to its proxy's responder."""
         for redirect in self._dns_redirects():
             _delete_nat(redirect)
             _must("iptables", "-t", "nat", "-I", "PREROUTING", "1", *redirect)
-        if self.kind == "C":
-            _delete_rule("iptables", "INPUT", self._input_jump())
-            _must("iptables", "-I", "INPUT", "1", *self._input_jump())
 
     def install(self) -> None:
         """Create the chain (closed) and its dispatch rule (and IPv6's, by MAC address)."""
@@ -842,14 +846,17 @@ class TrialFilter:
                 _must("ip6tables", "-A", chain, *rule)
             _must("ip6tables", "-I", DISPATCH, "1", *self._dispatch_v6())
         _must("iptables", "-I", DISPATCH, "1", *self._dispatch())
+        if self.kind == "C":
+            _delete_rule("iptables", "INPUT", self._input_jump())
+            _must("iptables", "-I", "INPUT", "1", *self._input_jump())
 
     def attach_proxy(self, proxy: tuple[str, int, int]) -> None:
         """Give a compose project's chain its trial's egress proxy (:attr:`proxy`).
 
         Called once the main container's address (:attr:`source`) is known, before its
-        first phase: the proxy's ports are accepted at the top of the chain (after the
-        closed rules, if any), the main container's DNS to the gateway is redirected to the
-        responder, and its packets to the host jump to the chain (:meth:`_input_jump`).
+        first phase: the proxy's ports are accepted from it at the top of the chain (after
+        the closed rules, if any; the chain sees its packets to the host through
+        :meth:`_input_jump`), and its DNS to the gateway is redirected to the responder.
         """
         if self.kind != "C" or self.source is None:
             raise SandboxError("only a compose chain with its main container's address")
