@@ -17,9 +17,10 @@ bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
   addressed to the host itself (``addrtype LOCAL``: every address, the bridge gateways
   included, whatever is added later); the private, loopback, link-local, CGNAT, multicast
   and reserved ranges, 169.254.169.254 and the host's own on-link subnets
-  (:func:`blocked_ranges`); and lets through the host's DNS resolvers on port 53 (the
-  engine's embedded DNS forwards the container's queries to them). What is left is the
-  internet. Every rule has its own counters:
+  (:func:`blocked_ranges`); the Ray cluster's nodes, whatever their addresses
+  (:attr:`EgressRun.cluster`, given by a Ray worker); and lets through the host's DNS
+  resolvers on port 53 (the engine's embedded DNS forwards the container's queries to
+  them). What is left is the internet. Every rule has its own counters:
   :meth:`TrialFilter.collect` reads them (and zeroes them) as the trial's refused
   connections, by rule. An ``NFLOG`` rule before each drop (:mod:`sandbox.docker.nflog`,
   the run's own netlink group, rate-limited) gives the exact destination of the packets it
@@ -134,6 +135,7 @@ REASONS = {
     "benchmarking": "reserved address",
     "allowlist": "allowlist phase: only the egress proxy",
     "ipv6": "IPv6 (the filtered network has none)",
+    "cluster": "a node of the Ray cluster",
 }
 
 
@@ -536,6 +538,10 @@ class EgressRun:
         #: Names the allowlist proxies resolve from this table before the host's resolver
         #: (as ``/etc/hosts`` would: an operator pinning a mirror, a test its servers).
         self.hosts: dict[str, list[str]] = {}
+        #: The IPv4 addresses of the Ray cluster's nodes when a Ray worker runs the trials
+        #: (set before each trial): every phase's chain refuses them, wherever they are
+        #: (a node on a public address is not covered by the host's or the private ranges).
+        self.cluster: tuple[str, ...] = ()
         #: The refused packets' log (None: counters only, :attr:`log_problem` says why).
         self.log: nflog.PacketLog | None = None
         self.log_problem: str | None = None
@@ -688,7 +694,9 @@ class TrialFilter:
     ``key`` is the container's name (plain tasks) or the compose bridge; ``source`` is the
     container's address on the filtered bridge and ``mac`` its MAC address there (what
     IPv6 packets are told apart by: the container has no IPv6 address), known once it
-    runs. ``log`` is the run's packet log (None: counters only).
+    runs. ``log`` is the run's packet log (None: counters only). ``cluster`` holds the
+    IPv4 addresses of the Ray cluster's nodes (:attr:`EgressRun.cluster`), refused in
+    every phase before the host's own addresses are.
     """
 
     kind: str  # "E" (the harness network) or "C" (a compose project's bridge)
@@ -704,6 +712,7 @@ class TrialFilter:
     only_proxy: bool = False
     mac: str | None = None
     log: nflog.PacketLog | None = None
+    cluster: tuple[str, ...] = ()
     _logged: nflog.Destinations | None = field(default=None, repr=False)
 
     @property
@@ -826,6 +835,9 @@ class TrialFilter:
             _must("iptables", "-A", chain, *rule)
         if self.proxy is not None and self.source is not None:
             self._redirect()
+        for address in self.cluster:
+            for rule in self._refuse(["-d", f"{address}/32"], f"cluster:{address}/32"):
+                _must("iptables", "-A", chain, *rule)
         for rule in self._refuse(["-m", "addrtype", "--dst-type", "LOCAL"], "host"):
             _must("iptables", "-A", chain, *rule)
         for server in _resolv_nameservers():

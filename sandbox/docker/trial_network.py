@@ -170,7 +170,9 @@ class TrialNetwork:
         if not self.internet:
             return
         self._compose_bridge, self._compose_network = bridge, network
-        self._filter = TrialFilter(kind="C", key=bridge, bridge=bridge, log=self.egress.log)
+        self._filter = TrialFilter(
+            kind="C", key=bridge, bridge=bridge, log=self.egress.log, cluster=self.egress.cluster
+        )
         self._filter.install()
         self.egress.chains.add(self._filter.chain)
 
@@ -250,6 +252,7 @@ class TrialNetwork:
             self._filter = TrialFilter(
                 kind="E", key=str(container.name), bridge=self.egress.bridge, source=address,
                 mac=str(endpoint.get("MacAddress") or "") or None, log=self.egress.log,
+                cluster=self.egress.cluster,
             )  # fmt: skip
             if self._proxy is not None:
                 self._filter.proxy = self._proxy_ports()
