@@ -345,6 +345,8 @@ class TrialNetwork:
         if self._proxy is not None and self._proxy.address is not None:
             host, port = self._proxy.address
             facts["egress_proxy"] = f"{host}:{port}"
+            if self._proxy.dns_address is not None:
+                facts["egress_dns"] = f"{host}:{self._proxy.dns_address[1]}"
         return facts
 
 

@@ -92,10 +92,15 @@ def question(data):
     flags = 0x8183 if len(data) > 3 and data[2] & 1 else 0x8083
     return data[:2] + flags.to_bytes(2, "big") + data[4:6] + bytes(6) + data[12:at + 5]
 def dns_udp():
+    # Answers from the address each query was sent to (IP_PKTINFO, 8 on Linux): from any
+    # other, a client behind NAT (a container) would never match its reply.
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 53))
+    u.setsockopt(socket.IPPROTO_IP, 8, 1)
     while True:
-        data, peer = u.recvfrom(4096)
-        u.sendto(question(data), peer)
+        data, ancillary, _flags, peer = u.recvmsg(4096, 256)
+        info = [d for level, kind, d in ancillary if level == socket.IPPROTO_IP and kind == 8]
+        local = info[0][8:12] if info else bytes(4)
+        u.sendmsg([question(data)], [(socket.IPPROTO_IP, 8, bytes(4) + local + bytes(4))], 0, peer)
 def dns_tcp():
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("0.0.0.0", 53)); s.listen(64)
