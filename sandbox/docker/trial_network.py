@@ -31,7 +31,9 @@ and ``runsc-net``). Traffic to the sidecars is bridged, never judged, and ``NO_P
 names them (service names and addresses), so a tool honouring the proxy variables reaches
 them directly. The sidecars' own egress is what it is in any compose trial with the
 internet: the project's chain with the ``public`` rules, whatever the main container's
-phase.
+phase. The project's host guard (:mod:`sandbox.docker.hostguard`) drops what its
+containers send to the host; its counters are the trial's events too
+(:meth:`TrialNetwork.events`), with or without the internet, IPv4 and IPv6.
 """
 
 from __future__ import annotations
