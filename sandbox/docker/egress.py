@@ -343,6 +343,36 @@ def _holders(bridge: str | None = None) -> list[Path]:
     return live
 
 
+def _claim(chain: str) -> Path:
+    """Mark ``chain`` as this process's (a file named for it and our pid) until released.
+
+    A compose project's chain is made before its bridge exists, which is what a sweep
+    judges such a chain alive by: another run sweeping then (at its start, or under
+    ``harness sandbox cleanup``) would delete it under a trial being set up. A claim by a
+    live pid keeps it; one left by a dead run counts for nothing.
+    """
+    STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = STATE_DIR / f"chain-{chain}-{os.getpid()}"
+    path.touch()
+    return path
+
+
+def _claimed() -> set[str]:
+    """The chains live processes claim (dead claims are removed)."""
+    live = set()
+    for path in STATE_DIR.glob("chain-*"):
+        name, _, pid = path.name.removeprefix("chain-").rpartition("-")
+        try:
+            alive = _alive(int(pid))
+        except ValueError:
+            continue
+        if alive:
+            live.add(name)
+        else:
+            path.unlink(missing_ok=True)
+    return live
+
+
 def _network(client: Any) -> Any | None:
     from sandbox.docker.sdk import call
 
@@ -482,7 +512,7 @@ def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
 
     mine = bridge_of(client)
     network = _network(client)
-    live: set[str] = set(keep)
+    live: set[str] = set(keep) | _claimed()
     if network is not None:
         call(network.reload)
         for endpoint in (network.attrs.get("Containers") or {}).values():
@@ -714,6 +744,8 @@ class TrialFilter:
     log: nflog.PacketLog | None = None
     cluster: tuple[str, ...] = ()
     _logged: nflog.Destinations | None = field(default=None, repr=False)
+    #: This process's claim on the chain (:func:`_claim`), from install to removal.
+    _claim: Path | None = field(default=None, repr=False)
 
     @property
     def chain(self) -> str:
@@ -824,6 +856,7 @@ class TrialFilter:
     def install(self) -> None:
         """Create the chain (closed) and its dispatch rule (and IPv6's, by MAC address)."""
         chain = self.chain
+        self._claim = _claim(chain)  # before the chain exists: no sweep may take it
         _drop_chain("iptables", chain)
         _must("iptables", "-N", chain)
         if self.kind == "E":
@@ -968,6 +1001,13 @@ class TrialFilter:
 
     def remove(self) -> None:
         """Delete the dispatch rules, then the chains, and stop keeping the trial's log."""
+        try:
+            self._remove()
+        finally:
+            if self._claim is not None:  # a chain left behind is a sweep's to remove now
+                self._claim.unlink(missing_ok=True)
+
+    def _remove(self) -> None:
         if self.log is not None:
             self.log.unregister(self.chain)
         if _ipt("iptables", "-S", self.chain).returncode != 0:

@@ -644,3 +644,30 @@ def test_a_killed_run_leaves_no_input_jump_cleanup_cannot_remove() -> None:
     report = remove_leaks(docker_client(), run=label)
     listing, nat = _iptables("-S"), _iptables("-t", "nat", "-S", "PREROUTING")
     assert chain not in listing and chain not in nat and not report.errors, report
+
+
+def test_a_sweep_leaves_a_live_runs_compose_chain_made_before_its_bridge() -> None:
+    """Another run's sweep (at its start) while a compose trial is being set up.
+
+    The project's chain is made before compose makes its bridge, so the bridge cannot say
+    the chain is alive: the installing process's claim does. Under the suite's parallel
+    load a sweep took such a chain halfway through its install. Its owner gone (killed),
+    the same chain is swept.
+    """
+    from support.docker import docker_client
+
+    from sandbox.docker import egress
+    from sandbox.docker.hostguard import bridge_name
+
+    bridge = bridge_name(f"harness-not-yet-{secrets.token_hex(4)}")
+    run = egress.EgressRun(docker_client(), f"compose-claim-{secrets.token_hex(4)}")
+    run.ensure()
+    flt = egress.TrialFilter(kind="C", key=bridge, bridge=bridge)
+    try:
+        flt.install()
+        removed, errors = egress.sweep(docker_client())  # what another run's start does
+        assert flt.chain in _iptables("-S") and not errors, (removed, errors)
+    finally:
+        flt.remove()
+        run.close()
+    assert flt.chain not in _iptables("-S")
