@@ -91,7 +91,8 @@ NETWORK_PROBLEM = (
     "namespace; no egress filter runs here); run the task with --sandbox docker"
 )
 INTERNET_REFUSED = (
-    "the {role} phase's network_mode = {mode!r}: " + NETWORK_PROBLEM
+    "the {role} phase's network_mode = {mode!r}: "
+    + NETWORK_PROBLEM
     + ", or with --network none for the agent phase"
 )
 

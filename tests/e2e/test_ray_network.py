@@ -42,9 +42,20 @@ from support.ray_cluster import RayCluster
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
 WORKER_IP = "127.0.0.3"
+
+
+def _free_public_like() -> str:
+    """An address of TEST-NET-2's 198.51.100.200-249 that no route or address uses here."""
+    used = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
+    used += subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    free = [n for n in range(200, 250) if f"198.51.100.{n}/" not in used
+            and f"198.51.100.{n} " not in used]  # fmt: skip
+    return f"198.51.100.{free[secrets.randbelow(len(free))]}"
+
+
 #: A node of the cluster on a public-like address (TEST-NET-2): an address of this host,
 #: in no range the filter refuses but the host's own.
-PUBLIC_NODE_IP = f"198.51.100.{200 + secrets.randbelow(50)}"
+PUBLIC_NODE_IP = _free_public_like()
 
 #: Connects to every ``host:port`` given, sending ``<token> <target>``; prints JSON.
 PROBE = r"""

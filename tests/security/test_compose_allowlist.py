@@ -200,7 +200,8 @@ class Outside:
 def public(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outside]:
     """The namespace, with a public-like, a private and the metadata address routed to it."""
     with PublicNet(tmp_path_factory.mktemp("public")) as net:
-        private = net.route(f"10.201.{secrets.randbelow(250)}.{2 + secrets.randbelow(250)}")
+        # 10.202/16: test_egress_filter's namespaces take 10.201/16, and may run beside.
+        private = net.route(f"10.202.{secrets.randbelow(250)}.{2 + secrets.randbelow(250)}")
         public_like = net.route()
         net.route(METADATA, containers_only=True)  # the host's own agents keep theirs
         yield Outside(net, public_like, private)

@@ -204,7 +204,8 @@ class PublicNet:
         Not on-link: the host reaches it through the namespace's veth end, as a router
         would, so the filter judges it by its own range (the namespace's /30 is a subnet
         on a link of the host, which ``public`` refuses). None: a free "public-like"
-        address of TEST-NET-2 (198.51.100.0/24), outside every range ``public`` refuses.
+        address of TEST-NET-2 (198.51.100.8-199; the rest is test_ray_network's), outside
+        every range ``public`` refuses.
 
         ``containers_only``: routed only for packets from docker's address pools (a policy
         rule and a table of the namespace's own), so the host's own processes keep their
@@ -212,7 +213,7 @@ class PublicNet:
         """
         if address is None:
             routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
-            free = [n for n in range(8, 250) if f"198.51.100.{n} " not in routes]
+            free = [n for n in range(8, 200) if f"198.51.100.{n} " not in routes]
             address = f"198.51.100.{free[secrets.randbelow(len(free))]}"
         if not self._routes and not self._rules:
             _ip("-n", self.name, "route", "add", "default", "via", self.host_ip)
