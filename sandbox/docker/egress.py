@@ -745,7 +745,7 @@ class TrialFilter:
     cluster: tuple[str, ...] = ()
     _logged: nflog.Destinations | None = field(default=None, repr=False)
     #: This process's claim on the chain (:func:`_claim`), from install to removal.
-    _claim: Path | None = field(default=None, repr=False)
+    _claim_file: Path | None = field(default=None, repr=False)
 
     @property
     def chain(self) -> str:
@@ -856,7 +856,7 @@ class TrialFilter:
     def install(self) -> None:
         """Create the chain (closed) and its dispatch rule (and IPv6's, by MAC address)."""
         chain = self.chain
-        self._claim = _claim(chain)  # before the chain exists: no sweep may take it
+        self._claim_file = _claim(chain)  # before the chain exists: no sweep may take it
         _drop_chain("iptables", chain)
         _must("iptables", "-N", chain)
         if self.kind == "E":
@@ -1004,8 +1004,8 @@ class TrialFilter:
         try:
             self._remove()
         finally:
-            if self._claim is not None:  # a chain left behind is a sweep's to remove now
-                self._claim.unlink(missing_ok=True)
+            if self._claim_file is not None:  # a chain left behind is a sweep's to remove
+                self._claim_file.unlink(missing_ok=True)
 
     def _remove(self) -> None:
         if self.log is not None:
