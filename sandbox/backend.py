@@ -405,6 +405,9 @@ class Capacity:
     #: undeclared one (Harbor's default) as ``no-network``. With ``public`` listed, every
     #: task that leaves its network unstated gets the filtered internet.
     network_modes: frozenset[str] | None = None
+    #: Why the modes missing from ``network_modes`` are missing here and how to get them
+    #: (what is absent, then the fix after a ``;``): the end of a refusal's message.
+    network_problem: str | None = None
 
 
 class BackendRuntime(Protocol):

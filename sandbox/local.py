@@ -85,10 +85,15 @@ AGENT_MOUNTS_NEED_ROOT = (
 #: the model gateway's forwarder. The host's network namespace is never shared with a phase
 #: (its listeners on 127.0.0.1 would be the agent's), and no egress filter runs here.
 NETWORK_MODES = frozenset({"no-network"})
+#: Why ``public`` and ``allowlist`` are refused here, and the way on (``Capacity``).
+NETWORK_PROBLEM = (
+    "the local sandbox gives a phase loopback and the model gateway only (its own network "
+    "namespace; no egress filter runs here); run the task with --sandbox docker"
+)
 INTERNET_REFUSED = (
-    "the {role} phase's network_mode = {mode!r}: the local sandbox gives a phase loopback and "
-    "the model gateway only (its own network namespace; no egress filter runs here); run "
-    "the task with --sandbox docker, or with --network none for the agent phase"
+    "the {role} phase's network_mode = {mode!r}: "
+    + NETWORK_PROBLEM
+    + ", or with --network none for the agent phase"
 )
 
 

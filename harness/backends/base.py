@@ -204,6 +204,17 @@ class SandboxBackend(ABC):
         The run's sandboxes and shared dirs stay for :meth:`close`. Default: nothing.
         """
 
+    def refuse_addresses(self, addresses: Sequence[str]) -> None:  # noqa: B027
+        """Addresses no phase of the sandboxes made from now on may reach, whatever its policy.
+
+        The Ray executor gives its cluster's node addresses before each trial on a worker:
+        a node on a public address is neither the worker's host nor a private range, and
+        its Ray ports must stay out of reach all the same. A backend whose
+        ``Capacity.network_modes`` lists ``public`` or ``allowlist`` must refuse them
+        (docs/security.md's promise); the default does nothing, which is right only for a
+        backend whose sandboxes have no network.
+        """
+
     def abort(self) -> list[str]:
         """Remove every sandbox of the run now (a second interrupt); any thread.
 

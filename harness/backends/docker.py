@@ -7,6 +7,7 @@ whatever a dead invocation left.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -97,6 +98,21 @@ class DockerBackend(SandboxBackend):
         )
         sandbox.agent_boundary = self.boundary
         return sandbox
+
+    def refuse_addresses(self, addresses: Sequence[str]) -> None:
+        """The egress filter refuses these IPv4 addresses in every phase of the next trials.
+
+        IPv6 ones need no rule: the filtered network has no IPv6 (every packet is dropped).
+        """
+        found = []
+        for text in addresses:
+            try:
+                address = ipaddress.ip_address(text)
+            except ValueError:
+                continue
+            if address.version == 4 and text not in found:
+                found.append(str(address))
+        self.runtime.egress.cluster = tuple(sorted(found))
 
     def report_progress(self, report: Callable[[str], None]) -> None:
         """Image pulls and builds say how they are getting on through ``report``."""

@@ -44,6 +44,9 @@ from sandbox.local import (
 from sandbox.local import (
     NETWORK_MODES as LOCAL_NETWORK_MODES,
 )
+from sandbox.local import (
+    NETWORK_PROBLEM as LOCAL_NETWORK_PROBLEM,
+)
 from sandbox.storage import StorageBudget
 from sandbox.storage_pool import StoragePool
 
@@ -118,6 +121,7 @@ class LocalBackend(SandboxBackend):
             # A phase gets its own network namespace with loopback and the gateway only:
             # the host's network is never shared, so neither internet mode is offered.
             network_modes=LOCAL_NETWORK_MODES,
+            network_problem=LOCAL_NETWORK_PROBLEM,
         )
 
     def gpu_problem(self, gpus: int) -> str | None:

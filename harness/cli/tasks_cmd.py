@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from harness.backends.task_check import check_against_engine
 from harness.cli.display import err, out, print_task_list
 from harness.errors import EXIT_USAGE
 from harness.judges import judge_problems
+from harness.runner.task_check import check_against_engine
 from harness.tasks import check_tasks
 from harness.tasks.migrate_tb1 import migrate_tasks
 

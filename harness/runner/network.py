@@ -43,17 +43,18 @@ def network_problems(
     Every step's phases are checked (each gets its own policy); a refusal names the step.
     """
     allowed = declarable(capacity)
+    problem = capacity.network_problem if capacity is not None else None
     problems = []
     for task in tasks:
         steps = _steps(task)
         by_step = _by_step(task, step_networks(task.config, run, steps))
-        why = _first(by_step, lambda table: refusal(table, allowed, backend))
+        why = _first(by_step, lambda table: refusal(table, allowed, backend, problem))
         if why is None and (capacity is None or capacity.network_modes is None):
             # The trial's own sandbox only: a separate verifier has a container of its own.
             tables = [sandbox_networks(task.config, run, steps)]
             tables += sandbox_step_networks(task.config, run, steps)
             why = _one_network_only(tables, backend)
-        if why is not None and capacity is not None and not capacity.network:
+        if why is not None and capacity is not None and not capacity.network and not problem:
             why += "; this runtime is registered with --network=none and gives no trial a network"
         if why is None and executor is not None:
             why = _first(by_step, lambda table: _executor_refusal(executor, table, run))

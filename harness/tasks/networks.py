@@ -205,16 +205,28 @@ def declarable(capacity: Capacity | None) -> frozenset[str]:
 
 
 def refusal(
-    policies: Mapping[str, NetworkPolicy], enforced: frozenset[str], backend: str
+    policies: Mapping[str, NetworkPolicy],
+    enforced: frozenset[str],
+    backend: str,
+    problem: str | None = None,
 ) -> str | None:
-    """Why a backend enforcing ``enforced`` cannot run these declared policies (None: it can)."""
+    """Why a backend enforcing ``enforced`` cannot run these declared policies (None: it can).
+
+    Args:
+        policies: Each role's policy.
+        enforced: The modes the backend enforces.
+        backend: Its name.
+        problem: Why the other modes are not enforced there and how to get them
+            (``Capacity.network_problem``); None: the backend did not say.
+    """
     for role, policy in policies.items():
         if policy.declared and policy.mode not in enforced:
+            fix = problem or "run the task on a backend that enforces it"
+            agent = ", or with --network none for the agent phase" if role == "agent" else ""
             return (
                 f"the {role} phase's network_mode = {policy.mode!r} cannot be enforced by "
-                f"the {backend} backend (it enforces: {', '.join(sorted(enforced))}); run "
-                "the task on a backend that enforces it, or run with --network none for an "
-                "agent phase"
+                f"the {backend} backend (it enforces: {', '.join(sorted(enforced))}): "
+                f"{fix}{agent}"
             )
     return None
 

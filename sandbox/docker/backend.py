@@ -529,7 +529,9 @@ class DockerSandbox(Sandbox):
                 f"{self.runtime.runtime} runtime of this engine gives containers no network "
                 "(registered with --network=none); run multi-container tasks with runc"
             )
-        self._net.before_compose(self._compose.bridge, self._compose.network)
+        # The host guard first: the trial's chain jumps from INPUT above the guard's drop.
+        self._compose.shield_host()
+        self._net.before_compose(self._compose.bridge, self._compose.network, self._compose.guard)
         self._compose.up()
         self._sidecar_hosts = self._compose.addresses()
         self._net.after_compose(self._sidecar_hosts)

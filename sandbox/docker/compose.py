@@ -445,7 +445,7 @@ class ComposeProject:
         """
         if not self.plan.sidecars:
             return
-        self._shield_host()
+        self.shield_host()
         self.started = True
         timeout = int(self.build_timeout_sec) if self.build_timeout_sec else None
         try:
@@ -471,15 +471,19 @@ class ComposeProject:
                 + refusal("the engine's networks are not this host's")
             )
 
-    def _shield_host(self) -> None:
+    def shield_host(self) -> None:
         """Install the host rules before anything starts, or refuse to start without them.
+
+        Once: :meth:`up` calls it too, for a caller that did not (the docker backend does,
+        before the trial's egress chain, whose ``INPUT`` jump must sit above the guard).
 
         Raises:
             HostGuardUnavailable: the rules cannot be installed and the run does not allow
                 host access.
         """
         if self.guard is not None:
-            self.guard.install()
+            if not self.guard.families:
+                self.guard.install()
         elif not self.allow_host_access:
             raise HostGuardUnavailable(refusal(self.host_problem or "no rules are possible"))
 

@@ -17,12 +17,14 @@ bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
   addressed to the host itself (``addrtype LOCAL``: every address, the bridge gateways
   included, whatever is added later); the private, loopback, link-local, CGNAT, multicast
   and reserved ranges, 169.254.169.254 and the host's own on-link subnets
-  (:func:`blocked_ranges`); and lets through the host's DNS resolvers on port 53 (the
-  engine's embedded DNS forwards the container's queries to them). What is left is the
-  internet. Every rule has its own counters: :meth:`TrialFilter.collect` reads them (and
-  zeroes them) as the trial's refused connections, by rule. An ``NFLOG`` rule before
-  each drop (:mod:`sandbox.docker.nflog`, the run's own netlink group, rate-limited)
-  gives the exact destination of the packets it logs, listed per trial and bounded.
+  (:func:`blocked_ranges`); the Ray cluster's nodes, whatever their addresses
+  (:attr:`EgressRun.cluster`, given by a Ray worker); and lets through the host's DNS
+  resolvers on port 53 (the engine's embedded DNS forwards the container's queries to
+  them). What is left is the internet. Every rule has its own counters:
+  :meth:`TrialFilter.collect` reads them (and zeroes them) as the trial's refused
+  connections, by rule. An ``NFLOG`` rule before each drop (:mod:`sandbox.docker.nflog`,
+  the run's own netlink group, rate-limited) gives the exact destination of the packets it
+  logs, listed per trial and bounded.
 - IPv6: the network has none, containers get ``net.ipv6.conf.all.disable_ipv6=1``, and
   ``ip6tables`` drops every packet from the bridge in ``FORWARD`` and ``INPUT`` (a container
   left with a link-local ``fe80::`` address would otherwise reach the host's ``::``
@@ -38,12 +40,13 @@ Compose tasks with the internet get the same filter on their project's bridge (`
 see :mod:`sandbox.docker.hostguard`, whose ``INPUT`` rules stay): one chain per project,
 dispatched by the bridge, with the main container's address closed during its
 ``no-network`` phases and restricted to the proxy during its ``allowlist`` ones (the
-sidecars keep the rest of the chain). The proxy is bound on the project's own gateway,
-which the host guard's ``INPUT`` drop would keep out of reach: the main container's
-packets to the host jump to the project's chain first (an ``INPUT`` rule by its address,
-commented ``harness-egress:input-HXC-…``, above the guard's), where only the proxy's
-ports are accepted and everything else to the host is dropped as before
-(:meth:`TrialFilter.attach_proxy`).
+sidecars keep the rest of the chain). Whatever the project's containers send to the host
+goes to the project's chain too, before the host guard's ``INPUT`` drop (an ``INPUT``
+rule by the bridge, commented ``harness-egress:input-HXC-…``, inserted above the guard's
+once it is in place), so those refusals are the trial's, with their destinations; there
+only the main container's proxy ports are accepted (:meth:`TrialFilter.attach_proxy`:
+the proxy is bound on the project's own gateway) and everything else to the host is
+dropped as before. Falling off the chain returns to ``INPUT`` and the guard's drop.
 
 Only chains and rules carrying the harness's names and comments are ever touched. The
 rules are installed idempotently at every run's start, under a lock, and removed by the
@@ -132,6 +135,7 @@ REASONS = {
     "benchmarking": "reserved address",
     "allowlist": "allowlist phase: only the egress proxy",
     "ipv6": "IPv6 (the filtered network has none)",
+    "cluster": "a node of the Ray cluster",
 }
 
 
@@ -339,6 +343,36 @@ def _holders(bridge: str | None = None) -> list[Path]:
     return live
 
 
+def _claim(chain: str) -> Path:
+    """Mark ``chain`` as this process's (a file named for it and our pid) until released.
+
+    A compose project's chain is made before its bridge exists, which is what a sweep
+    judges such a chain alive by: another run sweeping then (at its start, or under
+    ``harness sandbox cleanup``) would delete it under a trial being set up. A claim by a
+    live pid keeps it; one left by a dead run counts for nothing.
+    """
+    STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = STATE_DIR / f"chain-{chain}-{os.getpid()}"
+    path.touch()
+    return path
+
+
+def _claimed() -> set[str]:
+    """The chains live processes claim (dead claims are removed)."""
+    live = set()
+    for path in STATE_DIR.glob("chain-*"):
+        name, _, pid = path.name.removeprefix("chain-").rpartition("-")
+        try:
+            alive = _alive(int(pid))
+        except ValueError:
+            continue
+        if alive:
+            live.add(name)
+        else:
+            path.unlink(missing_ok=True)
+    return live
+
+
 def _network(client: Any) -> Any | None:
     from sandbox.docker.sdk import call
 
@@ -478,7 +512,7 @@ def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
 
     mine = bridge_of(client)
     network = _network(client)
-    live: set[str] = set(keep)
+    live: set[str] = set(keep) | _claimed()
     if network is not None:
         call(network.reload)
         for endpoint in (network.attrs.get("Containers") or {}).values():
@@ -534,6 +568,10 @@ class EgressRun:
         #: Names the allowlist proxies resolve from this table before the host's resolver
         #: (as ``/etc/hosts`` would: an operator pinning a mirror, a test its servers).
         self.hosts: dict[str, list[str]] = {}
+        #: The IPv4 addresses of the Ray cluster's nodes when a Ray worker runs the trials
+        #: (set before each trial): every phase's chain refuses them, wherever they are
+        #: (a node on a public address is not covered by the host's or the private ranges).
+        self.cluster: tuple[str, ...] = ()
         #: The refused packets' log (None: counters only, :attr:`log_problem` says why).
         self.log: nflog.PacketLog | None = None
         self.log_problem: str | None = None
@@ -686,7 +724,9 @@ class TrialFilter:
     ``key`` is the container's name (plain tasks) or the compose bridge; ``source`` is the
     container's address on the filtered bridge and ``mac`` its MAC address there (what
     IPv6 packets are told apart by: the container has no IPv6 address), known once it
-    runs. ``log`` is the run's packet log (None: counters only).
+    runs. ``log`` is the run's packet log (None: counters only). ``cluster`` holds the
+    IPv4 addresses of the Ray cluster's nodes (:attr:`EgressRun.cluster`), refused in
+    every phase before the host's own addresses are.
     """
 
     kind: str  # "E" (the harness network) or "C" (a compose project's bridge)
@@ -702,7 +742,10 @@ class TrialFilter:
     only_proxy: bool = False
     mac: str | None = None
     log: nflog.PacketLog | None = None
+    cluster: tuple[str, ...] = ()
     _logged: nflog.Destinations | None = field(default=None, repr=False)
+    #: This process's claim on the chain (:func:`_claim`), from install to removal.
+    _claim_file: Path | None = field(default=None, repr=False)
 
     @property
     def chain(self) -> str:
@@ -752,17 +795,22 @@ class TrialFilter:
         return self._refuse(source, "closed")
 
     def _proxy_rules(self) -> list[list[str]]:
-        """The trial's own proxy ports on the gateway (its DNS port after the redirect)."""
+        """The trial's own proxy ports on the gateway (its DNS port after the redirect).
+
+        A compose project's chain sees every packet its containers send to the host: only
+        the main container's are accepted (the sidecars never had the proxy).
+        """
         if self.proxy is None:
             return []
         gateway, port, dns = self.proxy
+        source = ["-s", f"{self.source}/32"] if self.kind == "C" and self.source else []
         return [
-            ["-d", f"{gateway}/32", "-p", "tcp", "--dport", str(port), *_comment("proxy"),
-             "-j", "ACCEPT"],
-            ["-d", f"{gateway}/32", "-p", "udp", "--dport", str(dns), *_comment("proxy-dns"),
-             "-j", "ACCEPT"],
-            ["-d", f"{gateway}/32", "-p", "tcp", "--dport", str(dns), *_comment("proxy-dns"),
-             "-j", "ACCEPT"],
+            [*source, "-d", f"{gateway}/32", "-p", "tcp", "--dport", str(port),
+             *_comment("proxy"), "-j", "ACCEPT"],
+            [*source, "-d", f"{gateway}/32", "-p", "udp", "--dport", str(dns),
+             *_comment("proxy-dns"), "-j", "ACCEPT"],
+            [*source, "-d", f"{gateway}/32", "-p", "tcp", "--dport", str(dns),
+             *_comment("proxy-dns"), "-j", "ACCEPT"],
         ]  # fmt: skip
 
     def _allowlist_rules(self) -> list[list[str]]:
@@ -789,28 +837,26 @@ class TrialFilter:
         ]  # fmt: skip
 
     def _input_jump(self) -> list[str]:
-        """``INPUT``: a compose main container's packets to the host go to its chain first.
+        """``INPUT``: a compose project's packets to the host go to its chain first.
 
         Inserted above the host guard's drop of the whole bridge
-        (:mod:`sandbox.docker.hostguard`), so the proxy's ports on the project's gateway
-        can be accepted; the chain drops everything else addressed to the host.
+        (:mod:`sandbox.docker.hostguard`, installed first), so what the chain drops is
+        counted and logged as the trial's, and the main container's proxy ports on the
+        project's gateway can be accepted; the chain drops everything else addressed to
+        the host (``addrtype LOCAL``), and what falls off it meets the guard's drop.
         """
-        assert self.source is not None
-        return ["-i", self.bridge, "-s", f"{self.source}/32", *_comment(f"input-{self.chain}"),
-                "-j", self.chain]  # fmt: skip
+        return ["-i", self.bridge, *_comment(f"input-{self.chain}"), "-j", self.chain]
 
     def _redirect(self) -> None:
-        """The trial's DNS redirects (and, for a compose project, its ``INPUT`` jump)."""
+        """The trial's DNS redirects to its proxy's responder."""
         for redirect in self._dns_redirects():
             _delete_nat(redirect)
             _must("iptables", "-t", "nat", "-I", "PREROUTING", "1", *redirect)
-        if self.kind == "C":
-            _delete_rule("iptables", "INPUT", self._input_jump())
-            _must("iptables", "-I", "INPUT", "1", *self._input_jump())
 
     def install(self) -> None:
         """Create the chain (closed) and its dispatch rule (and IPv6's, by MAC address)."""
         chain = self.chain
+        self._claim_file = _claim(chain)  # before the chain exists: no sweep may take it
         _drop_chain("iptables", chain)
         _must("iptables", "-N", chain)
         if self.kind == "E":
@@ -822,6 +868,9 @@ class TrialFilter:
             _must("iptables", "-A", chain, *rule)
         if self.proxy is not None and self.source is not None:
             self._redirect()
+        for address in self.cluster:
+            for rule in self._refuse(["-d", f"{address}/32"], f"cluster:{address}/32"):
+                _must("iptables", "-A", chain, *rule)
         for rule in self._refuse(["-m", "addrtype", "--dst-type", "LOCAL"], "host"):
             _must("iptables", "-A", chain, *rule)
         for server in _resolv_nameservers():
@@ -842,14 +891,17 @@ class TrialFilter:
                 _must("ip6tables", "-A", chain, *rule)
             _must("ip6tables", "-I", DISPATCH, "1", *self._dispatch_v6())
         _must("iptables", "-I", DISPATCH, "1", *self._dispatch())
+        if self.kind == "C":
+            _delete_rule("iptables", "INPUT", self._input_jump())
+            _must("iptables", "-I", "INPUT", "1", *self._input_jump())
 
     def attach_proxy(self, proxy: tuple[str, int, int]) -> None:
         """Give a compose project's chain its trial's egress proxy (:attr:`proxy`).
 
         Called once the main container's address (:attr:`source`) is known, before its
-        first phase: the proxy's ports are accepted at the top of the chain (after the
-        closed rules, if any), the main container's DNS to the gateway is redirected to the
-        responder, and its packets to the host jump to the chain (:meth:`_input_jump`).
+        first phase: the proxy's ports are accepted from it at the top of the chain (after
+        the closed rules, if any; the chain sees its packets to the host through
+        :meth:`_input_jump`), and its DNS to the gateway is redirected to the responder.
         """
         if self.kind != "C" or self.source is None:
             raise SandboxError("only a compose chain with its main container's address")
@@ -949,6 +1001,13 @@ class TrialFilter:
 
     def remove(self) -> None:
         """Delete the dispatch rules, then the chains, and stop keeping the trial's log."""
+        try:
+            self._remove()
+        finally:
+            if self._claim_file is not None:  # a chain left behind is a sweep's to remove
+                self._claim_file.unlink(missing_ok=True)
+
+    def _remove(self) -> None:
         if self.log is not None:
             self.log.unregister(self.chain)
         if _ipt("iptables", "-S", self.chain).returncode != 0:

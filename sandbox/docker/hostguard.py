@@ -146,6 +146,8 @@ class HostGuard:
     run: str
     bridge: str
     families: list[str] = field(default_factory=list)
+    #: Each table's rule's packet counter as last read (:meth:`dropped`).
+    _read: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def comment(self) -> str:
@@ -173,6 +175,29 @@ class HostGuard:
         for tool in self.families:
             _delete(tool, self.bridge, self.comment)
         self.families = []
+
+    def dropped(self) -> dict[str, int]:
+        """The packets each table's rule dropped since the last call, by tool (nonzero only).
+
+        The rule is the project's own (``-i <bridge>``), so these are its containers'
+        packets to the host that no rule above it judged: every one for a project without
+        the internet, every IPv6 one, and, for a project with the internet, what fell off
+        its egress chain (:mod:`sandbox.docker.egress`). The counters are read, never
+        zeroed: zeroing one rule needs its position, which other rules' inserts move.
+        """
+        found: dict[str, int] = {}
+        for tool in self.families:
+            listing = _iptables(tool, "-S", "INPUT", "-v")
+            for line in listing.stdout.splitlines() if listing.returncode == 0 else []:
+                counts = re.search(r"-c (\d+) \d+", line)
+                if self.comment not in line or "-j DROP" not in line or counts is None:
+                    continue
+                total = int(counts.group(1))
+                if total > self._read.get(tool, 0):
+                    found[tool] = total - self._read.get(tool, 0)
+                self._read[tool] = total
+                break
+        return found
 
     def describe(self) -> dict[str, Any]:
         """Record facts: the bridge and the tables holding its rule."""

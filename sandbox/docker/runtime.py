@@ -217,12 +217,27 @@ class DockerRuntime:
         network = network_runtime_of(self.runtime, runtimes) is not None
         # Per phase: no-network always; public and allowlist (its proxy behind the same
         # filter, trial_network.py) where the host filter can be installed (egress.py).
-        public = network and egress_problem(self.client) is None
+        why = egress_problem(self.client) if network else None
+        public = network and why is None
+        problem = None
+        if not network:
+            name = self.runtime or "runc"
+            problem = (
+                f"the {name} runtime gives containers no network (registered with "
+                f"--network=none) and no {name}-net runtime is registered; run `bash "
+                "docker/start-engine.sh` to register it, or use runc"
+            )
+        elif why is not None:
+            problem = (
+                "public and allowlist phases need its host egress filter, and "
+                f"{why}; run the harness as root on the engine's host with iptables"
+            )
         return Capacity(
             cpus=float(info.get("NCPU") or os.cpu_count() or 1),
             memory_mb=int(info.get("MemTotal") or 0) >> 20,
             network=network,
             network_modes=frozenset({"no-network", *(["public", "allowlist"] if public else [])}),
+            network_problem=problem,
         )
 
     def _drain(self) -> list[str]:

@@ -31,7 +31,9 @@ and ``runsc-net``). Traffic to the sidecars is bridged, never judged, and ``NO_P
 names them (service names and addresses), so a tool honouring the proxy variables reaches
 them directly. The sidecars' own egress is what it is in any compose trial with the
 internet: the project's chain with the ``public`` rules, whatever the main container's
-phase.
+phase. The project's host guard (:mod:`sandbox.docker.hostguard`) drops what its
+containers send to the host; its counters are the trial's events too
+(:meth:`TrialNetwork.events`), with or without the internet, IPv4 and IPv6.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandbox.backend import SandboxSpec
-from sandbox.docker.egress import NETWORK, EgressRun, TrialFilter
+from sandbox.docker.egress import NETWORK, REASONS, EgressRun, TrialFilter
+from sandbox.docker.hostguard import HostGuard
 from sandbox.egress_proxy import ProxyServer
 from sandbox.errors import PermanentStartError, SandboxError
 from sandbox.network_policy import NO_NETWORK, NetworkPolicy
@@ -61,6 +64,9 @@ class TrialNetwork:
         self._phase = ""
         self._compose_bridge: str | None = None
         self._compose_network: str | None = None
+        #: The compose project's host guard, whose own drops are the trial's too.
+        self._guard: HostGuard | None = None
+        self._guard_events: list[dict[str, Any]] = []
         self._proxy: ProxyServer | None = None
         #: What an allowlist phase reaches without the proxy besides loopback: the
         #: compose sidecars' names and addresses.
@@ -153,12 +159,22 @@ class TrialNetwork:
         env.update({"NO_PROXY": no_proxy, "no_proxy": no_proxy})
         return env
 
-    def before_compose(self, bridge: str, network: str) -> None:
-        """Filter the compose project's bridge before any of its containers starts."""
+    def before_compose(self, bridge: str, network: str, guard: HostGuard | None = None) -> None:
+        """Filter the compose project's bridge before any of its containers starts.
+
+        Args:
+            bridge: The project's bridge.
+            network: The project's engine network.
+            guard: The project's host guard, already installed (the chain's ``INPUT``
+                jump goes above it); its drops become the trial's events too.
+        """
+        self._guard = guard
         if not self.internet:
             return
         self._compose_bridge, self._compose_network = bridge, network
-        self._filter = TrialFilter(kind="C", key=bridge, bridge=bridge, log=self.egress.log)
+        self._filter = TrialFilter(
+            kind="C", key=bridge, bridge=bridge, log=self.egress.log, cluster=self.egress.cluster
+        )
         self._filter.install()
         self.egress.chains.add(self._filter.chain)
 
@@ -205,7 +221,11 @@ class TrialNetwork:
         its own step's policy (an allowlist its own hosts, never another step's).
         """
         policy = self.policy(role, step)  # an unknown step is refused, whatever the network
-        if not self.internet or container is None:
+        if container is None:
+            return
+        self._collect_guard()
+        if not self.internet:
+            self._phase = role
             return
         flt = self._filter_of(container)
         flt.collect(self._phase or "start")
@@ -234,6 +254,7 @@ class TrialNetwork:
             self._filter = TrialFilter(
                 kind="E", key=str(container.name), bridge=self.egress.bridge, source=address,
                 mac=str(endpoint.get("MacAddress") or "") or None, log=self.egress.log,
+                cluster=self.egress.cluster,
             )  # fmt: skip
             if self._proxy is not None:
                 self._filter.proxy = self._proxy_ports()
@@ -269,13 +290,35 @@ class TrialNetwork:
         if self._filter is not None:
             self._filter.collect(self._phase or "start")
             events, self._filter.events = self._filter.events, []
+        self._collect_guard()
+        events, self._guard_events = events + self._guard_events, []
         if self._proxy is not None:
             events += self._proxy.events()
         return events
 
+    def _collect_guard(self) -> None:
+        """The host guard's drops since the last call, as the current phase's events.
+
+        One per table (``protocol`` ``ip`` or ``ipv6``), the project's whole: the rule
+        matches the bridge, not a container. No destinations: the guard does not log.
+        """
+        if self._guard is None:
+            return
+        for tool, packets in self._guard.dropped().items():
+            self._guard_events.append({
+                "type": "network_refused",
+                "phase": self._phase or "start",
+                "protocol": "ipv6" if tool == "ip6tables" else "ip",
+                "reason": REASONS["host"],
+                "refused": "host",
+                "destination": "host",
+                "packets": packets,
+            })  # fmt: skip
+
     def remove(self) -> None:
         """Close the trial, delete its chain (before its container goes), stop its proxy."""
         try:
+            self._collect_guard()
             if self._filter is not None:
                 self._filter.collect(self._phase or "start")
                 self._filter.remove()
@@ -304,6 +347,8 @@ class TrialNetwork:
         if self._proxy is not None and self._proxy.address is not None:
             host, port = self._proxy.address
             facts["egress_proxy"] = f"{host}:{port}"
+            if self._proxy.dns_address is not None:
+                facts["egress_dns"] = f"{host}:{self._proxy.dns_address[1]}"
         return facts
 
 

@@ -68,22 +68,54 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
     return None
 
 
-def host_addresses() -> frozenset[Address]:
-    """Every address of this host's interfaces (its network namespace), IPv4 and IPv6.
+def _local_ipv4(fib_trie: str) -> set[Address]:
+    """Every IPv4 address of the host in the kernel's ``/proc/net/fib_trie`` text.
 
-    Read each time it is asked: an interface may come up while a run lasts (a new docker
-    bridge, a trial's veth).
+    Each address the host owns is a ``/32 host LOCAL`` leaf of the local table, whatever
+    interface holds it and however many it holds (an interface's second address too).
     """
+    found: set[Address] = set()
+    last: str | None = None
+    for line in fib_trie.splitlines():
+        text = line.strip()
+        if text.startswith(("|--", "+--")):
+            last = text.split()[1]
+        elif text == "/32 host LOCAL" and last is not None:
+            try:
+                found.add(ipaddress.IPv4Address(last))
+            except ValueError:
+                continue
+    return found
+
+
+def _first_ipv4() -> set[Address]:
+    """Each interface's first IPv4 address (``SIOCGIFADDR``): where ``fib_trie`` is unreadable."""
     found: set[Address] = set()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         for _index, name in socket.if_nameindex():
-            try:  # SIOCGIFADDR: the interface's (first) IPv4 address
+            try:
                 packed = fcntl.ioctl(
                     probe.fileno(), 0x8915, struct.pack("256s", name[:15].encode())
                 )
             except OSError:
                 continue
             found.add(ipaddress.IPv4Address(packed[20:24]))
+    return found
+
+
+def host_addresses() -> frozenset[Address]:
+    """Every address of this host's interfaces (its network namespace), IPv4 and IPv6.
+
+    Read each time it is asked: an interface may come up while a run lasts (a new docker
+    bridge, a trial's veth). IPv4 from the kernel's local routing table (every address of
+    every interface, secondary ones included), and each interface's first address besides.
+    """
+    found = _first_ipv4()
+    try:
+        with open("/proc/net/fib_trie", encoding="ascii") as trie:
+            found |= _local_ipv4(trie.read())
+    except OSError:
+        pass  # each interface's first address only
     try:
         with open("/proc/net/if_inet6", encoding="ascii") as table:
             for line in table:

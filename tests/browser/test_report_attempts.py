@@ -84,6 +84,15 @@ def crafted_run(root: Path) -> Path:
                     "port": 443,
                     "reason": "the host is not listed",
                 },
+                {  # the docker filter's counter: packets one rule dropped, not connections
+                    "type": "network_refused",
+                    "phase": "agent",
+                    "protocol": "ip",
+                    "refused": "metadata",
+                    "reason": "metadata address",
+                    "destination": "169.254.169.254/32",
+                    "packets": 2,
+                },
                 {  # the docker filter's log: the exact destination of a counted refusal
                     "type": "network_refused",
                     "phase": "agent",
@@ -159,12 +168,16 @@ def test_earlier_attempts_cleanup_errors_events_and_newer_fields(
     assert w.page.locator("#trial-errors li.cleanup .badge.cleanup").count() == 1
     assert "container died" in w.text("#trial-errors")  # the earlier attempt's error
     security = w.text("#security")
-    assert "/etc/shadow" in security and "3 security event" in security
+    assert "/etc/shadow" in security and "4 security event" in security
     assert "169.254.169.254" in security  # listed among the events, not counted twice
     assert "allowlist: pypi.org" in security and "public (not stated by the task)" in security
     # A multi-step trial: each step's phases, by step (steps[].network).
     assert "step build: agent" in security and "step test: verifier" in security
-    assert "1 connection(s) refused by the network filter" in security
+    # Packets and proxy refusals, each counted as what it is (no "connections").
+    assert (
+        "Refused: 2 packet(s) dropped by the egress filter; 1 request(s) refused by the "
+        "egress proxy (HTTP, CONNECT, TLS or DNS)"
+    ) in security, security
     assert "a_field_from_2030" in w.text("#other")
     assert "second attempt succeeded" in w.text("#transcript")
     assert "-before" in w.text("#changes") and "+after" in w.text("#changes")

@@ -9,6 +9,7 @@ such task, and ``--skip-invalid`` runs the fine one, the GPU task's image never 
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,8 @@ def test_tasks_check_names_the_engine_its_capacity_and_each_task_it_cannot_run(
         "tasks", "check", tmp_path / "set", env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
     )
     assert away.code == 2, away
-    said = "static checks only: the tasks' CPUs, memory and GPUs were not checked: docker: "
+    said = "static checks only: the tasks' CPUs, memory, GPUs and networks were not checked: "
+    said += "docker: "
     assert f"{said}cannot reach the Docker engine at unix://{tmp_path}/none.sock" in away.stdout
     assert away.error_lines()[-1] == "1 problem(s); 3 valid task(s)", away
     offline = e2e.run("tasks", "check", tasks["big"], tasks["fine"], "--sandbox", "none")
@@ -106,3 +108,28 @@ def test_run_refuses_them_up_front_and_skip_invalid_runs_the_rest_building_nothi
     assert [(r["task"]["name"], r["reward"]) for r in records] == [("fine", 1.0)], records
     # The GPU task was refused before its Dockerfile was built.
     assert docker_client().images.list(name=f"harness-task/{tasks['gpu'].name}") == []
+
+
+def test_tasks_check_says_why_the_docker_backend_cannot_give_a_phase_the_internet_here(
+    e2e: Any, tmp_path: Path
+) -> None:
+    """A SWE-bench-style task (``public`` agent and verifier) where the filter cannot be had.
+
+    The harness's PATH without ``/usr/sbin`` (no ``iptables``), as on a host without the
+    package: the refusal names what is missing and how to fix it, not only the modes.
+    """
+    swe = '[agent]\nnetwork_mode = "public"\n[verifier]\nnetwork_mode = "public"\n'
+    task = e2e.make_task(tmp_path / "set", "swe", toml=swe)
+    result = e2e.run("tasks", "check", task, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+    assert result.code == 2, result
+    why = (
+        "iptables is not installed (Debian: apt-get install iptables)"
+        if os.geteuid() == 0
+        else "the harness does not run as root (host firewall rules need root)"
+    )
+    assert (
+        f"error: {task / 'task.toml'}: the agent phase's network_mode = 'public' cannot be "
+        "enforced by the docker backend (it enforces: no-network): public and allowlist "
+        f"phases need its host egress filter, and {why}; run the harness as root on the "
+        "engine's host with iptables, or with --network none for the agent phase"
+    ) in result.error_lines(), result

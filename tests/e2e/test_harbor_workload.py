@@ -4,6 +4,7 @@ process and spare the workload (the verifier still reaches it)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,10 @@ def test_the_workload_survives_the_phase_kill_that_takes_the_agents_processes(
     survivors = [e for e in record["events"] if e["type"] == "survivors"]
     assert survivors and all(p["uid"] == 2345 for p in survivors[0]["processes"]), survivors
     assert not any("http.server" in p["cmdline"] for e in survivors for p in e["processes"])
+    # The task says nothing of its network: Harbor's default, public, recorded as not
+    # declared, on the filtered network (as root, where the filter can be installed; else
+    # the run gives it no-network and says so).
+    filtered = os.geteuid() == 0
+    network = {"mode": "public" if filtered else "no-network", "declared": False}
+    assert record["posture"]["network"] == network == record["verifier_posture"]["network"]
+    assert record["sandbox"]["network"] == ("hx-egress" if filtered else "none"), record["sandbox"]

@@ -1,14 +1,20 @@
 """Internet phases on Ray workers, behind the docker egress filter of the worker's host.
 
 A real Ray cluster on this machine (a head with no CPUs at 127.0.0.2, a worker node at
-127.0.0.3, both as root) runs, with ``--executor ray --sandbox docker``, Terminal-Bench 2's
-shape: a ``no-network`` agent and a ``public`` verifier. Both phases attack the same
-targets: a "public-like" server in a network namespace (an address outside every blocked
-range, tests/support/netns.py), a listener on all of the host's addresses, and every port
-the cluster's processes listen on (the head's GCS port among them), at each of the host's
-own addresses a container could route to (the filtered bridge's gateway, docker0, the
-primary IPv4). Judged from outside: what the servers received, the record's posture and
-the filter's counters in its security events.
+127.0.0.3, and a node with no CPUs on a public-like address, all as root) runs, with
+``--executor ray --sandbox docker``, Terminal-Bench 2's shape: a ``no-network`` agent and a
+``public`` verifier. Both phases attack the same targets: a "public-like" server in a
+network namespace (an address outside every blocked range, tests/support/netns.py), a
+listener on all of the host's addresses, and every port the cluster's processes listen on
+(the head's GCS port among them), at each of the host's own addresses a container could
+route to (the filtered bridge's gateway, docker0, the primary IPv4) and at the public-like
+node's address. That node stands for a cluster node on a public address, which neither the
+private ranges nor (on another machine) the host's own addresses would cover: the filter
+refuses the cluster's node addresses themselves, as the worker learns them from Ray, ahead
+of every other rule (here the address is the host's too, so the test tells the two rules
+apart by which one counted the packets). Judged from outside: what the servers received,
+the record's posture and the filter's counters and logged destinations in its security
+events.
 
 Then a worker node that cannot install the filter (no ``iptables`` on its PATH) takes the
 same task and one that leaves its policies unstated (Harbor's ``public``): both trials are
@@ -23,7 +29,6 @@ import secrets
 import socket
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -37,6 +42,20 @@ from support.ray_cluster import RayCluster
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
 WORKER_IP = "127.0.0.3"
+
+
+def _free_public_like() -> str:
+    """An address of TEST-NET-2's 198.51.100.200-249 that no route or address uses here."""
+    used = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
+    used += subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    free = [n for n in range(200, 250) if f"198.51.100.{n}/" not in used
+            and f"198.51.100.{n} " not in used]  # fmt: skip
+    return f"198.51.100.{free[secrets.randbelow(len(free))]}"
+
+
+#: A node of the cluster on a public-like address (TEST-NET-2): an address of this host,
+#: in no range the filter refuses but the host's own.
+PUBLIC_NODE_IP = _free_public_like()
 
 #: Connects to every ``host:port`` given, sending ``<token> <target>``; prints JSON.
 PROBE = r"""
@@ -95,12 +114,15 @@ echo $r > "$HARNESS_VERIFIER_DIR/reward.txt"
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RayCluster]:
     ray_cluster = RayCluster()
+    subprocess.run(["ip", "addr", "add", f"{PUBLIC_NODE_IP}/32", "dev", "lo"], check=True)
     try:
         ray_cluster.add_node(0)  # the head: the driver's node, no room for trials
         ray_cluster.add_node(2)  # the worker node
+        ray_cluster.add_node(0, ip=PUBLIC_NODE_IP)  # a node on a public address, no trials
         yield ray_cluster
     finally:
         ray_cluster.stop()
+        subprocess.run(["ip", "addr", "del", f"{PUBLIC_NODE_IP}/32", "dev", "lo"], check=False)
 
 
 def ray_ports(cluster: RayCluster) -> set[int]:
@@ -111,26 +133,6 @@ def ray_ports(cluster: RayCluster) -> set[int]:
         if conn.pid in pids and conn.status == psutil.CONN_LISTEN and conn.laddr:
             ports.add(int(conn.laddr.port))
     return ports
-
-
-@contextmanager
-def routed(net: PublicNet) -> Iterator[str]:
-    """A public-like address in ``net``'s namespace, routed (not on-link) from the host.
-
-    The filter refuses the host's own on-link subnets, the namespace's /30 among them: the
-    address a "public" host has is one only reachable through a router.
-    """
-    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
-    free = [n for n in range(8, 250) if f"198.51.100.{n} " not in routes]
-    address = f"198.51.100.{free[secrets.randbelow(len(free))]}"
-    ns = ("ip", "-n", net.name)
-    subprocess.run([*ns, "addr", "add", f"{address}/32", "dev", "lo"], check=True)
-    subprocess.run([*ns, "route", "add", "default", "via", net.host_ip], check=True)
-    subprocess.run(["ip", "route", "add", f"{address}/32", "via", net.ip], check=True)
-    try:
-        yield address
-    finally:
-        subprocess.run(["ip", "route", "del", f"{address}/32"], check=False)
 
 
 def reachable_from_host(address: str, port: int) -> bool:
@@ -177,18 +179,23 @@ def test_a_public_verifier_on_a_worker_reaches_the_internet_and_nothing_of_the_c
     ports = ray_ports(cluster)
     assert gcs in ports, (gcs, ports)
     own = [interface_ipv4("docker0") or "172.17.0.1", primary_addresses()["ipv4"]]
-    # Control: Ray listens on the host's own addresses, not only on its nodes' loopback ones.
+    # Control: Ray listens on the host's own addresses, not only on its nodes' loopback ones,
+    # and the public node's ports answer at its address.
     exposed = sorted(p for p in ports if reachable_from_host(own[1], p))
     assert gcs in exposed, f"the GCS port is not open on {own[1]}: the attack would be moot"
+    on_node = sorted(p for p in ports if reachable_from_host(PUBLIC_NODE_IP, p))
+    assert len(on_node) > len(exposed), (on_node, exposed)  # its own node's ports too
     token = {role: f"{role}-{secrets.token_hex(6)}" for role in ("agent", "verifier")}
-    with Listener(ipv6=True) as host, PublicNet(tmp_path) as public_net, routed(public_net) as ip:
-        public = f"{ip}:80"
+    with Listener(ipv6=True) as host, PublicNet(tmp_path) as public_net:
+        public = f"{public_net.route()}:80"
         # GW: the container's default gateway (the filtered bridge's, made by the run).
         addresses = [*own, "GW"]
+        node = [f"{PUBLIC_NODE_IP}:{p}" for p in [host.port, *on_node]]
         targets = [
             public,
             *(f"{a}:{host.port}" for a in addresses),
             *(f"{a}:{p}" for a in addresses for p in exposed),
+            *node,
         ]
         task = make_task(tmp_path / "tasks", token["verifier"], targets, public)
         agent = f"python3 /opt/probe.py {token['agent']} {' '.join(targets)}"
@@ -224,6 +231,15 @@ def test_a_public_verifier_on_a_worker_reaches_the_internet_and_nothing_of_the_c
     refused = {(e.get("phase"), e.get("refused")) for e in record["events"] if "refused" in e}
     assert ("verifier", "host") in refused, record["events"]
     assert ("agent", "closed") in refused, record["events"]
+    # The public node's address: refused as the cluster's, by the rule the worker made from
+    # Ray's node list, before the host rule would have: its counter (every packet, the
+    # count of record) and the destinations its log kept (a trial lists at most 100).
+    verifier = [e for e in record["events"] if e.get("phase") == "verifier"]
+    counted = [e for e in verifier if e.get("refused") == "cluster" and not e.get("logged")]
+    assert [e["destination"] for e in counted] == [f"{PUBLIC_NODE_IP}/32"], verifier
+    assert counted[0]["packets"] >= len(node), counted
+    logged = {(e["ip"], e["refused"]) for e in verifier if e.get("logged")}
+    assert [r for ip, r in logged if ip == PUBLIC_NODE_IP and r != "cluster"] == [], logged
 
 
 def test_a_worker_that_cannot_filter_refuses_the_internet_phase_saying_why(
@@ -231,7 +247,7 @@ def test_a_worker_that_cannot_filter_refuses_the_internet_phase_saying_why(
 ) -> None:
     """The driver's host can filter; the worker's cannot (no iptables on its PATH)."""
     require_image(docker_client())
-    cluster.nodes[-1].kill()
+    cluster.nodes[1].kill()  # the worker node
     bare = f"127.0.0.{2 + len(cluster.nodes)}"
     cluster.add_node(2, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})  # alive once it returns
     tasks = tmp_path / "tasks"

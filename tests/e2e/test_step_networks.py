@@ -1,7 +1,9 @@
-"""Per-step network policies of a multi-step task on real docker (runc), as an attack.
+"""Per-step network policies of a multi-step task on real docker, as an attack.
 
 One trial of a three-step task, run by ``harness run --sandbox docker`` with the oracle
-(each step's ``solution/solve.sh`` is that step's agent phase):
+(each step's ``solution/solve.sh`` is that step's agent phase), under gVisor
+(``--runtime runsc``: its ``runsc-net`` sibling), then again under runc with ``--network
+none``:
 
 - step ``one``: a ``no-network`` agent (the environment's) tries a "public-like" server
   (an address routed to a network namespace the test makes, tests/support/netns.py) and
@@ -10,26 +12,25 @@ One trial of a three-step task, run by ``harness run --sandbox docker`` with the
   listener on every host address), then leaves a process behind that keeps trying (it
   reached the server while its phase was public: the control), and that waits for step
   three's files to send a token of its own; its verifier is ``no-network`` again;
-- step ``three``: ``no-network`` for both; its verifier tries everything too.
+- step ``three``: an ``allowlist`` agent (only the public-like address, by its IP) reaches
+  it through the trial's egress proxy, never directly; its verifier is ``no-network`` and
+  tries everything too.
 
 Judged from outside: what the servers received, the record's per-step policies, the
-survivor and refusal events, and the run's one line naming the task's online step. Run
-again with ``--network none``: step two's agent gets no internet either (nor its
-leftover), step one's verifier keeps its own, and the run prints no such line.
+survivor and refusal events, and the run's one line naming the task's online steps. Run
+again with ``--network none``: step two's and three's agents get no internet either (nor
+the leftover), step one's verifier keeps its own, and the run prints no such line.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from conftest import read_run_dir, start_cli
-from support.docker import docker_client, require_image
+from support.docker import docker_client, require_image, unavailable
 from support.net import Listener, interface_ipv4, primary_addresses
 from support.netns import PublicNet
 
@@ -87,11 +88,20 @@ network_mode = "public"
 
 [[steps]]
 name = "three"
+[steps.agent]
+network_mode = "allowlist"
+allowed_hosts = ["{address}"]
 """
 
 #: Every step's agent: probe, keep the result in the workspace for the step's verifier.
 SOLVE = """#!/bin/bash
 python3 "$HARNESS_WORKSPACE/probe.py" {token} {targets} > "$HARNESS_WORKSPACE/agent-{step}.txt"
+"""
+
+#: Step three's agent also asks for the public-like server through the proxy its phase's
+#: environment names (HTTP_PROXY), as any tool honouring it would.
+PROXIED = """get='import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=9).read())'
+python3 -c "$get" http://{address}/{token} >> "$HARNESS_WORKSPACE/agent-three.txt" 2>&1 || true
 """
 
 #: Step two's agent also leaves a process behind: it probes the public-like server while
@@ -109,8 +119,8 @@ while :; do
 done
 SH
 setsid bash "$HARNESS_WORKSPACE/leftover.sh" </dev/null >/dev/null 2>&1 &
-for i in $(seq 100); do
-  grep -q CONNECTED "$HARNESS_WORKSPACE/early.txt" 2>/dev/null && break
+for i in $(seq 100); do  # until it probed once (public: reached; --network none: not)
+  grep -q PROBE "$HARNESS_WORKSPACE/early.txt" 2>/dev/null && break
   sleep 0.2
 done
 """
@@ -123,30 +133,11 @@ echo 1 > "$HARNESS_VERIFIER_DIR/reward.txt"
 """
 
 
-@contextmanager
-def routed(net: PublicNet) -> Iterator[str]:
-    """A public-like address in ``net``'s namespace, routed (not on-link) from the host.
-
-    The filter refuses the host's own on-link subnets, the namespace's /30 among them: a
-    "public" host's address is one only reached through a router.
-    """
-    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
-    free = [n for n in range(8, 250) if f"198.51.100.{n} " not in routes]
-    address = f"198.51.100.{free[secrets.randbelow(len(free))]}"
-    ns = ("ip", "-n", net.name)
-    subprocess.run([*ns, "addr", "add", f"{address}/32", "dev", "lo"], check=True)
-    subprocess.run([*ns, "route", "add", "default", "via", net.host_ip], check=True)
-    subprocess.run(["ip", "route", "add", f"{address}/32", "via", net.ip], check=True)
-    try:
-        yield address
-    finally:
-        subprocess.run(["ip", "route", "del", f"{address}/32"], check=False)
-
-
 def make_task(root: Path, tokens: dict[str, str], targets: list[str], public: str) -> Path:
     task = root / "stepnet"
     (task / "workspace").mkdir(parents=True)
-    (task / "task.toml").write_text(TASK_TOML)
+    address = public.rpartition(":")[0]
+    (task / "task.toml").write_text(TASK_TOML.format(address=address))
     (task / "workspace" / "probe.py").write_text(PROBE)
     shown = " ".join(targets)
     for step in ("one", "two", "three"):
@@ -157,6 +148,8 @@ def make_task(root: Path, tokens: dict[str, str], targets: list[str], public: st
         solve = SOLVE.format(token=tokens[f"agent-{step}"], targets=shown, step=step)
         if step == "two":
             solve += LEAVE.format(late=tokens["late"], early=tokens["early"], public=public)
+        if step == "three":
+            solve += PROXIED.format(address=address, token=tokens["proxied"])
         (base / "solution" / "solve.sh").write_text(solve)
         test = TEST.format(token=tokens[f"verifier-{step}"], targets=shown, step=step)
         (base / "tests" / "test.sh").write_text(test)
@@ -171,18 +164,27 @@ def probe(path: Path) -> dict[str, str]:
     return result
 
 
-@pytest.mark.parametrize("network", ["task", "none"])
+@pytest.mark.parametrize(
+    ("network", "runtime"), [("task", "runsc"), ("none", "runc")], ids=["task-runsc", "none-runc"]
+)
 def test_each_step_gets_its_own_network_and_a_leftover_never_gets_the_next_ones(
-    tmp_path: Path, network: str
+    tmp_path: Path, network: str, runtime: str
 ) -> None:
-    """``--network task``: the task's policies; ``--network none``: no agent phase of any
-    step gets the internet (step two's included), the verifiers keep theirs."""
+    """``--network task``: the task's policies (under gVisor); ``--network none`` (under
+    runc): no agent phase of any step gets the internet (step two's and three's included),
+    the verifiers keep theirs."""
     online = network == "task"
-    require_image(docker_client())
+    client = docker_client()
+    require_image(client)
+    runtimes = set(client.info().get("Runtimes") or {})
+    if runtime == "runsc" and not {"runsc", "runsc-net"} <= runtimes:
+        unavailable("runtimes runsc and runsc-net are not registered (docker/start-engine.sh)")
     names = [f"{r}-{s}" for r in ("agent", "verifier") for s in ("one", "two", "three")]
-    tokens = {name: f"{name}-{secrets.token_hex(6)}" for name in [*names, "early", "late"]}
+    extra = ["early", "late", "proxied"]
+    tokens = {name: f"{name}-{secrets.token_hex(6)}" for name in [*names, *extra]}
     own = [interface_ipv4("docker0") or "172.17.0.1", primary_addresses()["ipv4"]]
-    with Listener(ipv6=True) as host, PublicNet(tmp_path) as net, routed(net) as address:
+    with Listener(ipv6=True) as host, PublicNet(tmp_path) as net:
+        address = net.route()
         public = f"{address}:80"
         host_targets = [f"{a}:{host.port}" for a in ["GW", *own]]
         task = make_task(tmp_path / "tasks", tokens, [public, *host_targets], public)
@@ -190,25 +192,28 @@ def test_each_step_gets_its_own_network_and_a_leftover_never_gets_the_next_ones(
         running = start_cli(
             "run", task, "--agent", "oracle", "--sandbox", "docker", "-o", out,
             "--run-name", "stepnet", "--display", "plain", "--network", network,
+            *(["--runtime", runtime] if runtime != "runc" else []),
         )  # fmt: skip
         result = running.wait(900)
         seen = net.seen()
         host_got = b"\n".join(data for _kind, _peer, data in host.received).decode()
     output = result.stdout + result.stderr
     assert result.code == 0, output
-    # The run's one line names the task and the step whose agent gets the internet.
-    line = "the agent phase of 1 task(s) reaches the internet: e2e/stepnet (two: public)"
+    # The run's one line names the task and the steps whose agent gets the internet.
+    line = (
+        "the agent phase of 1 task(s) reaches the internet: e2e/stepnet (two: public; "
+        f"three: allowlist: {address})"
+    )
     assert (line in output) is online and ("reaches the internet" in output) is online, output
     run = read_run_dir(out / "stepnet")
     (record,) = run.records
     assert record["status"] == "completed" and record["reward"] == 1.0, record
     # From outside: only step one's verifier, step two's agent and its leftover while
-    # that phase was public got out; nothing of steps one's agent, two's verifier, three's.
+    # that phase was public, and step three's agent through its proxy got out; nothing of
+    # step one's agent, two's verifier, three's verifier, nor three's agent directly.
     reached = {name for name, token in tokens.items() if token in seen}
-    assert reached == ({"verifier-one", "agent-two", "early"} if online else {"verifier-one"}), (
-        reached,
-        seen,
-    )
+    expected = {"verifier-one", "agent-two", "early", "proxied"} if online else {"verifier-one"}
+    assert reached == expected, (reached, seen)
     assert not [t for t in tokens.values() if t in host_got], f"the host was reached: {host_got}"
     # The probes' own view, kept by each step's verifier.
     evidence = run.evidence(record)
@@ -227,12 +232,21 @@ def test_each_step_gets_its_own_network_and_a_leftover_never_gets_the_next_ones(
         (s["network"]["agent"]["mode"], s["network"]["verifier"]["mode"]) for s in record["steps"]
     ]
     two = "public" if online else "no-network"
-    assert modes == [("no-network", "public"), (two, "no-network"), ("no-network", "no-network")]
+    three = "allowlist" if online else "no-network"
+    assert modes == [("no-network", "public"), (two, "no-network"), (three, "no-network")]
     assert record["posture"]["network"]["mode"] == "no-network", record["posture"]
     assert record["verifier_posture"]["network"]["mode"] == "public", record["verifier_posture"]
     assert [p["agent"]["mode"] for p in record["sandbox"]["step_policies"]] == [
-        "no-network", two, "no-network",
+        "no-network", two, three,
     ]  # fmt: skip
+    if online:  # the allowlist step got the trial's proxy, and its raw attempts were dropped
+        assert record["sandbox"]["egress_proxy"], record["sandbox"]
+        three_refused = {
+            e.get("refused") for e in record["events"]
+            if e["type"] == "network_refused" and e.get("step") == "three"
+            and e.get("phase") == "agent"
+        }  # fmt: skip
+        assert "allowlist" in three_refused, record["events"]
     # The leftover was alive when step two's agent phase ended, and was killed then.
     survivors = [e for e in record["events"] if e["type"] == "survivors"]
     assert [(e["phase"], e.get("step")) for e in survivors] == [("agent", "two")], survivors

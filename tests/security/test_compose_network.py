@@ -230,6 +230,13 @@ def test_compose_agent_cannot_reach_the_hosts_own_services(
     assert not any(v == "CONNECTED" for v in report["tcp"].values()), report
     guard = record["sandbox"]["compose"]["host_guard"]
     assert guard["bridge"] and guard["families"], guard
+    # The guard's drops are the trial's events (its rule is the project's own): the
+    # agent's TCP and UDP attempts at the host, counted in its phase, no destinations.
+    dropped = [e for e in record["events"] if e["type"] == "network_refused"]
+    assert {(e["phase"], e["protocol"], e["refused"], e["destination"]) for e in dropped} == {
+        ("agent", "ip", "host", "host")
+    }, dropped
+    assert sum(e["packets"] for e in dropped) >= 2 * len(seen), dropped
     assert run.run_dir is not None
     assert _guard_rules(run.run_dir.name) == [], "the trial's firewall rules outlived it"
 

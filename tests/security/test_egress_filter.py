@@ -29,7 +29,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +38,7 @@ from typing import Any
 
 import pytest
 from support.egress_runtime import egress_runtime
-from support.net import Listener, interface_ipv4, primary_addresses
+from support.net import Listener, interface_ipv4, link_local, primary_addresses, send_raw6
 
 from sandbox.backend import PhaseRequest, Sandbox, SandboxSpec
 from sandbox.docker.nflog import MAX_DESTINATIONS
@@ -131,34 +130,6 @@ for prefix in os.environ["FLOOD_NETS"].split(","):
             u.sendto(b"flood", ("%s.%d.%d" % (prefix, n // 100, n % 100 + 1), 9))
         except OSError:
             pass
-"""
-
-#: Run in a trial's network namespace by the test (root, a raw socket): one IPv6/UDP
-#: frame from the container's MAC to the host's bridge per ``address/port`` argument.
-RAW6 = r"""
-import socket, struct, sys
-iface, src_mac, dst_mac, token, *targets = sys.argv[1:]
-def mac(text):
-    return bytes.fromhex(text.replace(":", ""))
-def checksum(data):
-    data += b"\0" * (len(data) % 2)
-    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return (~total & 0xFFFF) or 0xFFFF
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((iface, 0))
-src = socket.inet_pton(socket.AF_INET6, "fe80::a:b:c:d")
-for target in targets:
-    address, port = target.rsplit("/", 1)
-    dst = socket.inet_pton(socket.AF_INET6, address)
-    payload = ("%s %s" % (token, address)).encode()
-    size = 8 + len(payload)
-    pseudo = src + dst + struct.pack("!I3xB", size, 17)
-    udp = struct.pack("!HHHH", 40000, int(port), size, 0) + payload
-    udp = udp[:6] + struct.pack("!H", checksum(pseudo + udp)) + udp[8:]
-    header = struct.pack("!IHBB", 6 << 28, size, 17, 64) + src + dst
-    s.send(mac(dst_mac) + mac(src_mac) + b"\x86\xdd" + header + udp)
 """
 
 #: C's agent: a listener (A's target) and a process left behind that keeps trying out.
@@ -296,11 +267,11 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
             assert a.describe()["network"] == NETWORK == c.describe()["network"]
             gateway = interface_ipv4(docker_runtime.egress.bridge)
             assert gateway is not None
-            link_local = _link_local(docker_runtime.egress.bridge)
+            local6 = link_local(docker_runtime.egress.bridge)
             own = primary_addresses()
             host_targets = [gateway, interface_ipv4("docker0") or "172.17.0.1", own["ipv4"]]
             v6_targets = [f"[{own['ipv6']}]"] if "ipv6" in own else []
-            v6_targets += [f"[{link_local}%eth0]"] if link_local else []
+            v6_targets += [f"[{local6}%eth0]"] if local6 else []
             targets = [
                 *(f"{h}:{host.port}" for h in host_targets),
                 *(f"{h}:{host.port}" for h in v6_targets),
@@ -328,10 +299,10 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
             )
             thread.join(timeout=120)
             c_address = _address(c, NETWORK)
-            raw6 = [f"{link_local}/{host.port}"] if link_local else []
+            raw6 = [f"{local6}/{host.port}"] if local6 else []
             raw6 += [f"{own['ipv6']}/{host.port}"] if "ipv6" in own else []
             assert raw6, "the host has no IPv6 address on the filtered bridge to attack"
-            _send_raw6(a, docker_runtime.egress.bridge, token["A6"], raw6)
+            send_raw6(a._container, NETWORK, docker_runtime.egress.bridge, token["A6"], raw6)
             a_verifier = _phase(
                 a, "verifier", 'python3 -c "$PROBE" && python3 -c "$FLOOD"',
                 {"TOKEN": token["AV"], "TARGETS": public, "MIRROR": MIRROR,
@@ -406,34 +377,6 @@ def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
     assert a.describe()["egress_log"].startswith("nflog group"), a.describe()
     listing = _chains()
     assert not [chain for chain in chains if chain in listing], listing
-
-
-def _send_raw6(sandbox: Any, bridge: str, token: str, targets: list[str]) -> None:
-    """Send :data:`RAW6` frames from the trial's network namespace (entered by its pid)."""
-    from sandbox.docker.egress import NETWORK
-
-    sandbox._container.reload()
-    attrs = sandbox._container.attrs
-    pid, mac = attrs["State"]["Pid"], attrs["NetworkSettings"]["Networks"][NETWORK]["MacAddress"]
-    bridge_mac = Path(f"/sys/class/net/{bridge}/address").read_text().strip()
-    subprocess.run(
-        ["nsenter", "-t", str(pid), "-n", sys.executable, "-c", RAW6, "eth0", mac, bridge_mac,
-         token, *targets],
-        check=True, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-
-
-def _link_local(interface: str) -> str | None:
-    try:
-        lines = Path("/proc/net/if_inet6").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if fields[-1] == interface and fields[0].startswith("fe80"):
-            raw = fields[0]
-            return socket.inet_ntop(socket.AF_INET6, bytes.fromhex(raw))
-    return None
 
 
 def test_a_killed_run_leaves_nothing_cleanup_cannot_remove() -> None:

@@ -7,9 +7,11 @@ plain stdlib code kept as text; a test prepends :data:`PROXY_CLIENT` to its own 
 from __future__ import annotations
 
 #: ``get(url)`` (through the phase's proxy variables, as a tool would), ``tunnel(target,
-#: sni)`` (CONNECT to ``$HTTPS_PROXY``, then TLS with ``sni``) and ``raw(host, port)`` (a
-#: bare TCP connect, past any proxy): each returns what happened as a string; and
-#: ``tcp_dns(server, name)``: one A query over TCP, ``[rcode, last A record or None]``.
+#: sni)`` (CONNECT to ``$HTTPS_PROXY``, then TLS with ``sni``), ``raw(host, port)`` (a
+#: bare TCP connect, past any proxy) and ``ask(host, port, request)`` (bytes sent as they
+#: are, the answer's first line): each returns what happened as a string;
+#: ``tcp_dns(server, name)``: one A query over TCP, ``[rcode, last A record or None]``; and
+#: ``dns(server, name, qtype, tcp=False, port=53)``: one query, ``[rcode, answer count]``.
 PROXY_CLIENT = r"""
 import json, os, socket, ssl, struct, urllib.error, urllib.request
 proxy = os.environ.get("HTTPS_PROXY", "")
@@ -44,6 +46,33 @@ def raw(host, p):
         return "CONNECTED"
     except OSError as exc:
         return "%s: %s" % (type(exc).__name__, exc)
+def ask(host, p, request):
+    try:
+        s = socket.create_connection((host, p), timeout=10)
+        s.sendall(request.encode())
+        data = s.recv(200)
+        s.close()
+        return data.split(b"\r\n")[0].decode(errors="replace") or "closed"
+    except OSError as exc:
+        return "%s: %s" % (type(exc).__name__, exc)
+def dns(server, name, qtype, tcp=False, port=53):
+    question = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    packet = struct.pack("!HHHHHH", 9, 0x0100, 1, 0, 0, 0) + question + struct.pack("!HH", qtype, 1)
+    try:
+        if tcp:
+            s = socket.create_connection((server, port), timeout=5)
+            s.sendall(struct.pack("!H", len(packet)) + packet)
+            data = s.recv(4096)[2:]
+        else:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+            s.sendto(packet, (server, port))
+            data = s.recv(4096)
+        s.close()
+    except OSError as exc:
+        return "%s: %s" % (type(exc).__name__, exc)
+    if len(data) < 8:
+        return "short answer %r" % data
+    return [data[3] & 0xF, struct.unpack("!H", data[6:8])[0]]
 def tcp_dns(server, name):
     # One A query over TCP (two-byte length framing): the rcode and the last A record.
     question = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"

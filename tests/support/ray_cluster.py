@@ -89,7 +89,12 @@ class RayCluster:
         }
 
     def add_node(
-        self, cpus: float, *, timeout: float = 60, env: dict[str, str] | None = None
+        self,
+        cpus: float,
+        *,
+        timeout: float = 60,
+        env: dict[str, str] | None = None,
+        ip: str | None = None,
     ) -> Node:
         """Start a node (the head first) with ``cpus`` CPUs; return once it is alive.
 
@@ -98,9 +103,10 @@ class RayCluster:
         start-up, seconds on a loaded machine, for every node.
 
         ``env`` is added to the node's environment (its workers inherit it): a node of its
-        own, e.g. with its own agent cache (``HARNESS_AGENT_CACHE``).
+        own, e.g. with its own agent cache (``HARNESS_AGENT_CACHE``). ``ip``: the node's
+        address (an address of this host), instead of the next loopback one.
         """
-        ip = f"127.0.0.{2 + len(self.nodes)}"
+        ip = ip or f"127.0.0.{2 + len(self.nodes)}"
         args = [
             str(RAY),
             "start",

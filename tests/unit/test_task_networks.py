@@ -327,6 +327,43 @@ def test_backends_refuse_what_they_cannot_enforce_and_the_run_says_what_it_gives
     ]
 
 
+def test_the_refusal_says_what_is_missing_and_how_to_fix_it_as_docs_tasks_md_quotes_it(
+    tmp_path: Path,
+) -> None:
+    """The exit-2 message carries the backend's reason (``Capacity.network_problem``).
+
+    The local sandbox's is the one docs/tasks.md quotes; the docker backend's names what
+    keeps its egress filter out and how to fix it, for a SWE-bench-style task (its agent
+    and its verifier ``public``), where it said only "(it enforces: no-network)".
+    """
+    import re
+
+    from sandbox.local import NETWORK_MODES, NETWORK_PROBLEM
+
+    swe = '[agent]\nnetwork_mode = "public"\n[verifier]\nnetwork_mode = "public"\n'
+    tasks = [load_task(write_task(tmp_path / "swe", swe))]
+    local = Capacity(2, 1024, network_modes=NETWORK_MODES, network_problem=NETWORK_PROBLEM)
+    (problem,) = network_problems(tasks, RunNetwork(enforced=NETWORK_MODES), local, "local")
+    doc = (Path(__file__).parents[2] / "docs" / "tasks.md").read_text()
+    quoted = re.search(r"by `harness tasks check`: `([^`]+)`\)", " ".join(doc.split()))
+    assert quoted is not None, "docs/tasks.md no longer quotes the local sandbox's refusal"
+    assert problem.endswith(f": {quoted.group(1)}"), (quoted.group(1), problem)
+    # Docker without its filter (what DockerRuntime.capacity() says when iptables is missing).
+    why = "iptables is not installed (Debian: apt-get install iptables)"
+    docker = Capacity(
+        2, 1024, network_modes=frozenset({"no-network"}),
+        network_problem="public and allowlist phases need its host egress filter, and "
+        f"{why}; run the harness as root on the engine's host with iptables",
+    )  # fmt: skip
+    (problem,) = network_problems(tasks, RunNetwork(enforced=frozenset()), docker, "docker")
+    assert problem.endswith(
+        "the agent phase's network_mode = 'public' cannot be enforced by the docker backend "
+        f"(it enforces: no-network): public and allowlist phases need its host egress "
+        f"filter, and {why}; run the harness as root on the engine's host with iptables, or "
+        "with --network none for the agent phase"
+    ), problem
+
+
 def test_a_backend_with_one_network_per_trial_refuses_phases_it_cannot_keep_apart(
     tmp_path: Path,
 ) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import socket
 import tempfile
 from pathlib import Path
 
@@ -50,6 +51,29 @@ def node_address() -> str:
     import ray
 
     return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+
+def cluster_addresses() -> list[str]:
+    """Every IP address of the cluster's nodes this node knows: the GCS's and each node's.
+
+    The nodes Ray lists (alive or dead: a node may come back at its address) and the GCS
+    address this worker joined through, host names resolved. A trial's network refuses
+    them all (:meth:`SandboxBackend.refuse_addresses`): a head on a public address is
+    neither this host nor a private range.
+    """
+    import ray
+
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    names = {str(node.get("NodeManagerAddress") or "") for node in nodes}
+    names.add(str(ray.get_runtime_context().gcs_address or "").rpartition(":")[0])
+    found: set[str] = set()
+    for name in filter(None, names):
+        try:
+            infos = socket.getaddrinfo(name.strip("[]"), None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            continue
+        found.update(str(info[4][0]) for info in infos)
+    return sorted(found)
 
 
 def _backend(config: RunConfig, run_name: str) -> SandboxBackend:
@@ -142,6 +166,8 @@ def run_job(job: TrialJob, archive: bytes) -> TrialResult:
         gateway = RelayedGateway(link, job.model, job.gateway_token)
     scratch = Path(tempfile.mkdtemp(prefix="trial-", dir=home))
     backend = _trial_backend(config, job.config, job.run_name)
+    # Asked per trial: a node that joined since the last one is refused too.
+    backend.refuse_addresses(cluster_addresses())
     settings = TrialSettings(
         run_dir=scratch,
         agent=agent,
@@ -203,6 +229,7 @@ def abort_node(config_json: str, run_name: str) -> list[str]:
 __all__ = [
     "abort_node",
     "clean_node",
+    "cluster_addresses",
     "materialize_task",
     "node_address",
     "prepare_node",

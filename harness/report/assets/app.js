@@ -1162,9 +1162,11 @@
 
   // ---------------------------------------------------------------- security, attempts, rest
   // Each phase's effective network policy (posture.network, verifier_posture.network; a
-  // multi-step task's per step, steps[].network) and how many connections its filter
-  // refused (network_refused events; those marked `logged` name the exact destinations of
-  // refusals a rule's counter already counted).
+  // multi-step task's per step, steps[].network) and what was refused (network_refused
+  // events): the packets the filter's rules dropped (events with `packets`: one per rule,
+  // not per connection; a connection retried is several packets) and the requests the
+  // egress proxy refused (one event each, or a summary counting those past its cap).
+  // Events marked `logged` name the exact destinations of packets already counted.
   function networkView(rec, events) {
     const policy = (posture) => (posture && typeof posture === "object" && posture.network && typeof posture.network === "object" ? posture.network : null);
     const isPolicy = (p) => p && typeof p === "object" && typeof p.mode === "string";
@@ -1174,6 +1176,13 @@
       : [["agent", policy(rec.posture)], ["verifier", policy(rec.verifier_posture)]]).filter(([, p]) => p);
     if (!rows.length) return h("p", { class: "muted" }, "No network policy recorded.");
     const refused = events.filter((e) => e && e.type === "network_refused" && !e.logged);
+    const counted = (e) => typeof e.packets === "number";
+    const packets = refused.filter(counted).reduce((n, e) => n + e.packets, 0);
+    const requests = refused.filter((e) => !counted(e)).reduce((n, e) => n + (typeof e.dropped === "number" ? e.dropped : 1), 0);
+    const said = [
+      packets ? packets + " packet(s) dropped by the egress filter" : null,
+      requests ? requests + " request(s) refused by the egress proxy (HTTP, CONNECT, TLS or DNS)" : null,
+    ].filter((part) => part);
     const text = (p) => {
       let out = String(p.mode) + (p.declared === false ? " (not stated by the task)" : "");
       if (Array.isArray(p.allowed_hosts)) out += ": " + (p.allowed_hosts.length ? p.allowed_hosts.map(String).join(", ") : "no host");
@@ -1181,7 +1190,7 @@
     };
     return [
       kvTable(rows.map(([phase, p]) => [phase, h("span", { class: "network-policy" }, visible(text(p)))])),
-      refused.length ? h("p", { class: "warn" }, refused.length + " connection(s) refused by the network filter") : null,
+      said.length ? h("p", { class: "warn" }, "Refused: " + said.join("; ")) : null,
     ];
   }
 

@@ -1,11 +1,13 @@
-"""``harness tasks check`` against an engine: each task's CPUs, memory and GPUs, if it answers.
+"""``harness tasks check`` against an engine: each task's CPUs, memory, GPUs and networks.
 
 The static checks (:func:`harness.tasks.check_tasks`) read only the task dirs. A task that
-asks more than the engine has is as invalid there as a missing test script: every attempt
-fails the same way. So ``tasks check`` opens the backend a run would (``--sandbox``, the
-docker engine by default) and asks it :meth:`SandboxBackend.problems_by_task`, the same
-checks ``harness run`` refuses with (and ``--skip-invalid`` skips). Where no engine
-answers, it says so and keeps to the static checks.
+asks more than the engine has, or a network policy its backend cannot enforce here, is as
+invalid there as a missing test script: every attempt fails the same way. So ``tasks
+check`` opens the backend a run would (``--sandbox``, the docker engine by default) and
+asks it :meth:`SandboxBackend.problems_by_task` and the run's network check
+(:func:`harness.runner.network.network_problems`, as ``--network task`` with the local
+executor), the same checks ``harness run`` refuses with (and ``--skip-invalid`` skips).
+Where no engine answers, it says so and keeps to the static checks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.registry import SANDBOXES
 from harness.config import SandboxConfig
+from harness.runner.network import network_problems, run_network
 from harness.tasks import Task
 from sandbox.errors import HarnessError
 
@@ -56,7 +59,7 @@ def check_against_engine(
         that cannot open here) is no problem of the tasks: the check says it kept to the
         static checks.
     """
-    static = "static checks only: the tasks' CPUs, memory and GPUs were not checked"
+    static = "static checks only: the tasks' CPUs, memory, GPUs and networks were not checked"
     if backend_name == NO_ENGINE:
         return EngineCheck(said=f"{static} (--sandbox none)")
     try:
@@ -66,6 +69,12 @@ def check_against_engine(
     try:
         against = backend.describe() or f"the {backend_name} backend"
         by_task = backend.problems_by_task(tasks)
+        capacity = backend.capacity()
+        run = run_network("task", capacity)
+        for task in tasks:
+            found = network_problems([task], run, capacity, backend.name)
+            if found:
+                by_task.setdefault(task.key, []).extend(found)
     except HarnessError as exc:
         return EngineCheck(said=f"{static}: {backend_name}: {_first_line(exc)}")
     finally:
