@@ -50,13 +50,23 @@ def run_tool(
         check=False,
         start_new_session=True,
     )
-    if -done.returncode in INTERRUPTS:
+    if done.returncode < 0 and interrupted(done.returncode):
         raise HostToolInterrupted(
             f"{argv[0]} was interrupted ({failure_detail(done)}): the run is being stopped"
         )
     if check:
         done.check_returncode()
     return done
+
+
+def interrupted(returncode: int) -> bool:
+    """Whether a tool's exit status says an interrupt stopped it.
+
+    Killed by one of :data:`INTERRUPTS` (a negative status), or exited ``128 + signal`` as
+    a tool that catches the signal does (the docker CLI and compose exit 130 on Ctrl-C).
+    """
+    code = -returncode if returncode < 0 else returncode - 128
+    return code in INTERRUPTS
 
 
 def failure_detail(done: subprocess.CompletedProcess[str]) -> str:
@@ -73,4 +83,4 @@ def failure_detail(done: subprocess.CompletedProcess[str]) -> str:
     return f"exit {done.returncode}"
 
 
-__all__ = ["INTERRUPTS", "failure_detail", "run_tool"]
+__all__ = ["INTERRUPTS", "failure_detail", "interrupted", "run_tool"]

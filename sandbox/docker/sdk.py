@@ -26,7 +26,8 @@ from typing import ParamSpec, TypeVar
 import docker.errors
 import requests.exceptions
 
-from sandbox.errors import HarnessError
+from sandbox.errors import HarnessError, HostToolInterrupted
+from sandbox.host_tools import interrupted
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -157,14 +158,24 @@ class CommandError(HarnessError):
 def command(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a docker CLI command through python-on-whales, its error mapped.
 
+    python-on-whales starts the CLI in the harness's own process group, so a terminal's
+    Ctrl-C reaches it too: a command the interrupt stopped is the run being stopped, never
+    the command's failure (:mod:`sandbox.host_tools`).
+
     Raises:
         CommandError: The command failed (its output kept).
+        HostToolInterrupted: An interrupt signal stopped the command.
     """
     from python_on_whales.exceptions import DockerException
 
     try:
         return fn(*args, **kwargs)
     except DockerException as exc:
+        if interrupted(exc.return_code):
+            raise HostToolInterrupted(
+                f"{' '.join(exc.docker_command[:3])} was interrupted (exit {exc.return_code}): "
+                "the run is being stopped"
+            ) from exc
         raise CommandError(str(exc), stdout=exc.stdout, stderr=exc.stderr) from exc
 
 

@@ -19,11 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
+from python_on_whales.exceptions import DockerException
 
 from harness.records import TrialStatus
 from harness.trial.failures import FAILURE_STATUS, failure_status
+from sandbox.docker.sdk import CommandError, command
 from sandbox.errors import HostToolInterrupted
-from sandbox.host_tools import failure_detail, run_tool
+from sandbox.host_tools import failure_detail, interrupted, run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,3 +118,22 @@ def test_a_tool_that_died_of_an_interrupt_is_never_read_as_a_failed_command() ->
 @pytest.mark.parametrize("phase", sorted(FAILURE_STATUS))
 def test_a_trial_whose_host_tool_was_interrupted_is_cancelled_in_every_phase(phase: str) -> None:
     assert failure_status(phase, HostToolInterrupted("iptables")) is TrialStatus.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("returncode", "expected"),
+    [(-signal.SIGINT, True), (-signal.SIGTERM, True), (130, True), (143, True),
+     (-signal.SIGKILL, False), (137, False), (1, False), (0, False), (2, False)],
+)  # fmt: skip
+def test_an_interrupted_exit_is_told_from_a_failure(returncode: int, expected: bool) -> None:
+    assert interrupted(returncode) is expected
+
+
+def test_a_compose_command_the_interrupt_stopped_is_no_command_error() -> None:
+    def compose_up(code: int) -> None:
+        raise DockerException(["docker", "compose", "up", "-d"], code, b"", b"canceled\n")
+
+    with pytest.raises(HostToolInterrupted, match="docker compose up was interrupted"):
+        command(compose_up, 130)
+    with pytest.raises(CommandError):
+        command(compose_up, 1)
