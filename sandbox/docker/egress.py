@@ -668,6 +668,30 @@ def _nflog_problem(group: int) -> str | None:
     return None
 
 
+def _only_stale_endpoints(client: Any, network: Any) -> bool:
+    """Disconnect the network's endpoints whose container is gone; False if one is alive.
+
+    The engine can keep the endpoint of a container removed while it was being connected
+    (a removal under load, an engine restart); such an endpoint keeps the network from
+    being removed ("has active endpoints") though no container uses it. Disconnecting it
+    by force, by its container's name, is the engine's own remedy.
+    """
+    from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, call
+
+    for container_id, endpoint in (network.attrs.get("Containers") or {}).items():
+        try:
+            call(client.api.inspect_container, container_id)
+            return False  # a live container of a run
+        except EngineObjectMissing:
+            pass
+        name = str((endpoint or {}).get("Name") or container_id)
+        try:
+            call(client.api.disconnect_container_from_network, name, network.id, force=True)
+        except (EngineObjectMissing, EngineRequestError):
+            pass  # gone meanwhile; the removal says if anything still holds it
+    return True
+
+
 def _teardown_if_unused(client: Any) -> list[str]:
     """Remove the network and every rule when no live run holds them (under the lock)."""
     from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, call
@@ -679,7 +703,7 @@ def _teardown_if_unused(client: Any) -> list[str]:
     removed: list[str] = []
     if network is not None:
         call(network.reload)
-        if network.attrs.get("Containers"):
+        if not _only_stale_endpoints(client, network):
             return []  # a container of a dead run: `harness sandbox cleanup` removes it
         try:
             call(network.remove)
