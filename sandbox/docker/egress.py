@@ -445,9 +445,26 @@ def _remove_hooks(bridge: str) -> None:
     for _chain, spec in _input_jumps():
         _delete_rule("iptables", "INPUT", spec)
     for tool in _tools():
+        # No live run of any engine: every jump into the dispatch chain is stale (the hooks
+        # of an engine that is gone, whose last run never tore them down), and would keep
+        # the chain from being deleted.
+        for chain, spec in _jumps_into_dispatch(tool):
+            _delete_rule(tool, chain, spec)
         for name in _trial_chains(tool):
             _drop_chain(tool, name)
         _drop_chain(tool, DISPATCH)
+
+
+def _jumps_into_dispatch(tool: str) -> list[tuple[str, list[str]]]:
+    """(chain, rule spec) of every rule of the built-in chains that jumps to :data:`DISPATCH`."""
+    jumps = []
+    for chain in ("DOCKER-USER", "INPUT", "FORWARD"):
+        listing = _ipt(tool, "-S", chain)
+        for line in listing.stdout.splitlines() if listing.returncode == 0 else []:
+            words = _split(line)
+            if words[:2] == ["-A", chain] and words[-2:] == ["-j", DISPATCH]:
+                jumps.append((chain, words[2:]))
+    return jumps
 
 
 def _tools() -> tuple[str, ...]:

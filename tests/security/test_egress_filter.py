@@ -443,3 +443,41 @@ def test_without_a_free_log_group_the_filter_counts_only_and_says_so() -> None:
         for log in held:
             log.close()
         run.close()
+
+
+@pytest.mark.serial  # the filter is torn down only when no run of any engine holds it
+def test_a_gone_engines_hooks_never_keep_the_filter_from_going() -> None:
+    """The last run removes the dispatch chain even where an engine that is gone left hooks.
+
+    An engine replaced or stopped while a run held its bridge leaves its jumps into the
+    dispatch chain; the chain could then never be deleted (EBUSY) and every later run's
+    teardown failed. With no live run of any engine, every such jump is stale and goes.
+    """
+    from support.docker import docker_client
+
+    from sandbox.docker import egress
+
+    run = egress.EgressRun(docker_client(), f"egress-stale-{secrets.token_hex(4)}")
+    run.ensure()
+    gone = f"hxe{secrets.token_hex(5)}0"  # the bridge of an engine that no longer exists
+    stale = [
+        ("DOCKER-USER", ["-i", gone, "-m", "comment", "--comment", "harness-egress:from-egress"]),
+        ("INPUT", ["-i", gone, "-m", "comment", "--comment", "harness-egress:to-host-judged"]),
+    ]
+    for chain, match in stale:
+        subprocess.run(["iptables", "-w", "-I", chain, "1", *match, "-j", egress.DISPATCH],
+                       check=True)  # fmt: skip
+    try:
+        removed = run.close()
+        assert f"iptables {egress.DISPATCH}" in removed, removed
+        assert egress.DISPATCH not in _chains()
+        for chain, match in stale:
+            assert _ipt_check(chain, [*match, "-j", egress.DISPATCH]) != 0
+    finally:
+        for chain, match in stale:
+            while _ipt_check(chain, [*match, "-j", egress.DISPATCH]) == 0:
+                subprocess.run(["iptables", "-w", "-D", chain, *match, "-j", egress.DISPATCH])
+
+
+def _ipt_check(chain: str, spec: list[str]) -> int:
+    return subprocess.run(["iptables", "-w", "-C", chain, *spec], capture_output=True).returncode
