@@ -47,7 +47,7 @@ import pytest
 from support.egress_runtime import egress_runtime
 from support.net import Listener, interface_ipv4, link_local, primary_addresses, send_raw6
 from support.netns import PublicNet
-from support.probes import PROXY_CLIENT
+from support.probes import PROXY_CLIENT, TrialSeen
 
 from sandbox.backend import PhaseRequest, Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
@@ -286,15 +286,9 @@ def _iptables(*args: str) -> str:
 
 
 @dataclass
-class Trial:
-    """What one compose trial saw, inside and out."""
+class Trial(TrialSeen):
+    """What one compose trial saw, inside and out, and its project's network."""
 
-    token: str
-    agent: dict[str, Any]
-    verifier: dict[str, Any]
-    agent_events: list[dict[str, Any]]
-    verifier_events: list[dict[str, Any]]
-    facts: dict[str, Any]
     #: The project network's gateways, as the engine has them.
     gateways: list[str]
     sidecar_log: str

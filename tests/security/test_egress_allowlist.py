@@ -44,6 +44,7 @@ from support.egress_runtime import egress_runtime
 from support.net import Listener, primary_addresses
 from support.netns import PublicNet
 from support.probes import PROXY_CLIENT
+from support.probes import TrialSeen as Trial  # what one allowlist trial saw
 
 from sandbox.backend import PhaseRequest, Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
@@ -191,18 +192,6 @@ def _reachable(address: str) -> bool:
     except OSError:
         return False
     return True
-
-
-@dataclass
-class Trial:
-    """What one allowlist trial saw, inside and out."""
-
-    token: str
-    agent: dict[str, Any]
-    verifier: dict[str, Any]
-    agent_events: list[dict[str, Any]]
-    verifier_events: list[dict[str, Any]]
-    facts: dict[str, Any]
 
 
 @dataclass

@@ -2,9 +2,27 @@
 
 A probe runs inside a trial (``python3 -c "$PROBE"``) on the image's Python, so it is
 plain stdlib code kept as text; a test prepends :data:`PROXY_CLIENT` to its own probe body.
+What a trial's probes saw is kept in a :class:`TrialSeen`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class TrialSeen:
+    """What one attack trial saw, inside and out: each phase's probe answers (by check),
+    the filter's events after each phase, and the trial's own description."""
+
+    token: str
+    agent: dict[str, Any]
+    verifier: dict[str, Any]
+    agent_events: list[dict[str, Any]]
+    verifier_events: list[dict[str, Any]]
+    facts: dict[str, Any]
+
 
 #: ``get(url)`` (through the phase's proxy variables, as a tool would), ``tunnel(target,
 #: sni)`` (CONNECT to ``$HTTPS_PROXY``, then TLS with ``sni``), ``raw(host, port)`` (a
