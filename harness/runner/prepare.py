@@ -45,7 +45,7 @@ from harness.runner.network import network_lines, network_problems, run_network
 from harness.runner.plan import plan_trials, select_tasks, slug
 from harness.runner.refusals import refuse_places
 from harness.runner.resume import DEFAULT_RERUN_STATUSES, ResumePlan, read_for_resume
-from harness.runner.rundir import lock_run_dir, refuse_non_empty
+from harness.runner.rundir import hold_run_name, lock_run_dir, refuse_non_empty
 from harness.tasks import Task, TaskError, taskset_name
 from harness.tasks.runnable import SkippedTasks, load_runnable_tasks, resolve_tasks_env
 from harness.trial import TrialPlan
@@ -86,12 +86,15 @@ class PreparedRun:
     #: The dataset tasks' pins, written into the run dir as ``datasets.lock.json``.
     datasets_lock: DatasetsLock | None = None
     lock: FileLock | None = field(default=None, repr=False)
+    #: The run's name held on this host (:func:`~harness.runner.rundir.hold_run_name`).
+    name_lock: FileLock | None = field(default=None, repr=False)
     closed: bool = field(default=False, repr=False)
 
     def release(self) -> None:
-        """Release the run dir's lock (if held). Idempotent."""
-        if self.lock is not None and self.lock.is_locked:
-            self.lock.release()
+        """Release the run dir's lock and the run's name (if held). Idempotent."""
+        for lock in (self.lock, self.name_lock):
+            if lock is not None and lock.is_locked:
+                lock.release()
 
     def close(self) -> None:
         """Give up a prepared run that will not be executed: close backend and executor, unlock."""
@@ -276,10 +279,18 @@ def prepare_run(
         run_dir = Path(config.output_dir).absolute() / name
         refuse_non_empty(run_dir)
     try:
-        backend, executor, refused = _open_places(config, name, chosen)
+        # Before the backend opens: starting, it removes what is labelled with the name.
+        name_lock = hold_run_name(name)
     except BaseException:
         if lock is not None:
             lock.release()
+        raise
+    try:
+        backend, executor, refused = _open_places(config, name, chosen)
+    except BaseException:
+        for held in (lock, name_lock):
+            if held is not None:
+                held.release()
         raise
     # Tasks the engine cannot run (cpus, memory, GPUs) are skipped like invalid ones.
     chosen = [task for task in chosen if task.key not in refused]
@@ -290,6 +301,7 @@ def prepare_run(
             resume, snapshot = _read_resume(run_dir, plans, frozenset(rerun))
         except BaseException:
             lock.release()
+            name_lock.release()
             try:
                 backend.close()
             finally:
@@ -314,6 +326,7 @@ def prepare_run(
         env=env,
         datasets_lock=fetched.lock if fetched else None,
         lock=lock,
+        name_lock=name_lock,
     )
 
 

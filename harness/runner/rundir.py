@@ -22,6 +22,7 @@ import contextlib
 import os
 import re
 import secrets
+import tempfile
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -66,6 +67,42 @@ def lock_run_dir(run_dir: Path) -> FileLock:
         raise UsageError(
             f"{run_dir} is in use by another harness process (its pid is in "
             f"{run_dir / STATUS_FILENAME}); wait for it to finish or stop it, then resume"
+        ) from None
+    return lock
+
+
+#: Where a root harness marks the run names in use on this host (as its uid locks).
+RUN_NAME_LOCK_DIR = Path("/run/harness/run-names")
+
+
+def run_name_lock_dir() -> Path:
+    """Where this process marks its run's name: host-wide as root, else its user's own."""
+    if os.geteuid() == 0:
+        return RUN_NAME_LOCK_DIR
+    return Path(tempfile.gettempdir()) / f"harness-run-names-{os.geteuid()}"
+
+
+def hold_run_name(name: str) -> FileLock:
+    """Take the run name on this host for as long as the run's invocation lives.
+
+    A run's name is what its sandboxes answer to on the host: its private temp dir and the
+    engine's labels. Starting, a run empties that dir and removes what is labelled with the
+    name (a dead invocation's leftovers), so a second live run of the same name, in
+    another output dir, would wipe the first's trials. It is refused instead.
+
+    Raises:
+        UsageError: Another live harness process holds the name.
+    """
+    lock_dir = run_name_lock_dir()
+    lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock = FileLock(str(lock_dir / f"{name}.lock"), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise UsageError(
+            f"a run named {name} is already running on this host: its sandboxes are known "
+            "by that name, and this run would remove them; choose another --run-name, or "
+            "wait for it to end"
         ) from None
     return lock
 
@@ -317,16 +354,19 @@ __all__ = [
     "LOCK_FILENAME",
     "LOGS_DIRNAME",
     "LOG_FILENAME",
+    "RUN_NAME_LOCK_DIR",
     "SUMMARY_FILENAME",
     "RunLog",
     "close_backend",
     "create_run_dir",
+    "hold_run_name",
     "latest_invocation",
     "latest_log",
     "lock_run_dir",
     "open_invocation_log",
     "refuse_non_empty",
     "remove_partial_writes",
+    "run_name_lock_dir",
     "tidy",
     "write_summary",
 ]

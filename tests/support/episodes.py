@@ -9,14 +9,15 @@ from typing import Any
 import harness
 from harness.config import AgentConfig, EnvConfig, RunConfig, SandboxConfig, TasksConfig
 from harness.records import TrialRecord
-from support.workers import uid_base
+from support.workers import WORKER, uid_base
 
 #: The local sandbox's uid range for the episode tests (no other test file uses it).
 UID_BASE = uid_base(62800)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 HELLO = 'printf "Hello, world!\\n" > hello.txt'
-#: Where a run of :func:`episode_config` is (under its ``tmp_path``).
-RUN_NAME = "episodes"
+#: Where a run of :func:`episode_config` is (under its ``tmp_path``); a name of this
+#: worker's, as a run's name is what its sandboxes answer to on the host.
+RUN_NAME = f"episodes-{WORKER}"
 
 #: A solver that hunts for the canary everywhere it can reach and keeps what it finds.
 HUNT = (
