@@ -142,9 +142,7 @@ def test_a_hostile_solver_cannot_read_the_rubric(
     episode = episode_of(record)
     assert episode is not None and episode.ok, record
     solver = next(t for t in episode.traces if t.role == "solver")
-    found = (
-        Path(config.output_dir, "episodes") / str(solver.evidence_dir) / "workspace" / "found.txt"
-    )
+    found = run_dir(config) / str(solver.evidence_dir) / "workspace" / "found.txt"
     assert found.is_file() and found.stat().st_size > 0  # the hunt ran
     assert canary not in found.read_text(errors="replace")
     assert record.reward == 1.0 and episode.traces[0].role == "judge"
