@@ -69,6 +69,7 @@ import shlex
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,12 @@ SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1"}
 #: Where runs leave their holder files and take the lock.
 STATE_DIR = Path(os.environ.get("HARNESS_EGRESS_STATE", "/run/harness-egress"))
 _TIMEOUT_SEC = 30
+#: How long the last run's teardown waits for containers the engine is still removing (and
+#: for endpoints it has yet to release) before it leaves the network to the next one.
+SETTLE_SEC = 30.0
+_SETTLE_POLL_SEC = 0.25
+#: Container states that end in the container's removal without anyone's further request.
+_GOING = frozenset({"removing", "dead"})
 _CHAIN = re.compile(r"^-N (HX[EC]-[0-9a-f]{12})$", re.M)
 
 #: Destinations a ``public`` phase never reaches (besides the host's own addresses and
@@ -575,6 +582,9 @@ class EgressRun:
         self.run_label = run_label
         self._lock = threading.Lock()
         self._ready = False
+        #: Whether this run has written its holder (and may have made the network or the
+        #: hooks): what :meth:`close` gives back even when :meth:`ensure` failed halfway.
+        self._held = False
         tag = hashlib.sha256(run_label.encode()).hexdigest()[:10]
         self._first_group = nflog.GROUP_BASE + int(tag, 16) % nflog.GROUP_SPAN
         #: This engine's bridge (:func:`bridge_of`).
@@ -634,6 +644,7 @@ class EgressRun:
                     "the engine's host with iptables"
                 )
             with _locked():
+                self._held = True
                 self._holder.write_text(self.run_label)
                 _ensure_network(self.client, self.bridge)
                 _install_hooks(self.bridge)
@@ -651,9 +662,9 @@ class EgressRun:
     def close(self) -> list[str]:
         """Give the filter back; the last live run removes the network and the rules."""
         with self._lock:
-            if not self._ready:
+            if not self._held:
                 return []
-            self._ready = False
+            self._ready = self._held = False
         try:
             with _locked():
                 self._holder.unlink(missing_ok=True)
@@ -685,22 +696,27 @@ def _nflog_problem(group: int) -> str | None:
     return None
 
 
-def _only_stale_endpoints(client: Any, network: Any) -> bool:
+def _only_stale_endpoints(client: Any, network: Any, deadline: float) -> bool:
     """Disconnect the network's endpoints whose container is gone; False if one is alive.
 
     The engine can keep the endpoint of a container removed while it was being connected
     (a removal under load, an engine restart); such an endpoint keeps the network from
     being removed ("has active endpoints") though no container uses it. Disconnecting it
-    by force, by its container's name, is the engine's own remedy.
+    by force, by its container's name, is the engine's own remedy. A container the engine
+    is still removing (a removal that outlived its request, which ``remove_leaks`` leaves
+    to the engine) is waited for until ``deadline``: it holds the network only meanwhile.
     """
     from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, call
 
     for container_id, endpoint in (network.attrs.get("Containers") or {}).items():
-        try:
-            call(client.api.inspect_container, container_id)
-            return False  # a live container of a run
-        except EngineObjectMissing:
-            pass
+        while True:
+            try:
+                state = call(client.api.inspect_container, container_id).get("State") or {}
+            except EngineObjectMissing:
+                break
+            if state.get("Status") not in _GOING or time.monotonic() >= deadline:
+                return False  # a live container of a run
+            time.sleep(_SETTLE_POLL_SEC)
         name = str((endpoint or {}).get("Name") or container_id)
         try:
             call(client.api.disconnect_container_from_network, name, network.id, force=True)
@@ -709,24 +725,48 @@ def _only_stale_endpoints(client: Any, network: Any) -> bool:
     return True
 
 
-def _teardown_if_unused(client: Any) -> list[str]:
-    """Remove the network and every rule when no live run holds them (under the lock)."""
+def _remove_network(client: Any, network: Any) -> bool:
+    """Remove the filtered network unless a live container holds it; whether it is gone.
+
+    Raises:
+        SandboxError: the engine still refuses to remove it after :data:`SETTLE_SEC`.
+    """
     from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, call
 
+    deadline = time.monotonic() + SETTLE_SEC
+    while True:
+        try:
+            call(network.reload)
+        except EngineObjectMissing:
+            return True
+        if not _only_stale_endpoints(client, network, deadline):
+            return False  # a container of a dead run: `harness sandbox cleanup` removes it
+        try:
+            call(network.remove)
+            return True
+        except EngineObjectMissing:
+            return True
+        except EngineRequestError as exc:
+            # The engine releases a removed container's endpoint a moment after the removal.
+            if time.monotonic() >= deadline:
+                raise SandboxError(
+                    f"the {NETWORK} network could not be removed ({exc}); run "
+                    "`harness sandbox cleanup` once no run uses this engine"
+                ) from exc
+        time.sleep(_SETTLE_POLL_SEC)
+
+
+def _teardown_if_unused(client: Any) -> list[str]:
+    """Remove the network and every rule when no live run holds them (under the lock)."""
     bridge = bridge_of(client)
     if _holders(bridge):
         return []
     network = _network(client)
     removed: list[str] = []
     if network is not None:
-        call(network.reload)
-        if not _only_stale_endpoints(client, network):
-            return []  # a container of a dead run: `harness sandbox cleanup` removes it
-        try:
-            call(network.remove)
-            removed.append(f"network {NETWORK}")
-        except (EngineObjectMissing, EngineRequestError):
+        if not _remove_network(client, network):
             return []
+        removed.append(f"network {NETWORK}")
     if any(Path("/sys/class/net").glob("hxc*")):
         _sweep_stale(client, keep=set())
         return removed  # a compose project still up keeps the hooks

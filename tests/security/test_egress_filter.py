@@ -405,6 +405,34 @@ def test_a_killed_run_leaves_nothing_cleanup_cannot_remove() -> None:
     assert chain not in _chains() and not report.errors, report
 
 
+def test_a_run_whose_filter_failed_halfway_still_gives_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The filter's rules fail after the run took its hold: closing the run lets go of it.
+
+    ``ensure`` writes the run's holder and makes the network before it loads the rules;
+    when those failed, ``close`` took the run for one that never held the filter and kept
+    its holder: the network and the rules could not go while the process lived.
+    """
+    from support.docker import docker_client
+
+    from sandbox.docker import egress
+    from sandbox.errors import SandboxError
+
+    def refuse(bridge: str) -> None:
+        raise SandboxError(f"iptables refused the hooks of {bridge} (the test's stand-in)")
+
+    run = egress.EgressRun(docker_client(), f"egress-half-{secrets.token_hex(4)}")
+    monkeypatch.setattr(egress, "_install_hooks", refuse)
+    with pytest.raises(SandboxError, match="the test's stand-in"):
+        run.ensure()
+    assert run._holder.exists()
+    monkeypatch.undo()
+    run.close()
+    assert not run._holder.exists()
+    assert run.close() == []  # given back once
+
+
 def test_without_a_free_log_group_the_filter_counts_only_and_says_so() -> None:
     """Every log group the run would try is held by another socket: counters only.
 

@@ -2,50 +2,86 @@
 
 The engine can keep the endpoint of a container removed while it was being connected; the
 network then cannot be removed ("has active endpoints"). Such an endpoint is disconnected
-by force, by its container's name; a live container's endpoint keeps the network. The
-engine's answers are played by a small stand-in with the SDK's shape: a stale endpoint
-cannot be made on demand on a real engine.
+by force, by its container's name; a live container's endpoint keeps the network; one the
+engine is removing is waited for. A removal the engine refuses for a moment is tried again,
+and one it keeps refusing is an error that says what to run. The engine's answers are
+played by a small stand-in with the SDK's shape: a stale endpoint, or an endpoint released
+a moment late, cannot be made on demand on a real engine.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import docker.errors
+import pytest
 
-from sandbox.docker.egress import _only_stale_endpoints
+from sandbox.docker import egress
+from sandbox.docker.egress import _only_stale_endpoints, _remove_network
+from sandbox.errors import SandboxError
+
+#: No deadline to speak of: a decision is made on the first look.
+NOW = 0.0
 
 
 class Api:
-    def __init__(self, alive: set[str]) -> None:
+    def __init__(self, alive: set[str], removing: dict[str, int] | None = None) -> None:
         self.alive = alive
+        #: Containers the engine is removing, and how many more looks they last.
+        self.removing = dict(removing or {})
         self.disconnected: list[tuple[str, str, bool]] = []
+        self.looks = 0
 
     def inspect_container(self, container_id: str) -> dict[str, Any]:
+        self.looks += 1
+        if self.removing.get(container_id, 0) > 0:
+            self.removing[container_id] -= 1
+            return {"Id": container_id, "State": {"Status": "removing"}}
         if container_id not in self.alive:
             raise docker.errors.NotFound(f"No such container: {container_id}")
-        return {"Id": container_id}
+        return {"Id": container_id, "State": {"Status": "running"}}
 
     def disconnect_container_from_network(self, name: str, net: str, force: bool) -> None:
         self.disconnected.append((name, net, force))
 
 
 class Client:
-    def __init__(self, alive: set[str]) -> None:
-        self.api = Api(alive)
+    def __init__(self, alive: set[str], removing: dict[str, int] | None = None) -> None:
+        self.api = Api(alive, removing)
 
 
 class Network:
     id = "n" * 64
 
-    def __init__(self, containers: dict[str, Any]) -> None:
+    def __init__(self, containers: dict[str, Any], refusals: int = 0) -> None:
         self.attrs = {"Containers": containers}
+        #: How many removals the engine refuses before it takes one.
+        self.refusals = refusals
+        self.removed = False
+
+    def reload(self) -> None:
+        pass
+
+    def remove(self) -> None:
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise docker.errors.APIError(f"error while removing network: network {self.id} "
+                                         "has active endpoints")  # fmt: skip
+        self.removed = True
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Looks a millisecond apart, and a settling time of a second."""
+    monkeypatch.setattr(egress, "_SETTLE_POLL_SEC", 0.001)
+    monkeypatch.setattr(egress, "SETTLE_SEC", 1.0)
 
 
 def test_stale_endpoints_are_disconnected_by_force_by_name() -> None:
     client = Client(alive=set())
     network = Network({"a" * 64: {"Name": "harness-run-t1"}, "ep-" + "b" * 60: {"Name": "x"}})
-    assert _only_stale_endpoints(client, network) is True
+    assert _only_stale_endpoints(client, network, NOW) is True
     assert client.api.disconnected == [
         ("harness-run-t1", network.id, True),
         ("x", network.id, True),
@@ -55,11 +91,45 @@ def test_stale_endpoints_are_disconnected_by_force_by_name() -> None:
 def test_a_live_containers_endpoint_keeps_the_network() -> None:
     client = Client(alive={"c" * 64})
     network = Network({"c" * 64: {"Name": "harness-run-live"}})
-    assert _only_stale_endpoints(client, network) is False
+    assert _only_stale_endpoints(client, network, NOW) is False
     assert client.api.disconnected == []
 
 
 def test_no_endpoint_nothing_to_do() -> None:
     client = Client(alive=set())
-    assert _only_stale_endpoints(client, Network({})) is True
+    assert _only_stale_endpoints(client, Network({}), NOW) is True
     assert client.api.disconnected == []
+
+
+def test_a_container_the_engine_is_removing_is_waited_for() -> None:
+    client = Client(alive=set(), removing={"d" * 64: 3})
+    network = Network({"d" * 64: {"Name": "harness-run-going"}})
+    assert _only_stale_endpoints(client, network, time.monotonic() + 1) is True
+    assert client.api.removing == {"d" * 64: 0}
+
+
+def test_one_still_removing_at_the_deadline_keeps_the_network() -> None:
+    client = Client(alive=set(), removing={"d" * 64: 10**9})
+    network = Network({"d" * 64: {"Name": "harness-run-stuck"}})
+    assert _only_stale_endpoints(client, network, time.monotonic() + 0.05) is False
+    assert client.api.disconnected == []
+
+
+def test_a_removal_refused_for_a_moment_is_tried_again() -> None:
+    network = Network({}, refusals=3)
+    assert _remove_network(Client(alive=set()), network) is True
+    assert network.removed
+
+
+def test_a_removal_refused_past_the_settling_time_says_what_to_run() -> None:
+    network = Network({}, refusals=10**9)
+    with pytest.raises(SandboxError, match="has active endpoints.*harness sandbox cleanup"):
+        _remove_network(Client(alive=set()), network)
+    assert not network.removed
+
+
+def test_a_live_container_keeps_the_network_without_a_wait() -> None:
+    client = Client(alive={"c" * 64})
+    network = Network({"c" * 64: {"Name": "harness-run-live"}})
+    assert _remove_network(client, network) is False
+    assert not network.removed and client.api.looks == 1
