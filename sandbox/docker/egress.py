@@ -150,9 +150,22 @@ class EgressUnavailable(PermanentStartError):
     """The filter cannot be installed here (the reason says why and how to fix it)."""
 
 
+#: iptables-nft's answer when a chain it reads was made or deleted while it read the
+#: ruleset (another process's change between its dumps; ``-w`` does not order nft's
+#: commands): the same command a moment later reads it whole. Nothing was changed by it.
+_RACED = "is incompatible, use 'nft' tool"
+_RACE_TRIES = 6
+
+
 def _ipt(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     # -w: wait for the xtables lock (dockerd edits the tables too).
-    return run_tool([tool, "-w", *args], timeout=_TIMEOUT_SEC)
+    result = run_tool([tool, "-w", *args], timeout=_TIMEOUT_SEC)
+    for attempt in range(1, _RACE_TRIES):
+        if result.returncode == 0 or _RACED not in result.stderr:
+            break
+        time.sleep(0.02 * 2**attempt)
+        result = run_tool([tool, "-w", *args], timeout=_TIMEOUT_SEC)
+    return result
 
 
 def _must(tool: str, *args: str) -> str:
