@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +62,47 @@ def _tasks(root: Path, memory_mb: dict[str, int]) -> Path:
     return root
 
 
-def _containers_created(run: str, since: float) -> int:
-    """Containers the engine created for the run ``run`` since ``since`` (its event log)."""
-    api = connect().api
-    events = api.events(
-        since=int(since),
-        until=int(time.time()) + 1,
-        filters={"type": "container", "event": "create", "label": f"{RUN}={run}"},
-        decode=True,
-    )
-    return sum(1 for _ in events)
+class Creations:
+    """The containers the engine creates while this watches, by run (a live event stream).
+
+    Read live, not replayed afterwards with ``since``: the engine replays only its last 256
+    events, which the parallel suite's other runs can push past in seconds. A network made
+    at the end marks where the stream has caught up.
+    """
+
+    def __init__(self) -> None:
+        self._api = connect().api
+        self._marker = f"warm-marker-{secrets.token_hex(4)}"
+        self.runs: list[str] = []
+        self._stream = self._api.events(
+            filters={"type": ["container", "network"], "event": ["create"]}, decode=True
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for event in self._stream:
+            attributes = (event.get("Actor") or {}).get("Attributes") or {}
+            if event.get("Type") == "network" and attributes.get("name") == self._marker:
+                return
+            if event.get("Type") == "container":
+                self.runs.append(str(attributes.get(RUN, "")))
+
+    def of(self, run: str) -> int:
+        """How many containers of the run ``run`` the engine created."""
+        return self.runs.count(run)
+
+    def __enter__(self) -> Creations:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        network = self._api.create_network(self._marker)
+        try:
+            self._reader.join(timeout=60)
+        finally:
+            self._api.remove_network(network["Id"])
+            self._stream.close()
+        assert not self._reader.is_alive(), "the engine's event stream never caught up"
 
 
 def _run(tasks: Path, out: Path) -> tuple[list[Any], str]:
@@ -92,20 +124,20 @@ def _run(tasks: Path, out: Path) -> tuple[list[Any], str]:
 def test_tasks_of_one_shape_share_the_warm_containers(tmp_path: Path) -> None:
     """Two tasks, rollouts interleaved (a b a b ...): the same shape, so warm ones serve both."""
     tasks = _tasks(tmp_path / "tasks", {"a": 512, "b": 512})
-    since = time.time()
-    records, run = _run(tasks, tmp_path / "runs")
+    with Creations() as created:
+        records, run = _run(tasks, tmp_path / "runs")
     warm = [r for r in records if r.sandbox.model_dump().get("warm")]
     assert {r.task.name for r in warm} == {"warm/a", "warm/b"}, [r.sandbox for r in records]
     containers = [r.sandbox.model_dump().get("container") for r in records]
     assert len(set(containers)) == len(containers)  # each served one trial
     # One made ahead for after the last trial at most: drained, never a trial's.
-    assert _containers_created(run, since) <= len(records) + 1
+    assert 0 < created.of(run) <= len(records) + 1
 
 
 def test_shapes_that_alternate_make_no_container_only_to_throw_it_away(tmp_path: Path) -> None:
     """Two tasks of different shapes, interleaved: nothing is made ahead, so nothing wasted."""
     tasks = _tasks(tmp_path / "tasks", {"a": 512, "b": 640})
-    since = time.time()
-    records, run = _run(tasks, tmp_path / "runs")
+    with Creations() as created:
+        records, run = _run(tasks, tmp_path / "runs")
     assert not any(r.sandbox.model_dump().get("warm") for r in records)
-    assert _containers_created(run, since) == len(records)
+    assert created.of(run) == len(records)
