@@ -483,9 +483,9 @@ def test_a_second_ctrl_c_aborts_and_still_cleans_up(tmp_path: Path, env: dict[st
     tasks = make_tasks(tmp_path, 2)
     out = tmp_path / "runs"
     run_dir = out / f"resume-{tag}"
-    # 30,000 files in each workspace: the cleanup after the first Ctrl-C takes long enough
+    # 100,000 files in each workspace: the cleanup after the first Ctrl-C takes long enough
     # for the second one to find the trials still cleaning up.
-    agent = f"bash -c 'touch f{{{{1..30000}}}} && exec sleep 50.{tag}'"
+    agent = f"bash -c 'touch f{{{{1..100000}}}} && exec sleep 50.{tag}'"
     started = start(
         env, tmp_path, "run", tasks, "--agent", "command", "--agent-cmd", agent,
         "-j", "2", "-o", out, *local_options(tag),
