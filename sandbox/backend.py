@@ -410,6 +410,26 @@ class Capacity:
     network_problem: str | None = None
 
 
+@dataclass
+class CloseReport:
+    """What closing a backend (or what its trials share) did after a run.
+
+    Removed objects and failures are kept apart: a failure is never counted as removed,
+    and what was removed is still reported when something else failed.
+    """
+
+    #: The leaked objects found and removed (containers, volumes, trial roots, rules).
+    removed: list[str] = field(default_factory=list)
+    #: What could not be removed or released, each saying what and why.
+    failed: list[str] = field(default_factory=list)
+
+    def __add__(self, other: CloseReport) -> CloseReport:
+        return CloseReport(self.removed + other.removed, self.failed + other.failed)
+
+    def __bool__(self) -> bool:
+        return bool(self.removed or self.failed)
+
+
 class BackendRuntime(Protocol):
     """What all trials of one run share in a backend (a supervisor pool, a docker client)."""
 
@@ -417,8 +437,8 @@ class BackendRuntime(Protocol):
         """The engine's CPUs and memory (None when the backend enforces neither)."""
         ...
 
-    def close(self) -> list[str]:
-        """Release it after the run; return the leaked objects it found and removed."""
+    def close(self) -> CloseReport:
+        """Release it after the run: the leaked objects it removed, what it could not."""
         ...
 
 

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from sandbox.backend import (
     SUPERVISOR_PATH,
     Capacity,
+    CloseReport,
     PhaseRequest,
     PhaseResult,
     PhaseWire,
@@ -311,7 +312,7 @@ class SupervisorPool:
         """None: the local backend reports the host's CPUs and memory itself."""
         return None
 
-    def close(self) -> list[str]:
+    def close(self) -> CloseReport:
         """Stop the spare supervisors and remove the compiled copy; nothing can leak here."""
         with self._lock:
             for proc in self._ready:
@@ -322,7 +323,7 @@ class SupervisorPool:
                     proc.stdout.close()
             self._ready.clear()
         shutil.rmtree(self._dir, ignore_errors=True)
-        return []
+        return CloseReport()
 
 
 def layout_trial_fs(fs: Path) -> None:

@@ -6,5 +6,6 @@ entry points a third-party backend uses (see ``docs/plugins.md``).
 """
 
 from harness.backends.base import BackendOptions, SandboxBackend
+from sandbox.backend import CloseReport
 
-__all__ = ["BackendOptions", "SandboxBackend"]
+__all__ = ["BackendOptions", "CloseReport", "SandboxBackend"]

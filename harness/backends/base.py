@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from harness.config import SandboxConfig
 from harness.tasks import Task
-from sandbox.backend import Capacity, Sandbox, SandboxSpec
+from sandbox.backend import Capacity, CloseReport, Sandbox, SandboxSpec
 
 #: How a refused task is left out of a run instead of refusing the whole run.
 SKIP_HINT = "leave the task out with --skip-invalid"
@@ -224,11 +224,11 @@ class SandboxBackend(ABC):
         return []
 
     @abstractmethod
-    def close(self) -> list[str]:
-        """Release the backend after the run.
+    def close(self) -> CloseReport:
+        """Release the backend after the run (a failure to remove something is reported).
 
         Returns:
-            The names of leaked objects it found and removed.
+            The leaked objects it found and removed, and what it could not remove.
         """
 
 

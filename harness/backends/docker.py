@@ -21,7 +21,7 @@ from harness.backends.tmpdir import (
 )
 from harness.errors import UsageError
 from harness.tasks import Task
-from sandbox.backend import Capacity, SandboxSpec
+from sandbox.backend import Capacity, CloseReport, SandboxSpec
 from sandbox.docker import hostguard
 from sandbox.docker.aliases import AliasUse, mark_task_images
 from sandbox.docker.backend import DockerSandbox
@@ -219,9 +219,11 @@ class DockerBackend(SandboxBackend):
         """Remove the run's containers and volumes now."""
         return self._remove_labelled()
 
-    def close(self) -> list[str]:
+    def close(self) -> CloseReport:
         """Remove what the run leaked (by label), then its temp dir."""
-        return self.runtime.close() + remove_private_dir(self.tmp_dir)
+        report = self.runtime.close()
+        report.removed += remove_private_dir(self.tmp_dir)
+        return report
 
     def _remove_labelled(self) -> list[str]:
         report = remove_leaks(self.runtime.client, run=self.options.run_name)

@@ -28,7 +28,7 @@ from harness.backends.tmpdir import (
 )
 from harness.errors import UsageError
 from harness.tasks import Task
-from sandbox.backend import Capacity, SandboxSpec
+from sandbox.backend import Capacity, CloseReport, SandboxSpec
 from sandbox.cgroups import Support, probe, sweep
 from sandbox.local import (
     AGENT_MOUNTS_NEED_ROOT,
@@ -215,13 +215,14 @@ class LocalBackend(SandboxBackend):
         self._supervisors.close()
         return self._storage_pool.close()
 
-    def close(self) -> list[str]:
+    def close(self) -> CloseReport:
         """Stop the spares, wait for the trial filesystems' removal, remove the temp dir.
 
         Returns:
-            What could not be removed, and the trial roots left in the temp dir.
+            The trial roots left in the temp dir (removed), and what could not be removed.
         """
-        return self._release() + remove_private_dir(self.tmp_dir)
+        failed = self._release()
+        return CloseReport(removed=remove_private_dir(self.tmp_dir), failed=failed)
 
 
 __all__ = ["LocalBackend"]

@@ -23,6 +23,7 @@ from harness.config import RunConfig
 from harness.records import TrialRecord
 from harness.tasks import Task
 from harness.trial import TrialPlan, TrialSettings
+from sandbox.backend import CloseReport
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,14 @@ class TrialExecutor(ABC):
     def abort(self) -> None:  # noqa: B027 - the run already aborts this process's trials
         """Second interrupt: every sandbox of the run goes now, wherever it runs (any thread)."""
 
-    def close(self) -> list[str]:
+    def close(self) -> CloseReport:
         """Release the executor after the run (idempotent).
 
         Returns:
-            The names of sandbox leftovers it found and removed (on other machines).
+            The sandbox leftovers it found and removed (on other machines), and what it
+            could not remove there.
         """
-        return []
+        return CloseReport()
 
 
 __all__ = ["ExecutorOptions", "TrialExecutor"]

@@ -32,7 +32,12 @@ from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS, DiskFul
 from harness.failpoints import kill_point
 from harness.gateway import Gateway
 from harness.records import TrialRecord, TrialStore, latest_by_id
-from harness.records.layout import CONFIG_FILENAME, STATUS_FILENAME, SUMMARY_FILENAME
+from harness.records.layout import (
+    CONFIG_FILENAME,
+    LOG_FILENAME,
+    STATUS_FILENAME,
+    SUMMARY_FILENAME,
+)
 from harness.records.metrics import Summary, summarize
 from harness.records.status import RunState, StatusWriter
 from harness.runner.events import RunEvents, RunOutcome, RunStart
@@ -54,6 +59,7 @@ from harness.runner.rundir import (
 from harness.runner.scheduler import AgentGate, NotRun, TrialRunner
 from harness.tasks.networks import run_network
 from harness.trial import TrialCountdown, TrialPlan, TrialSettings
+from sandbox.backend import CloseReport
 
 ABORT_GRACE_SEC = 10.0
 """After a second interrupt, how long the harness still waits for running trials."""
@@ -139,18 +145,30 @@ def _execute(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutc
         log.close()
 
 
-def _close_places(prepared: PreparedRun, log: RunLog) -> list[str]:
-    """Close the backend, then the executor (its nodes' leftovers); the leaks both found."""
+def _close_places(prepared: PreparedRun, log: RunLog, events: RunEvents, of_run: str) -> None:
+    """Close the backend, then the executor (its nodes' leftovers); say what both did.
+
+    The counts go to the terminal, the names to the log: what was removed, and apart
+    from it what could not be (with the command that removes it later).
+    """
     prepared.closed = True
-    leaked = close_backend(prepared.backend, log)
+    report = close_backend(prepared.backend, log)
     try:
         remote = prepared.executor.close()
     except Exception as exc:  # the records are safe; say what may be left on other nodes
-        log(f"closing the {prepared.executor.name} executor failed: {exc}")
-        return leaked
-    if remote:
-        log(f"removed leaked sandbox objects on other nodes: {', '.join(remote)}")
-    return leaked + remote
+        remote = CloseReport(failed=[f"closing the {prepared.executor.name} executor: {exc}"])
+    if remote.removed:
+        log(f"removed leaked sandbox objects on other nodes: {', '.join(remote.removed)}")
+    for failure in remote.failed:
+        log(f"cleanup failed: {failure}")
+    report += remote
+    if report.removed:
+        events.message(f"removed {len(report.removed)} leaked sandbox object(s){of_run}")
+    if report.failed:
+        events.message(
+            f"could not remove {len(report.failed)} sandbox object(s) of the run (see "
+            f"{LOG_FILENAME}); `harness sandbox cleanup --run {prepared.name}` removes them"
+        )
 
 
 def _unwritable(prepared: PreparedRun, error: OSError) -> str:
@@ -176,9 +194,7 @@ def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, events: RunEvents) 
     try:
         compact = tidy(TrialStore(run_dir), prepared.resume_snapshot, prepared.backend, log, events)
         prepared.resume_snapshot = None
-        leaked = _close_places(prepared, log)
-        if leaked:
-            events.message(f"removed {len(leaked)} leaked sandbox object(s) of the run")
+        _close_places(prepared, log, events, " of the run")
         planned_ids = {plan.id for plan in prepared.plans}
         records = [r for r in compact.records if r.id in planned_ids]
         state = RunState(
@@ -478,9 +494,7 @@ class Invocation:
         one message saying what failed and how to go on.
         """
         prepared, plans = self.prepared, self.prepared.plans
-        leaked = _close_places(prepared, self.log)
-        if leaked:
-            self.events.message(f"removed {len(leaked)} leaked sandbox object(s)")
+        _close_places(prepared, self.log, self.events, "")
         planned_ids = {plan.id for plan in plans}
         records = [r for r in self._final_records() if r.id in planned_ids]
         summary = self._write_summary(records)

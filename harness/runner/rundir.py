@@ -46,6 +46,7 @@ from harness.records.layout import (
 )
 from harness.records.metrics import Summary, summarize
 from harness.runner.events import RunEvents
+from sandbox.backend import CloseReport
 
 LOCK_FILENAME = RUN_LOCK_FILENAME
 """The old public name of :data:`~harness.records.layout.RUN_LOCK_FILENAME` (kept importable)."""
@@ -310,16 +311,17 @@ def tidy(
     return compact
 
 
-def close_backend(backend: SandboxBackend, log: Callable[[str], None]) -> list[str]:
-    """Close the run's backend; return (and log) what it had to remove as leaked."""
+def close_backend(backend: SandboxBackend, log: Callable[[str], None]) -> CloseReport:
+    """Close the run's backend; return (and log) what it removed as leaked, what it could not."""
     try:
-        leaked = backend.close()
+        report = backend.close()
     except Exception as exc:  # report, never hide the run's result
-        log(f"closing the {backend.name} backend failed: {exc}")
-        return []
-    if leaked:
-        log(f"removed leaked sandbox objects: {', '.join(leaked)}")
-    return leaked
+        report = CloseReport(failed=[f"closing the {backend.name} backend: {exc}"])
+    if report.removed:
+        log(f"removed leaked sandbox objects: {', '.join(report.removed)}")
+    for failure in report.failed:
+        log(f"cleanup failed: {failure}")
+    return report
 
 
 def write_summary(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from sandbox.backend import Capacity, inside_modules
+from sandbox.backend import Capacity, CloseReport, inside_modules
 from sandbox.docker.egress import EgressRun
 from sandbox.docker.egress import problem as egress_problem
 from sandbox.docker.engine import remove_leaks
@@ -252,16 +252,18 @@ class DockerRuntime:
         shutil.rmtree(self._staged, ignore_errors=True)
         shutil.rmtree(self._tools_parent, ignore_errors=True)
 
-    def close(self) -> list[str]:
+    def close(self) -> CloseReport:
         """Remove whatever this run leaked (by label), then the staged supervisor copy."""
         failed = self._drain()
         report = remove_leaks(self.client, run=self.run_label)
+        failed += report.errors
         try:
             report.rules += self.egress.close()
         except (SandboxError, EngineError) as exc:
             failed.append(f"egress filter: {exc}")
         self.release()
-        return failed + report.containers + report.volumes + report.networks + report.rules
+        removed = report.containers + report.volumes + report.networks + report.rules
+        return CloseReport(removed=removed, failed=failed)
 
 
 def _has_network(entry: dict[str, Any]) -> bool:

@@ -9,6 +9,7 @@ they hold for containers too; the one host-path check (``_host_root``) is local-
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import shutil
 import sys
@@ -46,7 +47,10 @@ def _docker_sandbox(spec: SandboxSpec) -> Sandbox:
     client = docker_client()
     require_image(client)
     if not _DOCKER_RUNTIME:
-        runtime = DockerRuntime(client, ImageResolver(client), run_label="conformance")
+        # A label of this process's: closing removes every object of the label, which
+        # must never be another pytest worker's sandbox still in use (``pytest -n``).
+        label = f"conformance-{os.getpid()}"
+        runtime = DockerRuntime(client, ImageResolver(client), run_label=label)
         _DOCKER_RUNTIME.append(runtime)
     return DockerSandbox(spec, _DOCKER_RUNTIME[0])
 

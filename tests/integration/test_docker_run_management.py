@@ -8,6 +8,7 @@ with every planned trial exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -173,3 +174,47 @@ def test_kill_9_leaks_containers_and_resume_removes_them(client: Any, tmp_path: 
     final = records(run_dir)
     assert len(final) == 3 and len({r["id"] for r in final}) == 3
     assert all(r["status"] == "completed" for r in final), [r["errors"] for r in final]
+
+
+def test_an_object_the_run_cannot_remove_is_reported_apart_from_what_it_removed(
+    client: Any, tmp_path: Path
+) -> None:
+    """Attack: a network labelled with the run that a foreign container keeps in use.
+
+    Its removal fails at the run's end. The failure is never counted as removed: the
+    run says it could not remove it and how to, the log names it, and once the container
+    is gone ``harness sandbox cleanup --run`` removes it.
+    """
+    name = f"dockerrun-int-{secrets.token_hex(4)}"
+    network = client.networks.create(
+        f"held-{name}", labels={"org.harness.managed": "1", RUN_LABEL: name}
+    )
+    holder = client.containers.run(
+        "harness/base:bookworm", ["sleep", "300"], detach=True, network=network.name,
+        labels={"test.holder": name},
+    )  # fmt: skip
+    try:
+        tasks = make_tasks(tmp_path / "tasks", 1, seconds=0)
+        proc, err = start(tmp_path, *run_args(tasks, tmp_path / "runs", name))
+        code, stderr = finish(proc, err)
+        assert code == 0, stderr
+        assert "could not remove 1 sandbox object(s) of the run" in stderr, stderr
+        assert f"`harness sandbox cleanup --run {name}` removes them" in stderr
+        assert "leaked sandbox object(s)" not in stderr, stderr
+        log = (tmp_path / "runs" / name / "eval.log").read_text()
+        assert f"cleanup failed: network held-{name}" in log, log
+        assert "removed leaked sandbox objects" not in log, log
+        holder.remove(force=True)
+        done = subprocess.run(
+            [str(HARNESS), "sandbox", "cleanup", "--run", name, "--no-temp"],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "1 network(s)" in done.stdout, done.stdout
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            holder.remove(force=True)
+        remove_run_containers(client, name)
+        for left in client.networks.list(names=[f"held-{name}"]):
+            left.remove()
+    assert not client.networks.list(names=[f"held-{name}"])

@@ -16,7 +16,7 @@ from harness.runner.events import RunEvents
 from harness.runner.faults import Halting
 from harness.runner.outage import DETAIL_CHARS, detail, wait_words, watch_engine
 from harness.status import RunState
-from sandbox.backend import Sandbox, SandboxSpec
+from sandbox.backend import CloseReport, Sandbox, SandboxSpec
 from sandbox.docker.engine import ping
 
 
@@ -38,8 +38,8 @@ class _StoppedEngine(SandboxBackend):
     def engine_address(self) -> str:
         return self.address
 
-    def close(self) -> list[str]:
-        return []
+    def close(self) -> CloseReport:
+        return CloseReport()
 
 
 class _Said(RunEvents):

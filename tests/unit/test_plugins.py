@@ -17,7 +17,7 @@ from harness.errors import AgentConfigError, PluginError
 from harness.plugins import AGENTS, EXECUTORS, SANDBOXES, build_agent, open_backend
 from harness.registry import plain_text
 from harness.tasks import Task
-from sandbox.backend import Sandbox, SandboxSpec
+from sandbox.backend import CloseReport, Sandbox, SandboxSpec
 from sandbox.fake import FakeSandbox
 
 
@@ -61,8 +61,8 @@ class _FakeBackend(SandboxBackend):
     def make_sandbox(self, spec: SandboxSpec) -> Sandbox:
         return FakeSandbox(spec)
 
-    def close(self) -> list[str]:
-        return []
+    def close(self) -> CloseReport:
+        return CloseReport()
 
 
 def test_in_process_registration_builds_by_name_and_passes_kwargs() -> None:

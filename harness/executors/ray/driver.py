@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.errors import UsageError
 from harness.executors.base import ExecutorOptions, TrialExecutor
@@ -43,6 +43,7 @@ from harness.records.transcript import write_transcript
 from harness.tasks import Task
 from harness.tasks.env_templates import env_tables
 from harness.trial import TrialPlan, TrialSettings, usage_of
+from sandbox.backend import CloseReport
 
 POLL_SEC = 0.2
 """How often a waiting attempt looks at the run's cancel event."""
@@ -52,6 +53,7 @@ LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Set to 0, Ray puts every node on 127.0.0.1 (for clusters of one machine)."""
 CANCEL_GRACE_SEC = 30.0
 """After an interrupt, how long an attempt that had not started may take to be withdrawn."""
+_Result = TypeVar("_Result")
 
 
 #: Judges run in the trial's process, which on Ray is a worker's: this executor does not
@@ -170,12 +172,21 @@ class RayExecutor(TrialExecutor):
             f"ray: {len(nodes)} node(s), {ray.cluster_resources().get('CPU', 0):g} CPUs; "
             f"bridge on {host}:{self._bridge.port}"
         )
-        removed = self._on_other_nodes(prepare_node)
+        removed = [
+            f"{item} ({address})"
+            for address, items in self._on_other_nodes(prepare_node)
+            for item in items
+        ]
         if removed:
             log(f"ray: removed leftovers of an earlier invocation: {', '.join(removed)}")
 
-    def _on_other_nodes(self, function: Callable[[str, str], list[str]]) -> list[str]:
-        """Run ``function`` once on every live node but the driver's; what they report."""
+    def _on_other_nodes(
+        self, function: Callable[[str, str], _Result], failed: list[str] | None = None
+    ) -> list[tuple[str, _Result]]:
+        """Run ``function`` once on every live node but the driver's; (address, its answer).
+
+        A node that died or hangs is logged (and added to ``failed``), and the rest go on.
+        """
         ray = self._ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -190,14 +201,16 @@ class RayExecutor(TrialExecutor):
             for node in self._nodes()
             if node["NodeID"] != self._driver_node
         }
-        found: list[str] = []
+        answers: list[tuple[str, _Result]] = []
         for ref, address in refs.items():
             try:
-                items = ray.get(ref, timeout=NODE_TASK_TIMEOUT_SEC)
-                found += [f"{item} ({address})" for item in items]
+                answers.append((address, ray.get(ref, timeout=NODE_TASK_TIMEOUT_SEC)))
             except Exception as exc:  # a node that died or hangs: say so, go on
-                self._log(f"ray: {function.__name__} on node {address} failed: {exc}")
-        return found
+                message = f"ray: {function.__name__} on node {address} failed: {exc}"
+                self._log(message)
+                if failed is not None:
+                    failed.append(message)
+        return answers
 
     # -- one attempt -------------------------------------------------------------------------
 
@@ -345,21 +358,23 @@ class RayExecutor(TrialExecutor):
             self._bridge.signal_all("abort")
         threading.Thread(target=self._on_other_nodes, args=(abort_node,), daemon=True).start()
 
-    def close(self) -> list[str]:
+    def close(self) -> CloseReport:
         """Remove the run's leftovers on every other live node, then leave the cluster."""
+        report = CloseReport()
         if self._closed:
-            return []
+            return report
         self._closed = True
-        leaked: list[str] = []
         try:
             if self._bridge is not None:
-                leaked = self._on_other_nodes(clean_node)
+                for address, node in self._on_other_nodes(clean_node, report.failed):
+                    report.removed += [f"{item} ({address})" for item in node.removed]
+                    report.failed += [f"{item} ({address})" for item in node.failed]
         finally:
             if self._bridge is not None:
                 self._bridge.close()
             self._archives.clear()
             self._ray.shutdown()
-        return leaked
+        return report
 
 
 def network_refusal(role: str, mode: str, enforced: frozenset[str] | None) -> str | None:

@@ -44,6 +44,7 @@ from harness.tasks import Task, load_task
 from harness.tasks.env_templates import map_env_tables
 from harness.tasks.networks import RunNetwork
 from harness.trial import TrialPlan, TrialSettings, run_trial
+from sandbox.backend import CloseReport
 
 
 def node_address() -> str:
@@ -207,14 +208,14 @@ def prepare_node(config_json: str, run_name: str) -> list[str]:
         backend.release()
 
 
-def clean_node(config_json: str, run_name: str) -> list[str]:
-    """After the last trial: the run's leaks on this node, then its node dir."""
+def clean_node(config_json: str, run_name: str) -> CloseReport:
+    """After the last trial: the run's leaks on this node (and failures), then its node dir."""
     backend = _backend(RunConfig.model_validate_json(config_json), run_name)
-    leaked = backend.close()
+    report = backend.close()
     home = Path(tempfile.gettempdir()) / f"{NODE_DIR_PREFIX}{run_name}"
     if home.exists():
         remove_tree(home)
-    return leaked
+    return report
 
 
 def abort_node(config_json: str, run_name: str) -> list[str]:
