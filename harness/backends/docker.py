@@ -8,6 +8,7 @@ whatever a dead invocation left.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -41,6 +42,8 @@ from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
 from sandbox.docker.sdk import call
 from sandbox.errors import EngineUnavailable
+
+logger = logging.getLogger(__name__)
 
 
 class DockerBackend(SandboxBackend):
@@ -227,6 +230,8 @@ class DockerBackend(SandboxBackend):
 
     def _remove_labelled(self) -> list[str]:
         report = remove_leaks(self.runtime.client, run=self.options.run_name)
+        for error in report.errors:  # as the local backend's start says its own
+            logger.warning("could not remove: %s", error)
         return report.containers + report.volumes + report.networks + report.rules
 
 

@@ -201,6 +201,8 @@ def test_an_object_the_run_cannot_remove_is_reported_apart_from_what_it_removed(
         assert "could not remove 1 sandbox object(s) of the run" in stderr, stderr
         assert f"`harness sandbox cleanup --run {name}` removes them" in stderr
         assert "leaked sandbox object(s)" not in stderr, stderr
+        # The run's start tried it first (a dead invocation's leftover, to it), and said so.
+        assert f"could not remove: network held-{name}" in stderr, stderr
         log = (tmp_path / "runs" / name / "eval.log").read_text()
         assert f"cleanup failed: network held-{name}" in log, log
         assert "removed leaked sandbox objects" not in log, log
