@@ -185,7 +185,8 @@ class RayExecutor(TrialExecutor):
     ) -> list[tuple[str, _Result]]:
         """Run ``function`` once on every live node but the driver's; (address, its answer).
 
-        A node that died or hangs is logged (and added to ``failed``), and the rest go on.
+        A node that died or hangs is added to ``failed`` (logged without it), and the rest
+        go on.
         """
         ray = self._ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -207,8 +208,9 @@ class RayExecutor(TrialExecutor):
                 answers.append((address, ray.get(ref, timeout=NODE_TASK_TIMEOUT_SEC)))
             except Exception as exc:  # a node that died or hangs: say so, go on
                 message = f"ray: {function.__name__} on node {address} failed: {exc}"
-                self._log(message)
-                if failed is not None:
+                if failed is None:
+                    self._log(message)
+                else:  # the caller reports it
                     failed.append(message)
         return answers
 
