@@ -426,9 +426,6 @@ class CloseReport:
     def __add__(self, other: CloseReport) -> CloseReport:
         return CloseReport(self.removed + other.removed, self.failed + other.failed)
 
-    def __bool__(self) -> bool:
-        return bool(self.removed or self.failed)
-
 
 class BackendRuntime(Protocol):
     """What all trials of one run share in a backend (a supervisor pool, a docker client)."""

@@ -52,6 +52,7 @@ from harness.runner.rundir import (
     create_run_dir,
     latest_invocation,
     latest_log,
+    log_closed,
     open_invocation_log,
     tidy,
     write_summary,
@@ -157,10 +158,7 @@ def _close_places(prepared: PreparedRun, log: RunLog, events: RunEvents, of_run:
         remote = prepared.executor.close()
     except Exception as exc:  # the records are safe; say what may be left on other nodes
         remote = CloseReport(failed=[f"closing the {prepared.executor.name} executor: {exc}"])
-    if remote.removed:
-        log(f"removed leaked sandbox objects on other nodes: {', '.join(remote.removed)}")
-    for failure in remote.failed:
-        log(f"cleanup failed: {failure}")
+    log_closed(remote, log, " on other nodes")
     report += remote
     if report.removed:
         events.message(f"removed {len(report.removed)} leaked sandbox object(s){of_run}")

@@ -317,11 +317,16 @@ def close_backend(backend: SandboxBackend, log: Callable[[str], None]) -> CloseR
         report = backend.close()
     except Exception as exc:  # report, never hide the run's result
         report = CloseReport(failed=[f"closing the {backend.name} backend: {exc}"])
+    log_closed(report, log)
+    return report
+
+
+def log_closed(report: CloseReport, log: Callable[[str], None], where: str = "") -> None:
+    """Log by name what a close removed (``where``: on which machines), and each failure."""
     if report.removed:
-        log(f"removed leaked sandbox objects: {', '.join(report.removed)}")
+        log(f"removed leaked sandbox objects{where}: {', '.join(report.removed)}")
     for failure in report.failed:
         log(f"cleanup failed: {failure}")
-    return report
 
 
 def write_summary(
@@ -365,6 +370,7 @@ __all__ = [
     "latest_invocation",
     "latest_log",
     "lock_run_dir",
+    "log_closed",
     "open_invocation_log",
     "refuse_non_empty",
     "remove_partial_writes",
