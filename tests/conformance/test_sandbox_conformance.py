@@ -295,7 +295,11 @@ def test_secret_env_reaches_the_process_but_never_argv(
     sandbox = backend_factory()
     box: dict[str, PhaseResult] = {}
     gate = f"gate-{secrets.token_hex(4)}"
-    script = f'printf %s "$GATEWAY_TOKEN" > secret_seen; while [ ! -e {gate} ]; do sleep 0.02; done'
+    # Written whole, then renamed: the test reads the file as soon as it exists.
+    script = (
+        'printf %s "$GATEWAY_TOKEN" > secret_seen.part && mv secret_seen.part secret_seen; '
+        f"while [ ! -e {gate} ]; do sleep 0.02; done"
+    )
     thread = threading.Thread(
         target=lambda: box.setdefault(
             "r", run(sandbox, script, secret_env={"GATEWAY_TOKEN": canary}, timeout_sec=30)
