@@ -279,20 +279,24 @@ def test_a_detached_agent_process_lives_in_the_cgroup_and_dies_with_it(
     pids: dict[str, set[int]] = {key: set() for key in placed}
 
     def sample() -> None:
-        dirs = trial_cgroups(name)
-        members = procs(dirs) if dirs else set()
-        for canary in placed:
-            for pid in named(canary):
+        # The members are read after the canaries are found: a canary forked between
+        # the two reads would otherwise look "out". One that is not a member is
+        # looked up again, since it may have ended after it was found.
+        found = {canary: named(canary) for canary in placed}
+        if not any(found.values()):
+            return
+        members = procs(trial_cgroups(name))
+        for canary, canary_pids in found.items():
+            for pid in canary_pids:
                 pids[canary].add(pid)
                 try:
                     lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
                 except OSError:
                     continue
-                placed[canary].add(
-                    "in"
-                    if pid in members and any(f"harness-trial@{name}@" in x for x in lines)
-                    else "out"
-                )
+                inside = pid in members and any(f"harness-trial@{name}@" in x for x in lines)
+                if not inside and pid not in named(canary):
+                    continue
+                placed[canary].add("in" if inside else "out")
 
     with Sampler(sample, interval=0.05):
         run = local.run([task], timeout=240, extra=["--run-name", name])
