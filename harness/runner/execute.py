@@ -137,7 +137,7 @@ def _execute(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutc
         invocation = Invocation(prepared, run_dir, number, log, events, vers, gateway)
         invocation.start()
         # Signals are only counted from here to the end: none unwinds a write halfway.
-        with Interrupts() as interrupts:
+        with Interrupts(invocation.signalled) as interrupts:
             invocation.drive(interrupts)
             return invocation.finish()
     finally:
@@ -250,6 +250,8 @@ class Invocation:
         self.gateway = gateway
         self.store = TrialStore(run_dir)
         self.cancel = threading.Event()
+        #: Set by the first interrupt signal itself: no trial starts from then on.
+        self.signalled = threading.Event()
         self.failures: list[str] = []
         self.interrupted = False
         self.stragglers: list[TrialPlan] = []
@@ -317,6 +319,7 @@ class Invocation:
             run_attempt=prepared.executor.run_attempt,
             watch=self.watch,
             disk=self.disk,
+            interrupted=self.signalled,
         )
         prepared.executor.start(self.settings, self.log)
         self.events.run_started(

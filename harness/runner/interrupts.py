@@ -20,12 +20,17 @@ from typing import Any
 class Interrupts:
     """Counts SIGINT/SIGTERM while a run executes.
 
-    The handler only counts: the run's loop acts on it, so a signal never unwinds a write or
-    a cleanup halfway. Outside the main thread no handler can be set and nothing is counted.
+    The handler only counts, and sets ``signalled`` at once so that no trial starts from the
+    signal on: the run's loop acts on the count, so a signal never unwinds a write or a
+    cleanup halfway. Outside the main thread no handler can be set and nothing is counted.
+
+    Args:
+        signalled: Set by the first signal (default: an event of its own).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, signalled: threading.Event | None = None) -> None:
         self.count = 0
+        self.signalled = signalled or threading.Event()
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Interrupts:
@@ -36,6 +41,8 @@ class Interrupts:
 
     def _handle(self, signum: int, frame: object) -> None:
         self.count += 1
+        # Safe in a handler: the main thread never waits on this event, only trial threads.
+        self.signalled.set()
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():

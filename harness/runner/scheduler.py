@@ -57,6 +57,10 @@ from sandbox.pathnames import escape
 AttemptRunner = Callable[[TrialPlan, TrialSettings, int], TrialRecord]
 """Runs one attempt of a trial to its record (the run's executor)."""
 
+#: How long a trial that a host tool's interruption cancelled waits for the run to hear the
+#: signal too, before its thread may start another trial (:meth:`TrialRunner.run`).
+INTERRUPT_GRACE_SEC = 2.0
+
 RECORD_NOT_WRITTEN = "RecordNotWritten"
 """The error type of a fallback record: the attempt's own record could not be written."""
 ATTEMPT_RAISED = "AttemptRaised"
@@ -134,6 +138,8 @@ class TrialRunner:
         run_attempt: Runs one attempt (the executor's; default: in this thread).
         watch: The engine watch (none: the engine never goes away).
         disk: Tells disk faults from failures and halts the run (none: nothing halts it).
+        interrupted: Set by the run's first interrupt signal, before the run's loop acts on
+            it: no trial starts after it (none: only ``settings.cancel`` stops them).
     """
 
     def __init__(
@@ -149,6 +155,7 @@ class TrialRunner:
         run_attempt: AttemptRunner | None = None,
         watch: EngineWatch | None = None,
         disk: DiskGuard | None = None,
+        interrupted: threading.Event | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -162,6 +169,7 @@ class TrialRunner:
         self.watch = watch
         self.disk = disk or DiskGuard(settings.run_dir, Halting())
         self.halting = self.disk.halting
+        self.interrupted = interrupted or threading.Event()
 
     def _keep_evidence(self, trial_id: str, attempt: int) -> str | None:
         """Move ``trials/<id>`` to ``attempts/<id>/<attempt>``; return it (run-dir relative)."""
@@ -349,7 +357,9 @@ class TrialRunner:
             history = [*prior.previous_attempts, self._summary(prior)]
             attempt = prior.attempt + 1
         retries = engine_reruns = 0
-        if not self._ready():
+        # A signal the run has not acted on yet already stops new trials: a thread whose
+        # trial just ended must not start the next one in the run loop's polling interval.
+        if self.interrupted.is_set() or not self._ready():
             raise NotRun(plan.id)
         while True:
             epoch = self.watch.epoch if self.watch is not None else 0
@@ -383,12 +393,25 @@ class TrialRunner:
                     return record
             else:
                 self.state.trial_finished(record)
+                self._await_interrupt(record)
                 return record
             if not self._ready():
                 self.state.trial_finished(record)
                 return record
             history.append(self._summary(record))
             attempt += 1
+
+    def _await_interrupt(self, record: TrialRecord) -> None:
+        """Give an interruption that cancelled ``record`` time to reach the run too.
+
+        A trial is cancelled before the run is only when a host tool died of the signal
+        the terminal sent the whole process group (:mod:`sandbox.host_tools`): the harness
+        got it as well and sets :attr:`interrupted` within moments, which then keeps this
+        thread from starting another trial. A signal sent to the tool alone never comes:
+        the wait ends after :data:`INTERRUPT_GRACE_SEC` and the run goes on.
+        """
+        if record.status == TrialStatus.CANCELLED and not self._stopping():
+            self.interrupted.wait(INTERRUPT_GRACE_SEC)
 
     def _summary(self, record: TrialRecord) -> AttemptSummary:
         kept = self._keep_evidence(record.id, record.attempt)

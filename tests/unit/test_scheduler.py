@@ -25,11 +25,12 @@ from harness.records import (
     TrialStatus,
     TrialStore,
 )
-from harness.runner.scheduler import AgentGate, TrialRunner
+from harness.runner.scheduler import AgentGate, NotRun, TrialRunner
 from harness.status import RunState
 from harness.tasks import Task
 from harness.trial import TrialPlan, TrialSettings
 from sandbox.backend import PhaseRequest, PhaseResult, SandboxSpec
+from sandbox.errors import HostToolInterrupted
 from sandbox.fake import FakeSandbox, ok_result
 
 FAST = {"backoff_sec": 0.01, "backoff_max_sec": 0.02, "jitter": 0.0}
@@ -163,6 +164,62 @@ def test_an_interrupt_during_backoff_ends_the_trial_at_once(tmp_path: Path, make
     assert record.evidence_dir == "trials/trial.r0"  # not moved: no next attempt
     assert (h.run_dir / "trials" / "trial.r0").is_dir()
     assert [r.attempt for r in h.store.load()] == [1]
+
+
+class GroupInterrupt:
+    """The first agent phase's host tool dies of a Ctrl-C sent to the whole process group.
+
+    Args:
+        heard_after: Seconds until the harness's own handler sets ``heard`` (None: the
+            signal was sent to the tool alone and never reaches the harness).
+    """
+
+    def __init__(self, heard_after: float | None) -> None:
+        self.heard_after = heard_after
+        self.heard = threading.Event()
+        self.fired = False
+
+    def __call__(self, request: PhaseRequest, sandbox: FakeSandbox) -> PhaseResult:
+        if request.role != "agent" or self.fired:
+            return grading(request, sandbox)
+        self.fired = True
+        if self.heard_after is not None:
+            threading.Timer(self.heard_after, self.heard.set).start()
+        raise HostToolInterrupted("iptables was interrupted (killed by SIGINT)")
+
+
+def test_a_trial_a_group_interrupt_cancelled_starts_no_next_trial_in_its_thread(
+    tmp_path: Path, make_task: Any
+) -> None:
+    """Its thread waits for the run to hear the signal, then the next plan never starts."""
+    interrupt = GroupInterrupt(heard_after=0.1)
+    h = Harness(tmp_path, make_task(), retry=RetryConfig(**FAST), handler=interrupt)
+    h.runner.interrupted = interrupt.heard
+    first = h.runner.run(h.plan(0))
+    assert first.status is TrialStatus.CANCELLED, first.errors
+    with pytest.raises(NotRun):
+        h.runner.run(h.plan(1))
+    assert len(h.made) == 1, "a trial started after the interrupt"
+    assert [r.id for r in h.store.load()] == ["trial.r0"]
+
+
+def test_a_signal_only_a_host_tool_got_does_not_stop_the_run(
+    tmp_path: Path, make_task: Any
+) -> None:
+    interrupt = GroupInterrupt(heard_after=None)
+    h = Harness(tmp_path, make_task(), retry=RetryConfig(**FAST), handler=interrupt)
+    h.runner.interrupted = interrupt.heard
+    assert h.runner.run(h.plan(0)).status is TrialStatus.CANCELLED
+    second = h.runner.run(h.plan(1))
+    assert second.status is TrialStatus.COMPLETED and len(h.made) == 2
+
+
+def test_no_trial_starts_once_the_interrupt_signal_came(tmp_path: Path, make_task: Any) -> None:
+    h = Harness(tmp_path, make_task(), retry=RetryConfig(**FAST))
+    h.runner.interrupted.set()
+    with pytest.raises(NotRun):
+        h.runner.run(h.plan())
+    assert h.made == [] and h.store.load() == []
 
 
 def test_a_resumed_trial_continues_the_attempt_count(tmp_path: Path, make_task: Any) -> None:
