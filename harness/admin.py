@@ -267,7 +267,11 @@ def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
             ``run``, and only when no harness run is active).
     """
     removed, failed = cgroups.sweep(run)
-    report = CleanupReport(remove_leaks(engine(), run=run, keep_runtime=run is not None))
+    # ``shared``: what a run could not give back at its end (the egress filter's network
+    # the engine refused to remove) goes too once no live run holds it, as the run said.
+    report = CleanupReport(
+        remove_leaks(engine(), run=run, keep_runtime=run is not None, shared=True)
+    )
     report.cgroups, report.cgroup_errors = removed, failed
     base = os.environ.get("TMPDIR", "/tmp")
     if run is not None:

@@ -127,6 +127,8 @@ def sandbox_cleanup(
         f"{len(report.temp_dirs)} temp dir(s), {len(report.cgroups)} cgroup(s)"
         + (f", {len(report.images)} failed-build image layer(s)" if report.images else "")
     )
+    if leaks.shared:
+        out.print(f"removed the egress filter no live run held: {escape(', '.join(leaks.shared))}")
     for error in [*leaks.errors, *report.cgroup_errors]:
         err.print(f"[red]error:[/red] {escape(error)}")
     raise typer.Exit(1 if leaks.errors or report.cgroup_errors else 0)

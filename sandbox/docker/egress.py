@@ -73,7 +73,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sandbox.docker import nflog
 from sandbox.errors import PermanentStartError, SandboxError
@@ -752,11 +752,32 @@ def _remove_network(client: Any, network: Any) -> bool:
         except EngineRequestError as exc:
             # The engine releases a removed container's endpoint a moment after the removal.
             if time.monotonic() >= deadline:
-                raise SandboxError(
-                    f"the {NETWORK} network could not be removed ({exc}); run "
-                    "`harness sandbox cleanup` once no run uses this engine"
-                ) from exc
+                raise SandboxError(_unremovable(network, exc)) from exc
         time.sleep(_SETTLE_POLL_SEC)
+
+
+def _unremovable(network: Any, exc: Exception) -> str:
+    """Why the network stays, and what removes it."""
+    from sandbox.docker.sdk import EngineError, call
+
+    try:
+        call(network.reload)
+        attached = bool(network.attrs.get("Containers"))
+    except EngineError:
+        attached = True  # unknown: the plain advice holds either way
+    if not attached:
+        # The engine counts an endpoint no container has: its store lost the endpoint's
+        # removal. Nothing but its restart resets the count (its own `network rm` fails).
+        return (
+            f"the {NETWORK} network could not be removed ({exc}) though no container is "
+            "attached to it: the engine still counts an endpoint of a removed container, "
+            "which only a restart of the engine clears; restart the docker engine, then run "
+            "`harness sandbox cleanup`"
+        )
+    return (
+        f"the {NETWORK} network could not be removed ({exc}); run "
+        "`harness sandbox cleanup` once no run uses this engine"
+    )
 
 
 def _teardown_if_unused(client: Any) -> list[str]:
@@ -778,27 +799,42 @@ def _teardown_if_unused(client: Any) -> list[str]:
     return removed
 
 
-def sweep(client: Any, run: str | None = None) -> tuple[list[str], list[str]]:
+class Swept(NamedTuple):
+    """What :func:`sweep` removed, and what it could not."""
+
+    #: Trial chains whose container is gone.
+    chains: list[str]
+    #: What the runs of the engine share (the network, the hooks), when none held them.
+    shared: list[str]
+    errors: list[str]
+
+
+def sweep(client: Any, run: str | None = None, *, shared: bool = False) -> Swept:
     """Remove trial chains whose container is gone, and everything when no run holds it.
 
     Called by ``remove_leaks`` after the containers are gone; a no-op where the rules
     cannot exist (not root, no ``iptables``).
 
-    Returns:
-        What was removed, and errors.
+    Args:
+        client: The engine's client.
+        run: Sweeping for this run only: the network and the hooks stay (a run starting
+            would only make them again), unless ``shared``.
+        shared: Also remove the network and the hooks when no live run holds them, as
+            always without ``run`` (``harness sandbox cleanup --run``: a run that could
+            not remove them at its end says to run it).
     """
     if os.geteuid() != 0 or shutil.which("iptables") is None:
-        return [], []
+        return Swept([], [], [])
     if _ipt("iptables", "-S", DISPATCH).returncode != 0 and _network(client) is None:
-        return [], []
+        return Swept([], [], [])
+    chains: list[str] = []
     try:
         with _locked():
-            removed = _sweep_stale(client, keep=set())
-            if run is None:
-                removed += _teardown_if_unused(client)
-        return removed, []
+            chains = _sweep_stale(client, keep=set())
+            released = _teardown_if_unused(client) if run is None or shared else []
+        return Swept(chains, released, [])
     except SandboxError as exc:
-        return [], [str(exc)]
+        return Swept(chains, [], [str(exc)])
 
 
 @dataclass
@@ -1119,6 +1155,7 @@ __all__ = [
     "DISPATCH",
     "LABEL",
     "NETWORK",
+    "Swept",
     "SYSCTLS",
     "EgressRun",
     "EgressUnavailable",

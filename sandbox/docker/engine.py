@@ -117,8 +117,12 @@ class LeakReport:
     containers: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)
-    #: Host firewall rules of compose networks that are gone (``sandbox.docker.hostguard``).
+    #: Host firewall rules of compose networks that are gone (``sandbox.docker.hostguard``),
+    #: and the egress filter's chains of trials whose container is gone.
     rules: list[str] = field(default_factory=list)
+    #: The egress filter the runs of the engine share (its network, its hooks), removed
+    #: because no live run held it.
+    shared: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
@@ -206,12 +210,18 @@ def _remove_containers(
 
 
 def remove_leaks(
-    client: docker.DockerClient, *, run: str | None = None, keep_runtime: bool = True
+    client: docker.DockerClient,
+    *,
+    run: str | None = None,
+    keep_runtime: bool = True,
+    shared: bool = False,
 ) -> LeakReport:
     """Remove every container, volume and network of the harness (of one run), and rules.
 
     Those with the harness label (and the run's), and those without labels whose names are
     a run's (:func:`~sandbox.docker.labels.run_prefix`, or the run's own with ``run``).
+    With ``shared`` (always without ``run``), also the egress filter's network and hooks
+    that runs share, when no live run holds them (:func:`~sandbox.docker.egress.sweep`).
     """
     report = LeakReport()
     containers, volumes, networks = _leaked(client, run, keep_runtime)
@@ -236,9 +246,10 @@ def remove_leaks(
     report.errors += errors
     # After the containers: a trial chain whose container is gone goes (every chain, the
     # hooks and the filtered network too without ``run`` when no live run holds them).
-    rules, errors = egress.sweep(client, run)
-    report.rules += rules
-    report.errors += errors
+    swept = egress.sweep(client, run, shared=shared)
+    report.rules += swept.chains
+    report.shared += swept.shared
+    report.errors += swept.errors
     return report
 
 

@@ -16,6 +16,7 @@ from support.faults import (
     Cli,
     agents_running,
     assert_each_once,
+    assert_left_clean,
     assert_no_traceback,
     make_tasks,
     run_args,
@@ -25,6 +26,8 @@ from support.faults import (
 from support.private_engine import PrivateEngine
 
 import docker
+from sandbox.docker.egress import LABEL as EGRESS_LABEL
+from sandbox.docker.egress import NETWORK as EGRESS_NETWORK
 from sandbox.docker.engine import engine_failure, ping
 from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.sdk import UNREACHABLE_WORDS, EngineUnreachable, call
@@ -61,7 +64,7 @@ def test_docker_restart_mid_run_pauses_and_the_run_finishes_by_itself(
         f"--resume {run_dir}); Ctrl-C stops it now. (error: " in said, result  # fmt: skip
     assert_no_traceback(result)
     assert_each_once(run_dir, 6)
-    assert engine.leftovers() == NOTHING_LEFT
+    assert_left_clean(engine, engine_cli, result)
 
 
 def test_engine_away_past_the_deadline_stops_in_order_and_resume_completes(
@@ -89,7 +92,7 @@ def test_engine_away_past_the_deadline_stops_in_order_and_resume_completes(
     assert resumed.code == 0, resumed
     assert_no_traceback(resumed)
     assert_each_once(run_dir, 5)
-    assert engine.leftovers() == NOTHING_LEFT
+    assert_left_clean(engine, engine_cli, resumed)
 
 
 def test_objects_an_engine_crash_left_without_labels_are_removed_by_resume_and_cleanup(
@@ -120,11 +123,46 @@ def test_objects_an_engine_crash_left_without_labels_are_removed_by_resume_and_c
     assert resumed.code == 0, resumed
     assert_no_traceback(resumed)
     assert_each_once(run_dir, 3)
-    assert engine.leftovers() == NOTHING_LEFT, resumed
+    assert_left_clean(engine, engine_cli, resumed)
     for name in names:
         with pytest.raises(docker.errors.NotFound):
             client.volumes.get(name)
     client.close()
+
+
+def test_the_filtered_network_goes_with_cleanup_of_a_run_once_no_live_run_holds_it(
+    engine_cli: Cli, engine: PrivateEngine, tmp_path: Path
+) -> None:
+    """What a run says it could not remove at its end: ``sandbox cleanup --run`` takes it.
+
+    The network the runs of an engine share, never while a live run holds it.
+    """
+    tasks = make_tasks(tmp_path / "tasks", 2, "sleep 4")
+    run_dir = tmp_path / "runs" / "holder"
+    proc = engine_cli.start(*run_args(tasks, tmp_path / "runs", "holder"))
+    wait_until(lambda: agents_running(run_dir), "two agents running")
+    client = engine.client()
+    try:
+        held = engine_cli.run("sandbox", "cleanup", "--run", "gone")
+        assert held.code == 0, held
+        assert [n.name for n in client.networks.list(names=[EGRESS_NETWORK])] == [EGRESS_NETWORK], (
+            held
+        )
+        result = proc.wait(120)
+        assert result.code == 0, result
+        assert_each_once(run_dir, 2)
+        assert_left_clean(engine, engine_cli, result)
+
+        # As a run whose removal the engine refused leaves it: labelled, no run holds it.
+        client.networks.create(EGRESS_NETWORK, labels={EGRESS_LABEL: "1"})
+        cleanup = engine_cli.run("sandbox", "cleanup", "--run", "gone")
+        assert cleanup.code == 0, cleanup
+        assert f"removed the egress filter no live run held: network {EGRESS_NETWORK}" in (
+            cleanup.output
+        ), cleanup
+        assert engine.leftovers() == NOTHING_LEFT, cleanup
+    finally:
+        client.close()
 
 
 def test_a_stopped_engine_is_told_from_its_socket_and_a_pull_on_it_is_no_image_failure(

@@ -660,8 +660,8 @@ def test_a_sweep_leaves_a_live_runs_compose_chain_made_before_its_bridge() -> No
     flt = egress.TrialFilter(kind="C", key=bridge, bridge=bridge)
     try:
         flt.install()
-        removed, errors = egress.sweep(docker_client())  # what another run's start does
-        assert flt.chain in _iptables("-S") and not errors, (removed, errors)
+        swept = egress.sweep(docker_client())  # what another run's start does
+        assert flt.chain in _iptables("-S") and not swept.errors, swept
     finally:
         flt.remove()
         run.close()

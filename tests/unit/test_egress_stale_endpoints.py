@@ -122,9 +122,23 @@ def test_a_removal_refused_for_a_moment_is_tried_again() -> None:
 
 
 def test_a_removal_refused_past_the_settling_time_says_what_to_run() -> None:
-    network = Network({}, refusals=10**9)
-    with pytest.raises(SandboxError, match="has active endpoints.*harness sandbox cleanup"):
+    # An endpoint the engine keeps listing though its container is gone (disconnected in
+    # vain): the plain advice.
+    network = Network({"a" * 64: {"Name": "harness-run-t1"}}, refusals=10**9)
+    with pytest.raises(SandboxError, match="has active endpoints.*harness sandbox cleanup") as info:
         _remove_network(Client(alive=set()), network)
+    assert "restart" not in str(info.value)
+    assert not network.removed
+
+
+def test_a_removal_refused_with_no_container_attached_says_the_engine_needs_a_restart() -> None:
+    """The engine counts an endpoint it lists nowhere: only its restart clears the count."""
+    network = Network({}, refusals=10**9)
+    with pytest.raises(SandboxError) as info:
+        _remove_network(Client(alive=set()), network)
+    message = str(info.value)
+    assert "has active endpoints" in message and "no container is attached" in message
+    assert "restart the docker engine, then run `harness sandbox cleanup`" in message
     assert not network.removed
 
 
