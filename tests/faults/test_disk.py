@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from support.faults import (
-    NOTHING_LEFT,
     Cli,
     Ext4,
     Result,
     assert_each_once,
+    assert_left_clean,
     assert_no_traceback,
     make_tasks,
     records,
@@ -57,14 +57,14 @@ def test_a_full_run_dir_stops_the_run_in_order_and_resume_completes_it(
     stopped = engine_cli.run(*run_args(tasks, out, "full"), timeout=300)
 
     assert_stopped_in_order(stopped, run_dir, 40, "no space left on device (ENOSPC) at")
-    assert engine.leftovers() == NOTHING_LEFT, "running trials clean up on a full disk"
+    assert_left_clean(engine, engine_cli, stopped)  # running trials clean up on a full disk
 
     remount(out, "size=20m")
     resumed = engine_cli.run("run", "--resume", run_dir, "--display", "plain", timeout=300)
     assert resumed.code == 0, resumed
     assert_no_traceback(resumed)
     assert_each_once(run_dir, 40)
-    assert engine.leftovers() == NOTHING_LEFT
+    assert_left_clean(engine, engine_cli, resumed)
 
 
 def test_a_run_dir_turned_read_only_stops_the_run_in_order(
@@ -79,11 +79,11 @@ def test_a_run_dir_turned_read_only_stops_the_run_in_order(
     stopped = proc.wait(120)
 
     assert_stopped_in_order(stopped, run_dir, 8, "read-only file system (EROFS) at")
-    assert engine.leftovers() == NOTHING_LEFT
+    assert_left_clean(engine, engine_cli, stopped)
 
     fs.repair()
     resumed = engine_cli.run("run", "--resume", run_dir, "--display", "plain")
     assert resumed.code == 0, resumed
     assert_no_traceback(resumed)
     assert_each_once(run_dir, 8)
-    assert engine.leftovers() == NOTHING_LEFT
+    assert_left_clean(engine, engine_cli, resumed)

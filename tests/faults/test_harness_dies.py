@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 from support.faults import (
-    NOTHING_LEFT,
     Cli,
     agents_running,
     assert_each_once,
+    assert_left_clean,
     assert_no_traceback,
     make_tasks,
     run_args,
@@ -56,7 +56,7 @@ def resume_completes(cli: Cli, engine: PrivateEngine, run_dir: Path, planned: in
     assert_each_once(run_dir, planned)
     partial = [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")]
     assert not partial, partial
-    assert engine.leftovers() == NOTHING_LEFT, resumed
+    assert_left_clean(engine, cli, resumed)
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -75,7 +75,7 @@ def test_kill_9_at_any_point_then_resume_completes(
         assert_no_traceback(again)
         assert_each_once(run_dir, 3)
         assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")]
-        assert engine.leftovers() == NOTHING_LEFT
+        assert_left_clean(engine, engine_cli, again)
         return
     resume_completes(engine_cli, engine, run_dir, 3)
     # Every trial's evidence whole, the one killed halfway out included.
@@ -137,7 +137,7 @@ def test_sigstop_longer_than_a_trial_timeout_then_the_run_goes_on(
     assert result.code == 0, result
     assert_no_traceback(result)
     assert_each_once(run_dir, 4)
-    assert engine.leftovers() == NOTHING_LEFT
+    assert_left_clean(engine, engine_cli, result)
 
 
 @pytest.mark.parametrize(

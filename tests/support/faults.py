@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,9 +19,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from sandbox.docker.egress import NETWORK as EGRESS_NETWORK
+
+if TYPE_CHECKING:
+    from support.private_engine import PrivateEngine
 
 RUNNING = "bash {instruction_file}"
 """The command agent's command: the instruction is a shell script."""
@@ -157,6 +163,30 @@ NOTHING_LEFT = {"containers": [], "volumes": [], "networks": []}
 """What :meth:`PrivateEngine.leftovers` finds on an engine a run left clean."""
 
 
+#: What a run says of what it could not remove, and the command it gives for it.
+_COULD_NOT_REMOVE = r"could not remove 1 sandbox object\(s\).*?`harness ([^`]+)`"
+
+
+def assert_left_clean(engine: PrivateEngine, cli: Cli, after: Result) -> None:
+    """Nothing is left on the engine after the harness command that ended as ``after``.
+
+    But for one fault of the engine's own: Docker 20.10 can go on counting an endpoint of a
+    removed container on the filtered network while no container is attached, and refuses
+    to remove it until it restarts. Then the harness must have said it could not remove it,
+    with the command that does; after a restart of the engine that command must.
+    """
+    left = engine.leftovers()
+    stuck = {**NOTHING_LEFT, "networks": [EGRESS_NETWORK]}
+    if left == stuck and engine.counts_a_gone_endpoint(EGRESS_NETWORK):
+        said = re.search(_COULD_NOT_REMOVE, after.output, re.S)
+        assert said, f"{EGRESS_NETWORK} was left without a word: {after}"
+        engine.restart()
+        cleanup = cli.run(*said.group(1).split())
+        assert cleanup.code == 0, cleanup
+        left = engine.leftovers()
+    assert left == NOTHING_LEFT, after
+
+
 def records(run_dir: Path) -> list[dict[str, Any]]:
     """Every line of ``trials.jsonl`` (each must be a whole JSON record)."""
     path = run_dir / "trials.jsonl"
@@ -254,6 +284,7 @@ __all__ = [
     "NOTHING_LEFT",
     "agents_running",
     "assert_each_once",
+    "assert_left_clean",
     "assert_no_traceback",
     "make_tasks",
     "records",
