@@ -279,7 +279,7 @@ if os.fork() == 0:
     os._exit(0)
 PY
 # This one holds our stdout open (the output drain must not wait for it).
-setsid sleep 600 &
+setsid bash -c 'exec -a @ORPHAN@ sleep 600' &
 exit 0
 """
     test_sh = (
@@ -288,8 +288,14 @@ exit 0
         'echo "$ok" > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
     )
     name = sec.unique("linger")
+    # Named for this test alone: another test's ``sleep 600`` on the host is not this one.
+    orphan = f"orphan-{name}"
     task = sec.write_task(
-        tmp_path / "tasks", name, attack=attack, test_sh=test_sh, agent_timeout=120
+        tmp_path / "tasks",
+        name,
+        attack=attack.replace("@ORPHAN@", orphan),
+        test_sh=test_sh,
+        agent_timeout=120,
     )
     # Far below the orphan's 600 s: a drain without a deadline fails this by timing out.
     run = any_cli.run([task], timeout=100)
@@ -300,20 +306,22 @@ exit 0
     survivors = [e for e in record["events"] if e.get("type") == "survivors"]
     assert survivors and survivors[0]["phase"] == "agent", record["events"]
     assert (run.evidence(record) / "workspace" / "answer.txt").read_text().strip() == "wrong"
-    assert not _host_procs_running("sleep 600"), "the stdout-holding orphan survived the trial"
+    assert not _host_procs_named(orphan), "the stdout-holding orphan survived the trial"
 
 
-def _host_procs_running(needle: str) -> list[str]:
+def _host_procs_named(argv0: str) -> list[str]:
+    """The host's live processes whose ``argv[0]`` is ``argv0`` (pid, cgroups)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                first = (entry / "cmdline").read_bytes().split(b"\0")[0].decode()
                 state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                cgroups = (entry / "cgroup").read_text().split()
             except OSError:
                 continue
-            if needle in cmd and state != "Z":
-                found.append(f"{entry.name}: {cmd}")
+            if first == argv0 and state != "Z":
+                found.append(f"{entry.name}: {argv0} in {cgroups}")
     return found
 
 
