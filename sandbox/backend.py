@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import select
+import signal
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
-from sandbox.errors import ChannelForged, SandboxError, SupervisorError
+from sandbox.errors import ChannelForged, HostToolInterrupted, SandboxError, SupervisorError
+from sandbox.host_tools import interrupted
 from sandbox.image_config import ImageConfig
 from sandbox.inside.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits
 from sandbox.network_policy import NO_NETWORK, NetworkPolicy
@@ -661,6 +663,10 @@ class Sandbox(ABC):
         return {"backend": self.backend, "image": self.spec.image}
 
 
+#: How long a supervisor gone mid-request is given to be reaped, for its exit status.
+_EXIT_WAIT_SEC = 2.0
+
+
 def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     """Wait for ``proc`` to exit, woken by a pidfd (Popen.wait(timeout) polls with sleeps)."""
     if proc.poll() is not None:
@@ -729,10 +735,9 @@ class SupervisorSession:
                 )
             answer = self._stdout.readline()
         except (BrokenPipeError, OSError) as exc:
-            raise SupervisorError(f"supervisor channel broke: {exc}") from exc
+            raise self._gone(f"supervisor channel broke: {exc}") from exc
         if not answer:
-            code = self._proc.poll() if self._proc else None
-            raise SupervisorError(f"supervisor exited without a result (exit code {code})")
+            raise self._gone("supervisor exited without a result")
         try:
             result = json.loads(answer)
         except json.JSONDecodeError as exc:
@@ -745,6 +750,24 @@ class SupervisorSession:
                 "sandbox wrote to the supervisor's channel (docs/security.md, 'A root agent')"
             )
         return result
+
+    def _gone(self, what: str) -> SandboxError:
+        """The error of a request the supervisor died under, its exit status said.
+
+        A local supervisor leaves the harness's process group as it starts; one a
+        terminal's Ctrl-C caught in that instant dies of it as a host tool would
+        (:mod:`sandbox.host_tools`): the run is being interrupted, and the trial is
+        ``cancelled`` rather than an environment error to retry.
+        """
+        code = None
+        if self._proc is not None and _wait_exit(self._proc, _EXIT_WAIT_SEC):
+            code = self._proc.returncode
+        if code is not None and code < 0 and interrupted(code):
+            return HostToolInterrupted(
+                f"{what}: the supervisor died of {signal.Signals(-code).name} sent to the "
+                "harness's process group; the run is being stopped"
+            )
+        return SupervisorError(what if code is None else f"{what} (exit code {code})")
 
     def _answer_within(self, timeout: float) -> bool:
         """Whether an answer line arrives within ``timeout`` seconds."""

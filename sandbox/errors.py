@@ -87,8 +87,9 @@ class HostToolInterrupted(SandboxError):
 
     A terminal's Ctrl-C reaches every process of its foreground group; a tool caught in the
     instant before it leaves the harness's group dies of it
-    (:mod:`sandbox.host_tools`). The run is being interrupted: the trial is ``cancelled``,
-    never an ``environment_error`` to retry.
+    (:mod:`sandbox.host_tools`), and so does a local supervisor starting in that instant.
+    The run is being interrupted: the trial is ``cancelled``, never an
+    ``environment_error`` to retry.
     """
 
 

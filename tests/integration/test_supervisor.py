@@ -27,7 +27,7 @@ from support.workers import uid_base
 from sandbox import cgroups
 from sandbox.backend import PROTOCOL_VERSION, SUPERVISOR_PATH, SupervisorSession
 from sandbox.environment import FIXED_PATH
-from sandbox.errors import SupervisorError
+from sandbox.errors import HostToolInterrupted, SandboxError, SupervisorError
 from sandbox.storage import release_leftovers
 
 IS_ROOT = os.geteuid() == 0
@@ -400,6 +400,37 @@ def test_a_supervisor_that_never_answers_is_given_up_on_and_killed() -> None:
     with pytest.raises(SupervisorError, match="no answer within 1s"):
         session.request({"op": "run", "argv": ["true"]}, timeout=1)
     assert stuck.wait(timeout=10) is not None, "the stuck supervisor was left running"
+    session.close()
+
+
+@pytest.mark.parametrize(
+    ("death", "expected"),
+    [
+        ("kill -INT $$", HostToolInterrupted),  # a group Ctrl-C caught it as it started
+        ("kill -TERM $$", HostToolInterrupted),
+        ("kill -KILL $$", SupervisorError),  # not an interrupt: a failure, retried
+        ("exit 3", SupervisorError),
+    ],
+)
+def test_a_supervisor_dead_under_a_request_says_whether_an_interrupt_killed_it(
+    death: str, expected: type[Exception]
+) -> None:
+    """An interrupt's death makes the trial ``cancelled``; any other is the supervisor's failure."""
+    # It reads the request first, so the harness's write never races its death.
+    dying = subprocess.Popen(
+        ["bash", "-c", f"read -r line; {death}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    session = SupervisorSession(dying)
+    with pytest.raises(SandboxError) as caught:
+        session.request({"op": "run", "argv": ["true"]}, timeout=30)
+    assert type(caught.value) is expected, caught.value
+    if expected is SupervisorError:
+        assert f"(exit code {dying.returncode})" in str(caught.value)
+    else:
+        assert "the run is being stopped" in str(caught.value)
     session.close()
 
 
