@@ -490,7 +490,14 @@ def test_a_second_ctrl_c_aborts_and_still_cleans_up(tmp_path: Path, env: dict[st
         env, tmp_path, "run", tasks, "--agent", "command", "--agent-cmd", agent,
         "-j", "2", "-o", out, *local_options(tag),
     )  # fmt: skip
-    wait_for(lambda: len(procs_with(f"sleep 50.{tag}")) >= 2, "two agents running", started)
+
+    def two_agents_running() -> bool:
+        # The harness's own command line holds the agent's command: the trials' phases
+        # from status.json, and two processes besides the harness.
+        running = [t for t in status(run_dir).get("running", []) if t["phase"] == "execute"]
+        return len(running) == 2 and len(procs_with(f"sleep 50.{tag}")) >= 3
+
+    wait_for(two_agents_running, "two agents running", started)
     os.killpg(started.proc.pid, signal.SIGINT)
     # Two signals that reach a busy process close together run Python's handler once: send
     # the second after the first was handled, while the trials still clean up.
