@@ -28,7 +28,6 @@ import json
 import secrets
 import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from support.docker import docker_client, require_image
 from support.net import Listener, interface_ipv4, primary_addresses
 from support.netns import PublicNet
 from support.ray_cluster import RayCluster
+from support.sampler import Sampler
 
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
@@ -169,29 +169,6 @@ def run(cluster: RayCluster, tasks: Path, out: Path, name: str, agent: str) -> t
     return result.code, result.stdout + result.stderr
 
 
-class BridgeWatch:
-    """Whether the host interface ``name`` had an IPv4 address at any moment while open."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.seen = False
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> BridgeWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        while not self.seen and not self._done.is_set():
-            self.seen = interface_ipv4(self.name) is not None
-            self._done.wait(0.1)
-
-
 def test_a_public_verifier_on_a_worker_reaches_the_internet_and_nothing_of_the_cluster(
     cluster: RayCluster, tmp_path: Path
 ) -> None:
@@ -226,12 +203,13 @@ def test_a_public_verifier_on_a_worker_reaches_the_internet_and_nothing_of_the_c
         out = tmp_path / "runs"
         # Watched while the run lives: once it ends, the last run on the engine removes the
         # filtered network (another test's run may do so at any moment after).
-        with BridgeWatch(bridge_of(docker_client())) as bridge:
+        bridge, made = bridge_of(docker_client()), []
+        with Sampler(lambda: made.append(interface_ipv4(bridge) is not None), interval=0.1):
             code, output = run(cluster, task, out, "raynet", agent)
         seen = public_net.seen()
         host_got = b"\n".join(data for _kind, _peer, data in host.received).decode()
     assert code == 0, output
-    assert bridge.seen, "the egress filter's bridge was not made"
+    assert any(made), "the egress filter's bridge was not made"
     (record,) = read_run_dir(out / "raynet").records
     assert record["sandbox"]["node"] == WORKER_IP, record["sandbox"]
     assert record["status"] == "completed" and record["reward"] == 1.0, record

@@ -12,14 +12,14 @@ import secrets
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import REPO, Cli, read_records, write_task
+from support.sampler import Sampler
 
 from sandbox import cgroups
 
@@ -111,35 +111,6 @@ def named(canary: str) -> list[int]:
             if argv0 == canary.encode():
                 found.append(int(entry))
     return found
-
-
-class Sampler:
-    """Calls ``sample()`` every ``interval`` s in a thread while the run goes on."""
-
-    def __init__(self, sample: Callable[[], None], interval: float = 0.05) -> None:
-        self.sample = sample
-        self.interval = interval
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                self.errors.append(exc)
-                return
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        assert not self.errors, self.errors
 
 
 @pytest.fixture
