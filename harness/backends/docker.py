@@ -232,7 +232,7 @@ class DockerBackend(SandboxBackend):
         report = remove_leaks(self.runtime.client, run=self.options.run_name)
         for error in report.errors:  # as the local backend's start says its own
             logger.warning("could not remove: %s", error)
-        return report.containers + report.volumes + report.networks + report.rules
+        return report.removed
 
 
 __all__ = ["DockerBackend"]

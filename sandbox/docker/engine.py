@@ -125,6 +125,11 @@ class LeakReport:
     shared: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
+    @property
+    def removed(self) -> list[str]:
+        """Everything removed, of every kind."""
+        return self.containers + self.volumes + self.networks + self.rules + self.shared
+
 
 @dataclass(frozen=True)
 class _Listed:

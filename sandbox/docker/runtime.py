@@ -264,8 +264,7 @@ class DockerRuntime:
         except (SandboxError, EngineError) as exc:
             failed.append(f"egress filter: {exc}")
         self.release()
-        removed = report.containers + report.volumes + report.networks + report.rules
-        return CloseReport(removed=removed, failed=failed)
+        return CloseReport(removed=report.removed, failed=failed)
 
 
 def _has_network(entry: dict[str, Any]) -> bool:
