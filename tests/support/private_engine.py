@@ -127,6 +127,11 @@ class PrivateEngine:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
+    def restart(self) -> None:
+        """Stop the engine and start it again (its data root, images and all, kept)."""
+        self.stop()
+        self.start()
+
     def answers(self) -> bool:
         """Whether the daemon answers a ping now."""
         try:
@@ -218,11 +223,6 @@ class PrivateEngine:
 
     # -- what is left -------------------------------------------------------------------------
 
-    def restart(self) -> None:
-        """Stop the engine and start it again (its data root, images and all, kept)."""
-        self.stop()
-        self.start()
-
     def counts_a_gone_endpoint(self, network_name: str) -> bool:
         """Whether the engine refuses to remove a network no container is attached to.
 
@@ -289,8 +289,7 @@ class PrivateEngine:
         finally:
             client.close()
         if stuck:
-            self.stop()
-            self.start()
+            self.restart()
             client = self.client()
             try:
                 for name in stuck:
