@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.host_procs import named
 from support.workers import uid_base
 
 from sandbox.storage import IMAGE_NAME, MOUNT_NAME, RESERVE_MB
@@ -312,16 +313,11 @@ exit 0
 def _host_procs_named(argv0: str) -> list[str]:
     """The host's live processes whose ``argv[0]`` is ``argv0`` (pid, cgroups)."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                first = (entry / "cmdline").read_bytes().split(b"\0")[0].decode()
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                cgroups = (entry / "cgroup").read_text().split()
-            except OSError:
-                continue
-            if first == argv0 and state != "Z":
-                found.append(f"{entry.name}: {argv0} in {cgroups}")
+    for pid in named(argv0):
+        try:
+            found.append(f"{pid}: {argv0} in {Path(f'/proc/{pid}/cgroup').read_text().split()}")
+        except OSError:
+            continue  # ended meanwhile
     return found
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, Cli, read_records, write_task
+from support.host_procs import named
 from support.sampler import Sampler
 
 from sandbox import cgroups
@@ -97,20 +98,6 @@ def mem_available() -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no MemAvailable in /proc/meminfo")
-
-
-def named(canary: str) -> list[int]:
-    """Pids of the host whose argv[0] is ``canary``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv0 = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0]
-            except OSError:
-                continue
-            if argv0 == canary.encode():
-                found.append(int(entry))
-    return found
 
 
 @pytest.fixture
