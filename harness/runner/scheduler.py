@@ -57,8 +57,9 @@ from sandbox.pathnames import escape
 AttemptRunner = Callable[[TrialPlan, TrialSettings, int], TrialRecord]
 """Runs one attempt of a trial to its record (the run's executor)."""
 
-#: How long a trial that a host tool's interruption cancelled waits for the run to hear the
-#: signal too, before its thread may start another trial (:meth:`TrialRunner.run`).
+#: How long a trial that a group interrupt cancelled (through a host tool or a supervisor
+#: it killed) waits for the run to hear the signal too, before its thread may start another
+#: trial (:meth:`TrialRunner.run`).
 INTERRUPT_GRACE_SEC = 2.0
 
 RECORD_NOT_WRITTEN = "RecordNotWritten"
@@ -404,11 +405,12 @@ class TrialRunner:
     def _await_interrupt(self, record: TrialRecord) -> None:
         """Give an interruption that cancelled ``record`` time to reach the run too.
 
-        A trial is cancelled before the run is only when a host tool died of the signal
-        the terminal sent the whole process group (:mod:`sandbox.host_tools`): the harness
-        got it as well and sets :attr:`interrupted` within moments, which then keeps this
-        thread from starting another trial. A signal sent to the tool alone never comes:
-        the wait ends after :data:`INTERRUPT_GRACE_SEC` and the run goes on.
+        A trial is cancelled before the run is only when a host tool or a starting local
+        supervisor died of the signal the terminal sent the whole process group
+        (:class:`~sandbox.errors.HostToolInterrupted`): the harness got it as well and sets
+        :attr:`interrupted` within moments, which then keeps this thread from starting
+        another trial. A signal sent to that process alone never comes: the wait ends
+        after :data:`INTERRUPT_GRACE_SEC` and the run goes on.
         """
         if record.status == TrialStatus.CANCELLED and not self._stopping():
             self.interrupted.wait(INTERRUPT_GRACE_SEC)
