@@ -359,10 +359,15 @@ def _claim(chain: str) -> Path:
     judges such a chain alive by: another run sweeping then (at its start, or under
     ``harness sandbox cleanup``) would delete it under a trial being set up. A claim by a
     live pid keeps it; one left by a dead run counts for nothing.
+
+    The claim is made under the sweeps' lock: a sweep reads the claims first and the
+    chains last, so a claim made between the two would name a chain the sweep lists but
+    judges dead, and it would flush the chain of a trial being set up (its dispatch rule
+    then leads to an empty chain, which lets every packet through) or fail to delete it.
     """
-    STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = STATE_DIR / f"chain-{chain}-{os.getpid()}"
-    path.touch()
+    with _locked():
+        path = STATE_DIR / f"chain-{chain}-{os.getpid()}"
+        path.touch()
     return path
 
 

@@ -405,6 +405,55 @@ def test_a_killed_run_leaves_nothing_cleanup_cannot_remove() -> None:
     assert chain not in _chains() and not report.errors, report
 
 
+def test_a_sweep_never_flushes_the_chain_of_a_trial_being_set_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another run's trial installs its chain while a sweep runs: the chain stays whole.
+
+    A sweep (a run's start, ``harness sandbox cleanup``) reads the live claims first and
+    the chains last. A trial that claimed and made its chain in between was judged dead:
+    its chain was flushed (its dispatch rule then led to an empty chain, through which
+    every packet passes) and its deletion failed with "Device or resource busy". The
+    trial's install is started at the worst moment, between the two reads.
+    """
+    from support.docker import docker_client
+
+    from sandbox.docker import egress
+
+    if os.geteuid() != 0:
+        pytest.fail("the egress filter needs root")
+    client = docker_client()
+    run = egress.EgressRun(client, f"egress-race-{secrets.token_hex(4)}")
+    run.ensure()
+    flt = egress.TrialFilter(kind="E", key=f"harness-race-{secrets.token_hex(4)}",
+                             bridge=run.bridge, source="172.31.254.7")  # fmt: skip
+    installing = threading.Thread(target=flt.install)
+    listed = egress._trial_chains
+
+    def between_the_reads(tool: str = "iptables") -> list[str]:
+        if installing.ident is None:
+            installing.start()
+            installing.join(timeout=5)  # the install, unless the sweep holds it back
+        return listed(tool)
+
+    monkeypatch.setattr(egress, "_trial_chains", between_the_reads)
+    try:
+        swept = egress.sweep(client, run=run.run_label)
+        monkeypatch.undo()
+        installing.join()
+        assert flt.chain not in swept.chains and not swept.errors, swept
+        rules = subprocess.run(["iptables", "-w", "-S", flt.chain], capture_output=True,
+                               text=True, check=True).stdout  # fmt: skip
+        assert "closed" in rules and "-j DROP" in rules, rules
+        assert flt.present
+    finally:
+        monkeypatch.undo()
+        if installing.ident is not None:
+            installing.join()
+        flt.remove()
+        run.close()
+
+
 def test_a_run_whose_filter_failed_halfway_still_gives_it_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
