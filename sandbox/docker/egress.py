@@ -4,11 +4,12 @@ A trial whose phases ever need the internet joins one harness-owned bridge netwo
 :data:`NETWORK` (bridge :func:`bridge_of`, inter-container traffic off, labelled
 :data:`LABEL`, IPv4 only), instead of the engine's default bridge. Every packet from that
 bridge is judged by host netfilter rules in harness chains, for ``iptables`` and
-``ip6tables``:
+``ip6tables``, all in the ``mangle`` table (:mod:`sandbox.docker.netfilter`: it runs
+before the engine's rules in ``filter``, and the engine never re-arranges it):
 
-- ``FORWARD`` (through ``DOCKER-USER``, which the engine evaluates before its own rules)
-  and ``INPUT`` (packets to the host's own addresses) jump to :data:`DISPATCH` for
-  anything that comes in on the bridge. ``INPUT`` then drops whatever came back.
+- ``FORWARD`` and ``INPUT`` (packets to the host's own addresses) jump to
+  :data:`DISPATCH` for anything that comes in on the bridge. ``INPUT`` then drops
+  whatever came back.
 - :data:`DISPATCH` sends each open container (by its address on the bridge) to its own
   chain, ``HXE-<12 hex>``, and drops every other packet: a container is closed from the
   moment it starts until a ``public`` phase opens it, and again as soon as its phase is
@@ -75,7 +76,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sandbox.docker import nflog
+from sandbox.docker import netfilter, nflog
 from sandbox.errors import PermanentStartError, SandboxError
 from sandbox.host_tools import failure_detail, run_tool
 
@@ -151,10 +152,10 @@ class EgressUnavailable(PermanentStartError):
 
 
 def _ipt(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    # -w: wait for the xtables lock (dockerd edits the tables too). A failed ``-S chain``
-    # means only "not there": iptables-nft 1.8.9 words a missing chain as "chain `X' in
-    # table `filter' is incompatible, use 'nft' tool", never as "No chain".
-    return run_tool([tool, "-w", *args], timeout=_TIMEOUT_SEC)
+    # On the harness's table (:mod:`sandbox.docker.netfilter`) unless ``-t`` names one. A
+    # failed ``-S chain`` means only "not there": iptables-nft 1.8.9 words a missing chain
+    # as "chain `X' in table `mangle' is incompatible, use 'nft' tool", never as "No chain".
+    return netfilter.run(tool, *args)
 
 
 def _must(tool: str, *args: str) -> str:
@@ -190,10 +191,10 @@ def _ensure_chain(tool: str, chain: str) -> bool:
     return result.returncode == 0
 
 
-def _drop_chain(tool: str, chain: str) -> None:
-    if _ipt(tool, "-S", chain).returncode == 0:
-        _must(tool, "-F", chain)
-        _must(tool, "-X", chain)
+def _drop_chain(tool: str, chain: str, table: str = netfilter.TABLE) -> None:
+    if _ipt(tool, "-t", table, "-S", chain).returncode == 0:
+        _must(tool, "-t", table, "-F", chain)
+        _must(tool, "-t", table, "-X", chain)
 
 
 def _comment(text: str) -> list[str]:
@@ -216,11 +217,15 @@ def bridge_of(client: Any) -> str:
 
 
 def _hooks_v4(bridge: str) -> list[tuple[str, list[str]]]:
-    """The jumps into :data:`DISPATCH` (chain, rule); order within a chain matters."""
+    """The jumps into :data:`DISPATCH` (chain, rule); order within a chain matters.
+
+    In ``mangle``, whose ``FORWARD`` runs before the engine's own rules in ``filter``
+    and which the engine never re-arranges (:mod:`sandbox.docker.netfilter`).
+    """
     return [
-        ("DOCKER-USER", ["-i", bridge, *_comment("from-egress"), "-j", DISPATCH]),
+        ("FORWARD", ["-i", bridge, *_comment("from-egress"), "-j", DISPATCH]),
         (
-            "DOCKER-USER",
+            "FORWARD",
             [
                 "-i",
                 COMPOSE_BRIDGES,
@@ -430,13 +435,16 @@ def _install_hooks(bridge: str) -> None:
     """The dispatch chains and the jumps into them (idempotent)."""
     if _ensure_chain("iptables", DISPATCH):
         _must("iptables", "-A", DISPATCH, *_comment("closed"), "-j", "DROP")
-    if _ipt("iptables", "-S", "DOCKER-USER").returncode != 0:
-        # The engine makes DOCKER-USER when it starts with iptables; without it, nothing
-        # would judge the forwarded packets.
+    if _ipt("iptables", "-t", "filter", "-S", "DOCKER-USER").returncode != 0:
+        # The engine makes DOCKER-USER when it manages iptables; without that, it neither
+        # forwards nor masquerades its bridges' traffic, and its rules are not the ones
+        # this filter was measured against.
         raise EgressUnavailable(
             "the Docker engine made no DOCKER-USER chain (is it running with --iptables?); "
             "internet tasks cannot be filtered"
         )
+    if len(_holders()) <= 1:  # this run's own: no live run uses what an old release left
+        _remove_legacy()
     # Reverse order, each inserted at the top: they end up in the listed order.
     for chain, spec in reversed(_hooks_v4(bridge)):
         _ensure_rule("iptables", chain, spec)
@@ -464,16 +472,24 @@ def _remove_hooks(bridge: str) -> None:
         # the chain from being deleted.
         for chain, spec in _jumps_into_dispatch(tool):
             _delete_rule(tool, chain, spec)
-        for name in _trial_chains(tool):
-            _drop_chain(tool, name)
-        _drop_chain(tool, DISPATCH)
+        _drop_chains(tool)
+    _remove_legacy()
 
 
-def _jumps_into_dispatch(tool: str) -> list[tuple[str, list[str]]]:
+def _drop_chains(tool: str, table: str = netfilter.TABLE) -> None:
+    """Delete the dispatch chain and every trial chain (their jumps are gone already)."""
+    if _ipt(tool, "-t", table, "-S", DISPATCH).returncode == 0:
+        _must(tool, "-t", table, "-F", DISPATCH)  # its gotos keep the trial chains busy
+    for name in _trial_chains(tool, table):
+        _drop_chain(tool, name, table)
+    _drop_chain(tool, DISPATCH, table)
+
+
+def _jumps_into_dispatch(tool: str, table: str = netfilter.TABLE) -> list[tuple[str, list[str]]]:
     """(chain, rule spec) of every rule of the built-in chains that jumps to :data:`DISPATCH`."""
     jumps = []
     for chain in ("DOCKER-USER", "INPUT", "FORWARD"):
-        listing = _ipt(tool, "-S", chain)
+        listing = _ipt(tool, "-t", table, "-S", chain)
         for line in listing.stdout.splitlines() if listing.returncode == 0 else []:
             words = _split(line)
             if words[:2] == ["-A", chain] and words[-2:] == ["-j", DISPATCH]:
@@ -481,17 +497,37 @@ def _jumps_into_dispatch(tool: str) -> list[tuple[str, list[str]]]:
     return jumps
 
 
+def _remove_legacy() -> None:
+    """Remove what a release before the move to ``mangle`` left in ``filter`` (a killed run's).
+
+    Its hooks in ``DOCKER-USER`` and ``INPUT`` would send the bridge's packets to its old
+    dispatch chain, whose last rule drops them: every trial closed, whatever its phase.
+    Only names and comments of the harness are touched.
+    """
+    legacy = netfilter.LEGACY_TABLE
+    for tool in _tools():
+        for chain, spec in _jumps_into_dispatch(tool, legacy):
+            while _ipt(tool, "-t", legacy, "-C", chain, *spec).returncode == 0:
+                _must(tool, "-t", legacy, "-D", chain, *spec)
+        for _target, spec in _tagged_rules("INPUT", "input", table=legacy):
+            while _ipt("iptables", "-t", legacy, "-C", "INPUT", *spec).returncode == 0:
+                _must("iptables", "-t", legacy, "-D", "INPUT", *spec)
+        _drop_chains(tool, legacy)
+
+
 def _tools() -> tuple[str, ...]:
     """The tables the filter has chains in: IPv4's, and IPv6's where the host has it."""
     return ("iptables", "ip6tables") if _v6() else ("iptables",)
 
 
-def _trial_chains(tool: str = "iptables") -> list[str]:
-    listing = _ipt(tool, "-S")
+def _trial_chains(tool: str = "iptables", table: str = netfilter.TABLE) -> list[str]:
+    listing = _ipt(tool, "-t", table, "-S")
     return _CHAIN.findall(listing.stdout) if listing.returncode == 0 else []
 
 
-def _tagged_rules(chain: str, kind: str, table: str = "filter") -> list[tuple[str, list[str]]]:
+def _tagged_rules(
+    chain: str, kind: str, table: str = netfilter.TABLE
+) -> list[tuple[str, list[str]]]:
     """(trial chain, rule spec) of every rule in ``table``'s ``chain`` tagged ``kind-<chain>``."""
     listing = _ipt("iptables", "-t", table, "-S", chain)
     rules = []

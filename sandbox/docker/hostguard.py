@@ -4,7 +4,8 @@ Docker's ``internal`` network only stops *forwarding* (the FORWARD chain): a pac
 container addresses to the host itself — the network's gateway, ``docker0``, the host's
 primary address — goes through the host's INPUT chain and reaches any service bound to
 ``0.0.0.0`` (Ray's ports, a registry, a database). So for each compose network the harness
-creates, it inserts one rule per address family at the top of INPUT::
+creates, it inserts one rule per address family at the top of INPUT (in the ``mangle``
+table, :mod:`sandbox.docker.netfilter`, which runs before ``filter``'s)::
 
     -i <bridge> -m comment --comment harness-hostguard:<run>:<bridge> -j DROP
 
@@ -37,15 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.docker import netfilter
 from sandbox.errors import PermanentStartError, SandboxError
-from sandbox.host_tools import failure_detail, run_tool
+from sandbox.host_tools import failure_detail
 
 TAG = "harness-hostguard"
 #: A harness compose bridge: ``hxc`` + 12 hex (Linux names have at most 15 characters).
 BRIDGE_PREFIX = "hxc"
 DEFAULT_SOCKET = "/var/run/docker.sock"
 _RULE = re.compile(rf'--comment "?({TAG}:([0-9a-f]{{10}}):({BRIDGE_PREFIX}[0-9a-f]{{12}}))"?')
-_TIMEOUT_SEC = 30
 
 
 class HostGuardUnavailable(PermanentStartError):
@@ -68,8 +69,7 @@ def _tools() -> list[str]:
 
 
 def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    # -w: wait for the xtables lock (dockerd edits the tables too).
-    return run_tool([tool, "-w", *args], timeout=_TIMEOUT_SEC)
+    return netfilter.run(tool, *args)
 
 
 def _engine_netns_problem(socket_path: str) -> str | None:
@@ -127,10 +127,10 @@ def _spec(bridge: str, comment: str) -> list[str]:
     return ["-i", bridge, "-m", "comment", "--comment", comment, "-j", "DROP"]
 
 
-def _delete(tool: str, bridge: str, comment: str) -> None:
+def _delete(tool: str, bridge: str, comment: str, table: str = netfilter.TABLE) -> None:
     """Delete every copy of the rule (there is one; a retry may have left two)."""
     while True:
-        result = _iptables(tool, "-D", "INPUT", *_spec(bridge, comment))
+        result = _iptables(tool, "-t", table, "-D", "INPUT", *_spec(bridge, comment))
         if result.returncode != 0:
             # "Bad rule" / "does a matching rule exist": gone. Anything else is kept.
             gone = "matching rule" in result.stderr or "Bad rule" in result.stderr
@@ -220,16 +220,18 @@ def sweep(run: str | None = None) -> tuple[list[str], list[str]]:
     for tool in _tools():
         if shutil.which(tool) is None:
             continue
-        listing = _iptables(tool, "-S", "INPUT")
-        for match in _RULE.finditer(listing.stdout):
-            comment, bridge = match.group(1), match.group(3)
-            if not comment.startswith(wanted) or Path("/sys/class/net", bridge).exists():
-                continue
-            try:
-                _delete(tool, bridge, comment)
-                removed.append(f"{tool} {comment}")
-            except SandboxError as exc:
-                errors.append(str(exc))
+        # The legacy table too: a dead run of a release before the move left its rules there.
+        for table in (netfilter.TABLE, netfilter.LEGACY_TABLE):
+            listing = _iptables(tool, "-t", table, "-S", "INPUT")
+            for match in _RULE.finditer(listing.stdout):
+                comment, bridge = match.group(1), match.group(3)
+                if not comment.startswith(wanted) or Path("/sys/class/net", bridge).exists():
+                    continue
+                try:
+                    _delete(tool, bridge, comment, table)
+                    removed.append(f"{tool} {comment}")
+                except SandboxError as exc:
+                    errors.append(str(exc))
     return removed, errors
 
 

@@ -282,7 +282,10 @@ def _sidecar(client: Any, project: str) -> Any:
 
 
 def _iptables(*args: str) -> str:
-    return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True).stdout
+    """``iptables`` on the harness's table (``-t`` names another)."""
+    from sandbox.docker import netfilter
+
+    return netfilter.run("iptables", *args).stdout
 
 
 @dataclass

@@ -167,13 +167,12 @@ class _NetworkWatcher:
 
 def _guard_rules(run_name: str) -> list[str]:
     """This run's tagged INPUT rules still on the host (IPv4 and IPv6)."""
+    from sandbox.docker import netfilter
     from sandbox.docker.hostguard import run_tag
 
     left = []
     for tool in ("iptables", "ip6tables"):
-        listing = subprocess.run(
-            [tool, "-w", "-S", "INPUT"], capture_output=True, text=True, check=False
-        )
+        listing = netfilter.run(tool, "-S", "INPUT")
         left += [line for line in listing.stdout.splitlines() if run_tag(run_name) in line]
     return left
 

@@ -47,6 +47,7 @@ from support.probes import PROXY_CLIENT
 from support.probes import TrialSeen as Trial  # what one allowlist trial saw
 
 from sandbox.backend import PhaseRequest, Sandbox, SandboxSpec
+from sandbox.docker import netfilter
 from sandbox.environment import FIXED_PATH
 from sandbox.network_policy import NetworkPolicy
 
@@ -260,7 +261,7 @@ def _both(outside: Outside) -> Run:
             for sandbox in sandboxes.values():
                 sandbox.stop()
         time.sleep(0.5)  # the listener's and the servers' threads log what they accepted
-    listing = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    listing = netfilter.run("iptables", "-S").stdout
     nat = subprocess.run(
         ["iptables", "-t", "nat", "-S", "PREROUTING"], capture_output=True, text=True
     ).stdout
@@ -436,5 +437,5 @@ def test_a_killed_run_leaves_no_dns_redirect_cleanup_cannot_remove() -> None:
 
     assert f"dns-{chain}" in nat()
     report = remove_leaks(docker_client(), run=label)
-    listing = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    listing = netfilter.run("iptables", "-S").stdout
     assert chain not in listing and chain not in nat() and not report.errors, report

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -235,7 +236,7 @@ def _address(sandbox: Any, network: str) -> str:
 
 
 def _chains() -> str:
-    return subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    return _ipt("-S").stdout
 
 
 def test_public_keeps_host_private_and_metadata_out_and_phases_switch(
@@ -442,8 +443,7 @@ def test_a_sweep_never_flushes_the_chain_of_a_trial_being_set_up(
         monkeypatch.undo()
         installing.join()
         assert flt.chain not in swept.chains and not swept.errors, swept
-        rules = subprocess.run(["iptables", "-w", "-S", flt.chain], capture_output=True,
-                               text=True, check=True).stdout  # fmt: skip
+        rules = _ipt("-S", flt.chain).stdout
         assert "closed" in rules and "-j DROP" in rules, rules
         assert flt.present
     finally:
@@ -510,9 +510,7 @@ def test_without_a_free_log_group_the_filter_counts_only_and_says_so() -> None:
         )
         flt.install()
         try:
-            listing = subprocess.run(
-                ["iptables", "-S", flt.chain], capture_output=True, text=True, check=True
-            ).stdout
+            listing = _ipt("-S", flt.chain).stdout
             assert "-j DROP" in listing and "NFLOG" not in listing, listing
         finally:
             flt.remove()
@@ -538,23 +536,144 @@ def test_a_gone_engines_hooks_never_keep_the_filter_from_going() -> None:
     run.ensure()
     gone = f"hxe{secrets.token_hex(5)}0"  # the bridge of an engine that no longer exists
     stale = [
-        ("DOCKER-USER", ["-i", gone, "-m", "comment", "--comment", "harness-egress:from-egress"]),
+        ("FORWARD", ["-i", gone, "-m", "comment", "--comment", "harness-egress:from-egress"]),
         ("INPUT", ["-i", gone, "-m", "comment", "--comment", "harness-egress:to-host-judged"]),
     ]
     for chain, match in stale:
-        subprocess.run(["iptables", "-w", "-I", chain, "1", *match, "-j", egress.DISPATCH],
-                       check=True)  # fmt: skip
+        _ipt("-I", chain, "1", *match, "-j", egress.DISPATCH)
     try:
         removed = run.close()
         assert f"iptables {egress.DISPATCH}" in removed, removed
         assert egress.DISPATCH not in _chains()
         for chain, match in stale:
-            assert _ipt_check(chain, [*match, "-j", egress.DISPATCH]) != 0
+            assert _ipt("-C", chain, *match, "-j", egress.DISPATCH).returncode != 0
     finally:
         for chain, match in stale:
-            while _ipt_check(chain, [*match, "-j", egress.DISPATCH]) == 0:
-                subprocess.run(["iptables", "-w", "-D", chain, *match, "-j", egress.DISPATCH])
+            while _ipt("-C", chain, *match, "-j", egress.DISPATCH).returncode == 0:
+                _ipt("-D", chain, *match, "-j", egress.DISPATCH)
 
 
-def _ipt_check(chain: str, spec: list[str]) -> int:
-    return subprocess.run(["iptables", "-w", "-C", chain, *spec], capture_output=True).returncode
+@pytest.mark.serial  # a run removes what an older release left only when no other run lives
+def test_what_a_release_before_the_move_to_mangle_left_in_filter_goes() -> None:
+    """A killed run of an older release left its hooks and chains in ``filter``: they go.
+
+    Its hooks would send the bridge's packets to its old dispatch chain, whose last rule
+    drops them, whatever the new chains say. A run that finds no other live run removes
+    them at its start; nothing in ``filter`` of the harness's is left.
+    """
+    from support.docker import docker_client
+
+    from sandbox.docker import egress
+
+    run = egress.EgressRun(docker_client(), f"egress-legacy-{secrets.token_hex(4)}")
+    old = egress.chain_name("E", f"legacy-{secrets.token_hex(4)}")
+    comment = ["-m", "comment", "--comment"]
+    made = [
+        ["-N", egress.DISPATCH],
+        ["-A", egress.DISPATCH, *comment, "harness-egress:closed", "-j", "DROP"],
+        ["-N", old],
+        ["-A", old, *comment, "harness-egress:closed", "-j", "DROP"],
+        ["-I", egress.DISPATCH, "1", "-s", "172.31.254.6/32", "-g", old],
+        ["-I", "DOCKER-USER", "1", "-i", run.bridge, *comment, "harness-egress:from-egress",
+         "-j", egress.DISPATCH],
+        ["-I", "INPUT", "1", "-i", run.bridge, *comment, "harness-egress:to-host-judged",
+         "-j", egress.DISPATCH],
+    ]  # fmt: skip
+    for args in made:
+        assert _ipt("-t", "filter", *args).returncode == 0, args
+    try:
+        run.ensure()
+        legacy = _ipt("-t", "filter", "-S").stdout
+        assert "harness-egress" not in legacy and old not in legacy, legacy
+        assert egress.DISPATCH in _chains()  # the filter itself, in mangle
+    finally:
+        run.close()
+        for chain in ("DOCKER-USER", "INPUT"):
+            for line in _ipt("-t", "filter", "-S", chain).stdout.splitlines():
+                if "harness-egress" in line:
+                    _ipt("-t", "filter", "-D", *line.split()[1:])
+        for chain in (old, egress.DISPATCH):
+            _ipt("-t", "filter", "-F", chain)
+            _ipt("-t", "filter", "-X", chain)
+
+
+def _ipt(*args: str) -> subprocess.CompletedProcess[str]:
+    """``iptables`` on the harness's table (``-t`` names another)."""
+    from sandbox.docker import netfilter
+
+    return netfilter.run("iptables", *args)
+
+
+#: Runs in the trial: UDP datagrams to the public-like server, one every millisecond,
+#: numbered, for ``SECONDS``.
+DATAGRAMS = r"""
+import os, socket, time
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end, n = time.time() + float(os.environ["SECONDS"]), 0
+while time.time() < end:
+    try:
+        u.sendto(b"WINDOW-%d" % n, (os.environ["TARGET"], 8443))
+    except OSError:
+        pass
+    n += 1
+    time.sleep(0.001)
+print(n)
+"""
+
+
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_networks_the_engine_makes_meanwhile_never_open_a_closed_phase(
+    tmp_path: Path, runtime: str
+) -> None:
+    """A ``no-network`` phase floods a public-like server while the engine makes networks.
+
+    The engine re-arranges its ``FORWARD`` rules each time it makes a network: it deletes
+    its jump into ``DOCKER-USER`` and inserts it again on top. Hooks in ``DOCKER-USER``
+    judge nothing between the two, and every packet of a filtered trial met the engine's
+    own ``ACCEPT`` for its bridge: a closed phase's datagrams reached the internet. The
+    server, outside, must see none of them.
+    """
+    from support.docker import docker_client
+    from support.netns import PublicNet
+
+    from sandbox.docker.backend import DockerSandbox
+
+    client = docker_client()
+    with (
+        PublicNet(tmp_path) as net,
+        egress_runtime(None if runtime == "runc" else "runsc", "egress-window") as made,
+    ):
+        target = net.route()
+        spec = SandboxSpec(
+            trial_id=f"window-{secrets.token_hex(3)}",
+            allow_internet=True,
+            networks={"agent": CLOSED, "verifier": PUBLIC},
+        )
+        sandbox = DockerSandbox(spec, made)
+        sandbox.start()
+        stop = threading.Event()
+        made_networks: list[str] = []
+
+        def churn() -> None:
+            while not stop.is_set():
+                network = client.networks.create(f"hx-window-{secrets.token_hex(4)}")
+                made_networks.append(str(network.name))
+                network.remove()
+
+        churning = threading.Thread(target=churn)
+        try:
+            churning.start()
+            env = {"PATH": FIXED_PATH, "DATAGRAMS": DATAGRAMS, "TARGET": target, "SECONDS": "8"}
+            result = sandbox.run_phase(PhaseRequest(
+                role="agent", argv=["bash", "-c", 'python3 -c "$DATAGRAMS"'], env=env,
+                timeout_sec=120,
+            ))  # fmt: skip
+        finally:
+            stop.set()
+            churning.join()
+            sandbox.stop()
+        assert result.exit_code == 0, result
+        assert len(made_networks) >= 3, made_networks  # the engine re-arranged its rules
+        time.sleep(0.5)  # the server's thread logs what it received
+        leaked = [line for line in net.seen().splitlines() if "WINDOW" in line]
+        assert leaked == [], f"{len(leaked)} datagrams of a closed phase got out: {leaked[:5]}"
