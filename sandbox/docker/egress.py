@@ -175,10 +175,10 @@ def _ensure_rule(tool: str, chain: str, spec: list[str], *, position: int | None
         _must(tool, "-I", chain, str(position), *spec)
 
 
-def _delete_rule(tool: str, chain: str, spec: list[str]) -> None:
-    """Delete every copy of ``spec`` in ``chain`` (gone already is fine)."""
-    while _ipt(tool, "-C", chain, *spec).returncode == 0:
-        _must(tool, "-D", chain, *spec)
+def _delete_rule(tool: str, chain: str, spec: list[str], table: str = netfilter.TABLE) -> None:
+    """Delete every copy of ``spec`` in ``table``'s ``chain`` (gone already is fine)."""
+    while _ipt(tool, "-t", table, "-C", chain, *spec).returncode == 0:
+        _must(tool, "-t", table, "-D", chain, *spec)
 
 
 def _ensure_chain(tool: str, chain: str) -> bool:
@@ -506,12 +506,15 @@ def _remove_legacy() -> None:
     """
     legacy = netfilter.LEGACY_TABLE
     for tool in _tools():
+        # One listing says whether anything is there: nearly every run finds nothing.
+        listing = _ipt(tool, "-t", legacy, "-S").stdout
+        if DISPATCH not in listing and not _CHAIN.search(listing):
+            continue
+        if tool == "iptables":  # a compose chain's INPUT jump is in IPv4's table only
+            for _target, spec in _tagged_rules("INPUT", "input", table=legacy):
+                _delete_rule(tool, "INPUT", spec, legacy)
         for chain, spec in _jumps_into_dispatch(tool, legacy):
-            while _ipt(tool, "-t", legacy, "-C", chain, *spec).returncode == 0:
-                _must(tool, "-t", legacy, "-D", chain, *spec)
-        for _target, spec in _tagged_rules("INPUT", "input", table=legacy):
-            while _ipt("iptables", "-t", legacy, "-C", "INPUT", *spec).returncode == 0:
-                _must("iptables", "-t", legacy, "-D", "INPUT", *spec)
+            _delete_rule(tool, chain, spec, legacy)
         _drop_chains(tool, legacy)
 
 
@@ -544,8 +547,7 @@ def _nat_rules() -> list[tuple[str, list[str]]]:
 
 
 def _delete_nat(spec: list[str]) -> None:
-    while _ipt("iptables", "-t", "nat", "-C", "PREROUTING", *spec).returncode == 0:
-        _must("iptables", "-t", "nat", "-D", "PREROUTING", *spec)
+    _delete_rule("iptables", "PREROUTING", spec, table="nat")
 
 
 def _input_jumps() -> list[tuple[str, list[str]]]:
