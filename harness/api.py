@@ -212,7 +212,12 @@ def load_run(run_dir: str | Path) -> RunResults:
         raise ConfigError(f"{path}: cannot read {TRIALS_FILENAME}: {exc}") from None
     # The planned count is read beneath the run dir, as a regular file only: a forged run
     # dir's summary.json that is a FIFO hung ``regrade`` for ever.
-    summary = summarize(read.records, threshold=config.threshold, planned=read.planned)
+    summary = summarize(
+        read.records,
+        threshold=config.threshold,
+        planned=read.planned,
+        planned_tasks=read.planned_tasks,
+    )
     return RunResults(path, config, read.records, summary, read.status)
 
 

@@ -47,26 +47,31 @@ def print_summary(console: Console, outcome: RunOutcome) -> None:
     """The end-of-run table: per task, then the run's totals."""
     summary = outcome.summary
     per_task = Table(title="Tasks", title_justify="left")
-    for column in ("task", "trials", "graded", "mean reward", "successes"):
+    columns = ("task", "trials", "graded", "mean reward", "mean reward (graded only)", "successes")
+    for column in columns:
         per_task.add_column(column, justify="left" if column == "task" else "right")
     for key, task in sorted(summary.per_task.items()):
         per_task.add_row(
-            key, str(task.trials), str(task.graded), _num(task.mean_reward), str(task.successes)
+            key,
+            str(task.trials if task.planned is None else task.planned),
+            str(task.graded),
+            _num(task.mean_reward),
+            _num(task.graded_mean_reward),
+            str(task.successes),
         )
     console.print(per_task)
 
     totals = Table(title="Run", title_justify="left", show_header=False)
     totals.add_column("metric")
     totals.add_column("value", justify="right")
-    # The plan is the denominator: a trial without a record is counted, never left out.
+    # The plan is the denominator: a trial without a record, or without a reward, counts
+    # as a failure; the figures over graded trials alone come after, named as such.
     totals.add_row("planned", str(outcome.planned))
     totals.add_row("recorded", str(summary.trials))
     if outcome.planned > summary.trials:
         totals.add_row("without a record (see --resume)", str(outcome.planned - summary.trials))
     totals.add_row("graded", str(summary.graded))
-    totals.add_row("mean reward (graded)", _num(summary.mean_reward))
-    if summary.mean_reward_planned is not None:
-        totals.add_row("mean reward (planned, ungraded = 0)", _num(summary.mean_reward_planned))
+    totals.add_row("mean reward", _num(summary.mean_reward))
     totals.add_row(f"success (reward ≥ {summary.threshold:g})", _pct(summary.success_rate))
     for k, value in summary.pass_at_k.items():
         totals.add_row(f"pass@{k}", _pct(value))
@@ -76,6 +81,15 @@ def print_summary(console: Console, outcome: RunOutcome) -> None:
     ci = summary.ci.get("mean_reward")
     if ci is not None:
         totals.add_row(f"mean reward {summary.ci_level:.0%} CI", f"[{ci[0]:.3f}, {ci[1]:.3f}]")
+    ungraded = summary.ungraded
+    if ungraded.trials:
+        why = ", ".join(f"{n} {status}" for status, n in sorted(ungraded.by_status.items()))
+        totals.add_row("ungraded, counted as failures", f"{ungraded.trials} ({why})")
+        graded = summary.graded_only
+        totals.add_row("mean reward (graded only)", _num(graded.mean_reward))
+        totals.add_row("success (graded only)", _pct(graded.success_rate))
+        if "1" in graded.pass_at_k:
+            totals.add_row("pass@1 (graded only)", _pct(graded.pass_at_k["1"]))
     for status, count in sorted(summary.errors_by_status.items()):
         totals.add_row(f"status {status}", str(count))
     for name, label in (

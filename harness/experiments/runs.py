@@ -102,9 +102,14 @@ class RunRow(BaseModel):
         errored: Trials whose status is not ``completed``.
         tampered: Trials with a ``tampering`` event (an agent rewrote what a verifier in its
             container runs: docs/grading.md, "A root agent and a shared verifier").
-        mean_reward: Mean reward over graded trials.
-        success_rate: Successes over graded trials.
-        pass_at_1: pass@1 averaged over tasks.
+        mean_reward: Mean reward over every planned trial, an ungraded one counting 0 (the
+            summary's headline, docs/run-dir.md).
+        success_rate: Successes over every planned trial.
+        pass_at_1: pass@1 averaged over tasks, an ungraded trial a failure.
+        ungraded: Planned trials the headline counts 0 for want of a reward.
+        graded_mean_reward: Mean reward over graded trials only (secondary).
+        graded_success_rate: Successes over graded trials only (secondary).
+        graded_pass_at_1: pass@1 over graded trials only (secondary).
         median_trial_duration_s: Median trial duration, in seconds.
         tokens: Total tokens, over the trials that measured them (None: none did).
         cost_usd: Total cost (None: not priced or not measured).
@@ -132,6 +137,10 @@ class RunRow(BaseModel):
     mean_reward: float | None
     success_rate: float | None
     pass_at_1: float | None
+    ungraded: int = 0
+    graded_mean_reward: float | None = None
+    graded_success_rate: float | None = None
+    graded_pass_at_1: float | None = None
     median_trial_duration_s: float | None
     tokens: int | None
     cost_usd: float | None
@@ -275,6 +284,10 @@ def run_row(run_dir: Path, index: int) -> RunRow:
         mean_reward=summary.mean_reward,
         success_rate=summary.success_rate,
         pass_at_1=summary.pass_at_k.get("1"),
+        ungraded=summary.ungraded.trials,
+        graded_mean_reward=summary.graded_only.mean_reward,
+        graded_success_rate=summary.graded_only.success_rate,
+        graded_pass_at_1=summary.graded_only.pass_at_k.get("1"),
         median_trial_duration_s=(
             statistics.median(trial_duration(r) for r in records) if records else None
         ),

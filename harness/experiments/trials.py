@@ -8,16 +8,21 @@ the same dirs, found in the same (sorted) order, give the same summary byte for 
 
 ``trials_summary.json`` (indent 2, sorted keys)::
 
-    {"schema_version": 1, "n_trials": 3, "model": "...", "harness_version": "...",
+    {"schema_version": 2, "n_trials": 3, "model": "...", "harness_version": "...",
      "agent": "...", "taskset_digest": "...", "threshold": 1.0,
      "metrics": {"mean_reward": S, "success_rate": S, "pass_at_1": S,
+                 "graded_mean_reward": S, "graded_success_rate": S, "graded_pass_at_1": S,
                  "median_trial_duration_s": S, "tokens": S, "cost_usd": S},
-     "counts": {"trials": S, "graded": S, "failed": S, "errored": S, "tampered": S},
+     "counts": {"trials": S, "graded": S, "ungraded": S, "failed": S, "errored": S,
+                "tampered": S},
      "category_scores": {"<category>": S},
      "runs": [<one row per run, see runs.RunRow>],
      "warnings": ["..."]}
 
 where each ``S`` is ``{n, mean, median, stdev, min, max}`` over the runs (:mod:`.stats`).
+A run's ``mean_reward``, ``success_rate`` and ``pass_at_1`` count every planned trial, an
+ungraded one as a failure (its summary's headline); the ``graded_*`` ones count its graded
+trials only.
 """
 
 from __future__ import annotations
@@ -69,12 +74,15 @@ METRICS: tuple[str, ...] = (
     "mean_reward",
     "success_rate",
     "pass_at_1",
+    "graded_mean_reward",
+    "graded_success_rate",
+    "graded_pass_at_1",
     "median_trial_duration_s",
     "tokens",
     "cost_usd",
 )
 """Per-run metrics a summary describes (fields of :class:`~.runs.RunRow`)."""
-COUNTS: tuple[str, ...] = ("trials", "graded", "failed", "errored", "tampered")
+COUNTS: tuple[str, ...] = ("trials", "graded", "ungraded", "failed", "errored", "tampered")
 """Per-run counts a summary describes."""
 #: Identity fields whose disagreement across runs is warned about.
 _IDENTITY = (
@@ -89,7 +97,8 @@ class TrialsSummary(BaseModel):
     """``trials_summary.json``: the spread of every metric across runs.
 
     Attributes:
-        schema_version: 1.
+        schema_version: 2 (1: its runs' ``mean_reward``, ``success_rate`` and ``pass_at_1``
+            counted graded trials only).
         n_trials: How many runs it covers.
         model: The model of the runs (the first run's when they differ: see warnings).
         harness_version: Likewise.
@@ -106,7 +115,7 @@ class TrialsSummary(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    schema_version: int = 1
+    schema_version: int = 2
     n_trials: int
     model: str | None = None
     harness_version: str | None = None

@@ -4,16 +4,20 @@ Stdlib only; ``summary.json`` is described in docs/run-dir.md. Conventions:
 
 * Only the latest record per trial id counts (a retried trial supersedes its earlier tries).
 * A trial is *graded* when its reward is a finite number; a success when reward ≥ threshold.
-* pass@k / pass^k are computed per task from its graded trials and averaged over the tasks
-  that have at least one graded trial, for every k up to the smallest per-task count.
+* The headline figures (``mean_reward``, ``success_rate``, ``pass_at_k``, ``pass_hat_k`` and
+  their intervals) count every trial of the plan: an ungraded trial (any error status, a
+  non-finite reward) and a planned trial without a record count as reward 0, a failure. An
+  agent that makes its failures ungraded (by breaking the verifier, say) so never raises
+  them. Without a plan, the recorded trials are the denominator.
+* The graded-only figures stay beside them (``graded_only``), with what was ungraded and
+  why (``ungraded``: counts by status and by first error type).
+* pass@k / pass^k are computed per task from its planned trials (its recorded ones when the
+  plan per task is unknown) and averaged over the tasks, for every k up to the smallest
+  per-task count.
 * Confidence intervals resample *tasks* (trials of one task are correlated); all metrics
   share each resample's draw, and when few distinct per-task rows exist the draw is an
   exact multinomial over them (O(distinct) instead of O(tasks) per resample).
 * Missing telemetry is never counted as 0: usage totals say how many trials measured it.
-* Given the run's plan (``planned``), the summary also says how many planned trials lack a
-  record, and gives the mean reward and success rate over the *planned* trials, where a
-  trial without a reward (ungraded, failed, or never recorded) counts as 0: a trial that
-  vanished can never raise those figures.
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.records.model import TrialRecord, TrialStatus, latest_by_id
 
 __all__ = [
+    "SUMMARY_VERSION",
+    "UNRECORDED",
     "USAGE_FIELDS",
     "DurationSummary",
+    "GradedOnly",
     "Summary",
     "TaskSummary",
+    "Ungraded",
     "UsageTotal",
     "bootstrap_ci",
     "bootstrap_cis",
@@ -50,6 +58,11 @@ USAGE_FIELDS: tuple[str, ...] = (
     "calls",
 )
 """The :class:`~harness.records.Usage` fields totalled in :attr:`Summary.usage`."""
+SUMMARY_VERSION = 2
+"""``summary.json``'s ``summary_version``: 2 since the headline counts every planned trial
+(a summary without the key is version 1, whose headline counted graded trials only)."""
+UNRECORDED = "unrecorded"
+"""The :attr:`Ungraded.by_status` key of planned trials without a record."""
 
 
 def _check_counts(n: int, c: int, k: int) -> None:
@@ -294,9 +307,14 @@ class TaskSummary(BaseModel):
     Attributes:
         trials: Trials of the task (latest record per id).
         graded: Trials with a reward.
-        mean_reward: Mean reward over graded trials (None if none).
-        variance: Sample variance (n-1) of the rewards (None with fewer than 2 graded).
+        mean_reward: Mean reward over the task's planned trials (its recorded ones when
+            the plan per task is unknown), an ungraded trial counting 0 (None if none).
+        variance: Sample variance (n-1) of those rewards (None with fewer than 2).
         successes: Graded trials with reward ≥ threshold.
+        planned: Trials of the task in the plan (None when unknown).
+        ungraded: Trials of the task counted 0: recorded without a reward, or planned
+            without a record.
+        graded_mean_reward: Mean reward over the task's graded trials only (None if none).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -306,6 +324,53 @@ class TaskSummary(BaseModel):
     mean_reward: float | None
     variance: float | None
     successes: int
+    planned: int | None = None
+    ungraded: int = 0
+    graded_mean_reward: float | None = None
+
+
+class GradedOnly(BaseModel):
+    """The figures over the graded trials alone: secondary, never the headline.
+
+    An agent that makes its failures ungraded raises these; :class:`Summary`'s headline
+    counts them as failures.
+
+    Attributes:
+        n: Graded trials.
+        tasks: Tasks with at least one graded trial.
+        mean_reward: Mean reward over the graded trials (None if none).
+        success_rate: Successes over the graded trials (None if none).
+        pass_at_k: ``str(k)`` → pass@k from each task's graded trials, averaged over the
+            tasks with any.
+        pass_hat_k: ``str(k)`` → pass^k likewise.
+        ci: Bootstrap intervals over those tasks, keys ``mean_reward`` and ``success_rate``.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    n: int = 0
+    tasks: int = 0
+    mean_reward: float | None = None
+    success_rate: float | None = None
+    pass_at_k: dict[str, float] = Field(default_factory=dict)
+    pass_hat_k: dict[str, float] = Field(default_factory=dict)
+    ci: dict[str, tuple[float, float] | None] = Field(default_factory=dict)
+
+
+class Ungraded(BaseModel):
+    """The trials the headline counts as reward 0 because they have none, and why.
+
+    Attributes:
+        trials: How many: recorded without a finite reward, plus planned without a record.
+        by_status: Status → count; planned trials without a record under ``unrecorded``.
+        by_error: The first error's ``type`` → count, over the recorded ones with an error.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    trials: int = 0
+    by_status: dict[str, int] = Field(default_factory=dict)
+    by_error: dict[str, int] = Field(default_factory=dict)
 
 
 class UsageTotal(BaseModel):
@@ -348,14 +413,16 @@ class Summary(BaseModel):
         tasks: Number of distinct tasks.
         errors_by_status: Status → count for each non-completed status that occurred.
         threshold: Reward at or above which a trial is a success.
-        mean_reward: Mean reward over graded trials (None if none).
-        success_rate: Fraction of graded trials that succeeded (None if none).
-        pass_at_k: ``str(k)`` → pass@k averaged over tasks with graded trials.
+        mean_reward: The headline: the rewards' sum over every planned trial (the recorded
+            ones without a plan), an ungraded or unrecorded trial counting 0 (None if none).
+        success_rate: Successes over the same trials (None if none).
+        pass_at_k: ``str(k)`` → pass@k per task over its planned trials, an ungraded one a
+            failure, averaged over :attr:`pass_k_tasks` tasks.
         pass_hat_k: ``str(k)`` → pass^k averaged likewise.
         pass_k_tasks: Number of tasks the pass@k / pass^k averages are over.
         per_task: Task key → :class:`TaskSummary`.
-        ci: Metric → bootstrap interval over tasks ``[low, high]`` (None with < 2 tasks);
-            keys ``mean_reward`` and ``success_rate``.
+        ci: Metric → bootstrap interval over tasks ``[low, high]`` of the per-task headline
+            means (None with < 2 tasks); keys ``mean_reward`` and ``success_rate``.
         ci_level: Confidence level of :attr:`ci`.
         usage: Usage field → :class:`UsageTotal` (see :data:`USAGE_FIELDS`).
         duration_sec: Trial durations.
@@ -363,9 +430,12 @@ class Summary(BaseModel):
         recorded: Planned trials with a record (with ``planned``).
         unrecorded: Planned trials without any record: never run, or lost (with
             ``planned``).
-        mean_reward_planned: Sum of the rewards over ``planned``: a trial without a
-            reward, or without a record, counts as 0 (with ``planned`` > 0).
-        success_rate_planned: Successes over ``planned`` (with ``planned`` > 0).
+        mean_reward_planned: :attr:`mean_reward`, kept under its version-1 name (with
+            ``planned`` > 0).
+        success_rate_planned: :attr:`success_rate` likewise.
+        summary_version: :data:`SUMMARY_VERSION`.
+        graded_only: The figures over graded trials alone (:class:`GradedOnly`).
+        ungraded: The trials counted 0 and why (:class:`Ungraded`).
 
     Where an agent rewrote what a verifier runs (``tampering`` events, docs/grading.md), an
     extra ``tampering`` key counts ``trials`` and ``events``.
@@ -394,11 +464,19 @@ class Summary(BaseModel):
     unrecorded: int | None = None
     mean_reward_planned: float | None = None
     success_rate_planned: float | None = None
+    summary_version: int = SUMMARY_VERSION
+    graded_only: GradedOnly = Field(default_factory=GradedOnly)
+    ungraded: Ungraded = Field(default_factory=Ungraded)
 
 
-def _variance(values: Sequence[float], mean: float) -> float:
-    """Sample variance (n - 1) around a known mean; exact summation, no Fractions."""
-    return math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
+def _variance(values: Sequence[float], mean: float, zeros: int = 0) -> float:
+    """Sample variance (n - 1) of ``values`` and ``zeros`` more 0s around a known mean.
+
+    Exact summation, no Fractions.
+    """
+    squares = [(v - mean) ** 2 for v in values]
+    squares.append(zeros * mean * mean)
+    return math.fsum(squares) / (len(values) + zeros - 1)
 
 
 def _graded_reward(record: TrialRecord) -> float | None:
@@ -428,6 +506,42 @@ def _usage_total(records: Sequence[TrialRecord], name: str) -> UsageTotal:
     return UsageTotal(total=total, measured=len(measured), of=len(records))
 
 
+def _pass_k(
+    counts: Sequence[tuple[int, int]], most: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """pass@k and pass^k averaged over per-task ``(n, c)``.
+
+    For every k up to the smallest n and at most ``most`` (the most trials a task
+    recorded: a forged plan of a billion trials per task costs no more than the records).
+    """
+    pass_at: dict[str, float] = {}
+    pass_hat: dict[str, float] = {}
+    if counts:
+        for k in range(1, min(min(n for n, _ in counts), most) + 1):
+            pass_at[str(k)] = statistics.fmean(pass_at_k(n, c, k) for n, c in counts)
+            pass_hat[str(k)] = statistics.fmean(pass_hat_k(n, c, k) for n, c in counts)
+    return pass_at, pass_hat
+
+
+def _ungraded(records: Sequence[TrialRecord], unrecorded: int) -> Ungraded:
+    """The trials without a finite reward by status and first error, plus ``unrecorded``."""
+    by_status: dict[str, int] = {}
+    by_error: dict[str, int] = {}
+    count = 0
+    for record in records:
+        if _graded_reward(record) is not None:
+            continue
+        count += 1
+        status = str(record.status)
+        by_status[status] = by_status.get(status, 0) + 1
+        if record.errors:
+            kind = record.errors[0].type
+            by_error[kind] = by_error.get(kind, 0) + 1
+    if unrecorded > 0:
+        by_status[UNRECORDED] = unrecorded
+    return Ungraded(trials=count + max(unrecorded, 0), by_status=by_status, by_error=by_error)
+
+
 def summarize(
     records: Sequence[TrialRecord],
     *,
@@ -436,8 +550,12 @@ def summarize(
     resamples: int = 2000,
     seed: int = 0,
     planned: int | None = None,
+    planned_tasks: Mapping[str, int] | None = None,
 ) -> Summary:
     """Compute the run metrics (docs/run-dir.md, ``summary.json``).
+
+    The headline counts every planned trial, one without a reward as 0 (see the module's
+    docstring); the graded-only figures are in ``graded_only``.
 
     Args:
         records: Trial records in file order; only the latest record per id counts.
@@ -446,7 +564,10 @@ def summarize(
         resamples: Bootstrap resamples.
         seed: Bootstrap seed.
         planned: How many trials the run planned (``records`` are of planned trials):
-            the figures over the plan are given too.
+            the headline's denominator (at least the recorded trials).
+        planned_tasks: Task key → its planned trials: each task's figures are over its
+            plan, and a planned task without any record counts too. Without it, a planned
+            trial without a record counts only in the run-wide mean and success rate.
 
     Returns:
         The summary.
@@ -457,6 +578,8 @@ def summarize(
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be finite, got {threshold}")
     latest = list(latest_by_id(records).values())
+    if planned is None and planned_tasks is not None:
+        planned = sum(planned_tasks.values())
 
     errors_by_status: dict[str, int] = {}
     for record in latest:
@@ -464,46 +587,78 @@ def summarize(
             key = str(record.status)
             errors_by_status[key] = errors_by_status.get(key, 0) + 1
 
-    by_task: dict[str, list[TrialRecord]] = {}
+    by_task: dict[str, list[TrialRecord]] = {key: [] for key in planned_tasks or {}}
     for record in latest:
         by_task.setdefault(record.task.key, []).append(record)
 
     all_rewards: list[float] = []
     per_task: dict[str, TaskSummary] = {}
-    task_counts: list[tuple[int, int]] = []  # (graded, successes) for tasks with graded trials
+    counted = 0  # trials the tasks' figures are over
+    task_counts: list[tuple[int, int]] = []  # (trials counted, successes) per task
     task_means: list[float] = []
     task_success_rates: list[float] = []
+    graded_counts: list[tuple[int, int]] = []  # (graded, successes) for tasks with graded
+    graded_means: list[float] = []
+    graded_success_rates: list[float] = []
     for key, task_records in by_task.items():
         rewards = [r for rec in task_records if (r := _graded_reward(rec)) is not None]
         successes = sum(1 for r in rewards if r >= threshold)
         all_rewards.extend(rewards)
-        mean = statistics.fmean(rewards) if rewards else None
+        task_planned = None if planned_tasks is None else planned_tasks.get(key, 0)
+        n = max(task_planned or 0, len(task_records))
+        counted += n
+        # Every trial of the task counts: one without a reward (or a record) as 0. The zeros
+        # are counted, never listed: a forged summary's plan may be huge.
+        zeros = n - len(rewards)
+        mean = math.fsum(rewards) / n if n else None
+        graded_mean = statistics.fmean(rewards) if rewards else None
         per_task[key] = TaskSummary(
             trials=len(task_records),
             graded=len(rewards),
             mean_reward=mean,
-            variance=_variance(rewards, mean) if len(rewards) >= 2 and mean is not None else None,
+            variance=_variance(rewards, mean, zeros) if n >= 2 and mean is not None else None,
             successes=successes,
+            planned=task_planned,
+            ungraded=n - len(rewards),
+            graded_mean_reward=graded_mean,
         )
-        if rewards and mean is not None:
-            task_counts.append((len(rewards), successes))
+        if n and mean is not None:
+            task_counts.append((n, successes))
             task_means.append(mean)
-            task_success_rates.append(successes / len(rewards))
+            task_success_rates.append(successes / n)
+        if rewards and graded_mean is not None:
+            graded_counts.append((len(rewards), successes))
+            graded_means.append(graded_mean)
+            graded_success_rates.append(successes / len(rewards))
 
     graded = len(all_rewards)
-    pass_at: dict[str, float] = {}
-    pass_hat: dict[str, float] = {}
-    if task_counts:
-        for k in range(1, min(n for n, _ in task_counts) + 1):
-            pass_at[str(k)] = statistics.fmean(pass_at_k(n, c, k) for n, c in task_counts)
-            pass_hat[str(k)] = statistics.fmean(pass_hat_k(n, c, k) for n, c in task_counts)
-
+    succeeded = sum(1 for r in all_rewards if r >= threshold)
+    total = max(planned or 0, counted)
+    most = max((len(task_records) for task_records in by_task.values()), default=0)
+    pass_at, pass_hat = _pass_k(task_counts, most)
     intervals = bootstrap_cis(
         {"mean_reward": task_means, "success_rate": task_success_rates},
         level=ci_level,
         resamples=resamples,
         seed=seed,
     )
+    graded_pass_at, graded_pass_hat = _pass_k(graded_counts, most)
+    graded_only = GradedOnly(
+        n=graded,
+        tasks=len(graded_counts),
+        mean_reward=statistics.fmean(all_rewards) if all_rewards else None,
+        success_rate=succeeded / graded if graded else None,
+        pass_at_k=graded_pass_at,
+        pass_hat_k=graded_pass_hat,
+        ci=bootstrap_cis(
+            {"mean_reward": graded_means, "success_rate": graded_success_rates},
+            level=ci_level,
+            resamples=resamples,
+            seed=seed,
+        ),
+    )
+    mean_reward = math.fsum(all_rewards) / total if total else None
+    success_rate = succeeded / total if total else None
 
     durations = [trial_duration(r) for r in latest]
     over_plan: dict[str, Any] = {}
@@ -520,10 +675,9 @@ def summarize(
         recorded = len(latest)
         over_plan.update({"planned": planned, "recorded": recorded})
         over_plan["unrecorded"] = max(planned - recorded, 0)
-        if planned > 0:
-            over_plan["mean_reward_planned"] = math.fsum(all_rewards) / max(planned, recorded)
-            successes = sum(1 for r in all_rewards if r >= threshold)
-            over_plan["success_rate_planned"] = successes / max(planned, recorded)
+        if planned > 0:  # the headline, under its version-1 names
+            over_plan["mean_reward_planned"] = mean_reward
+            over_plan["success_rate_planned"] = success_rate
     return Summary(
         trials=len(latest),
         graded=graded,
@@ -531,8 +685,8 @@ def summarize(
         tasks=len(by_task),
         errors_by_status=errors_by_status,
         threshold=threshold,
-        mean_reward=statistics.fmean(all_rewards) if all_rewards else None,
-        success_rate=(sum(1 for r in all_rewards if r >= threshold) / graded if graded else None),
+        mean_reward=mean_reward,
+        success_rate=success_rate,
         pass_at_k=pass_at,
         pass_hat_k=pass_hat,
         pass_k_tasks=len(task_counts),
@@ -544,5 +698,7 @@ def summarize(
             total=math.fsum(durations) if durations else None,
             mean=statistics.fmean(durations) if durations else None,
         ),
+        graded_only=graded_only,
+        ungraded=_ungraded(latest, total - len(latest)),
         **over_plan,
     )

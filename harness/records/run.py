@@ -70,6 +70,11 @@ class RunRead:
         """How many trials the run planned, as its ``summary.json`` says (None: unknown)."""
         return planned_trials(self.summary)
 
+    @property
+    def planned_tasks(self) -> dict[str, int] | None:
+        """Task key → its planned trials, as its ``summary.json`` says (None: unknown)."""
+        return planned_tasks(self.summary)
+
 
 def read_run(run_dir: str | Path, *, summary_cap: int = SMALL_FILE_BYTES) -> RunRead:
     """Read a run dir (finished, running or dead) without changing it.
@@ -130,6 +135,24 @@ def planned_trials(summary: Mapping[str, Any] | None) -> int | None:
     """The ``planned`` count of a ``summary.json``, when it is an integer (else None)."""
     planned = summary.get("planned") if summary is not None else None
     return planned if isinstance(planned, int) and not isinstance(planned, bool) else None
+
+
+def planned_tasks(summary: Mapping[str, Any] | None) -> dict[str, int] | None:
+    """Task key → planned trials, from a ``summary.json``'s ``per_task`` (else None).
+
+    Only a summary that gives every task's ``planned`` as an integer (version 2 and later)
+    has it; any other value reads as unknown.
+    """
+    per_task = summary.get("per_task") if summary is not None else None
+    if not isinstance(per_task, Mapping) or not per_task:
+        return None
+    result: dict[str, int] = {}
+    for key, entry in per_task.items():
+        planned = entry.get("planned") if isinstance(entry, Mapping) else None
+        if not isinstance(planned, int) or isinstance(planned, bool) or planned < 0:
+            return None
+        result[str(key)] = planned
+    return result
 
 
 def read_config_tables(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -204,6 +227,7 @@ __all__ = [
     "SMALL_FILE_BYTES",
     "RunRead",
     "evidence_path",
+    "planned_tasks",
     "planned_trials",
     "read_config_tables",
     "read_json_object",

@@ -2,8 +2,9 @@
 
 Everything is read by the run-dir reader (:func:`harness.records.run.read_run`); nothing
 is written. Unknown keys in any file are kept (a run written by a newer version still
-renders), and a missing ``summary.json`` (a run in progress, or one that died) is replaced
-by :func:`harness.records.metrics.summarize` over the records, saying so.
+renders), and a missing ``summary.json`` (a run in progress, or one that died), or one of
+version 1 (its headline over graded trials only), is replaced by
+:func:`harness.records.metrics.summarize` over the records, saying so.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from harness.errors import UsageError
 from harness.records import CorruptRecordError, TrialRecord
 from harness.records.layout import CONFIG_FILENAME, SUMMARY_FILENAME, TRIALS_FILENAME
-from harness.records.metrics import summarize
+from harness.records.metrics import SUMMARY_VERSION, summarize
 from harness.records.run import evidence_path, read_run, read_status_safely, run_fingerprint
 from harness.tasks import TASK_TOML
 
@@ -78,6 +79,16 @@ def _threshold(config: Mapping[str, Any]) -> float:
     return 1.0
 
 
+_RUN_KEYS = ("run", "interrupted", "pending", "invocation")
+"""The keys of ``summary.json`` that say how the run went rather than what it scored."""
+
+
+def _current(summary: Mapping[str, Any]) -> bool:
+    """Whether ``summary`` is of :data:`SUMMARY_VERSION` or later (its headline over the plan)."""
+    version = summary.get("summary_version")
+    return isinstance(version, int) and not isinstance(version, bool) and version >= SUMMARY_VERSION
+
+
 def load_run(run_dir: Path) -> RunData:
     """Read a run dir.
 
@@ -124,6 +135,21 @@ def load_run(run_dir: Path) -> RunData:
             "the run is in progress: figures are computed from the records so far"
             if running
             else f"no {SUMMARY_FILENAME}: figures are computed from the records"
+        )
+    elif not _current(summary):
+        # Its headline counted graded trials only: computed again over its plan.
+        kept = {key: summary[key] for key in _RUN_KEYS if key in summary}
+        computed = summarize(
+            records,
+            threshold=_threshold(config),
+            planned=read.planned,
+            planned_tasks=read.planned_tasks,
+        )
+        summary = {**kept, **computed.model_dump(mode="json")}
+        source = "computed"
+        notes.append(
+            f"{SUMMARY_FILENAME} is of version 1, whose figures counted graded trials only: "
+            "they are computed from the records, every planned trial counted"
         )
     return RunData(
         run_dir=run_dir,

@@ -23,6 +23,8 @@ import os
 import threading
 import time
 import traceback
+from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -66,6 +68,11 @@ ABORT_GRACE_SEC = 10.0
 """After a second interrupt, how long the harness still waits for running trials."""
 POLL_SEC = 0.25
 """How often the run's loop looks at finished trials, signals and the status file."""
+
+
+def planned_per_task(plans: Sequence[TrialPlan]) -> dict[str, int]:
+    """Task key → how many of ``plans`` run it (the summary's per-task denominators)."""
+    return dict(Counter(plan.task.key for plan in plans))
 
 
 def exit_code(config: RunConfig, records: list[TrialRecord], summary: Summary, failed: bool) -> int:
@@ -211,6 +218,7 @@ def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, events: RunEvents) 
             planned=planned,
             interrupted=False,
             invocation=invocation,
+            planned_tasks=planned_per_task(prepared.plans),
         )
         log(f"resume: nothing to resume, all {len(records)} trials are done")
     finally:
@@ -543,13 +551,17 @@ class Invocation:
                 planned=len(self.prepared.plans),
                 interrupted=self.interrupted,
                 invocation=self.number,
+                planned_tasks=planned_per_task(self.prepared.plans),
             )
         except OSError as exc:
             if not self.disk.write_failed(exc, self.run_dir / SUMMARY_FILENAME):
                 raise
             self.log(f"summary.json not written ({exc}); the next invocation writes it")
             return summarize(
-                records, threshold=self.config.threshold, planned=len(self.prepared.plans)
+                records,
+                threshold=self.config.threshold,
+                planned=len(self.prepared.plans),
+                planned_tasks=planned_per_task(self.prepared.plans),
             )
 
     def _exit_code(self, records: list[TrialRecord], summary: Summary, halt: Halt | None) -> int:
@@ -560,4 +572,4 @@ class Invocation:
         return exit_code(self.config, records, summary, bool(self.failures))
 
 
-__all__ = ["ABORT_GRACE_SEC", "Invocation", "exit_code", "execute_run"]
+__all__ = ["ABORT_GRACE_SEC", "Invocation", "execute_run", "exit_code", "planned_per_task"]

@@ -24,7 +24,7 @@ import re
 import secrets
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -337,13 +337,17 @@ def write_summary(
     planned: int,
     interrupted: bool,
     invocation: int,
+    planned_tasks: Mapping[str, int] | None = None,
 ) -> Summary:
     """Summarize the records over the plan and write ``summary.json`` atomically.
 
-    ``planned`` is the denominator: ``unrecorded`` (and the older ``pending``) counts the
-    planned trials without a record, and the ``*_planned`` figures count them as 0.
+    ``planned`` is the denominator (``planned_tasks``, task key → its planned trials, per
+    task): ``unrecorded`` (and the older ``pending``) counts the planned trials without a
+    record, and the headline figures count them, and every ungraded trial, as 0.
     """
-    summary = summarize(records, threshold=config.threshold, planned=planned)
+    summary = summarize(
+        records, threshold=config.threshold, planned=planned, planned_tasks=planned_tasks
+    )
     write_json_atomic(
         run_dir / SUMMARY_FILENAME,
         {

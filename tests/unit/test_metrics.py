@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from harness.records import AgentRef, SandboxRef, TaskRef, TrialRecord, TrialStatus, Usage
+from harness.records import (
+    AgentRef,
+    SandboxRef,
+    TaskRef,
+    TrialError,
+    TrialRecord,
+    TrialStatus,
+    Usage,
+)
 from harness.records.metrics import (
     _binomial,
     _multinomial,
@@ -143,7 +151,13 @@ def test_summarize_counts_statuses_graded_and_rates() -> None:
         rec("a2", "A", 0.0),
         rec("a3", "A", 1.0),
         rec("b1", "B", 0.5),
-        rec("b2", "B", None, status=TrialStatus.AGENT_TIMEOUT),
+        rec(
+            "b2",
+            "B",
+            None,
+            status=TrialStatus.AGENT_TIMEOUT,
+            errors=[TrialError(type="AgentTimeout", message="m", phase="execute")],
+        ),
         rec("b3", "B", 1.0),
         rec("c1", "C", None, status=TrialStatus.ENVIRONMENT_ERROR),
         rec("c2", "C", None, status=TrialStatus.ENVIRONMENT_ERROR),
@@ -154,28 +168,48 @@ def test_summarize_counts_statuses_graded_and_rates() -> None:
     assert s.ok == 5
     assert s.tasks == 3
     assert s.errors_by_status == {"agent_timeout": 1, "environment_error": 2}
-    assert s.mean_reward == pytest.approx(3.5 / 5)
-    assert s.success_rate == pytest.approx(3 / 5)
+    # The headline counts every trial, an ungraded one as reward 0, a failure.
+    assert s.mean_reward == pytest.approx(3.5 / 8)
+    assert s.success_rate == pytest.approx(3 / 8)
     assert s.threshold == 1.0
 
-    # pass@k over tasks with graded trials (A: n=3,c=2; B: n=2,c=1), k up to min n = 2.
-    assert s.pass_k_tasks == 2
+    # pass@k over every task (A: n=3,c=2; B: n=3,c=1; C: n=2,c=0), k up to min n = 2.
+    assert s.pass_k_tasks == 3
     assert set(s.pass_at_k) == {"1", "2"}
-    assert s.pass_at_k["1"] == pytest.approx((2 / 3 + 1 / 2) / 2)
-    assert s.pass_at_k["2"] == pytest.approx((pass_at_k(3, 2, 2) + pass_at_k(2, 1, 2)) / 2)
-    assert s.pass_hat_k["2"] == pytest.approx((pass_hat_k(3, 2, 2) + pass_hat_k(2, 1, 2)) / 2)
+    assert s.pass_at_k["1"] == pytest.approx((2 / 3 + 1 / 3 + 0) / 3)
+    assert s.pass_at_k["2"] == pytest.approx(
+        (pass_at_k(3, 2, 2) + pass_at_k(3, 1, 2) + pass_at_k(2, 0, 2)) / 3
+    )
+    assert s.pass_hat_k["2"] == pytest.approx((pass_hat_k(3, 2, 2) + 0 + 0) / 3)
+
+    # The graded-only figures, beside them (A: n=3,c=2; B: n=2,c=1).
+    g = s.graded_only
+    assert (g.n, g.tasks) == (5, 2)
+    assert g.mean_reward == pytest.approx(3.5 / 5)
+    assert g.success_rate == pytest.approx(3 / 5)
+    assert g.pass_at_k["1"] == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert g.pass_at_k["2"] == pytest.approx((pass_at_k(3, 2, 2) + pass_at_k(2, 1, 2)) / 2)
+    assert g.pass_hat_k["2"] == pytest.approx((pass_hat_k(3, 2, 2) + pass_hat_k(2, 1, 2)) / 2)
+    assert s.ungraded.trials == 3
+    assert s.ungraded.by_status == {"agent_timeout": 1, "environment_error": 2}
+    assert s.ungraded.by_error == {"AgentTimeout": 1}
 
     a, b, c = s.per_task["A"], s.per_task["B"], s.per_task["C"]
-    assert (a.trials, a.graded, a.successes) == (3, 3, 2)
-    assert a.mean_reward == pytest.approx(2 / 3)
+    assert (a.trials, a.graded, a.successes, a.ungraded) == (3, 3, 2, 0)
+    assert a.mean_reward == pytest.approx(2 / 3) and a.graded_mean_reward == pytest.approx(2 / 3)
     assert a.variance == pytest.approx(statistics.variance([1.0, 0.0, 1.0]))
-    assert (b.trials, b.graded, b.successes) == (3, 2, 1)
-    assert b.variance == pytest.approx(0.125)
-    assert (c.trials, c.graded, c.successes, c.mean_reward, c.variance) == (2, 0, 0, None, None)
+    assert (b.trials, b.graded, b.successes, b.ungraded) == (3, 2, 1, 1)
+    assert b.mean_reward == pytest.approx(0.5) and b.graded_mean_reward == pytest.approx(0.75)
+    assert b.variance == pytest.approx(statistics.variance([0.5, 0.0, 1.0]))
+    assert (c.trials, c.graded, c.successes, c.ungraded) == (2, 0, 0, 2)
+    assert (c.mean_reward, c.variance, c.graded_mean_reward) == (0.0, 0.0, None)
 
     assert s.ci["mean_reward"] is not None
     lo, hi = s.ci["mean_reward"]
-    assert lo <= statistics.fmean([2 / 3, 0.75]) <= hi
+    assert lo <= statistics.fmean([2 / 3, 0.5, 0.0]) <= hi
+    graded_ci = s.graded_only.ci["mean_reward"]
+    assert graded_ci is not None
+    assert graded_ci[0] <= statistics.fmean([2 / 3, 0.75]) <= graded_ci[1]
 
 
 def test_summarize_threshold() -> None:
@@ -237,13 +271,19 @@ def test_summarize_empty_and_all_errors() -> None:
     errs = summarize([rec("1", "A", None, status=TrialStatus.CANCELLED)])
     assert errs.errors_by_status == {"cancelled": 1}
     assert errs.graded == 0 and errs.ok == 0
-    assert errs.mean_reward is None and errs.pass_at_k == {}
+    # Not graded is a failure of the headline; the graded-only figures have nothing.
+    assert errs.mean_reward == 0.0 and errs.success_rate == 0.0
+    assert errs.pass_at_k == {"1": 0.0} and errs.pass_hat_k == {"1": 0.0}
+    assert errs.graded_only.mean_reward is None and errs.graded_only.pass_at_k == {}
+    assert errs.ungraded.by_status == {"cancelled": 1}
 
 
 def test_nan_reward_is_not_graded() -> None:
     s = summarize([rec("1", "A", float("nan")), rec("2", "A", 1.0)])
     assert s.graded == 1
-    assert s.mean_reward == 1.0
+    assert s.mean_reward == 0.5  # the NaN trial counts 0
+    assert s.graded_only.mean_reward == 1.0
+    assert s.ungraded.by_status == {"completed": 1}
 
 
 def test_summary_dump_is_json_serialisable() -> None:
@@ -310,9 +350,80 @@ def test_the_plan_is_the_denominator_a_vanished_trial_never_raises_the_mean() ->
         rec("c", "t", None, status=TrialStatus.INTERNAL_ERROR, ok=False),
     ]
     summary = summarize(records, planned=4)  # one planned trial has no record at all
-    assert summary.mean_reward == 1.0  # over the graded trials, as before
+    assert summary.mean_reward == 0.5 and summary.success_rate == 0.5
+    assert summary.graded_only.mean_reward == 1.0
     assert (summary.planned, summary.recorded, summary.unrecorded) == (4, 3, 1)
     assert summary.mean_reward_planned == 0.5 and summary.success_rate_planned == 0.5
+    assert summary.ungraded.trials == 2
+    assert summary.ungraded.by_status == {"internal_error": 1, "unrecorded": 1}
     assert summary.errors_by_status == {"internal_error": 1}
     unplanned = summarize(records)
     assert unplanned.planned is None and unplanned.mean_reward_planned is None
+
+
+def test_an_agent_that_makes_its_failures_ungraded_never_scores_higher() -> None:
+    """The coin-flip agent of the finding: 5 of 8 graded (all 1.0), 3 verifiers sabotaged."""
+    records = [rec(f"t{i}", "t", 1.0) for i in range(5)] + [
+        rec(f"t{i}", "t", None, status=TrialStatus.VERIFIER_ERROR) for i in range(5, 8)
+    ]
+    honest = [rec(f"t{i}", "t", 1.0 if i < 5 else 0.0) for i in range(8)]
+    sabotaged, failed = summarize(records, planned=8), summarize(honest, planned=8)
+    for summary in (sabotaged, failed):
+        assert summary.mean_reward == pytest.approx(0.625)
+        assert summary.success_rate == pytest.approx(0.625)
+        assert summary.pass_at_k["1"] == pytest.approx(0.625)
+        assert summary.pass_hat_k["8"] == 0.0
+    assert sabotaged.pass_at_k == failed.pass_at_k and sabotaged.pass_hat_k == failed.pass_hat_k
+    assert sabotaged.graded_only.mean_reward == 1.0
+    assert sabotaged.graded_only.pass_at_k["1"] == 1.0
+    assert sabotaged.ungraded.by_status == {"verifier_error": 3}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_headline_pass_k_counts_ungraded_attempts_as_failures(seed: int) -> None:
+    rng = random.Random(seed)
+    records, expected = [], []
+    for task in "ABCD":
+        outcomes = [rng.choice([1.0, 0.0, None]) for _ in range(5)]
+        for i, reward in enumerate(outcomes):
+            status = TrialStatus.COMPLETED if reward is not None else TrialStatus.VERIFIER_ERROR
+            records.append(rec(f"{task}{i}", task, reward, status=status))
+        expected.append(outcomes)
+    s = summarize(records, planned=20)
+    for k in range(1, 6):
+        want = statistics.fmean(
+            brute_pass_at_k(5, sum(1 for r in o if r == 1.0), k) for o in expected
+        )
+        assert s.pass_at_k[str(k)] == pytest.approx(want, abs=1e-12)
+        want_hat = statistics.fmean(
+            brute_pass_hat_k(5, sum(1 for r in o if r == 1.0), k) for o in expected
+        )
+        assert s.pass_hat_k[str(k)] == pytest.approx(want_hat, abs=1e-12)
+    task_means = [sum(r or 0.0 for r in o) / 5 for o in expected]
+    ci = s.ci["mean_reward"]
+    assert ci is not None and ci[0] <= statistics.fmean(task_means) <= ci[1]
+    assert s.mean_reward == pytest.approx(statistics.fmean(task_means))
+
+
+def test_the_plan_per_task_counts_a_task_without_any_record() -> None:
+    records = [rec("a0", "A", 1.0), rec("a1", "A", 1.0)]
+    s = summarize(records, planned_tasks={"A": 2, "B": 2})
+    assert (s.planned, s.recorded, s.unrecorded, s.tasks) == (4, 2, 2, 2)
+    assert s.mean_reward == 0.5 and s.pass_at_k == {"1": 0.5, "2": 0.5}
+    assert s.pass_k_tasks == 2
+    b = s.per_task["B"]
+    assert (b.trials, b.planned, b.ungraded, b.mean_reward) == (0, 2, 2, 0.0)
+    assert s.per_task["A"].planned == 2
+    assert s.ungraded.by_status == {"unrecorded": 2}
+    assert s.graded_only.pass_at_k == {"1": 1.0, "2": 1.0}
+    ci = s.ci["mean_reward"]
+    assert ci is not None and ci[0] == 0.0 and ci[1] == 1.0
+
+
+def test_a_forged_huge_plan_costs_no_more_than_the_records() -> None:
+    """``harness.load_run`` takes the plan from an untrusted ``summary.json``."""
+    records = [rec("a0", "A", 1.0), rec("a1", "A", 0.0)]
+    s = summarize(records, planned_tasks={"A": 10**15, "B": 10**15})
+    assert set(s.pass_at_k) == {"1", "2"}  # k stops at the most trials a task recorded
+    assert s.mean_reward == pytest.approx(1 / (2 * 10**15))
+    assert s.per_task["A"].variance is not None
