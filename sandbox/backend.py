@@ -625,6 +625,14 @@ class Sandbox(ABC):
         """(bytes used, limit) of the trial's storage, or None when it has no limit."""
         return None
 
+    def artifacts_usage(self) -> tuple[int, int] | None:
+        """(bytes used, limit) of the artifacts dir's own space, or None when it has none.
+
+        A backend whose artifacts dir is not on the trial's storage gives it a capped space
+        of its own (docker: a tmpfs); an agent that fills it is told here, after its phase.
+        """
+        return None
+
     def root_changes(self) -> RootChanges | None:
         """What the phases so far changed in the image root, outside the trial's dirs.
 

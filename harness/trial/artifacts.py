@@ -25,6 +25,8 @@ from sandbox.inside.evidence import EvidenceEvent
 MANIFEST = "manifest.json"
 #: The name the convention dir's files are listed under in the manifest.
 CONVENTION = "artifacts"
+#: An artifacts space with less free than this is full (the agent's writes met ENOSPC).
+FULL_SLACK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -107,19 +109,43 @@ def copy_artifact(
         return entry, found
 
 
+def full_event(sandbox: Sandbox) -> EvidenceEvent | None:
+    """A ``limit`` event (cap ``artifacts_bytes``) when the artifacts dir's space is full.
+
+    Where the backend gives the convention dir a space of its own (docker), an agent that
+    fills it meets ``ENOSPC`` there and nowhere else: the trial is graded as any other,
+    and this event says the artifacts may be cut short.
+    """
+    try:
+        usage = sandbox.artifacts_usage()
+    except SandboxError:  # the question is best effort, as collection is
+        return None
+    if usage is None or usage[1] - usage[0] >= FULL_SLACK:
+        return None
+    return EvidenceEvent(
+        "limit",
+        sandbox.paths.artifacts,
+        f"the artifacts dir is full ({usage[1] >> 20} MB): writes past it failed with ENOSPC",
+        "artifacts_bytes",
+    )
+
+
 def collect_artifacts(
     sandbox: Sandbox, artifacts: list[Artifact], dest: Path, caps: Caps
 ) -> list[EvidenceEvent]:
     """Collect the convention dir and ``artifacts`` into ``dest`` and write its manifest.
 
     Returns:
-        Evidence events (tampering, truncation) met on the way; nothing is written when
-        there was nothing to collect.
+        Evidence events (tampering, truncation, a full artifacts dir) met on the way;
+        nothing is written when there was nothing to collect.
     """
     manifest: list[dict[str, Any]] = []
     events: list[EvidenceEvent] = []
     convention = sandbox.paths.artifacts
     if convention:
+        full = full_event(sandbox)
+        if full is not None:
+            events.append(full)
         with tempfile.TemporaryDirectory(prefix="harness-artifacts-") as tmp:
             staged = Path(tmp) / "out"
             events += sandbox.copy_out(

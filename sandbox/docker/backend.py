@@ -47,6 +47,7 @@ from sandbox.docker import hostguard
 from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
 from sandbox.docker.container import (
+    ARTIFACTS_DIR,
     GATEWAY_MOUNT,
     ROOT_AGENT_CAPS,
     TRIAL_DIR,
@@ -203,7 +204,7 @@ class DockerSandbox(Sandbox):
             instruction=f"{_TRIAL}/instruction.md",
             logs=f"{_TRIAL}/logs",
             grader_home=f"{_TRIAL}/grader/home",
-            artifacts="/logs/artifacts",
+            artifacts=ARTIFACTS_DIR,
         )
 
     # -- supervisor channel ---------------------------------------------------------------
@@ -594,7 +595,7 @@ class DockerSandbox(Sandbox):
             (f"{_TRIAL}/session", agent, 0o700),
             (f"{_TRIAL}/logs", root, 0o700),
             ("/logs/verifier", root, 0o755),
-            ("/logs/artifacts", agent, 0o755),
+            (ARTIFACTS_DIR, agent, 0o755),
         ):
             # keep_dir: home and session may be mount points (the trial's filesystem).
             self._call(
@@ -676,7 +677,7 @@ class DockerSandbox(Sandbox):
         uid = next(u for u in range(DEFAULT_UID - 1, 0, -1) if u not in taken)
         new = {"uid": uid, "gid": uid}
         home = f"{_TRIAL}/home"
-        for path in (self._workdir, home, f"{_TRIAL}/session", "/logs/artifacts"):
+        for path in (self._workdir, home, f"{_TRIAL}/session", ARTIFACTS_DIR):
             # Whatever mode the earlier agent gave its home, no other uid may enter it now:
             # the new user's private dirs (a judge's verdict) live there.
             mode = {"mode": 0o700} if path == home else {}
@@ -1142,6 +1143,11 @@ class DockerSandbox(Sandbox):
             return None
         usage = self._storage.usage()
         return usage.used_bytes, usage.limit_bytes
+
+    def artifacts_usage(self) -> tuple[int, int] | None:  # noqa: D102
+        space = self._call({"op": "space", "path": ARTIFACTS_DIR})
+        total, free = int(space["total_bytes"]), int(space["free_bytes"])
+        return total - free, total
 
     def stop(self) -> None:  # noqa: D102
         if self._stopped:

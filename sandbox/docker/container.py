@@ -67,6 +67,11 @@ ROOT_AGENT_CAPS = [
 ]
 #: The trial's own dirs (home, session, ...) inside the container.
 TRIAL_DIR = "/trial"
+#: Harbor's artifacts convention dir: a tmpfs of its own, never ``/logs``'s space, so an
+#: agent that fills it leaves the verifier room for its reward (``/logs/verifier``).
+ARTIFACTS_DIR = "/logs/artifacts"
+#: Its size: what the agent leaves there past this fails with ``ENOSPC``.
+ARTIFACTS_MB = 64
 # Docker adds noexec to tmpfs mounts unless told otherwise; agents and tests legitimately
 # run what they build or install in scratch dirs.
 SCRATCH_OPTIONS = "rw,nosuid,nodev,exec"
@@ -132,11 +137,16 @@ class ContainerSite:
 
 
 def tmpfs_dirs(*, image_tests: bool, host_storage: bool) -> dict[str, str]:
-    """Scratch dirs the agent cannot write (and, without host storage, those it can)."""
+    """Scratch dirs the agent cannot write (and, without host storage, those it can).
+
+    The artifacts dir, which the agent writes, is a tmpfs of its own inside ``/logs``
+    (the engine mounts ``/logs`` first): filling it never fills ``/logs/verifier``.
+    """
     tmpfs = {
         "/run": f"{PLAIN_OPTIONS},size=16m,mode=755",
         TRIAL_DIR: f"{SCRATCH_OPTIONS},size=64m,mode=711",
         "/logs": f"{PLAIN_OPTIONS},size=64m,mode=755",
+        ARTIFACTS_DIR: f"{PLAIN_OPTIONS},size={ARTIFACTS_MB}m,mode=755",
         "/tests": f"{SCRATCH_OPTIONS},size=256m,mode=700",
         "/solution": f"{SCRATCH_OPTIONS},size=256m,mode=700",
     }
@@ -217,6 +227,8 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
 
 
 __all__ = [
+    "ARTIFACTS_DIR",
+    "ARTIFACTS_MB",
     "GATEWAY_MOUNT",
     "NEUTRAL_LOADER_ENV",
     "PLAIN_OPTIONS",

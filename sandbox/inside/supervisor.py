@@ -333,6 +333,12 @@ def op_scan_special(req: Dict[str, Any]) -> Dict[str, Any]:
     return {"events": [e.as_dict() for e in events if e.kind in special]}
 
 
+def op_space(req: Dict[str, Any]) -> Dict[str, Any]:
+    """The size and free bytes of the filesystem holding ``path`` (``statvfs``)."""
+    st = os.statvfs(req["path"])
+    return {"total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
+
+
 def op_batch(req: Dict[str, Any]) -> Dict[str, Any]:
     """Several file ops in one round trip, in order; the first failure ends the batch."""
     results = []
@@ -353,6 +359,7 @@ _OPS = {
     "read": op_read,
     "archive": op_archive,
     "scan_special": op_scan_special,
+    "space": op_space,
     "seed_home": op_seed_home,
 }
 

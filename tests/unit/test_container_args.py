@@ -92,10 +92,21 @@ def test_limits_follow_the_tasks_resources() -> None:
 
 def test_tmpfs_dirs_are_nosuid_nodev_and_only_scratch_is_exec() -> None:
     tmpfs = _args()["tmpfs"]
-    assert set(tmpfs) == {"/run", "/trial", "/logs", "/tests", "/solution", "/tmp", "/var/tmp"}
+    assert set(tmpfs) == {
+        "/run",
+        "/trial",
+        "/logs",
+        "/logs/artifacts",
+        "/tests",
+        "/solution",
+        "/tmp",
+        "/var/tmp",
+    }
     for options in tmpfs.values():
         assert "nosuid" in options and "nodev" in options
     assert "noexec" in tmpfs["/run"] and "noexec" in tmpfs["/logs"]
+    # The agent's artifacts have a space of their own: never the verifier's /logs.
+    assert "noexec" in tmpfs["/logs/artifacts"] and "size=64m" in tmpfs["/logs/artifacts"]
     assert tmpfs["/tests"].endswith("mode=700") and tmpfs["/solution"].endswith("mode=700")
     assert "mode=1777" in tmpfs["/tmp"] and "size=512m" in tmpfs["/tmp"]
 

@@ -1,0 +1,71 @@
+"""Spaces the agent can fill never hold what grading must write (docs/security.md, "Storage").
+
+Each attack is an agent that knows it is wrong and tries to make its failure ungraded or
+retried by filling a space the harness writes after it:
+
+- an unprivileged agent fills ``/logs/artifacts`` (once a part of ``/logs``, beside
+  ``/logs/verifier``): ``test.sh`` still writes its reward, the trial is graded with its
+  honest reward on attempt 1, and a ``limit`` event names the full artifacts dir;
+- a root agent (``--agent-root allow`` on runc, ``isolated`` on gVisor) fills ``/trial``,
+  ``/logs``, ``/logs/verifier`` and ``/run`` (its own captures and the instruction file
+  included), then floods its stdout: no supervisor step fails, the trial is graded
+  honestly on attempt 1, never an ``environment_error`` retried;
+- a root agent appends 200 MB to each of ``/etc/hosts``, ``/etc/hostname`` and
+  ``/etc/resolv.conf`` (files the engine keeps under its data root) with ``storage_mb =
+  256``: the engine's data root never grows (each file, watched from the host through
+  ``docker inspect``'s paths, is small or on the trial's own filesystem), and what was
+  written counts against the trial's storage (``storage_full``).
+
+Judged from outside the trial: the record, and the host's view of the engine's files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WRONG_ANSWER_TEST = r"""
+if [ "$(cat /app/answer.txt 2>/dev/null)" = right ]; then r=1; else r=0; fi
+echo $r > "$HARNESS_VERIFIER_DIR/reward.txt"
+"""
+
+FILL_ARTIFACTS = r"""
+echo wrong > /app/answer.txt
+dd if=/dev/zero of=/logs/artifacts/fill bs=1M count=300 2>/dev/null; echo "dd=$?" > /app/loot.txt
+for i in $(seq 1 64); do head -c 4096 /dev/zero > /logs/artifacts/tail$i 2>/dev/null; done
+df -k /logs/artifacts >> /app/loot.txt 2>&1
+echo done > /app/done.txt
+"""
+
+
+def _graded_honestly(record: dict[str, Any]) -> None:
+    """Completed with its honest reward (0: the answer is wrong), on the first attempt."""
+    assert record["status"] == "completed", record
+    assert record["reward"] == 0.0, record
+    assert record["attempt"] == 1 and not record.get("previous_attempts"), record
+    assert not record["errors"], record["errors"]
+
+
+@pytest.mark.docker
+def test_an_agent_filling_the_artifacts_dir_is_still_graded(
+    cli: Any, sec: Any, tmp_path: Path
+) -> None:
+    name = sec.unique("fill-artifacts")
+    task = sec.write_task(
+        tmp_path / "tasks", name, attack=FILL_ARTIFACTS, test_sh=WRONG_ANSWER_TEST
+    )
+    run = cli.run([task], timeout=240)
+    record = run.by_task(name)
+    ws = run.evidence(record) / "workspace"
+    assert (ws / "done.txt").is_file(), f"the attack did not finish: {run}"
+    _graded_honestly(record)
+    limits = [
+        e
+        for e in record["events"]
+        if e["type"] == "evidence"
+        and e.get("kind") == "limit"
+        and e.get("cap") == "artifacts_bytes"
+    ]
+    assert len(limits) == 1 and limits[0]["path"] == "/logs/artifacts", record["events"]
