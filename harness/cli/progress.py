@@ -158,14 +158,22 @@ class RichDisplay(PlainDisplay):
         rows: list[RenderableType] = [self._bar.get_renderable(), table]
         if len(running) > MAX_RUNNING_ROWS:
             rows.append(Text(f"… and {len(running) - MAX_RUNNING_ROWS} more running"))
-        rate = success["rate"]
-        mean = success["mean_reward"]
+        # Over every trial done (an ungraded one counts 0), as the summary's headline; the
+        # graded-only mean is secondary.
+        rate = success["rate_done"]
+        mean = success["mean_reward_done"]
+        graded_mean = success["mean_reward"]
         errors = counts["done"] - counts["by_status"].get("completed", 0)
         line = (
             f"done {counts['done']}/{counts['planned']} · running {counts['running']} · "
-            f"errors {errors} · success {success['successes']}/{success['graded']}"
+            f"errors {errors} · success {success['successes']}/{counts['done']}"
             + (f" ({rate * 100:.1f}%)" if rate is not None else "")
             + (f" · mean reward {mean:.3f}" if mean is not None else "")
+            + (
+                f" (graded only {graded_mean:.3f})"
+                if graded_mean is not None and success["graded"] < counts["done"]
+                else ""
+            )
             + (f" · retries {counts['retries']}" if counts["retries"] else "")
         )
         rows.append(Text(line, style="dim"))

@@ -17,10 +17,14 @@ snapshot to ``<run-dir>/status.json`` atomically (temp file + rename), at most e
       "counts": {"planned": 40, "done": 12, "running": 4, "pending": 24, "kept": 8,
                  "retries": 1, "by_status": {"completed": 11, "agent_error": 1}},
       "success": {"threshold": 1.0, "graded": 11, "successes": 7, "rate": 0.636,
-                  "mean_reward": 0.7},
+                  "mean_reward": 0.7, "rate_done": 0.583, "mean_reward_done": 0.642},
       "running": [{"id": "...", "task": "...", "attempt": 1, "phase": "execute",
                    "started_at": "...", "phase_started_at": "..."}]
     }
+
+``success``'s ``rate`` and ``mean_reward`` are over the graded trials; ``rate_done`` and
+``mean_reward_done`` over every trial done so far, an ungraded one counting 0, as
+``summary.json``'s headline counts it.
 
 A ``running`` state whose ``pid`` is gone means the harness died (``kill -9``, a crash): the
 run can be continued with ``harness run --resume RUN_DIR``. ``paused`` is set while the run
@@ -261,6 +265,8 @@ class RunState:
                     "successes": self._successes,
                     "rate": self._successes / self._graded if self._graded else None,
                     "mean_reward": self._reward_sum / self._graded if self._graded else None,
+                    "rate_done": self._successes / done if done else None,
+                    "mean_reward_done": self._reward_sum / done if done else None,
                 },
                 "running": [
                     {

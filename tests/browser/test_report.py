@@ -52,8 +52,11 @@ def test_overview_headline_equals_summary(
     assert metric(w, "calls") == summary["usage"]["calls"]["total"]
     assert w.text('[data-metric="mean_reward"] .value') == f"{summary['mean_reward']:.3f}"
     assert w.text('[data-metric="trials"] .value') == str(summary["trials"])
-    # The plan is the denominator: how many planned trials lack a record, the mean over it.
-    assert metric(w, "mean_reward_planned") == summary["mean_reward_planned"]
+    # The plan is the denominator: how many planned trials lack a record; the mean over
+    # graded trials only is secondary, beside the headline.
+    assert metric(w, "mean_reward") == summary["mean_reward_planned"]
+    assert metric(w, "graded_mean_reward") == summary["graded_only"]["mean_reward"]
+    assert "0 ungraded" in w.text('[data-metric="graded_mean_reward"] .sub')
     assert f"of {summary['planned']} planned" in w.text('[data-metric="trials"] .sub')
     assert f"{summary['unrecorded']} without a record" in w.text('[data-metric="trials"] .sub')
     # Charts and tables are drawn: the pass@k curve, the histogram, the per-task table.

@@ -69,6 +69,9 @@ def test_state_counts_kept_running_and_finished(tmp_path: Path) -> None:
         "successes": 1,
         "rate": 0.5,
         "mean_reward": 0.75,
+        # Over the 3 trials done, the agent_error one (no reward) counting 0.
+        "rate_done": 1 / 3,
+        "mean_reward_done": 0.5,
     }
     assert state.finished_now == 1
 

@@ -551,6 +551,17 @@
     return u && typeof u === "object" ? u : { total: null, measured: 0, of: summary.trials };
   }
 
+  // The headline counts every planned trial (an ungraded one is 0); the graded-only figure
+  // is secondary, with how many trials it leaves out and why.
+  function gradedOnly(s) {
+    const g = s.graded_only;
+    if (!g || typeof g !== "object") return null;
+    const u = s.ungraded && typeof s.ungraded === "object" ? s.ungraded : {};
+    const why = Object.entries(u.by_status || {}).map(([k, v]) => k + " " + int(v)).join(" \u00b7 ");
+    const sub = int(u.trials) + " ungraded, counted 0 in the headline" + (why ? ": " + why : "");
+    return metric("graded_mean_reward", "mean reward (graded only)", num(g.mean_reward), isNum(g.mean_reward) ? g.mean_reward : null, sub);
+  }
+
   function headline(run) {
     const s = run.summary || {};
     const ci = s.ci || {};
@@ -569,7 +580,7 @@
       metric("success_rate", "success (reward \u2265 " + plain(s.threshold) + ")", pct(s.success_rate), s.success_rate, h("span", { "data-metric": "success_rate_ci", "data-value": JSON.stringify(ci.success_rate || null) }, ciText(ci.success_rate, pct))),
       metric("pass_at_1", "pass@1", pct(pass1), pass1 === undefined ? null : pass1, "over " + int(s.pass_k_tasks) + " tasks"),
       metric("trials", "trials", int(s.trials), s.trials, (isNum(s.planned) ? "of " + int(s.planned) + " planned \u00b7 " + int(s.unrecorded) + " without a record \u00b7 " : "") + int(s.graded) + " graded \u00b7 " + int(s.ok) + " ok"),
-      isNum(s.mean_reward_planned) ? metric("mean_reward_planned", "mean reward over the plan", num(s.mean_reward_planned), s.mean_reward_planned, "ungraded and unrecorded trials count 0") : null,
+      gradedOnly(s),
       metric("tasks", "tasks", int(s.tasks), s.tasks),
       metric("errors", "errors", int(errors), errors, Object.entries(s.errors_by_status || {}).map(([k, v]) => k + " " + v).join(" \u00b7 ") || "none"),
       metric("tokens", "tokens", int(tokens.total), tokens.total, measured(tokens)),
