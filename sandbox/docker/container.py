@@ -12,8 +12,8 @@ The container (docs/security.md): the supervisor as pid 1 under ``0:0`` with onl
 writable root only where its layer is capped on the trial's filesystem
 (:mod:`sandbox.docker.rootlayer`; else read-only), its own tmpfs scratch dirs, no core
 dumps, pids, memory (no swap beyond it), CPU and open-file limits, no environment of its
-own (the image's, with its dynamic-loader variables emptied), and the engine's default
-seccomp profile.
+own but the supervisor's (the image's, with its dynamic-loader variables emptied, the C
+locale and no OpenSSL config), and the engine's default seccomp profile.
 """
 
 from __future__ import annotations
@@ -91,6 +91,19 @@ NEUTRAL_LOADER_ENV = {
         "LD_PROFILE",
         "GLIBC_TUNABLES",
     )
+}
+
+#: What else the supervisor's interpreter (and a one-shot supervisor's) must not take from
+#: the container's root, where a root agent writes: ``LC_ALL=C`` keeps it in the C locale
+#: (no locale file read, so no charset whose ``gconv`` module glibc would ``dlopen``; with
+#: ``LC_ALL`` set Python does not coerce to ``C.UTF-8`` either), ``LOCPATH`` names a dir
+#: that never exists (inside the read-only supervisor mount) should a locale be asked for,
+#: and ``OPENSSL_CONF=/dev/null`` keeps ``/usr/lib/ssl/openssl.cnf`` (which can name
+#: provider and engine modules) out of the ``ssl`` import. Phases get their own environment.
+SUPERVISOR_ENV = {
+    "LC_ALL": "C",
+    "LOCPATH": f"{SUPERVISOR_MOUNT}/no-locales",
+    "OPENSSL_CONF": "/dev/null",
 }
 
 
@@ -219,7 +232,7 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
             Ulimit(name="nofile", soft=res.nofile, hard=res.nofile),
         ],
         "runtime": site.engine_runtime,
-        "environment": dict(NEUTRAL_LOADER_ENV),
+        "environment": {**NEUTRAL_LOADER_ENV, **SUPERVISOR_ENV},
         "device_requests": device_requests(spec.gpus),
         "stdin_open": True,
         "tty": False,
@@ -235,6 +248,7 @@ __all__ = [
     "ROOT_AGENT_CAPS",
     "SCRATCH_OPTIONS",
     "SUPERVISOR_CAPS",
+    "SUPERVISOR_ENV",
     "TRIAL_DIR",
     "ContainerSite",
     "create_args",

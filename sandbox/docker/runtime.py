@@ -163,11 +163,19 @@ class DockerRuntime:
         return attrs
 
     def supervisor_command(self) -> list[str]:
-        """The supervisor on the mounted runtime, loader invoked by its real path."""
+        """The supervisor on the mounted runtime, loader invoked by its real path.
+
+        Its libraries come from the runtime alone: ``--library-path`` names its dir and
+        ``--inhibit-cache`` keeps the container's ``/etc/ld.so.cache`` (a root agent's to
+        write) out of every lookup. Its environment (:data:`SUPERVISOR_ENV` in
+        :mod:`sandbox.docker.container`) keeps the container's locales and OpenSSL config
+        out too.
+        """
         python = PYTHON_MOUNT
         return [
             # gVisor does not resolve a symlinked executable: use the loader's real path.
             f"{python}/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+            "--inhibit-cache",
             "--library-path",
             f"{python}/lib/x86_64-linux-gnu",
             f"{python}/bin/python3",

@@ -281,8 +281,15 @@ class ToolContext:
     output_bytes: int
 
     def resolve(self, path: str) -> str:
-        """Resolve a tool path: ``~`` expanded, relative paths against the workspace."""
-        return os.path.join(self.workspace, os.path.expanduser(path))
+        """Resolve a tool path: ``~`` expanded, relative paths against the workspace.
+
+        ``~`` and ``~/...`` become ``$HOME``; ``~user`` is left as it is (no user lookup:
+        nothing in the sandbox goes through NSS).
+        """
+        home = os.environ.get("HOME")
+        if home and (path == "~" or path.startswith("~/")):
+            path = os.path.join(home, path[2:])
+        return os.path.join(self.workspace, path)
 
 
 def cap_text(text: str, cap: int, total: Optional[int] = None) -> str:

@@ -7,6 +7,9 @@ before the phase starts (op ``seed_home``).
 
 The image is the task's, so the copy trusts nothing in it:
 
+- The user's home is read from ``/etc/passwd`` by :mod:`passwd`, never through NSS
+  (``pwd``): NSS loads the modules the container's ``/etc/nsswitch.conf`` names, and a
+  root agent writes that file before the verifier's HOME is seeded.
 - Only the top-level entries whose names start with ``.`` are copied, regular files and
   dirs, and below a dir only regular files and dirs. Symlinks, FIFOs, sockets and devices
   are skipped (listed in ``skipped``). Every open is ``O_NOFOLLOW`` relative to its parent
@@ -29,9 +32,13 @@ Stdlib-only, Python >= 3.9 (it runs in the supervisor).
 from __future__ import annotations
 
 import os
-import pwd
 import stat
 from typing import Any, Dict, List, Optional, Tuple
+
+try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings on sys.path
+    from sandbox.inside import passwd
+except ImportError:  # pragma: no cover - inside a sandbox
+    import passwd  # type: ignore[no-redef,import-not-found]
 
 SKEL = "/etc/skel"
 MAX_FILES = 2000
@@ -53,11 +60,16 @@ def _under(path: str, roots: List[str]) -> bool:
 
 
 def source_home(uid: int, deny: List[str]) -> Optional[str]:
-    """The dir to seed from: the passwd home of ``uid`` if it is a real dir, else skel."""
+    """The dir to seed from: the passwd home of ``uid`` if it is a real dir, else skel.
+
+    The home comes from :mod:`passwd` (our own parse of ``/etc/passwd``): never NSS, whose
+    modules the container's root names and a root agent can plant.
+    """
     try:
-        home: Optional[str] = pwd.getpwuid(uid).pw_dir
-    except KeyError:
-        home = None
+        entry = passwd.lookup(uid)
+    except OSError:
+        entry = None
+    home: Optional[str] = entry.home if entry is not None else None
     for candidate in (home, SKEL):
         if not candidate or not candidate.startswith("/") or candidate == "/":
             continue

@@ -34,7 +34,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings on sys.path
-    from sandbox.inside import confine, launch, processes, services
+    from sandbox.inside import confine, launch, passwd, processes, services
     from sandbox.inside.agent_exec import AgentExecServer
     from sandbox.inside.forwarder import start_forwarder
     from sandbox.inside.home_seed import op_seed_home
@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - inside a sandbox
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import confine  # type: ignore[no-redef,import-not-found]
     import launch  # type: ignore[no-redef,import-not-found]
+    import passwd  # type: ignore[no-redef,import-not-found]
     import processes  # type: ignore[no-redef,import-not-found]
     import services  # type: ignore[no-redef,import-not-found]
     from agent_exec import AgentExecServer  # type: ignore[no-redef,import-not-found]
@@ -179,17 +180,18 @@ def _owner(spec: Optional[Dict[str, Any]]) -> Optional[Tuple[int, int]]:
 
 
 def op_whois(req: Dict[str, Any]) -> Dict[str, Any]:
-    """Resolve a user name (or numeric id) against the sandbox's own /etc/passwd."""
-    import pwd
+    """Resolve a user name (or numeric id) against the sandbox's own /etc/passwd.
 
-    name = req["name"]
-    try:
-        entry = pwd.getpwuid(int(name)) if str(name).isdigit() else pwd.getpwnam(str(name))
-    except (KeyError, ValueError):
-        if str(name).isdigit():
-            return {"uid": int(name), "gid": int(name), "home": None}
-        raise ValueError("user %r does not exist in the sandbox image" % name) from None
-    return {"uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir}
+    Parsed by :mod:`passwd`, never through NSS (whose modules the container's root names).
+    """
+    name = str(req["name"])
+    key: Any = int(name) if name.isdigit() and name.isascii() else name
+    entry = passwd.lookup(key)
+    if entry is None:
+        if isinstance(key, int):
+            return {"uid": key, "gid": key, "home": None}
+        raise ValueError("user %r does not exist in the sandbox image" % name)
+    return {"uid": entry.uid, "gid": entry.gid, "home": entry.home}
 
 
 def op_reset_dir(req: Dict[str, Any]) -> Dict[str, Any]:
@@ -397,6 +399,9 @@ def main() -> int:
         except OSError:
             pass  # the phase's own pid namespace (local) or pid 1 (docker) covers it
     os.umask(0o077)
+    # Our working dir is our own (read-only, root-only) dir, never the agent's workspace:
+    # nothing the agent writes can be reached by a relative path of ours or of libc's.
+    os.chdir(os.path.dirname(os.path.abspath(__file__)))
     # A root agent may signal us (launch.ignore_signals); phases get the defaults back.
     launch.ignore_signals()
     reaper = processes.Reaper()

@@ -13,6 +13,7 @@ from sandbox.docker.container import (
     GATEWAY_MOUNT,
     NEUTRAL_LOADER_ENV,
     SUPERVISOR_CAPS,
+    SUPERVISOR_ENV,
     ContainerSite,
     create_args,
 )
@@ -70,9 +71,12 @@ def test_read_only_root_supervisor_as_pid_1_as_root_with_no_environment() -> Non
     assert args["entrypoint"] == []
     assert args["user"] == "0:0"
     # The image's ENV reaches pid 1 all the same: its loader variables are emptied.
-    assert args["environment"] == NEUTRAL_LOADER_ENV
+    # The supervisor's interpreter takes no locale and no OpenSSL config from the root.
+    assert args["environment"] == {**NEUTRAL_LOADER_ENV, **SUPERVISOR_ENV}
     assert {"LD_PRELOAD", "LD_AUDIT"} <= set(NEUTRAL_LOADER_ENV)
     assert not any(NEUTRAL_LOADER_ENV.values())
+    assert SUPERVISOR_ENV["LC_ALL"] == "C" and SUPERVISOR_ENV["OPENSSL_CONF"] == "/dev/null"
+    assert SUPERVISOR_ENV["LOCPATH"].startswith("/opt/harness/")  # read-only, never made
     assert args["stdin_open"] is True and args["tty"] is False
     assert args["hostname"] == "sandbox"
 
