@@ -38,6 +38,7 @@ from sandbox.docker.engine import (
 from sandbox.docker.gpus import gpu_probe
 from sandbox.docker.images import ImageResolver, parse_aliases
 from sandbox.docker.labels import MANAGED, RUN
+from sandbox.docker.limits import engine_gaps, gap_line
 from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
 from sandbox.docker.sdk import call
@@ -162,6 +163,13 @@ class DockerBackend(SandboxBackend):
         line = announcement(tasks, self.options.config.agent_root, self.boundary)
         if line is not None and line not in self.warnings:
             self.warnings.append(line)
+        gaps = engine_gaps(self.runtime.engine_info())
+        if gaps and tasks:
+            line = gap_line(gaps, required=self.options.config.require_limits)
+            if self.options.config.require_limits:
+                problems.append(line)
+            elif line not in self.warnings:
+                self.warnings.append(line)
         if self.options.config.compose_host_access == "allow":
             return problems
         for task in tasks:

@@ -81,6 +81,11 @@ class SandboxConfig(BaseModel):
             cgroup can be made (not root, no usable cgroup v2/v1 controllers) is refused.
             ``warn``: run there anyway, the limits not enforced, saying so at the start and
             in every record (``sandbox.limits.problem``).
+        require_limits: The docker backend: ``false`` (default) runs where the engine
+            cannot enforce a trial's ``memory_mb``, ``cpus`` or ``pids`` (rootless Docker on
+            a cgroup v1 host has no cgroup driver), saying so in one line at the start and
+            in every record (``sandbox.limits.enforced``); ``true`` refuses such a run. The
+            local sandbox's limits follow ``local_limits``.
         agent_root: Who the agent may be (``--agent-root``): ``never`` (default) runs it
             as an unprivileged uid whatever the task or image says, naming up front the
             tasks whose agents wanted root; ``isolated`` runs it as the task's
@@ -104,6 +109,7 @@ class SandboxConfig(BaseModel):
     expose: list[str] = Field(default_factory=list)
     compose_host_access: Literal["deny", "allow"] = "deny"
     local_limits: Literal["require", "warn"] = "require"
+    require_limits: bool = False
     agent_root: Literal["never", "isolated", "allow"] = "never"
     kwargs: dict[str, Any] = Field(default_factory=dict)
 

@@ -62,6 +62,7 @@ from sandbox.docker.identity import AgentIdentity, resolve
 from sandbox.docker.images import ImageBuildError, ImageRequest, ResolvedImage
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
 from sandbox.docker.rootlayer import (
+from sandbox.docker.limits import CGROUP_LIMITS, enforced
     RootLayer,
     layer_paths,
     root_layer_problem,
@@ -1249,3 +1250,19 @@ class DockerSandbox(Sandbox):
                 "storage_mb": self._storage.size_mb if self._storage is not None else None,
             },
         }
+                "enforced": self._limits_enforced(),
+
+    def _limits_enforced(self) -> dict[str, bool]:
+        """Which limits held, as the engine and the created container's configuration say."""
+        res = self.spec.resources
+        held = dict.fromkeys(CGROUP_LIMITS, False)
+        if self._container is not None:
+            host_config = self._container.attrs.get("HostConfig") or {}
+            held = enforced(
+                self.runtime.engine_info(),
+                host_config,
+                memory_mb=res.memory_mb,
+                cpus=res.cpus,
+                pids=res.pids,
+            )
+        return {**held, "storage_mb": self._storage is not None}

@@ -102,6 +102,7 @@ class DockerRuntime:
         self.storage_pool = StoragePool(self.tmp_dir, self.storage_budget, spares=spares)
         #: Containers started ahead for the next trials, and background removals.
         self.warm: WarmPool[Any] | None = None
+        self._engine_info: dict[str, Any] | None = None
         if spares > 0:
             self.warm = WarmPool(spares, dispose=lambda spare: spare.stop())
 
@@ -220,7 +221,7 @@ class DockerRuntime:
 
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory, from ``docker info``."""
-        info = call(self.client.info)
+        info = self.engine_info()
         runtimes = info.get("Runtimes") or {}
         network = network_runtime_of(self.runtime, runtimes) is not None
         # Per phase: no-network always; public and allowlist (its proxy behind the same
@@ -241,6 +242,13 @@ class DockerRuntime:
                 f"{why}; run the harness as root on the engine's host with iptables"
             )
         return Capacity(
+    def engine_info(self) -> dict[str, Any]:
+        """The engine's ``docker info`` answer, asked once per run."""
+        with self._lock:
+            if self._engine_info is None:
+                self._engine_info = dict(call(self.client.info))
+            return self._engine_info
+
             cpus=float(info.get("NCPU") or os.cpu_count() or 1),
             memory_mb=int(info.get("MemTotal") or 0) >> 20,
             network=network,

