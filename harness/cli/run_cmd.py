@@ -115,6 +115,7 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         output_dir=os.path.abspath(output_dir) if output_dir is not None else None,
         run_name=values.get("run_name"),
         fail_under=values.get("fail_under"),
+        fail_on_tampering=values.get("fail_on_tampering"),
         evidence=values.get("evidence"),
         network=values.get("network"),
         judges=judges or None,
@@ -345,6 +346,14 @@ def run(
     fail_under: Annotated[
         float | None,
         typer.Option("--fail-under", help="Exit 1 when the mean reward is below this."),
+    ] = None,
+    fail_on_tampering: Annotated[
+        bool | None,
+        typer.Option(
+            "--fail-on-tampering/--no-fail-on-tampering",
+            help="Exit 1 when any verdict was taken after the agent tampered with what its "
+            "verifier runs (a root agent and a shared verifier).",
+        ),
     ] = None,
     evidence: Annotated[
         str | None,

@@ -469,6 +469,8 @@ class RunConfig(BaseModel):
         output_dir: Where run dirs are created.
         run_name: Name of the run dir (default: ``<taskset>--<model>--<agent>--<8 hex>``).
         fail_under: Exit 1 when the mean reward is below this.
+        fail_on_tampering: Exit 1 when any trial's verdict was taken after tampering (its
+            record's ``tampered_verdict``).
         threshold: Reward at or above which a trial counts as a success.
         evidence: How a trial's final workspace is kept: ``diff`` (a manifest of every
             file, the changed ones stored once per run), ``full`` (a full copy) or
@@ -498,6 +500,7 @@ class RunConfig(BaseModel):
     output_dir: str = "runs"
     run_name: str | None = None
     fail_under: float | None = None
+    fail_on_tampering: bool = False
     threshold: float = 1.0
     evidence: Literal["full", "diff", "none"] = "diff"
     evidence_caps: EvidenceCapsConfig = Field(default_factory=EvidenceCapsConfig)

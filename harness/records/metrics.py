@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.records.model import TrialRecord, TrialStatus, latest_by_id
+from harness.records.model import TrialRecord, TrialStatus, latest_by_id, tampered_verdict
 
 __all__ = [
     "SUMMARY_VERSION",
@@ -438,7 +438,8 @@ class Summary(BaseModel):
         ungraded: The trials counted 0 and why (:class:`Ungraded`).
 
     Where an agent rewrote what a verifier runs (``tampering`` events, docs/grading.md), an
-    extra ``tampering`` key counts ``trials`` and ``events``.
+    extra ``tampering`` key counts ``trials``, ``events`` and ``verdicts`` (graded trials
+    whose verifier ran in the agent's container after it: ``tampered_verdict``).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -665,11 +666,13 @@ def summarize(
     tampering = [
         sum(1 for e in r.events if e.get("type") == "tampering" and e.get("path")) for r in latest
     ]
-    if any(tampering):
+    verdicts = sum(1 for r in latest if tampered_verdict(r))
+    if any(tampering) or verdicts:
         # Only where it happened: a root agent rewrote what a shared verifier runs.
         over_plan["tampering"] = {
             "trials": sum(1 for n in tampering if n),
             "events": sum(tampering),
+            "verdicts": verdicts,
         }
     if planned is not None:
         recorded = len(latest)

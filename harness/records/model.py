@@ -249,6 +249,15 @@ class TrialRecord(BaseModel):
         return value.astimezone(UTC)
 
 
+def tampered_verdict(record: TrialRecord) -> bool:
+    """Whether the record's verdict was taken after the agent's tampering.
+
+    A verifier in the agent's container ran after an agent phase changed what it reads
+    (the record's ``tampered_verdict``, set only then: docs/run-dir.md).
+    """
+    return (record.model_extra or {}).get("tampered_verdict") is True
+
+
 def latest_by_id(records: Iterable[TrialRecord]) -> dict[str, TrialRecord]:
     """Map each trial id to its last record (later records supersede earlier ones).
 
@@ -275,4 +284,5 @@ __all__ = [
     "TrialStatus",
     "Usage",
     "latest_by_id",
+    "tampered_verdict",
 ]

@@ -41,6 +41,7 @@ from harness.records.layout import (
     SUMMARY_FILENAME,
 )
 from harness.records.metrics import Summary, summarize
+from harness.records.model import tampered_verdict
 from harness.records.status import RunState, StatusWriter
 from harness.runner.events import RunEvents, RunOutcome, RunStart
 from harness.runner.faults import DiskGuard, Halt, Halting, disk_error, disk_halt
@@ -76,8 +77,13 @@ def planned_per_task(plans: Sequence[TrialPlan]) -> dict[str, int]:
 
 
 def exit_code(config: RunConfig, records: list[TrialRecord], summary: Summary, failed: bool) -> int:
-    """0 when every trial ran and was graded (and ``fail_under`` is met), else 1."""
+    """0 when every trial ran and was graded (and ``fail_under`` is met), else 1.
+
+    With ``fail_on_tampering``, a verdict taken after tampering is 1 as well.
+    """
     if failed or any(not r.ok for r in records):
+        return EXIT_TRIAL_ERRORS
+    if config.fail_on_tampering and any(tampered_verdict(r) for r in records):
         return EXIT_TRIAL_ERRORS
     if config.fail_under is not None and (
         summary.mean_reward is None or summary.mean_reward < config.fail_under

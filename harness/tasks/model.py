@@ -34,6 +34,7 @@ __all__ = [
     "AgentSection",
     "Artifact",
     "EnvironmentSection",
+    "HarnessSection",
     "Healthcheck",
     "McpServer",
     "StepAgent",
@@ -348,6 +349,36 @@ class VerifierSection(NetworkKeys):
         return "separate" if self.environment is not None else None
 
 
+class HarnessSection(Section):
+    """The ``[harness]`` table: this harness's own task keys (Harbor ignores the table).
+
+    Attributes:
+        expected_root_changes: Paths of the image root the task's agent is expected to
+            change (``/etc/nginx``, ``/usr/lib/python3/dist-packages/*``): a change at or
+            under one is never a ``tampering`` event. Absolute, ``*`` within a component.
+    """
+
+    expected_root_changes: list[str] = Field(default_factory=list, max_length=256)
+
+    @field_validator("expected_root_changes")
+    @classmethod
+    def _absolute_paths(cls, value: list[str]) -> list[str]:
+        for path in value:
+            parts = [part for part in path.split("/") if part]
+            if (
+                not path.startswith("/")
+                or not parts
+                or any(part in (".", "..") for part in parts)
+                or "\x00" in path
+                or len(path) > 4096
+            ):
+                raise ValueError(
+                    f"expected_root_changes: {path!r} is not an absolute path below / "
+                    "(write the dirs the agent changes, such as '/etc/nginx')"
+                )
+        return value
+
+
 class SolutionSection(Section):
     """The ``[solution]`` table: how the reference solution runs (``oracle`` agent only).
 
@@ -459,6 +490,7 @@ class TaskConfig(Section):
         multi_step_reward_strategy: ``mean`` (per-key mean over the graded steps, the
             default) or ``final`` (the last step's rewards).
         artifacts: Paths collected into the trial's evidence after each step.
+        harness: The ``[harness]`` table (this harness's own keys).
     """
 
     schema_version: str | None = None
@@ -472,6 +504,7 @@ class TaskConfig(Section):
     steps: list[StepSection] | None = Field(default=None, min_length=1)
     multi_step_reward_strategy: Literal["mean", "final"] | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
+    harness: HarnessSection = Field(default_factory=HarnessSection)
 
     @model_validator(mode="before")
     @classmethod

@@ -122,6 +122,8 @@ class Section(BaseModel):
                 data.pop(name, None)
         for name in type(self).model_fields:
             value = getattr(self, name)
+            if name not in data:
+                continue  # an added field, unset
             if isinstance(value, Section):
                 data[name] = value.hash_dump()
             elif isinstance(value, list) and any(isinstance(item, Section) for item in value):
@@ -149,7 +151,7 @@ def _unsupported(key: str) -> str | None:
 _NETWORK_FIELDS = ("network_mode", "allowed_hosts")
 _ADDED_FIELDS: dict[str, tuple[str, ...]] = {
     "TaskSection": ("authors", "keywords"),
-    "TaskConfig": ("source", "multi_step_reward_strategy", "steps", "artifacts"),
+    "TaskConfig": ("source", "multi_step_reward_strategy", "steps", "artifacts", "harness"),
     "AgentSection": _NETWORK_FIELDS,
     "StepAgent": _NETWORK_FIELDS,
     "StepVerifier": _NETWORK_FIELDS,

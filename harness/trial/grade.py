@@ -93,7 +93,8 @@ class CollectAndGrade(TrialState):
             )
         )
         self.verifier_posture = result.posture
-        self.root_log.after_grader(sandbox)  # its own installs are not the next agent's
+        # Its verdict follows the agent's tampering; its own installs are not the next agent's.
+        self.root_log.after_verifier(sandbox)
         self.clock.add("verifier", result.process_sec or result.duration_sec)
         self.clock.add("verifier_phase", result.duration_sec)
         self._phase_events("verifier", result)

@@ -421,6 +421,8 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
             extra["steps"] = [step.as_record() for step in self.steps]
         if self.root_log.summaries:
             extra["root_changes"] = self.root_log.summaries
+        if self.root_log.tampered_verdict and self.reward is not None:
+            extra["tampered_verdict"] = True
         return TrialRecord(
             id=self.plan.id,
             task=TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path)),

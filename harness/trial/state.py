@@ -59,7 +59,9 @@ class TrialState:
         self.sandbox_info: dict[str, Any] = {"backend": "unknown"}
         self.evidence = settings.run_dir / (plan.evidence or trial_evidence_dir(plan.id))
         #: Per agent phase, what it changed in the image's root (:mod:`~harness.trial.tampering`).
-        self.root_log = RootChangeLog(self.evidence, self.events)
+        self.root_log = RootChangeLog(
+            self.evidence, self.events, self.task.config.harness.expected_root_changes
+        )
         self.phase = "prepare"
         self.access: TrialAccess | None = None
         self.model_usage: TrialUsage | None = None

@@ -6,12 +6,18 @@ Harbor's classic reward hack. After every agent phase the trial asks the sandbox
 phase's root changes (:meth:`sandbox.backend.Sandbox.root_changes`), keeps all of them in
 the evidence (``root_changes.jsonl``, bounded) and a summary in the record
 (``root_changes``), and marks as ``tampering`` events those a verifier would execute or
-import (:func:`tampering_reason`). ``[verifier].environment_mode = "separate"`` is the
-defence: a separate verifier never sees the agent's root (docs/grading.md).
+read (:func:`tampering_reason`: the reviewed default of
+:mod:`harness.trial.tampering_paths`, the image's ``PATH`` dirs and the HOME the verifier's
+is seeded from, less what the task declares expected in ``[harness].expected_root_changes``).
+A verifier that runs in the agent's container after such an event gives a verdict taken
+after tampering: the record says so (``tampered_verdict``). ``[verifier].environment_mode =
+"separate"`` is the defence: a separate verifier never sees the agent's root
+(docs/grading.md).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import posixpath
 from collections.abc import Iterable, Sequence
@@ -19,6 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.records.layout import ROOT_CHANGES_FILENAME
+from harness.trial.tampering_paths import (
+    DEFAULT_COMPONENTS,
+    DEFAULT_NAMES,
+    DEFAULT_SUFFIXES,
+    DEFAULT_TREES,
+    HOME_REASON,
+    IMAGE_PATH_REASON,
+)
 from sandbox.backend import Sandbox
 from sandbox.errors import SandboxError
 from sandbox.root_changes import RootChange, RootChanges
@@ -27,80 +41,118 @@ from sandbox.root_changes import RootChange, RootChanges
 MAX_TAMPERING_EVENTS = 50
 #: Changes the record's summary lists (the evidence file has them all).
 MAX_SUMMARY_PATHS = 20
-
-#: Files a verifier's shell or loader reads wherever they are.
-_FILES = (
-    "/etc/ld.so.preload",
-    "/etc/ld.so.conf",
-    "/etc/profile",
-    "/etc/bash.bashrc",
-    "/etc/environment",
-    "/etc/bashrc",
-    "/etc/zshenv",
-    "/etc/zshrc",
-    "/etc/pip.conf",
-)
-#: Dirs whose every entry a verifier may execute, source or load.
-_DIRS = (
-    ("/bin", "an executable on PATH"),
-    ("/sbin", "an executable on PATH"),
-    ("/usr/bin", "an executable on PATH"),
-    ("/usr/sbin", "an executable on PATH"),
-    ("/usr/local/bin", "an executable on PATH"),
-    ("/usr/local/sbin", "an executable on PATH"),
-    ("/etc/ld.so.conf.d", "the dynamic loader's config"),
-    ("/etc/profile.d", "a login shell's startup files"),
-    ("/lib", "a shared library or interpreter"),
-    ("/lib64", "a shared library or interpreter"),
-    ("/usr/lib", "a shared library or interpreter"),
-    ("/usr/lib64", "a shared library or interpreter"),
-    ("/usr/local/lib", "a shared library or interpreter"),
-    ("/usr/libexec", "a helper a tool executes"),
-    ("/opt/conda", "a Python environment"),
-    ("/opt/venv", "a Python environment"),
-    ("/root/.local", "root's installed tools (pip --user, uv)"),
-    ("/root/.cargo/bin", "root's installed tools"),
-    ("/root/.config/uv", "uv's config"),
-    ("/root/.config/pip", "pip's config"),
-    ("/root/.pytest_cache", "pytest's cache"),
-)
-#: Names a verifier imports or sources from wherever they are found.
-_NAMES = ("conftest.py", "sitecustomize.py", "usercustomize.py", "pytest.ini", "pyproject.toml")
+#: Bytes of ``/etc/passwd`` read at most to find the verifier's HOME.
+MAX_PASSWD_BYTES = 1 << 20
 
 
-def _under(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
+class _Node:
+    """One component of :class:`PathPatterns`' tree."""
+
+    __slots__ = ("exact", "reason", "wild")
+
+    def __init__(self) -> None:
+        self.exact: dict[str, _Node] = {}
+        self.wild: dict[str, _Node] = {}
+        self.reason: str | None = None
 
 
-def tampering_reason(path: str, image_path: Sequence[str] = ()) -> str | None:
-    """Why a verifier would execute or import ``path``, or None when it would not.
+class PathPatterns:
+    """Absolute path patterns (``*`` within a component), each matching a path and its tree.
+
+    The most specific pattern (the most components) that matches decides. Held as a tree
+    of components, so a path costs a walk down its own components, whatever the count of
+    patterns.
+    """
+
+    def __init__(self, entries: Iterable[tuple[str, str]]) -> None:
+        self._root = _Node()
+        for pattern, reason in entries:
+            parts = _parts(pattern)
+            if not parts:
+                continue
+            node = self._root
+            for part in parts:
+                children = node.wild if "*" in part else node.exact
+                node = children.setdefault(part, _Node())
+            node.reason = reason
+
+    def match(self, path: str) -> str | None:
+        """The reason of the most specific pattern ``path`` is at or under, or None."""
+        parts = _parts(path)
+        best: tuple[int, str] | None = None
+        stack = [(self._root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if node.reason is not None and depth > 0 and (best is None or depth > best[0]):
+                best = (depth, node.reason)
+            if depth == len(parts):
+                continue
+            name = parts[depth]
+            child = node.exact.get(name)
+            if child is not None:
+                stack.append((child, depth + 1))
+            for pattern, wild in node.wild.items():
+                if fnmatch.fnmatchcase(name, pattern):
+                    stack.append((wild, depth + 1))
+        return None if best is None else best[1]
+
+
+def _parts(path: str) -> tuple[str, ...]:
+    return tuple(part for part in posixpath.normpath(path).split("/") if part)
+
+
+#: The reviewed default (:mod:`harness.trial.tampering_paths`), compiled once.
+_TREES = PathPatterns(DEFAULT_TREES)
+_NAMES = dict(DEFAULT_NAMES)
+_COMPONENTS = dict(DEFAULT_COMPONENTS)
+_SUFFIXES = dict(DEFAULT_SUFFIXES)
+
+
+def tampering_reason(
+    path: str,
+    image_path: Sequence[str] = (),
+    *,
+    homes: Sequence[str] = (),
+    expected: PathPatterns | None = None,
+) -> str | None:
+    """Why a verifier's tools would execute, load or read ``path``; None when they would not.
 
     Args:
         path: An absolute path of the sandbox's root that an agent phase changed.
         image_path: The image's ``PATH`` dirs (its ``ENV PATH``), besides the usual ones.
+        homes: The verifier's HOME dirs (besides ``/root``, which the default lists).
+        expected: The task's expected root changes: never tampering.
 
     Returns:
         A short reason (``an executable on PATH``...), or None.
     """
     path = posixpath.normpath(path)
-    if path in _FILES:
-        return "a file every shell or the dynamic loader reads"
+    if expected is not None and expected.match(path) is not None:
+        return None
     name = posixpath.basename(path)
-    if path.startswith("/root/.") and path.count("/") == 2:
-        return "a dotfile of root (the verifier's shell reads it)"
-    if posixpath.splitext(name)[1] == ".pth" or "site-packages" in path.split("/"):
-        return "python's site-packages (imported by the verifier's python)"
-    if "dist-packages" in path.split("/"):
-        return "python's dist-packages (imported by the verifier's python)"
     if name in _NAMES:
-        return f"{name} (imported or read by python or pytest)"
+        return _NAMES[name]
+    suffix = posixpath.splitext(name)[1]
+    if suffix in _SUFFIXES:
+        return _SUFFIXES[suffix]
+    for part in path.split("/"):
+        if part in _COMPONENTS:
+            return _COMPONENTS[part]
     for top in image_path:
         if top.startswith("/") and posixpath.dirname(path) == posixpath.normpath(top):
-            return "an executable on the image's PATH"
-    for top, why in _DIRS:
-        if _under(path, top):
-            return why
+            return IMAGE_PATH_REASON
+    found = _TREES.match(path)
+    if found is not None:
+        return found
+    for home in homes:
+        home = posixpath.normpath(home)
+        if home.startswith("/") and home != "/" and _under(path, home):
+            return HOME_REASON
     return None
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def image_path_dirs(env: Iterable[str]) -> tuple[str, ...]:
@@ -113,13 +165,18 @@ def image_path_dirs(env: Iterable[str]) -> tuple[str, ...]:
 
 
 def tampering_events(
-    changes: RootChanges, image_path: Sequence[str] = (), step: str | None = None
+    changes: RootChanges,
+    image_path: Sequence[str] = (),
+    step: str | None = None,
+    *,
+    homes: Sequence[str] = (),
+    expected: PathPatterns | None = None,
 ) -> list[dict[str, Any]]:
-    """A ``tampering`` event per change a verifier would execute or import (bounded)."""
+    """A ``tampering`` event per change a verifier's tools would read (bounded)."""
     events: list[dict[str, Any]] = []
     found = 0
     for change in changes.changes:
-        reason = tampering_reason(change.path, image_path)
+        reason = tampering_reason(change.path, image_path, homes=homes, expected=expected)
         if reason is None:
             continue
         found += 1
@@ -130,6 +187,7 @@ def tampering_events(
             {
                 "type": "tampering",
                 "kind": "more",
+                "count": found - len(events),
                 "detail": f"{found - len(events)} more tampering changes (see "
                 f"{ROOT_CHANGES_FILENAME})",
                 **({"step": step} if step is not None else {}),
@@ -144,7 +202,7 @@ def _event(change: RootChange, reason: str, step: str | None) -> dict[str, Any]:
         "phase": "agent",
         "path": change.path,
         "kind": change.kind,
-        "detail": f"the agent {change.kind} {reason}: a verifier in this container runs it",
+        "detail": f"the agent {change.kind} {reason}: a verifier in this container reads it",
         **({"step": step} if step is not None else {}),
     }
 
@@ -189,6 +247,21 @@ def fresh_changes(changes: RootChanges, seen: dict[str, RootChange]) -> RootChan
     return RootChanges(fresh, changes.truncated, len(fresh) + unlisted)
 
 
+def passwd_home(passwd: bytes, user: str) -> str | None:
+    """The HOME ``/etc/passwd`` gives ``user`` (a name or a uid), or None.
+
+    The file is the agent's to write: it is parsed as text, line by line, and a home that
+    is not an absolute path (or is ``/``) is no answer.
+    """
+    for line in passwd.decode("utf-8", errors="replace").splitlines():
+        fields = line.split(":")
+        if len(fields) < 7 or user not in (fields[0], fields[2]):
+            continue
+        home = posixpath.normpath(fields[5]) if fields[5].startswith("/") else ""
+        return home if home not in ("", "/") else None
+    return None
+
+
 class RootChangeLog:
     """One trial's record of its root changes, phase by phase (see the module doc).
 
@@ -197,12 +270,20 @@ class RootChangeLog:
         summaries: The record's ``root_changes``: one summary per agent phase that changed
             anything.
         events: Where ``tampering`` (and ``root_changes_error``) events go: the record's.
+        expected: The task's expected root changes (never ``tampering``).
+        tampered: An agent phase so far made a tampering change.
+        tampered_verdict: A verifier ran in the agent's container after a tampering change.
     """
 
-    def __init__(self, evidence: Path, events: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, evidence: Path, events: list[dict[str, Any]], expected: Sequence[str] = ()
+    ) -> None:
         self.evidence = evidence
         self.events = events
+        self.expected = PathPatterns((pattern, "expected") for pattern in expected)
         self.summaries: list[dict[str, Any]] = []
+        self.tampered = False
+        self.tampered_verdict = False
         self._seen: dict[str, RootChange] = {}
 
     def _listing(self, sandbox: Sandbox) -> RootChanges | None:
@@ -223,9 +304,23 @@ class RootChangeLog:
             return
         path = sandbox.environment_env().get("PATH", "")
         dirs = tuple(part for part in path.split(":") if part)
-        self.events.extend(tampering_events(changes, dirs, step))
+        homes = verifier_homes(sandbox)
+        events = tampering_events(changes, dirs, step, homes=homes, expected=self.expected)
+        if changes.truncated:
+            # Changes past the listing's bounds are unseen: one of them may be tampering.
+            events.append(
+                {
+                    "type": "tampering",
+                    "kind": "unlisted",
+                    "detail": f"the root changes were listed up to a bound ({changes.total} "
+                    "found): those left out may be tampering",
+                    **({"step": step} if step is not None else {}),
+                }
+            )
+        self.events.extend(events)
+        self.tampered = self.tampered or bool(events)
         write_changes(self.evidence, changes, step)
-        tampered = sum(1 for c in changes.changes if tampering_reason(c.path, dirs) is not None)
+        tampered = sum(1 if e.get("path") else int(e.get("count", 0)) for e in events)
         entry = summary(changes, tampered)
         if step is not None:
             entry["step"] = step
@@ -237,15 +332,43 @@ class RootChangeLog:
         if listing is not None:
             fresh_changes(listing, self._seen)
 
+    def after_verifier(self, sandbox: Sandbox) -> None:
+        """A verifier in the agent's container ran: its verdict follows any tampering."""
+        self.tampered_verdict = self.tampered_verdict or self.tampered
+        self.after_grader(sandbox)
+
+
+def verifier_homes(sandbox: Sandbox) -> tuple[str, ...]:
+    """The HOME the verifier's is seeded from, as ``/etc/passwd`` says it after the agent.
+
+    The verifier is ``[verifier].user``, else the image's ``USER``, else root; its fresh
+    HOME is seeded from the passwd home of that user (``sandbox/inside/home_seed.py``).
+    """
+    config = sandbox.image_config()
+    user = sandbox.spec.verifier_user
+    if user in (None, ""):
+        user = (config.user if config is not None else None) or "root"
+    name = str(user).split(":")[0]
+    try:
+        data, _event = sandbox.read_file("/etc/passwd", max_bytes=MAX_PASSWD_BYTES)
+    except SandboxError:
+        return ()
+    home = passwd_home(data, name) if data is not None else None
+    return () if home is None else (home,)
+
 
 __all__ = [
+    "MAX_PASSWD_BYTES",
     "MAX_SUMMARY_PATHS",
     "MAX_TAMPERING_EVENTS",
+    "PathPatterns",
     "RootChangeLog",
     "fresh_changes",
     "image_path_dirs",
+    "passwd_home",
     "summary",
     "tampering_events",
     "tampering_reason",
+    "verifier_homes",
     "write_changes",
 ]

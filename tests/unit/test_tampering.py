@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
@@ -12,12 +13,14 @@ import pytest
 from harness.records import TrialStatus
 from harness.records.layout import ROOT_CHANGES_FILENAME
 from harness.records.metrics import summarize
-from harness.records.model import AgentRef, SandboxRef, TaskRef, TrialRecord
+from harness.records.model import AgentRef, SandboxRef, TaskRef, TrialRecord, tampered_verdict
 from harness.trial.tampering import (
     MAX_TAMPERING_EVENTS,
+    PathPatterns,
     RootChangeLog,
     fresh_changes,
     image_path_dirs,
+    passwd_home,
     summary,
     tampering_events,
     tampering_reason,
@@ -57,14 +60,40 @@ CASES = [
     ("/lib/x86_64-linux-gnu/libc.so.6", True),
     ("/lib64/ld-linux-x86-64.so.2", True),
     ("/usr/bin/../bin/python3", True),
-    ("/etc/hostname", False),
-    ("/etc/passwd", False),
+    # Every change under /etc, the package manager's state, the interpreters' module dirs,
+    # git's templates and the verifier's HOME (the reviewed default, tampering_paths.py).
+    ("/etc/hostname", True),
+    ("/etc/passwd", True),
+    ("/etc/nsswitch.conf", True),
+    ("/etc/ld.so.cache", True),
+    ("/etc/gitconfig", True),
+    ("/etc/ssl/openssl.cnf", True),
+    ("/etc/apt/apt.conf.d/99x", True),
+    ("/etc/dpkg/dpkg.cfg.d/x", True),
+    ("/etc/alternatives/python3", True),
+    ("/etc/python3.11/sitecustomize.py", True),
+    ("/etc/sudoers.d/x", True),
+    ("/etc/nginx/nginx.conf", True),
+    ("/usr/share/perl5/Debian/AdduserCommon.pm", True),
+    ("/usr/lib/x86_64-linux-gnu/perl5/5.36/Foo.pm", True),
+    ("/usr/share/git-core/templates/hooks/post-checkout", True),
+    ("/var/lib/dpkg/status", True),
+    ("/var/lib/dpkg/info/curl.postinst", True),
+    ("/var/lib/apt/lists/deb.debian.org_dists_bookworm_InRelease", True),
+    ("/var/cache/apt/archives/curl.deb", True),
+    ("/usr/pyvenv.cfg", True),
+    ("/usr/local/pyvenv.cfg", True),
+    ("/root/projects/readme.md", True),
+    ("/root/.config/git/config", True),
+    ("/var/lib/gems/3.1.0/gems/x/lib/x.rb", True),
+    ("/usr/share/nodejs/x/index.js", True),
     ("/var/log/apt/history.log", False),
-    ("/var/lib/dpkg/status", False),
     ("/srv/data/input.csv", False),
     ("/home/user/notes.txt", False),
-    ("/root/projects/readme.md", False),
     ("/opt/tool/README", False),
+    ("/usr/share/doc/curl/README", False),
+    ("/var/cache/man/index.db", False),
+    ("/etcetera/x", False),
 ]
 
 
@@ -90,7 +119,7 @@ def _changes(paths: list[str], *, truncated: bool = False) -> RootChanges:
 
 
 def test_events_summary_and_evidence(tmp_path: Path) -> None:
-    changes = _changes(["/etc/hostname", "/usr/bin/python3", "/usr/local/bin/pytest"])
+    changes = _changes(["/srv/data.csv", "/usr/bin/python3", "/usr/local/bin/pytest"])
     events = tampering_events(changes, step="one")
     assert [e["path"] for e in events] == ["/usr/bin/python3", "/usr/local/bin/pytest"]
     assert all(e["type"] == "tampering" and e["step"] == "one" for e in events)
@@ -100,7 +129,7 @@ def test_events_summary_and_evidence(tmp_path: Path) -> None:
     write_changes(tmp_path, _changes(["/bin/sh"], truncated=True), "two")
     lines = [json.loads(x) for x in (tmp_path / ROOT_CHANGES_FILENAME).read_text().splitlines()]
     assert [x.get("path") for x in lines] == [
-        "/etc/hostname",
+        "/srv/data.csv",
         "/usr/bin/python3",
         "/usr/local/bin/pytest",
         "/bin/sh",
@@ -133,11 +162,16 @@ def test_the_summary_counts_tampered_trials() -> None:
             events=events,
         )
 
-    hit = {"type": "tampering", "path": "/usr/bin/python3", "kind": "modified"}
+    hit: dict[str, object] = {"type": "tampering", "path": "/usr/bin/python3", "kind": "modified"}
     clean = summarize([record(0, [])], planned=1)
     assert "tampering" not in clean.model_dump()
     found = summarize([record(0, [hit, hit]), record(1, [])], planned=2).model_dump()
-    assert found["tampering"] == {"trials": 1, "events": 2} and found["planned"] == 2
+    assert found["tampering"] == {"trials": 1, "events": 2, "verdicts": 0}
+    assert found["planned"] == 2
+    forged = record(0, [hit]).model_copy(update={"tampered_verdict": True})
+    assert tampered_verdict(forged) and not tampered_verdict(record(1, [hit]))
+    found = summarize([forged, record(1, [])], planned=2).model_dump()
+    assert found["tampering"] == {"trials": 1, "events": 1, "verdicts": 1}
 
 
 def test_each_phase_records_only_its_own_share(tmp_path: Path) -> None:
@@ -153,6 +187,14 @@ def test_each_phase_records_only_its_own_share(tmp_path: Path) -> None:
 
         def environment_env(self) -> dict[str, str]:
             return {"PATH": "/opt/tool/bin:/usr/bin"}
+
+        def image_config(self) -> None:
+            return None
+
+        def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, None]:
+            return None, None
+
+        spec = SimpleNamespace(verifier_user=None)
 
     events: list[dict[str, object]] = []
     log = RootChangeLog(tmp_path, events)
@@ -171,3 +213,105 @@ def test_each_phase_records_only_its_own_share(tmp_path: Path) -> None:
         ("/opt/tool/bin/t", "two"),
     ]
     assert fresh_changes(Listing.listing, {}).total == 3
+
+
+class _Root:
+    """A sandbox as the root change log sees it: a listing, an image, its /etc/passwd."""
+
+    def __init__(self, changes: list[RootChange], passwd: bytes, user: str | None) -> None:
+        self.listing = RootChanges(tuple(changes), total=len(changes))
+        self.passwd = passwd
+        self.spec = SimpleNamespace(verifier_user=user)
+
+    def root_changes(self) -> RootChanges:
+        return self.listing
+
+    def environment_env(self) -> dict[str, str]:
+        return {}
+
+    def image_config(self) -> None:
+        return None
+
+    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, None]:
+        assert path == "/etc/passwd"
+        return self.passwd[:max_bytes], None
+
+
+PASSWD = b"root:x:0:0:root:/root:/bin/bash\napp:x:1000:1000::/home/app:/bin/sh\n"
+
+
+def test_passwd_home_reads_the_agents_file_as_text() -> None:
+    assert passwd_home(PASSWD, "root") == "/root"
+    assert passwd_home(PASSWD, "1000") == "/home/app"
+    assert passwd_home(PASSWD, "nobody") is None
+    assert passwd_home(b"root:x:0:0::relative:/bin/sh\n", "root") is None
+    assert passwd_home(b"root:x:0:0::/:/bin/sh\n", "root") is None
+    assert passwd_home(b"\xff\xfe:garbage\nroot:x:0:0::/srv/h/../r:/bin/sh", "root") == "/srv/r"
+
+
+def test_the_verifiers_home_is_where_passwd_points_after_the_agent(tmp_path: Path) -> None:
+    """A root agent that moves root's HOME in /etc/passwd: the new HOME is watched too."""
+    moved = PASSWD.replace(b":/root:", b":/srv/home:")
+    changes = [
+        RootChange("/srv/home/.bashrc", "added"),
+        RootChange("/home/app/.profile", "added"),
+        RootChange("/srv/data.csv", "added"),
+    ]
+    events: list[dict[str, object]] = []
+    RootChangeLog(tmp_path, events).after_agent(cast(Sandbox, _Root(changes, moved, None)), None)
+    assert [e["path"] for e in events] == ["/srv/home/.bashrc"]
+    events = []
+    sandbox = cast(Sandbox, _Root(changes, PASSWD, "app"))
+    RootChangeLog(tmp_path, events).after_agent(sandbox, None)
+    assert [e["path"] for e in events] == ["/home/app/.profile"]
+
+
+def test_expected_root_changes_are_not_tampering(tmp_path: Path) -> None:
+    changes = [
+        RootChange("/etc/nginx/nginx.conf", "modified"),
+        RootChange("/etc/nginxx", "added"),
+        RootChange("/usr/lib/python3/dist-packages/flask/__init__.py", "added"),
+        RootChange("/usr/bin/python3", "modified"),
+    ]
+    events: list[dict[str, object]] = []
+    expected = ["/etc/nginx", "/usr/lib/python3/dist-packages/*"]
+    log = RootChangeLog(tmp_path, events, expected)
+    log.after_agent(cast(Sandbox, _Root(changes, PASSWD, None)), None)
+    assert [e["path"] for e in events] == ["/etc/nginxx", "/usr/bin/python3"]
+    assert log.summaries[0]["tampering"] == 2
+
+
+def test_a_verdict_after_tampering_is_marked(tmp_path: Path) -> None:
+    events: list[dict[str, object]] = []
+    log = RootChangeLog(tmp_path, events)
+    clean = _Root([RootChange("/srv/data.csv", "added")], PASSWD, None)
+    log.after_agent(cast(Sandbox, clean), "one")
+    log.after_verifier(cast(Sandbox, clean))
+    assert not log.tampered_verdict
+    hook = _Root([RootChange("/etc/apt/apt.conf.d/99x", "added")], PASSWD, None)
+    log.after_agent(cast(Sandbox, hook), "two")
+    assert log.tampered and not log.tampered_verdict
+    log.after_verifier(cast(Sandbox, hook))
+    assert log.tampered_verdict
+
+
+def test_a_listing_cut_short_counts_as_tampering(tmp_path: Path) -> None:
+    """Changes past the bound are unseen: an agent could bury its hook behind 10,000 files."""
+    events: list[dict[str, object]] = []
+    log = RootChangeLog(tmp_path, events)
+    cut = _Root([RootChange("/aaa/0", "added")], PASSWD, None)
+    cut.listing = RootChanges(cut.listing.changes, truncated=True, total=10_001)
+    log.after_agent(cast(Sandbox, cut), None)
+    assert [e["kind"] for e in events] == ["unlisted"] and log.tampered
+
+
+def test_the_most_specific_pattern_gives_the_reason() -> None:
+    patterns = PathPatterns([("/etc", "any"), ("/etc/apt", "apt"), ("/etc/python3*", "py")])
+    assert patterns.match("/etc/apt/apt.conf.d/99x") == "apt"
+    assert patterns.match("/etc/aptx") == "any"
+    assert patterns.match("/etc/python3.11/sitecustomize.py") == "py"
+    assert patterns.match("/etc") == "any" and patterns.match("/etcx") is None
+    assert patterns.match("/") is None
+    assert tampering_reason("/etc/apt/apt.conf.d/99x") == (
+        "apt's config: apt.conf.d hooks (APT::Update::Pre-Invoke) run as root"
+    )

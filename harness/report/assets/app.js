@@ -586,8 +586,16 @@
       metric("tokens", "tokens", int(tokens.total), tokens.total, measured(tokens)),
       metric("cost_usd", "cost", usd(cost.total), cost.total, cost.measured ? measured(cost) : "not priced"),
       metric("calls", "model calls", int(calls.total), calls.total, measured(calls)),
-      metric("duration", "mean trial time", secs((s.duration_sec || {}).mean), (s.duration_sec || {}).mean, "total " + secs((s.duration_sec || {}).total))
+      metric("duration", "mean trial time", secs((s.duration_sec || {}).mean), (s.duration_sec || {}).mean, "total " + secs((s.duration_sec || {}).total)),
+      tamperedVerdicts(s)
     );
+  }
+
+  // Verdicts a verifier gave in the agent's container after the agent changed what it runs.
+  function tamperedVerdicts(s) {
+    const t = s.tampering;
+    if (!t || typeof t !== "object" || !isNum(t.verdicts) || t.verdicts <= 0) return null;
+    return h("div", { class: "warn" }, metric("tampered_verdicts", "verdicts after tampering", int(t.verdicts), t.verdicts, int(t.trials) + " trial(s) with " + int(t.events) + " tampering change(s)"));
   }
 
   function statusBanner(run) {
@@ -783,7 +791,7 @@
     return holder;
   }
 
-  const KNOWN_RECORD_KEYS = new Set(["id", "task", "agent", "sandbox", "rollout", "attempt", "status", "ok", "reward", "rewards", "errors", "previous_attempts", "timings", "usage", "versions", "started_at", "finished_at", "evidence_dir", "events", "posture", "verifier_posture", "root_changes"]);
+  const KNOWN_RECORD_KEYS = new Set(["id", "task", "agent", "sandbox", "rollout", "attempt", "status", "ok", "reward", "rewards", "errors", "previous_attempts", "timings", "usage", "versions", "started_at", "finished_at", "evidence_dir", "events", "posture", "verifier_posture", "root_changes", "tampered_verdict"]);
   const PER_PART_KEYS = ["steps", "judges", "episodes"];
   const PHASES = ["prepare", "build", "reset", "waiting", "execute", "agent_phase", "agent", "collect", "grade", "verifier_phase", "verifier", "cleanup"];
 
@@ -795,7 +803,7 @@
       { class: "card trial-head" },
       h("h1", null, visible(String(rec.id)), " ", badge(rec.status)),
       kvTable([
-        ["reward", h("strong", { "data-field": "reward" }, num(rec.reward))],
+        ["reward", [h("strong", { "data-field": "reward" }, num(rec.reward)), rec.tampered_verdict === true ? h("span", { class: "warn", "data-field": "tampered-verdict" }, " taken after tampering") : null]],
         ["task", [visible(plain(task.name)), task.key !== task.name ? [" (", visible(plain(task.key)), ")"] : null]],
         ["agent", [visible(plain(agent.name)), agent.model ? " \u00b7 model " + visible(plain(agent.model)) : null]],
         ["sandbox", visible(plain((rec.sandbox || {}).backend)) + ((rec.sandbox || {}).image ? " \u00b7 " + visible(plain(rec.sandbox.image)) : "")],
@@ -1217,6 +1225,7 @@
         "agent identity: --agent-root " + visible(plain(identity.rule)) + ", ran as " +
         (identity.uid === 0 ? "root (uid 0), boundary: " + visible(plain(identity.boundary)) : "uid " + String(identity.uid)) +
         (identity.wanted_root && identity.uid !== 0 ? " (the task's agent wanted root: " + visible(plain(identity.wanted)) + ")" : "")) : null,
+      rec.tampered_verdict === true ? h("p", { class: "warn", "data-field": "tampered-verdict" }, "verdict taken after tampering: a verifier in the agent's container ran after the agent changed what it runs (docs/security.md, A root agent)") : null,
       tampered.length ? [
         h("p", { class: "warn", "data-field": "tampering" }, tampered.length + " tampering change(s): the agent rewrote what a verifier in its container runs (docs/grading.md)"),
         h("ul", null, tampered.slice(0, 50).map((e) => h("li", null, visible(plain(e.kind)) + " " + visible(plain(e.path)) + " — " + visible(plain(e.detail)))))

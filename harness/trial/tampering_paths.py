@@ -1,0 +1,128 @@
+"""The reviewed default: where in an image's root a change steers a shared verifier's tools.
+
+A verifier that runs in the agent's container (``[verifier].environment_mode = "shared"``,
+Harbor's default) runs the image's ``bash``, ``python3``, ``pytest``, ``apt-get``, ``git``,
+``curl`` as root. Whatever those programs execute, load, import, source or read as
+configuration is part of the verdict, and a root agent can rewrite all of it. This module
+is the one list of those places, each with the reason it is on it. A change there made by
+an agent phase is a ``tampering`` event (:mod:`harness.trial.tampering`), unless the task
+declares it expected (``[harness].expected_root_changes``, docs/tasks.md).
+
+The list is deliberately wide: whole trees (``/etc``, the library dirs, dpkg's and apt's
+state) rather than the few files known today to be abused, because the tools a
+``test.sh`` runs read far more than anyone lists (``nsswitch.conf`` picks the libraries
+every user lookup loads, ``apt.conf.d`` runs hooks, ``/usr/pyvenv.cfg`` re-roots
+``/usr/bin/python3``). A more specific entry wins for the reason an event gives.
+
+Patterns are absolute paths whose components may hold ``*`` (any characters of one
+component); a pattern matches the path itself and everything under it.
+"""
+
+from __future__ import annotations
+
+#: Trees of the image root a verifier's tools read: (pattern, reason), reviewed one by one.
+DEFAULT_TREES: tuple[tuple[str, str], ...] = (
+    # Executables a test.sh runs by name.
+    ("/bin", "an executable on PATH"),
+    ("/sbin", "an executable on PATH"),
+    ("/usr/bin", "an executable on PATH"),
+    ("/usr/sbin", "an executable on PATH"),
+    ("/usr/local/bin", "an executable on PATH"),
+    ("/usr/local/sbin", "an executable on PATH"),
+    # The dynamic loader's search path and every interpreter's standard library: python's
+    # /usr/lib/python3*, perl's /usr/lib/x86_64-linux-gnu/perl*, ruby's and node's global
+    # module dirs (/usr/lib/ruby, /usr/lib/node_modules, /usr/local/lib/node_modules).
+    ("/lib", "a shared library, the dynamic loader or an interpreter's module"),
+    ("/lib32", "a shared library, the dynamic loader or an interpreter's module"),
+    ("/lib64", "a shared library, the dynamic loader or an interpreter's module"),
+    ("/libx32", "a shared library, the dynamic loader or an interpreter's module"),
+    ("/usr/lib", "a shared library, the dynamic loader or an interpreter's module"),
+    ("/usr/lib32", "a shared library, the dynamic loader or an interpreter's module"),
+    ("/usr/lib64", "a shared library, the dynamic loader or an interpreter's module"),
+    ("/usr/libx32", "a shared library, the dynamic loader or an interpreter's module"),
+    ("/usr/local/lib", "a shared library or an interpreter's module (pip, npm -g, gem)"),
+    ("/usr/libexec", "a helper a tool executes (git's commands, apt's methods)"),
+    ("/usr/local/libexec", "a helper a tool executes"),
+    # Interpreters' module dirs outside the library dirs.
+    ("/usr/share/perl5", "perl's @INC (apt's and dpkg's own perl modules live here)"),
+    ("/usr/share/perl", "perl's @INC"),
+    ("/usr/local/share/perl", "perl's @INC"),
+    ("/usr/share/python3", "Debian's python hooks (py3compile, run by package installs)"),
+    ("/usr/share/nodejs", "node's global module dir on Debian"),
+    ("/usr/share/rubygems-integration", "ruby's gem path on Debian"),
+    ("/var/lib/gems", "ruby's gem path on Debian"),
+    ("/opt/conda", "a Python environment"),
+    ("/opt/venv", "a Python environment"),
+    # Tools' own data that is code.
+    ("/usr/share/git-core", "git's templates (hooks copied into every new repository)"),
+    # The package manager a test.sh calls (`apt-get install curl`): it runs as root.
+    ("/var/lib/dpkg", "dpkg's database: maintainer scripts, diversions, triggers an apt-get runs"),
+    ("/var/lib/apt", "apt's package lists: what an apt-get install takes as genuine"),
+    ("/var/cache/apt", "apt's downloaded packages: installed as they are when the lists match"),
+    ("/var/cache/debconf", "debconf's answers, acted on by packages' maintainer scripts"),
+    # Configuration: every file under /etc is read by some tool a verifier may run.
+    ("/etc", "system configuration a verifier's tools read"),
+    ("/etc/ld.so.preload", "the dynamic loader's preload list (loaded into every program)"),
+    ("/etc/ld.so.cache", "the dynamic loader's cache: which file every library name loads"),
+    ("/etc/ld.so.conf", "the dynamic loader's search path"),
+    ("/etc/ld.so.conf.d", "the dynamic loader's search path"),
+    ("/etc/nsswitch.conf", "name services: the libnss modules every user or host lookup loads"),
+    ("/etc/passwd", "users: the verifier's identity and the HOME its own is seeded from"),
+    ("/etc/group", "groups: the verifier's identity"),
+    ("/etc/profile", "a login shell's startup file"),
+    ("/etc/profile.d", "a login shell's startup files"),
+    ("/etc/bash.bashrc", "bash's startup file"),
+    ("/etc/bashrc", "bash's startup file"),
+    ("/etc/environment", "the environment PAM and login shells set"),
+    ("/etc/zshenv", "zsh's startup file"),
+    ("/etc/zshrc", "zsh's startup file"),
+    ("/etc/apt", "apt's config: apt.conf.d hooks (APT::Update::Pre-Invoke) run as root"),
+    ("/etc/dpkg", "dpkg's config: dpkg.cfg.d options and hooks run as root"),
+    ("/etc/gitconfig", "git's system config (hooksPath, fsmonitor, aliases run commands)"),
+    ("/etc/ssl", "openssl's config (engines, providers loaded by every TLS client) and CAs"),
+    ("/etc/alternatives", "where python3, java, editor and friends point"),
+    ("/etc/python3*", "python's system config (Debian's sitecustomize.py)"),
+    ("/etc/pip.conf", "pip's index and options"),
+    ("/etc/sudoers", "sudo's rules"),
+    ("/etc/sudoers.d", "sudo's rules"),
+    # The HOME the verifier's own is seeded from (root's, by default).
+    ("/root", "root's HOME: the verifier's fresh HOME is seeded from its dotfiles"),
+)
+
+#: Names a verifier's python or pytest reads wherever they are: (name, reason).
+DEFAULT_NAMES: tuple[tuple[str, str], ...] = (
+    ("conftest.py", "conftest.py (imported by pytest)"),
+    ("sitecustomize.py", "sitecustomize.py (imported by every python)"),
+    ("usercustomize.py", "usercustomize.py (imported by every python)"),
+    ("pytest.ini", "pytest.ini (pytest's config)"),
+    ("pyproject.toml", "pyproject.toml (pytest's config)"),
+    ("tox.ini", "tox.ini (pytest's config)"),
+    ("setup.cfg", "setup.cfg (pytest's config)"),
+    ("pyvenv.cfg", "pyvenv.cfg (re-roots the python next to or above it)"),
+)
+
+#: A dir name that makes everything under it python's import path, wherever it is.
+DEFAULT_COMPONENTS: tuple[tuple[str, str], ...] = (
+    ("site-packages", "python's site-packages (imported by the verifier's python)"),
+    ("dist-packages", "python's dist-packages (imported by the verifier's python)"),
+)
+
+#: File suffixes python acts on wherever its import path reaches.
+DEFAULT_SUFFIXES: tuple[tuple[str, str], ...] = (
+    (".pth", "a .pth file (its import lines run in every python)"),
+)
+
+#: Why a change in the verifier's HOME (as ``/etc/passwd`` names it after the agent) counts.
+HOME_REASON = "the verifier's HOME (its fresh HOME is seeded from it)"
+#: Why a direct child of a dir on the image's own ``PATH`` counts.
+IMAGE_PATH_REASON = "an executable on the image's PATH"
+
+
+__all__ = [
+    "DEFAULT_COMPONENTS",
+    "DEFAULT_NAMES",
+    "DEFAULT_SUFFIXES",
+    "DEFAULT_TREES",
+    "HOME_REASON",
+    "IMAGE_PATH_REASON",
+]
