@@ -28,6 +28,7 @@ import h11
 
 from harness.errors import ProviderError
 from harness.gateway import gemini, http, side
+from harness.gateway.hosted_tools import ToolRefused, decide, error_body
 from harness.gateway.limits import CONNECTION_BYTES, STREAM_BYTES, Hold, Limits, Meter, parse_cost
 from harness.gateway.policy import (
     Allowance,
@@ -50,6 +51,8 @@ from harness.gateway.recorder import (
 from harness.gateway.sockets import make_socket_root, make_trial_socket
 from harness.gateway.usage import request_chars, usage_from_body
 from harness.models.catalog import ModelSpec
+from sandbox.network_events import MAX_NETWORK_EVENTS
+from sandbox.network_policy import NO_NETWORK, NetworkPolicy
 
 T = TypeVar("T")
 
@@ -87,8 +90,25 @@ class TrialAccess:
 class TrialGateway(Protocol):
     """What a trial uses of the gateway: :class:`Gateway` here, a relay on a Ray worker."""
 
-    def open_trial(self, trial_id: str, task_name: str, record_path: Path) -> TrialAccess:
-        """Give a trial its token and socket (calls recorded to ``record_path``)."""
+    def open_trial(
+        self,
+        trial_id: str,
+        task_name: str,
+        record_path: Path,
+        *,
+        network: NetworkPolicy | None = None,
+    ) -> TrialAccess:
+        """Give a trial its token and socket (calls recorded to ``record_path``).
+
+        ``network`` is the agent phase's policy, which the trial's calls are held to
+        (hosted tools, :mod:`.hosted_tools`); None: ``no-network``.
+        """
+
+    def set_network(self, trial_id: str, network: NetworkPolicy, step: str | None = None) -> None:
+        """The agent phase now running has ``network`` (a step of a multi-step task)."""
+
+    def network_events(self, trial_id: str) -> list[dict[str, Any]]:
+        """The ``network_refused`` events of the trial's refused calls so far (drained)."""
 
     def revoke(self, trial_id: str) -> TrialUsage | None:
         """End the trial's access (idempotent); its usage totals."""
@@ -107,6 +127,7 @@ class _Trial:
         recorder: CallRecorder,
         budget: Budget,
         limits: Limits,
+        network: NetworkPolicy,
     ) -> None:
         self.access = access
         self.task_name = task_name
@@ -118,6 +139,48 @@ class _Trial:
         self.revoked = False
         #: The agent its socket was handed over to (:meth:`Gateway.hand_over`), if any.
         self.successor: _Trial | None = None
+        #: The policy of the agent phase running now, and its step (None: no steps).
+        self.network = network
+        self.step: str | None = None
+        #: ``network_refused`` events not yet taken (:meth:`Gateway.network_events`).
+        self.events: list[dict[str, Any]] = []
+        self.events_dropped = 0
+
+    def refused(self, api: str, refused: ToolRefused) -> None:
+        """Keep the event of a call refused under the phase's policy (bounded)."""
+        tool = refused.refusal.tool
+        if tool is None:
+            return  # ``background``: a budget matter, in model_calls.jsonl only
+        if len(self.events) >= MAX_NETWORK_EVENTS:
+            self.events_dropped += 1
+            return
+        event: dict[str, Any] = {
+            "type": "network_refused",
+            "phase": "agent",
+            "protocol": "model_tool",
+            "api": api,
+            "tool": tool.name[:255],
+            "kind": tool.kind,
+            "policy": self.network.mode,
+        }
+        if refused.refusal.host is not None:
+            event["host"] = refused.refusal.host[:255]
+        event["reason"] = refused.reason[:1000]
+        if self.step is not None:
+            event["step"] = self.step
+        self.events.append(event)
+
+    def check_network(self, api: str, payload: dict[str, Any]) -> None:
+        """Refuse a call the phase's network policy does not allow (hosted tools, background).
+
+        Raises:
+            ToolRefused: 400, its event kept.
+        """
+        refusal = decide(api, payload, self.network)
+        if refusal is not None:
+            refused = ToolRefused(refusal)
+            self.refused(api, refused)
+            raise refused
 
     def current(self) -> _Trial:
         """The access now answering on this socket (the last agent it was handed to)."""
@@ -194,8 +257,19 @@ class Gateway:
             raise RuntimeError("the gateway is not started")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def open_trial(self, trial_id: str, task_name: str, record_path: Path) -> TrialAccess:
-        """Give a trial its token and socket; calls are recorded to ``record_path``."""
+    def open_trial(
+        self,
+        trial_id: str,
+        task_name: str,
+        record_path: Path,
+        *,
+        network: NetworkPolicy | None = None,
+    ) -> TrialAccess:
+        """Give a trial its token and socket; calls are recorded to ``record_path``.
+
+        ``network`` is the agent phase's policy (None: ``no-network``, fail closed): a call
+        asking the provider for a hosted tool it does not allow is refused.
+        """
         assert self.socket_root is not None
         access = TrialAccess(
             trial_id=trial_id,
@@ -204,7 +278,12 @@ class Gateway:
             token=self._tokens.issue(trial_id),
         )
         trial = _Trial(
-            access, task_name, self._recorder(record_path, trial_id), self.budget, self.limits
+            access,
+            task_name,
+            self._recorder(record_path, trial_id),
+            self.budget,
+            self.limits,
+            network or NO_NETWORK,
         )
         self.provider.open_trial(trial_id, task_name)
         with self._lock:
@@ -217,14 +296,21 @@ class Gateway:
         return access
 
     def hand_over(
-        self, trial_id: str, agent_id: str, task_name: str, record_path: Path
+        self,
+        trial_id: str,
+        agent_id: str,
+        task_name: str,
+        record_path: Path,
+        *,
+        network: NetworkPolicy | None = None,
     ) -> TrialAccess:
         """Give the socket of ``trial_id`` to the next agent of the same sandbox.
 
         The old agent's token dies and its connections are cut (its usage stays readable
         under ``trial_id``); the new agent gets its own token, budget and call record under
         ``agent_id``, on the same socket (an episode's shared-sandbox judge). ``revoke``
-        of ``agent_id`` closes the socket.
+        of ``agent_id`` closes the socket. ``network``: the new agent's policy (None: the
+        old agent's).
 
         Raises:
             KeyError: ``trial_id`` has no open access.
@@ -240,7 +326,7 @@ class Gateway:
             token=self._tokens.issue(agent_id),
         )
         recorder = self._recorder(record_path, agent_id)
-        new = _Trial(access, task_name, recorder, self.budget, self.limits)
+        new = _Trial(access, task_name, recorder, self.budget, self.limits, network or old.network)
         self._tokens.revoke(old.access.token)
         with self._lock:
             old.revoked = True
@@ -251,6 +337,33 @@ class Gateway:
         self.provider.close_trial(trial_id)
         self.provider.open_trial(agent_id, task_name)
         return access
+
+    def set_network(self, trial_id: str, network: NetworkPolicy, step: str | None = None) -> None:
+        """The agent phase now running (``step`` of a multi-step task) has ``network``.
+
+        Raises:
+            KeyError: ``trial_id`` has no access.
+        """
+        with self._lock:
+            trial = self._trials.get(trial_id)
+        if trial is None:
+            raise KeyError(f"no gateway access for trial {trial_id}")
+        trial.network, trial.step = network, step
+
+    def network_events(self, trial_id: str) -> list[dict[str, Any]]:
+        """The trial's ``network_refused`` events so far, and a count of those over the cap.
+
+        Drained: each event is returned once (the trial's record keeps it).
+        """
+        with self._lock:
+            trial = self._trials.get(trial_id)
+            if trial is None:
+                return []
+            events, dropped = trial.events, trial.events_dropped
+            trial.events, trial.events_dropped = [], 0
+        if dropped:
+            events.append({"type": "network_refused", "dropped": dropped, "reason": "over the cap"})
+        return events
 
     def _recorder(self, path: Path, trial_id: str) -> CallRecorder:
         return CallRecorder(
@@ -460,6 +573,8 @@ class Gateway:
                 method, path, api, raw_body, model=self.model, apis=self.provider.apis
             )
             payload = gemini.as_call(path, payload)
+            assert api is not None
+            trial.check_network(api, payload)
             trial.allowance.check()  # a spent budget is refused without waiting for a turn
             turn = await trial.allowance.turn()
         except Refused as refused:
@@ -477,7 +592,10 @@ class Gateway:
                 refused.outcome,
             )
             kind = "budget_exceeded" if refused.outcome == "budget" else "gateway_refused"
-            body = http.error_body(api, kind, refused.reason)
+            if isinstance(refused, ToolRefused):
+                body = error_body(api, refused.reason)
+            else:
+                body = http.error_body(api, kind, refused.reason)
             methods = side.allowed(target.split("?", 1)[0]) if refused.status == 405 else None
             extra = (("allow", ", ".join(methods)),) if methods else ()
             await http.send(
@@ -618,6 +736,7 @@ class Gateway:
                 raise Refused(404, f"POST {path} is not a model endpoint for {self.model.id}")
             if trial.revoked:
                 raise Refused(401, "revoked token: the trial's model access has ended")
+            trial.check_network(api, gemini.as_call(path, payload))
             trial.allowance.check()
             turn = await trial.allowance.turn()
         except Refused as refused:
@@ -627,6 +746,8 @@ class Gateway:
             if refused.outcome == "budget":
                 error = http.error_body(api, "budget_exceeded", refused.reason)
                 return refused.status, json.loads(error)
+            if isinstance(refused, ToolRefused):
+                return refused.status, json.loads(error_body(api, refused.reason))
             return refused.status, {"error": {"message": refused.reason}}
         assert api is not None
         with turn, trial.allowance.reserved():  # no await since the budget check

@@ -18,6 +18,7 @@ from harness.agents.kinds import HarnessAgent, SandboxAgent
 from harness.errors import AgentRunError, StorageLimitReached
 from harness.records import TrialStatus
 from harness.records.layout import AGENT_EXEC_LOG_FILENAME, MODEL_CALLS_FILENAME
+from harness.tasks.networks import sandbox_step_networks
 from harness.trial.settings import STORAGE_FULL_SLACK
 from harness.trial.state import TrialState
 from sandbox.backend import PhaseRequest, PhaseResult
@@ -35,11 +36,21 @@ class AgentPhase(TrialState):
         view = self.view
         sandbox.put_file(sandbox.paths.instruction, view.instruction.encode(), agent_readable=True)
         agent.prepare(view, sandbox)
+        self._hold_model_calls_to_the_step()
         try:
             agent.run_by(self)
         finally:
             # Every agent phase (each step's): what it left in the image's root.
             self.root_log.after_agent(sandbox, self.step_name)
+
+    def _hold_model_calls_to_the_step(self) -> None:
+        """The gateway holds this step's model calls to the step's agent network policy."""
+        gateway, access, index = self.settings.gateway, self.access, self.step_index
+        if gateway is None or access is None or index is None:
+            return  # a task without steps: the policy the access was opened with
+        steps = [step.config for step in self.task.steps]
+        tables = sandbox_step_networks(self.task.config, self.settings.network, steps)
+        gateway.set_network(access.trial_id, tables[index]["agent"], self.step_name)
 
     def run_in_sandbox(self, agent: SandboxAgent) -> None:
         """Run a sandbox agent's command as the agent phase."""
@@ -234,6 +245,8 @@ class AgentPhase(TrialState):
             usage = self.settings.gateway.revoke(self.access.trial_id)
             if usage is not None:
                 self.model_usage = usage
+            # Calls refused under the phase's network policy (hosted tools).
+            self.events.extend(self.settings.gateway.network_events(self.access.trial_id))
 
 
 __all__ = ["AgentPhase"]

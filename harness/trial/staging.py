@@ -44,8 +44,13 @@ class Staging(TrialState):
         every = [*networks.values(), *(p for table in per_step for p in table.values())]
         gateway, agent = self.settings.gateway, self.settings.agent
         if gateway is not None and agent.model_use != "none":
+            # Calls are held to the agent phase's policy (hosted tools); a step's is set
+            # as the step's agent phase starts (AgentPhase.execute).
             self.access = gateway.open_trial(
-                self.plan.id, self.task.name, self.evidence / MODEL_CALLS_FILENAME
+                self.plan.id,
+                self.task.name,
+                self.evidence / MODEL_CALLS_FILENAME,
+                network=networks["agent"],
             )
         # Only a sandboxed agent gets the socket; a trusted in-process agent calls directly.
         socket = None if self.access is None else agent.gateway_socket(self.access.socket_path)

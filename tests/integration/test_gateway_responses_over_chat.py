@@ -23,6 +23,7 @@ from harness.errors import UsageError
 from harness.gateway import Gateway, make_provider
 from harness.models.catalog import load_catalog_file
 from sandbox.credentials import CredentialStore
+from sandbox.network_policy import NetworkPolicy
 
 PATCH = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n"
 USAGE = {"prompt_tokens": 31, "completion_tokens": 7, "total_tokens": 38}
@@ -153,7 +154,10 @@ class Trial:
         self.gateway = Gateway(spec, make_provider(spec, CredentialStore()))
         self.gateway.start()
         self.records = tmp_path / "model_calls.jsonl"
-        access = self.gateway.open_trial("t1", "demo", self.records)
+        # A public phase: its hosted tool (web_search) is the translation's to drop.
+        access = self.gateway.open_trial(
+            "t1", "demo", self.records, network=NetworkPolicy("public")
+        )
         self.client = httpx.Client(
             transport=httpx.HTTPTransport(uds=str(access.socket_path)),
             base_url="http://127.0.0.1",

@@ -164,6 +164,7 @@ def check_codex(cli: Handed) -> None:
     assert config["analytics"] == {"enabled": False}
     assert config["feedback"] == {"enabled": False}
     assert config["history"] == {"persistence": "none"}
+    assert config["web_search"] == "disabled"  # hosted: the gateway refuses it off public
     assert "otel" not in config  # its OpenTelemetry export is off unless configured
     assert config["approval_policy"] == "never"
     assert config["sandbox_mode"] == "danger-full-access"  # ours is the sandbox

@@ -4,12 +4,12 @@ The npm package ships a static (musl) executable per CPU as an optional dependen
 (``@openai/codex-linux-x64`` ...); the harness installs it with npm and runs it directly, so
 the sandbox needs no Node. Its config (``$CODEX_HOME/config.toml``, in the trial's HOME)
 names the gateway as the model provider (``wire_api = "responses"``, the trial token read
-from ``OPENAI_API_KEY``), with analytics, update checks and feedback off. The gateway's
-loopback port is known only inside the sandbox, so the CLI is started by ``/bin/sh`` (which
-Codex needs anyway: its tools run shell commands), passing the provider's ``base_url`` as
-a ``-c`` override from ``$OPENAI_BASE_URL``; the instruction travels as a positional
-parameter, never through the shell's parser. ``codex exec --json`` events (stdout, kept as
-``agent.log``) are converted into ``session.jsonl``.
+from ``OPENAI_API_KEY``), with analytics, update checks, feedback and the provider's hosted
+web search off. The gateway's loopback port is known only inside the sandbox, so the CLI is
+started by ``/bin/sh`` (which Codex needs anyway: its tools run shell commands), passing
+the provider's ``base_url`` as a ``-c`` override from ``$OPENAI_BASE_URL``; the
+instruction travels as a positional parameter, never through the shell's parser. ``codex
+exec --json`` events (stdout, kept as ``agent.log``) are converted into ``session.jsonl``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ model_provider = "{PROVIDER}"
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
 check_for_update_on_startup = false
+# Its hosted web search runs at the provider, outside the sandbox: the gateway refuses it
+# unless the phase is public, and Codex asks for it on every call unless it is off.
+web_search = "disabled"
 
 [analytics]
 enabled = false

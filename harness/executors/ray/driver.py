@@ -29,6 +29,7 @@ from harness.executors.base import ExecutorOptions, TrialExecutor
 from harness.executors.ray.bridge import Attempt, Bridge
 from harness.executors.ray.jobs import TrialJob, TrialResult, pack_dir, unpack_dir
 from harness.executors.ray.worker import abort_node, clean_node, prepare_node, run_job
+from harness.gateway.hosted_tools import narrowest
 from harness.records import (
     AgentRef,
     SandboxRef,
@@ -42,6 +43,7 @@ from harness.records.layout import MODEL_CALLS_FILENAME, trial_evidence_dir
 from harness.records.transcript import write_transcript
 from harness.tasks import Task
 from harness.tasks.env_templates import env_tables
+from harness.tasks.networks import step_networks
 from harness.trial import TrialPlan, TrialSettings, usage_of
 from sandbox.backend import CloseReport
 
@@ -235,7 +237,13 @@ class RayExecutor(TrialExecutor):
         gateway, agent, task = settings.gateway, settings.agent, plan.task
         access = None
         if gateway is not None and agent.model_use != "none":
-            access = gateway.open_trial(plan.id, task.name, evidence / MODEL_CALLS_FILENAME)
+            # The worker cannot tell the driver's gateway which step runs: the trial's calls
+            # are held to the narrowest of its agent phases' policies.
+            steps = [step.config for step in task.steps]
+            agents = [t["agent"] for t in step_networks(task.config, settings.network, steps)]
+            access = gateway.open_trial(
+                plan.id, task.name, evidence / MODEL_CALLS_FILENAME, network=narrowest(agents)
+            )
         slot, address = self._bridge.issue(plan.id, access, settings.on_phase)
         config = self.options.config
         job = TrialJob(
@@ -277,6 +285,9 @@ class RayExecutor(TrialExecutor):
             record = self._lost(plan, settings, attempt, started_at, outcome, slot)
         if usage is not None and record.usage.calls == 0 and usage.calls:
             record = record.model_copy(update={"usage": usage_of(usage)})
+        refused = gateway.network_events(plan.id) if access is not None and gateway else []
+        if refused:
+            record = record.model_copy(update={"events": [*record.events, *refused]})
         return record
 
     def _wait(

@@ -24,6 +24,7 @@ from harness.executors.ray.wire import LineReader, WireError, send_json, splice
 from harness.gateway import TrialAccess, TrialUsage
 from harness.gateway.sockets import make_socket_root, make_trial_socket
 from harness.models.catalog import ModelSpec
+from sandbox.network_policy import NetworkPolicy
 
 CONNECT_TIMEOUT_SEC = 10.0
 
@@ -79,8 +80,19 @@ class RelayedGateway:
         self._root: Path | None = None
         self._revoked = False
 
-    def open_trial(self, trial_id: str, task_name: str, record_path: Path) -> TrialAccess:
-        """Start the trial's local socket; the calls are recorded on the driver."""
+    def open_trial(
+        self,
+        trial_id: str,
+        task_name: str,
+        record_path: Path,
+        *,
+        network: NetworkPolicy | None = None,
+    ) -> TrialAccess:
+        """Start the trial's local socket; the calls are recorded on the driver.
+
+        ``network`` is not sent: the driver holds the trial's calls to the policy it opened
+        the access with (the narrowest of the trial's agent phases).
+        """
         self._root = make_socket_root()
         path = make_trial_socket(self._root)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -119,6 +131,13 @@ class RelayedGateway:
         except (OSError, WireError):
             return None  # the driver revokes the token itself when the attempt ends
         return TrialUsage(**usage) if isinstance(usage, dict) else None
+
+    def set_network(self, trial_id: str, network: NetworkPolicy, step: str | None = None) -> None:
+        """Nothing: the driver's access keeps the narrowest policy of the trial's steps."""
+
+    def network_events(self, trial_id: str) -> list[dict[str, Any]]:
+        """None here: the driver adds its gateway's events to the trial's record."""
+        return []
 
     def call(self, trial_id: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
         """A trusted in-process agent's model call, made by the driver's gateway."""
