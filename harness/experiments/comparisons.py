@@ -38,6 +38,7 @@ _TRIAL_METRICS = (
     ("mean_reward", "mean reward", "number"),
     ("success_rate", "success rate", "percent"),
     ("pass_at_1", "pass@1", "percent"),
+    ("graded_mean_reward", "mean reward (graded only)", "number"),
     ("median_trial_duration_s", "median trial duration (s)", "seconds"),
     ("tokens", "tokens", "count"),
     ("cost_usd", "cost (USD)", "usd"),
@@ -99,7 +100,11 @@ def _trials(summary: TrialsSummary, runs: list[tuple[int, RunData]]) -> Comparis
         if isinstance(first_value, int | float) and isinstance(last_value, int | float):
             metric_delta = last_value - first_value
         metrics.append({"name": label, "values": values, "delta": metric_delta, "format": fmt})
-    notes = [_spread_note(label, summary.metrics[field]) for field, label, _ in _TRIAL_METRICS]
+    notes = [
+        _spread_note(label, summary.metrics[field])
+        for field, label, _ in _TRIAL_METRICS
+        if field in summary.metrics  # a schema-1 summary has no graded_* metric
+    ]
     notes.append(_spread_note("failed trials per run", summary.counts["failed"]))
     notes += [f"warning: {w}" for w in summary.warnings]
     if len(runs) < summary.n_trials:

@@ -6,11 +6,12 @@ trials summary can produce the same shape and plug in as a *comparison source*, 
 ``(runs: Sequence[RunData]) -> list[Comparison]`` registered under the entry-point group
 ``harness.report.comparisons`` (see :func:`comparison_sources`).
 
-Per task the page shows each side's mean reward, successes and spread (the sample
-standard deviation of its rewards), the delta of the last side against the first, and
-flags. A pair is *blocked* (left out of the paired figures) when a side has no graded
-trial of the task or the task's content hash differs between the sides (they did not run
-the same task).
+Per task the page shows each side's mean reward and successes over all its trials of the
+task, an ungraded one counting 0 (as ``summary.json``'s headline counts it), the spread
+(the sample standard deviation of those rewards), the delta of the last side against the
+first, and flags (``nothing graded in <side>``, ``<n> error(s) in <side>``). A pair is
+*blocked* (left out of the paired figures) when a side lacks the task or the task's content
+hash differs between the sides (they did not run the same task).
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ class SideStats(BaseModel):
         trials: Trials of the task on this side.
         graded: Trials with a reward.
         successes: Graded trials at or above the threshold.
-        mean: Mean reward (None when nothing was graded).
-        spread: Sample standard deviation of the rewards (None with fewer than 2).
+        mean: Mean reward over every trial, an ungraded one counting 0 (None without trials).
+        spread: Sample standard deviation of those rewards (None with fewer than 2).
         hash: The task's content hash on this side.
         errors: Trials that did not complete.
+        graded_mean: Mean reward over the graded trials only (None when nothing was graded).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -69,6 +71,7 @@ class SideStats(BaseModel):
     spread: float | None = None
     hash: str | None = None
     errors: int = 0
+    graded_mean: float | None = None
 
 
 class ComparisonRow(BaseModel):
@@ -126,16 +129,22 @@ def _finite(value: float | None) -> float | None:
 
 
 def side_stats(records: Sequence[TrialRecord], threshold: float) -> SideStats:
-    """One side's trials of a task: counts, successes, mean and spread of finite rewards."""
+    """One side's trials of a task: counts, successes, the mean and spread of the rewards.
+
+    A trial without a finite reward counts 0 in ``mean`` and ``spread``; ``graded_mean`` is
+    over the graded ones only.
+    """
     rewards = [r for rec in records if (r := _finite(rec.reward)) is not None]
+    values = [_finite(rec.reward) or 0.0 for rec in records]
     return SideStats(
         trials=len(records),
         graded=len(rewards),
         successes=sum(1 for r in rewards if r >= threshold),
-        mean=statistics.fmean(rewards) if rewards else None,
-        spread=statistics.stdev(rewards) if len(rewards) >= 2 else None,
+        mean=statistics.fmean(values) if values else None,
+        spread=statistics.stdev(values) if len(values) >= 2 else None,
         hash=records[0].task.hash if records else None,
         errors=sum(1 for rec in records if str(rec.status) != "completed"),
+        graded_mean=statistics.fmean(rewards) if rewards else None,
     )
 
 

@@ -96,7 +96,12 @@ def restore_signals() -> None:
 
 
 class Capture:
-    """Drains one pipe into a file (or memory), keeping at most ``limit`` bytes."""
+    """Drains one pipe into a file (or memory), keeping at most ``limit`` bytes.
+
+    A write to the file that fails (a root agent filled the space it lives on: ``ENOSPC``)
+    ends the file's share, never the draining: the phase is still waited for, killed and
+    reported, and ``write_error`` says what was not kept.
+    """
 
     def __init__(self, fd: int, path: Optional[str], limit: int) -> None:
         self.fd = fd
@@ -105,6 +110,8 @@ class Capture:
         self.out = -1
         self.memory = bytearray()
         self.path = path
+        #: Why the file stopped taking what the pipe gave (None: it took all it could).
+        self.write_error: Optional[str] = None
         if path:
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
             self.out = os.open(path, flags, 0o600)
@@ -120,9 +127,12 @@ class Capture:
             return False
         room = self.limit - self.total
         if room > 0:
-            if self.out >= 0:
-                os.write(self.out, data[:room])
-            else:
+            if self.out >= 0 and self.write_error is None:
+                try:
+                    os.write(self.out, data[:room])
+                except OSError as exc:
+                    self.write_error = "%s: %s" % (self.path, exc.strerror or exc)
+            elif self.out < 0:
                 self.memory.extend(data[:room])
         self.total += len(data)
         return True

@@ -69,3 +69,36 @@ def test_an_agent_filling_the_artifacts_dir_is_still_graded(
         and e.get("cap") == "artifacts_bytes"
     ]
     assert len(limits) == 1 and limits[0]["path"] == "/logs/artifacts", record["events"]
+
+
+FILL_AS_ROOT = r"""
+echo wrong > /app/answer.txt
+for d in /trial /trial/logs /trial/grader /logs /logs/verifier /logs/artifacts /run /tests; do
+  mkdir -p "$d"; dd if=/dev/zero of="$d/fill" bs=1M count=300 2>/dev/null
+  for i in $(seq 1 16); do head -c 4096 /dev/zero > "$d/tail$i" 2>/dev/null; done
+  echo "fill_$d=$?" >> /app/loot.txt
+done
+head -c 70M /dev/zero >> /trial/logs/agent.stdout 2>/dev/null
+head -c 70M /dev/zero >> /trial/instruction.md 2>/dev/null
+echo done > /app/done.txt
+seq 1 200000
+seq 1 200000 >&2
+"""
+
+
+@pytest.mark.docker
+def test_a_root_agent_filling_the_graders_spaces_is_graded_on_attempt_1(
+    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
+) -> None:
+    rule = "isolated" if docker_runtime == "runsc" else "allow"
+    name = sec.unique("fill-root")
+    task = sec.write_task(
+        tmp_path / "tasks", name, attack=FILL_AS_ROOT, test_sh=WRONG_ANSWER_TEST, agent_timeout=60
+    )
+    run = cli.run([task], timeout=300, extra=["--agent-root", rule])
+    record = run.by_task(name)
+    ws = run.evidence(record) / "workspace"
+    assert (ws / "done.txt").is_file(), f"the attack did not finish: {run}"
+    assert record["posture"]["root_agent"] is True, record["posture"]
+    _graded_honestly(record)
+    assert run.code == 0, run

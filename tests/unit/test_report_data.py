@@ -194,12 +194,16 @@ def test_compare_runs_pairs_tasks_and_blocks_what_cannot_pair(tmp_path: Path) ->
     assert rows["t/x"].sides[0] is not None and rows["t/x"].sides[0].spread == pytest.approx(
         0.7071, 1e-3
     )
-    assert rows["t/y"].blocked and "nothing graded in b" in rows["t/y"].flags
+    # Nothing graded is a failure, as in the headline: b's ungraded trial counts 0.
+    assert not rows["t/y"].blocked and "nothing graded in b" in rows["t/y"].flags
+    assert rows["t/y"].delta == -1.0
+    y_b = rows["t/y"].sides[1]
+    assert y_b is not None and (y_b.mean, y_b.graded_mean) == (0.0, None)
     assert rows["t/z"].blocked and "only in a" in rows["t/z"].flags
     assert rows["t/v"].blocked and "only in b" in rows["t/v"].flags
     assert rows["t/w"].blocked and "task changed" in rows["t/w"].flags
-    assert comparison.summary["paired"] == 1 and comparison.summary["blocked"] == 4
-    assert comparison.summary["improved"] == 1
+    assert comparison.summary["paired"] == 2 and comparison.summary["blocked"] == 3
+    assert comparison.summary["improved"] == 1 and comparison.summary["regressed"] == 1
 
 
 # -------------------------------------------------------------------------------- CLI

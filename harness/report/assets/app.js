@@ -703,7 +703,8 @@
         { key: "category", label: "category", get: (t) => t.category },
         { key: "trials", label: "trials", get: (t) => t.trials, num: true },
         { key: "mean_reward", label: "mean reward", get: (t) => t.mean_reward, num: true, render: (t) => [bar(t.mean_reward, 1, "reward"), " " + num(t.mean_reward)] },
-        { key: "successes", label: "successes", get: (t) => t.successes, num: true, render: (t) => int(t.successes) + " / " + int(t.graded) },
+        { key: "graded_mean_reward", label: "mean reward (graded only)", get: (t) => t.graded_mean_reward, num: true, render: (t) => num(t.graded_mean_reward) },
+        { key: "successes", label: "successes", get: (t) => t.successes, num: true, render: (t) => int(t.successes) + " / " + int(isNum(t.planned) ? t.planned : t.trials) },
         { key: "variance", label: "variance", get: (t) => t.variance, num: true, render: (t) => num(t.variance) },
         { key: "errors", label: "errors", get: (t) => t.errors, num: true },
         { key: "duration_mean", label: "mean duration", get: (t) => t.duration_mean, num: true, render: (t) => [bar(t.duration_mean, maxDur), " " + secs(t.duration_mean)] },
@@ -1295,7 +1296,7 @@
       return run === null || run === undefined ? visible(key) : h("a", { href: route("/run/" + run + "/trials?q=" + encodeURIComponent(key)) }, visible(key));
     };
     const sideCol = (k) => [
-      { key: "m" + k, label: "mean " + String.fromCharCode(65 + k), num: true, get: (r) => (r.sides[k] || {}).mean, render: (r) => (r.sides[k] ? [num(r.sides[k].mean), h("span", { class: "muted" }, " " + int(r.sides[k].successes) + "/" + int(r.sides[k].graded))] : h("span", { class: "muted" }, "absent")) },
+      { key: "m" + k, label: "mean " + String.fromCharCode(65 + k), num: true, get: (r) => (r.sides[k] || {}).mean, render: (r) => (r.sides[k] ? [num(r.sides[k].mean), h("span", { class: "muted" }, " " + int(r.sides[k].successes) + "/" + int(r.sides[k].trials))] : h("span", { class: "muted" }, "absent")) },
       { key: "s" + k, label: "spread " + String.fromCharCode(65 + k), num: true, get: (r) => (r.sides[k] || {}).spread, render: (r) => num((r.sides[k] || {}).spread) },
     ];
     return [
