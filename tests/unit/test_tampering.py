@@ -10,10 +10,14 @@ from typing import cast
 
 import pytest
 
+from harness.config import RunConfig
+from harness.errors import EXIT_OK, EXIT_TRIAL_ERRORS
 from harness.records import TrialStatus
 from harness.records.layout import ROOT_CHANGES_FILENAME
 from harness.records.metrics import summarize
 from harness.records.model import AgentRef, SandboxRef, TaskRef, TrialRecord, tampered_verdict
+from harness.runner.execute import exit_code
+from harness.tasks.model import TaskConfig
 from harness.trial.tampering import (
     MAX_TAMPERING_EVENTS,
     PathPatterns,
@@ -315,3 +319,45 @@ def test_the_most_specific_pattern_gives_the_reason() -> None:
     assert tampering_reason("/etc/apt/apt.conf.d/99x") == (
         "apt's config: apt.conf.d hooks (APT::Update::Pre-Invoke) run as root"
     )
+
+
+def test_fail_on_tampering_fails_a_run_with_a_tampered_verdict() -> None:
+    now = datetime.now(UTC)
+    clean = TrialRecord(
+        id="t0",
+        task=TaskRef(name="t", key="t", hash="h", path="/t"),
+        agent=AgentRef(name="command"),
+        sandbox=SandboxRef(backend="docker"),
+        status=TrialStatus.COMPLETED,
+        ok=True,
+        reward=1.0,
+        started_at=now,
+        finished_at=now,
+    )
+    forged = clean.model_copy(update={"id": "t1", "tampered_verdict": True})
+    config = RunConfig.model_validate({"tasks": {"paths": ["t"]}, "fail_on_tampering": True})
+    lenient = RunConfig.model_validate({"tasks": {"paths": ["t"]}})
+    assert not lenient.fail_on_tampering
+    records = [clean, forged]
+    summary = summarize(records)
+    assert exit_code(config, records, summary, False) == EXIT_TRIAL_ERRORS
+    assert exit_code(lenient, records, summary, False) == EXIT_OK
+    assert exit_code(config, [clean], summarize([clean]), False) == EXIT_OK
+
+
+@pytest.mark.parametrize("path", ["etc/nginx", "/", "/etc/../root", "/etc/./x", "/a\x00b", ""])
+def test_expected_root_changes_are_absolute_paths_below_the_root(path: str) -> None:
+    with pytest.raises(ValueError, match="expected_root_changes"):
+        TaskConfig.model_validate({"harness": {"expected_root_changes": [path]}})
+
+
+def test_the_harness_table_leaves_the_task_hash_alone_while_unset() -> None:
+    plain = TaskConfig.model_validate({"task": {"name": "x"}})
+    assert "harness" not in plain.hash_dump()
+    assert plain.unknown_keys() == []
+    declared = TaskConfig.model_validate(
+        {"task": {"name": "x"}, "harness": {"expected_root_changes": ["/etc/nginx"]}}
+    )
+    assert declared.harness.expected_root_changes == ["/etc/nginx"]
+    assert declared.hash_dump()["harness"] == {"expected_root_changes": ["/etc/nginx"]}
+    assert declared.normalized_json() != plain.normalized_json()
