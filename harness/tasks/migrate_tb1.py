@@ -24,13 +24,23 @@ Harbor's own mapper does:
   into one).
 
 What cannot be mapped is reported per task, never dropped silently.
+
+The TB1 task dir is hostile input: it is first copied, without following any link, into a
+private snapshot of regular files and dirs (``harness.tasks.tb1_source``: a symlink
+leaving the task, a FIFO or device, a task past the size caps, a YAML file expanding past
+its caps is refused, naming it), and the conversion reads only that. The Harbor task is
+written into a fresh private dir beside the destination, every file created anew by dir
+fd and never through a link (``harness.tasks.tb1_output``), and renamed into place when
+whole: a destination that exists already is refused, never written into.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +49,8 @@ from typing import Any
 import yaml
 
 from harness.config.toml import to_toml
-from harness.errors import HarnessError
+from harness.tasks.tb1_output import NewTree
+from harness.tasks.tb1_source import MigrationError, load_yaml, snapshot_task
 
 TB1_TASK_YAML = "task.yaml"
 _RUN_TESTS = "run-tests.sh"
@@ -113,10 +124,6 @@ place() {
 _VERIFIER_FILES = {"tests", _RUN_TESTS}
 
 
-class MigrationError(HarnessError):
-    """A TB1 task that cannot be converted (the reason is the message)."""
-
-
 @dataclass
 class MigratedTask:
     """One task's conversion.
@@ -143,8 +150,11 @@ def is_tb1_task_dir(path: Path) -> bool:
 def find_tb1_tasks(sources: Sequence[Path]) -> tuple[list[Path], list[str]]:
     """The TB1 task dirs of each source (a task dir, or a dir of task dirs).
 
+    A source is taken as given; a symlink among a source's children is not followed (a
+    task set's entry may point anywhere on the host): it is a problem, named.
+
     Returns:
-        The task dirs, and a problem for each source that holds none.
+        The task dirs, and a problem for each source that holds none or a symlinked one.
     """
     found: list[Path] = []
     problems: list[str] = []
@@ -152,12 +162,17 @@ def find_tb1_tasks(sources: Sequence[Path]) -> tuple[list[Path], list[str]]:
         if is_tb1_task_dir(source):
             found.append(source)
             continue
-        children = (
-            sorted(c for c in source.iterdir() if is_tb1_task_dir(c)) if source.is_dir() else []
-        )
-        if not children:
+        children = sorted(c for c in source.iterdir() if c.is_dir()) if source.is_dir() else []
+        links = [c for c in children if c.is_symlink() and is_tb1_task_dir(c)]
+        problems += [
+            f"{link}: a symlink to a task dir, not followed (it may point anywhere on the "
+            "host): migrate the dir it names itself"
+            for link in links
+        ]
+        tasks = [c for c in children if not c.is_symlink() and is_tb1_task_dir(c)]
+        if not tasks and not links:
             problems.append(f"{source}: no Terminal-Bench 1 task dir (a dir holding task.yaml)")
-        found.extend(children)
+        found.extend(tasks)
     return found, problems
 
 
@@ -183,8 +198,7 @@ def migrate_tasks(
         result = MigratedTask(source, target)
         try:
             migrate_task(source, target, result.notes, allow_internet=allow_internet)
-        except (MigrationError, OSError, yaml.YAMLError) as exc:
-            shutil.rmtree(target, ignore_errors=True)
+        except (MigrationError, OSError) as exc:
             result.dest, result.error = None, str(exc).splitlines()[0]
         results.append(result)
     return results, problems
@@ -195,12 +209,35 @@ def migrate_task(
 ) -> None:
     """Convert one TB1 task dir into the Harbor task dir ``target``; append notes.
 
+    The task is read from a private snapshot and written into a private dir beside
+    ``target``, renamed to ``target`` when whole (see the module doc); on any failure
+    nothing is left at ``target``.
+
     Raises:
         MigrationError: It cannot be converted (no instruction, no run-tests.sh, a
-            target that exists...).
+            symlink leaving the task, a target that exists...).
     """
-    if target.exists():
+    target = Path(target)
+    if os.path.lexists(target):
         raise MigrationError(f"{target} exists already (migrate into an empty dir)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.migrating-", dir=target.parent))
+    try:
+        snapshot = work / "source"
+        snapshot.mkdir(mode=0o700)
+        snapshot_task(source, snapshot)
+        built = work / "task"
+        built.mkdir(mode=0o755)
+        _convert(snapshot, NewTree(built), source.name, notes, allow_internet)
+        if os.path.lexists(target):
+            raise MigrationError(f"{target} exists already (migrate into an empty dir)")
+        os.rename(built, target)  # a dir made meanwhile at target: ENOTEMPTY/ENOTDIR
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _convert(source: Path, out: NewTree, name: str, notes: list[str], allow_internet: bool) -> None:
+    """Convert the snapshot ``source`` of TB1 task ``name`` into ``out``."""
     meta = _read_task_yaml(source)
     compose = _read_compose(source)
     service = _main_service(compose)
@@ -214,36 +251,36 @@ def migrate_task(
         missing.append(f"no Dockerfile in its build context {context!r} (the environment)")
     if missing:
         raise MigrationError("; ".join(missing))
-    env_dir = target / "environment"
-    env_dir.mkdir(parents=True)
+    out.mkdir("environment")
     handled = set(_HANDLED)
     if context == ".":
         handled.add("Dockerfile")
-        if (source / "Dockerfile").is_file():
-            shutil.copy2(source / "Dockerfile", env_dir / "Dockerfile")
+        out.copy_file(source, "Dockerfile", "environment/Dockerfile")
     else:
         handled.add(context.split("/")[0])
-        shutil.copytree(source / context, env_dir, dirs_exist_ok=True, symlinks=True)
-    dockerfile = env_dir / "Dockerfile"
-    if not dockerfile.is_file():
+        out.copy_tree(source, context, "environment")
+    dockerfile = out.path("environment/Dockerfile")
+    if not dockerfile.is_file() or dockerfile.is_symlink():
         raise MigrationError(f"no Dockerfile in its build context {context!r}")
-    _copy_rest(source, env_dir, handled, dockerfile.read_text(errors="replace"))
+    text = dockerfile.read_text(errors="replace")
+    _copy_rest(source, out, handled, text)
     mounts = _task_mounts(service, source, notes)
-    _append_to_dockerfile(dockerfile, service, notes, mounts.image_lines)
+    out.write(
+        "environment/Dockerfile", _append_to_dockerfile(text, service, notes, mounts.image_lines)
+    )
     if compose and not _collapsible(compose, service):
         if len(compose.get("services") or {}) == 1:
             _note_dropped(service, notes)  # no sidecar: the Dockerfile is the environment
         else:
-            _write_compose(compose, service, source, env_dir, notes)
-    tests = target / "tests"
+            _write_compose(compose, service, source, out, notes)
     if (source / "tests").is_dir():
-        shutil.copytree(source / "tests", tests, symlinks=True)
-    tests.mkdir(exist_ok=True)
-    if (tests / "test.sh").exists():
+        out.copy_tree(source, "tests", "tests")
+    out.mkdir("tests")
+    if out.exists("tests/test.sh"):
         notes.append("tests/test.sh of the TB1 task was replaced by the converted verifier")
-    shutil.copy2(source / _RUN_TESTS, tests / _RUN_TESTS)
-    script = (tests / _RUN_TESTS).read_text(errors="replace")
-    _note_missing_helpers(script, tests, notes)
+    out.copy_file(source, _RUN_TESTS, f"tests/{_RUN_TESTS}")
+    script = (source / _RUN_TESTS).read_text(errors="replace")
+    _note_missing_helpers(script, out, notes)
     if not allow_internet and _TEST_TIME_INSTALL.search(script):
         notes.append(
             "run-tests.sh installs packages when grading (apt-get, pip, uv, curl...): with no "
@@ -256,24 +293,22 @@ def migrate_task(
     )
     if placements:
         placements = _PLACE_FN + placements
-    (tests / "test.sh").write_text(TEST_SH_TEMPLATE.replace("{placements}", placements))
-    (tests / "test.sh").chmod(0o755)
-    _write_solution(source, target, notes)
+    out.write("tests/test.sh", TEST_SH_TEMPLATE.replace("{placements}", placements), 0o755)
+    _write_solution(source, out, notes)
     instruction = str(meta["instruction"])
-    (target / "instruction.md").write_text(
-        instruction if instruction.endswith("\n") else instruction + "\n"
-    )
-    (target / "task.toml").write_text(_task_toml(meta, source.name, notes, allow_internet))
+    out.write("instruction.md", instruction if instruction.endswith("\n") else instruction + "\n")
+    out.write("task.toml", _task_toml(meta, name, notes, allow_internet))
 
 
 def _read_task_yaml(source: Path) -> dict[str, Any]:
-    data = yaml.safe_load((source / TB1_TASK_YAML).read_text())
+    data = load_yaml(source / TB1_TASK_YAML, TB1_TASK_YAML)
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
         raise MigrationError(f"task.yaml is {what}")
     if "instruction" not in data:
         # The first TB1 format: descriptions: [{key: base, description: ...}]
-        for item in data.get("descriptions") or []:
+        descriptions = data.get("descriptions") or []
+        for item in descriptions if isinstance(descriptions, list) else []:
             if isinstance(item, dict) and item.get("key") == "base":
                 data["instruction"] = item.get("description", "")
     if not isinstance(data.get("instruction"), str) or not data["instruction"].strip():
@@ -288,7 +323,7 @@ def _read_compose(source: Path) -> dict[str, Any]:
     path = source / _COMPOSE
     if not path.is_file():
         return {}
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml(path, _COMPOSE)
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         raise MigrationError(f"{_COMPOSE} has no services")
     return data
@@ -317,23 +352,15 @@ def _build_context(service: dict[str, Any]) -> str:
     return clean
 
 
-def _copy_rest(source: Path, env_dir: Path, handled: set[str], dockerfile: str) -> None:
+def _copy_rest(source: Path, out: NewTree, handled: set[str], dockerfile: str) -> None:
     """Every other file of the task is part of the image's build context."""
-    for item in sorted(source.iterdir()):
-        if item.name in handled:
-            continue
-        target = env_dir / item.name
-        if item.is_dir() and not item.is_symlink():
-            shutil.copytree(item, target, symlinks=True, dirs_exist_ok=True)
-        else:
-            shutil.copy2(item, target, follow_symlinks=False)
+    names = [item.name for item in sorted(source.iterdir()) if item.name not in handled]
     # A Dockerfile that bakes the tests, run-tests.sh or the solution in still finds them.
-    for name in sorted(_baked_in(dockerfile)):
-        src = source / name
-        if src.is_dir():
-            shutil.copytree(src, env_dir / name, symlinks=True, dirs_exist_ok=True)
-        elif src.is_file():
-            shutil.copy2(src, env_dir / name)
+    for name in [*names, *sorted(_baked_in(dockerfile))]:
+        if (source / name).is_dir():
+            out.copy_tree(source, name, f"environment/{name}")
+        elif (source / name).is_file():
+            out.copy_file(source, name, f"environment/{name}")
 
 
 def _baked_in(dockerfile: str) -> set[str]:
@@ -379,8 +406,9 @@ def _translate(text: str, notes: list[str]) -> str:
 
 
 def _append_to_dockerfile(
-    dockerfile: Path, service: dict[str, Any], notes: list[str], extra: list[str]
-) -> None:
+    text: str, service: dict[str, Any], notes: list[str], extra: list[str]
+) -> str:
+    """The Dockerfile ``text`` with the client service's settings and ``extra`` appended."""
     lines = ["", "# Mapped from the Terminal-Bench 1 docker-compose.yaml", "ENV TEST_DIR=/tests"]
     for name, value in _env_items(service):
         if value is None:
@@ -393,8 +421,7 @@ def _append_to_dockerfile(
     expose = service.get("expose") or []
     lines += [f"EXPOSE {port}" for port in (expose if isinstance(expose, list) else [expose])]
     lines += extra
-    text = dockerfile.read_text(errors="replace")
-    dockerfile.write_text(text + ("" if text.endswith("\n") else "\n") + "\n".join(lines) + "\n")
+    return text + ("" if text.endswith("\n") else "\n") + "\n".join(lines) + "\n"
 
 
 @dataclass
@@ -508,7 +535,7 @@ def _write_compose(
     compose: dict[str, Any],
     service: dict[str, Any],
     source: Path,
-    env_dir: Path,
+    out: NewTree,
     notes: list[str],
 ) -> None:
     """``environment/docker-compose.yaml``: the client as ``main``, the rest as sidecars."""
@@ -538,52 +565,49 @@ def _write_compose(
         build = sidecar.get("build") if isinstance(sidecar, dict) else None
         context = _build_context(sidecar) if build is not None else "."
         if context != "." and (source / context).is_dir():
-            shutil.copytree(source / context, env_dir / context, symlinks=True, dirs_exist_ok=True)
+            out.copy_tree(source, context, f"environment/{context}")
     text = _translate(yaml.safe_dump(converted, sort_keys=False), notes)
-    (env_dir / _COMPOSE).write_text(text)
+    out.write(f"environment/{_COMPOSE}", text)
     notes.append("docker-compose.yaml kept as environment/docker-compose.yaml (sidecars)")
 
 
-def _note_missing_helpers(script: str, tests: Path, notes: list[str]) -> None:
+def _note_missing_helpers(script: str, out: NewTree, notes: list[str]) -> None:
     """TB1's harness put shared helpers (``setup-uv-pytest.sh``...) into the tests dir."""
     for name in sorted(set(_TEST_DIR_FILE.findall(script))):
-        if not (tests / name).exists():
+        if not out.exists(f"tests/{name}"):
             notes.append(
                 f"run-tests.sh uses $TEST_DIR/{name}, which is not in tests/ (Terminal-Bench "
                 "1's harness supplied it): copy it into tests/"
             )
 
 
-def _write_solution(source: Path, target: Path, notes: list[str]) -> None:
-    solution = target / "solution"
+def _write_solution(source: Path, out: NewTree, notes: list[str]) -> None:
     if (source / "solution.sh").is_file():
-        solution.mkdir()
-        shutil.copy2(source / "solution.sh", solution / "solve.sh")
+        out.copy_file(source, "solution.sh", "solution/solve.sh", mode=0o755)
     elif (source / "solution.yaml").is_file():
-        steps = yaml.safe_load((source / "solution.yaml").read_text()) or []
+        steps = load_yaml(source / "solution.yaml", "solution.yaml") or []
         commands = [
-            str(step["command"]) for step in steps if isinstance(step, dict) and "command" in step
+            str(step["command"])
+            for step in (steps if isinstance(steps, list) else [])
+            if isinstance(step, dict) and "command" in step
         ]
         if not commands:
             notes.append("solution.yaml holds no command: no solution/solve.sh written")
             return
-        solution.mkdir()
         body = "\n".join(commands)
-        (solution / "solve.sh").write_text(f"#!/bin/bash\n# From solution.yaml\n{body}\n")
+        out.write("solution/solve.sh", f"#!/bin/bash\n# From solution.yaml\n{body}\n", 0o755)
         notes.append("solution.yaml's commands were written into solution/solve.sh (one shell)")
     else:
         notes.append("no solution.sh: the oracle agent cannot run this task")
-        return
-    (solution / "solve.sh").chmod(0o755)
 
 
 def _task_toml(meta: dict[str, Any], name: str, notes: list[str], allow_internet: bool) -> str:
     metadata = {key: meta[key] for key in _METADATA_KEYS if meta.get(key) is not None}
     data: dict[str, Any] = {"source": f"terminal-bench-1:{name}", "metadata": metadata}
     if "max_agent_timeout_sec" in meta:
-        data["agent"] = {"timeout_sec": float(meta["max_agent_timeout_sec"])}
+        data["agent"] = {"timeout_sec": _seconds(meta, "max_agent_timeout_sec")}
     if "max_test_timeout_sec" in meta:
-        data["verifier"] = {"timeout_sec": float(meta["max_test_timeout_sec"])}
+        data["verifier"] = {"timeout_sec": _seconds(meta, "max_test_timeout_sec")}
     if allow_internet:
         data["environment"] = {"allow_internet": True}
     parser = meta.get("parser_name")
@@ -597,7 +621,22 @@ def _task_toml(meta: dict[str, Any], name: str, notes: list[str], allow_internet
             notes.append(f"task.yaml key {key!r} has no equivalent; kept in [metadata]")
         else:
             notes.append(f"task.yaml key {key!r} has no equivalent; left out")
-    return to_toml(data)
+    try:
+        return to_toml(data)
+    except (TypeError, ValueError) as exc:
+        raise MigrationError(
+            f"task.yaml holds a value task.toml cannot hold ({exc}): fix it in task.yaml"
+        ) from None
+
+
+def _seconds(meta: dict[str, Any], key: str) -> float:
+    value = meta[key]
+    try:
+        if isinstance(value, bool):
+            raise ValueError(key)
+        return float(value)
+    except (TypeError, ValueError):
+        raise MigrationError(f"task.yaml {key} is {value!r}, not a number of seconds") from None
 
 
 __all__ = [
