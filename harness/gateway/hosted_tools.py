@@ -1,18 +1,21 @@
-"""Hosted tools: what a model call asks the provider to run, and whether the phase allows it.
+"""Hosted tools: what a model call asks the provider to reach, and whether the phase allows it.
 
 A provider runs some tools itself, outside the sandbox: web search and fetch, MCP servers
-it connects to, code interpreters, URL context. Through them an agent whose phase has
+it connects to, code interpreters, URL context; and it fetches the URL of a content part
+(an image, a file, a document) itself. Through them an agent whose phase has
 ``no-network`` would reach the internet by way of its model provider. :func:`decide` is the
-one decision, for every wire protocol the gateway serves (docs/model-access.md §3):
+one decision, for every wire protocol the gateway serves (docs/model-access.md §6):
 
-- ``no-network``: every hosted tool is refused.
-- ``allowlist``: an MCP server whose URL's host is listed (a name listed or under a
-  listed wildcard, an IP listed or inside a listed CIDR; never a private, loopback,
-  link-local or metadata address) is allowed; every other hosted tool is refused: a web
-  search or fetch cannot be bounded to the list (the provider picks where it goes).
-- ``public``: allowed, except an MCP server at ``localhost`` or at an address
-  :func:`~sandbox.egress_proxy.rules.forbidden` (a self-hosted upstream would connect
-  there from the harness's own network) or at a URL that is not ``http(s)``.
+- ``no-network``: every hosted tool and fetched URL is refused.
+- ``allowlist``: an MCP server or a fetched URL whose host is listed (a name listed or
+  under a listed wildcard, an IP listed or inside a listed CIDR; never a private,
+  loopback, link-local or metadata address) is allowed; every other hosted tool is
+  refused: a web search or fetch cannot be bounded to the list (the provider picks where
+  it goes).
+- ``public``: allowed, except an MCP server or a fetched URL at ``localhost`` or at an
+  address :func:`~sandbox.egress_proxy.rules.forbidden` (a self-hosted upstream would
+  connect there from the harness's own network) or at a URL that is not ``http(s)``.
+  A ``data:`` URL is inline, never fetched.
 - ``background: true`` (a Responses call answered later, whose usage the gateway never
   sees) is refused under every policy: it would escape the trial's budget.
 
@@ -78,8 +81,10 @@ class HostedTool:
         name: The tool as the request names it (``web_search_preview``, ``googleSearch``,
             ``mcp_servers``, ``web_search_options``).
         kind: ``web_search``, ``web_fetch``, ``url_context``, ``code_execution``,
-            ``file_search``, ``image_generation``, ``mcp`` or ``unknown``.
-        url: An MCP server's URL (None: none given, e.g. an OpenAI connector).
+            ``file_search``, ``image_generation``, ``mcp``, ``url_fetch`` (a content
+            part's URL) or ``unknown``.
+        url: An MCP server's or a content part's URL (None: none given, e.g. an OpenAI
+            connector).
     """
 
     name: str
@@ -127,6 +132,80 @@ def error_body(api: str | None, message: str) -> bytes:
             }
         }
     return json.dumps(payload).encode()
+
+
+#: Kinds that name where they go: judged by their URL's host.
+_AT_A_URL = frozenset({"mcp", "url_fetch"})
+#: Content parts whose URL the provider fetches, and the fields holding it.
+_OPENAI_PARTS = {
+    "image_url": ("image_url",),
+    "input_image": ("image_url",),
+    "input_file": ("file_url",),
+    "file": ("file_url",),
+}
+_ANTHROPIC_PARTS = frozenset({"image", "document"})
+#: Anthropic blocks whose fields are the agent's own tool call, not content.
+_ANTHROPIC_CALLS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+
+
+def _url_of(value: Any) -> str | None:
+    """A fetched URL: a string, or ``{"url": ...}``; a ``data:`` URL is inline, not fetched."""
+    if isinstance(value, dict):
+        value = value.get("url")
+    if not isinstance(value, str) or value.strip()[:5].lower() == "data:":
+        return None
+    return value
+
+
+def _walk(value: Any) -> Iterator[dict[str, Any]]:
+    """Every object inside ``value`` (depth first; the body was parsed, so it is bounded)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            yield item
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+
+
+def _openai_urls(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
+    for part in _walk([payload.get("messages"), payload.get("input")]):
+        kind = part.get("type")
+        for field in _OPENAI_PARTS.get(kind, ()) if isinstance(kind, str) else ():
+            url = _url_of(part.get(field))
+            if url is not None:
+                yield HostedTool(str(kind), "url_fetch", url)
+
+
+def _anthropic_urls(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
+    stack: list[Any] = [payload.get("messages"), payload.get("system")]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+            continue
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind in _ANTHROPIC_CALLS:
+            continue  # the agent's own tool call: its arguments are not content
+        source = item.get("source")
+        if kind in _ANTHROPIC_PARTS and isinstance(source, dict) and source.get("type") == "url":
+            url = _url_of(source)
+            if url is not None:
+                yield HostedTool(str(kind), "url_fetch", url)
+        stack.extend(reversed(list(item.values())))
+
+
+def _gemini_urls(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
+    for part in _walk(payload.get("contents")):
+        for field, uri in (("fileData", "fileUri"), ("file_data", "file_uri")):
+            data = part.get(field)
+            if isinstance(data, dict):
+                url = _url_of(data.get(uri))
+                if url is not None:
+                    yield HostedTool(field, "url_fetch", url)
 
 
 def _kind(name: str) -> str:
@@ -196,7 +275,11 @@ def _gemini(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
 
 
 def hosted_tools(api: str, payload: Mapping[str, Any]) -> list[HostedTool]:
-    """The tools ``payload`` asks the provider to run itself, in the request's order.
+    """What ``payload`` asks the provider to reach for it: hosted tools, then fetched URLs.
+
+    A content part whose URL the provider fetches (an ``image_url``, a Responses
+    ``input_image``/``input_file``, an Anthropic ``url`` source, a Gemini ``fileData``)
+    is one too, of kind ``url_fetch``.
 
     Args:
         api: The call's API (``openai-chat``, ``openai-responses``, ``anthropic-messages``,
@@ -204,10 +287,10 @@ def hosted_tools(api: str, payload: Mapping[str, Any]) -> list[HostedTool]:
         payload: The request body.
     """
     if api == "anthropic-messages":
-        return list(_anthropic(payload))
+        return [*_anthropic(payload), *_anthropic_urls(payload)]
     if api == "gemini":
-        return list(_gemini(payload))
-    return list(_openai(payload))
+        return [*_gemini(payload), *_gemini_urls(payload)]
+    return [*_openai(payload), *_openai_urls(payload)]
 
 
 def _host(url: str) -> tuple[str | None, str | None]:
@@ -246,7 +329,9 @@ def _listed(host: str, allowed: tuple[str, ...]) -> bool:
 def _judge(tool: HostedTool, policy: NetworkPolicy) -> NetworkRefusal | None:
     mode = policy.mode
     said = f"the hosted tool {tool.name!r} ({tool.kind})"
-    if tool.kind != "mcp":
+    if tool.kind == "url_fetch":
+        said = f"the content part {tool.name!r} (a URL the provider fetches)"
+    if tool.kind not in _AT_A_URL:
         if mode == "public":
             return None
         why = (

@@ -80,6 +80,30 @@ OPENAI_SHAPES = [
         "code_interpreter",
     ),
     Shape("responses-file-search", RESPONSES, {"tools": [{"type": "file_search"}]}, "file_search"),
+    Shape(
+        "responses-input-image-url",
+        RESPONSES,
+        {
+            "input": [
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_image", "image_url": EXFIL}],
+                }
+            ]
+        },
+        "input_image",
+    ),
+    Shape(
+        "chat-image-url",
+        CHAT,
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": EXFIL}}]}
+            ]
+        },
+        "image_url",
+    ),
     Shape("responses-background", RESPONSES, {"background": True}, None),
 ]
 ANTHROPIC_SHAPES = [
@@ -107,6 +131,19 @@ ANTHROPIC_SHAPES = [
         {"mcp_servers": [{"type": "url", "url": EXFIL, "name": "x"}]},
         "mcp_servers",
     ),
+    Shape(
+        "messages-url-image",
+        MESSAGES,
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "source": {"type": "url", "url": EXFIL}}],
+                }
+            ]
+        },
+        "image",
+    ),
 ]
 GEMINI_SHAPES = [
     Shape("gemini-url-context", GENERATE, {"tools": [{"urlContext": {}}]}, "urlContext"),
@@ -118,6 +155,12 @@ GEMINI_SHAPES = [
         "google_search_retrieval",
     ),
     Shape("gemini-code-execution", GENERATE, {"tools": [{"codeExecution": {}}]}, "codeExecution"),
+    Shape(
+        "gemini-file-uri",
+        GENERATE,
+        {"contents": [{"role": "user", "parts": [{"fileData": {"fileUri": EXFIL}}]}]},
+        "fileData",
+    ),
 ]
 
 #: provider -> (api of its spec, base path, its refused shapes, one plain call it must serve).
@@ -212,8 +255,8 @@ def test_no_network_hosted_tools_never_reach_the_provider(
         e["type"] == "network_refused" and e["protocol"] == "model_tool" and e["phase"] == "agent"
         for e in events
     )
-    mcp = [e for e in events if e["kind"] == "mcp"]
-    assert all(e["host"] == "collector.example.net" for e in mcp)
+    at_a_url = [e for e in events if e["kind"] in ("mcp", "url_fetch")]
+    assert at_a_url and all(e["host"] == "collector.example.net" for e in at_a_url)
     lines = [json.loads(line) for line in records.read_text().splitlines()]
     assert [line["status"] for line in lines] == [400] * len(shapes) + [200]
     assert all(line["outcome"] == "refused" for line in lines[:-1])

@@ -2,7 +2,8 @@
 
 The agent (the task's script, in the sandbox, on local, docker and gVisor) asks the
 gateway for an MCP server at a URL carrying data, a web search, a code interpreter, chat's
-``web_search_options`` and a ``background`` response. Judged from outside: the log of the
+``web_search_options``, an image the provider would fetch from such a URL and a
+``background`` response. Judged from outside: the log of the
 provider's stand-in on the host's loopback (only the one plain call reached it), the
 answers the agent saw (kept by the verifier), and the trial record's ``network_refused``
 events, the trial graded and recorded on attempt 1. Each protocol's request shapes are
@@ -38,6 +39,8 @@ asks = [
     ("/responses", {"tools": [{"type": "web_search"}]}),
     ("/responses", {"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}),
     ("/chat/completions", {"web_search_options": {}}),
+    ("/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": EXFIL}}]}]}),
     ("/responses", {"background": True}),
     ("/responses", {}),
 ]
@@ -77,13 +80,13 @@ def test_a_no_network_trial_gets_no_hosted_tool_and_its_record_says_so(
     assert record["status"] == "completed", run
     assert record["attempt"] == 1, record
     stdout = (run.evidence(record) / "verifier" / "test-stdout.txt").read_text()
-    assert json.loads(stdout.splitlines()[0]) == [400, 400, 400, 400, 400, 200]
+    assert json.loads(stdout.splitlines()[0]) == [400] * 6 + [200]
     # The upstream's own log: the one plain call, nothing of the hosted tools or background.
     seen = upstream.log()
     assert len(seen) == 1 and "tools" not in seen[0]["body"], seen
     assert "background" not in seen[0]["body"]
     refused = [e for e in record["events"] if e.get("protocol") == "model_tool"]
     assert [e["tool"] for e in refused] == ["mcp", "web_search", "code_interpreter",
-                                            "web_search_options"], refused  # fmt: skip
+                                            "web_search_options", "image_url"], refused  # fmt: skip
     assert all(e["type"] == "network_refused" and e["policy"] == "no-network" for e in refused)
-    assert refused[0]["host"] == "collector.example.net"
+    assert refused[0]["host"] == refused[-1]["host"] == "collector.example.net"

@@ -243,3 +243,63 @@ def test_the_refusal_is_in_each_providers_own_error_shape() -> None:
     }
     gemini = json.loads(error_body(GEMINI, "no"))
     assert gemini == {"error": {"code": 400, "message": "no", "status": "INVALID_ARGUMENT"}}
+
+
+def _chat_image(url: str) -> dict[str, Any]:
+    part = {"type": "image_url", "image_url": {"url": url}}
+    return {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, part]}]}
+
+
+def _responses_file(url: str) -> dict[str, Any]:
+    output = [{"type": "input_file", "file_url": url}]  # a tool's output may hold parts
+    call = {"type": "function_call_output", "call_id": "c", "output": output}
+    return {"input": [{"type": "message", "role": "user", "content": "x"}, call]}
+
+
+def _anthropic_document(url: str) -> dict[str, Any]:
+    block = {"type": "document", "source": {"type": "url", "url": url}}
+    result = {"type": "tool_result", "tool_use_id": "t", "content": [block]}
+    return {"messages": [{"role": "user", "content": [result]}]}
+
+
+def _gemini_file(url: str) -> dict[str, Any]:
+    part = {"fileData": {"mimeType": "text/html", "fileUri": url}}
+    return {"contents": [{"role": "user", "parts": [{"text": "x"}, part]}]}
+
+
+URLS: list[tuple[str, str, Any, str]] = [
+    ("chat-image-url", CHAT, _chat_image, "image_url"),
+    ("responses-input-file-in-tool-output", RESPONSES, _responses_file, "input_file"),
+    ("anthropic-document-in-tool-result", MESSAGES, _anthropic_document, "document"),
+    ("gemini-file-data", GEMINI, _gemini_file, "fileData"),
+]
+
+
+@pytest.mark.parametrize(("api", "make", "name"), [u[1:] for u in URLS], ids=[u[0] for u in URLS])
+def test_a_url_the_provider_would_fetch_is_judged_by_its_host(
+    api: str, make: Any, name: str
+) -> None:
+    exfil = "https://evil.example.net/x?data=secret"
+    [fetched] = hosted_tools(api, make(exfil))
+    assert (fetched.name, fetched.kind, fetched.url) == (name, "url_fetch", exfil)
+    refused = decide(api, make(exfil), NO)
+    assert refused is not None and refused.host == "evil.example.net"
+    assert decide(api, make(exfil), UNLISTED) is not None
+    assert decide(api, make(exfil), PUBLIC) is None
+    assert decide(api, make("https://mcp.example.com/a.png"), LISTED) is None
+    for private in ("http://169.254.169.254/latest", "http://localhost:8080/"):
+        assert decide(api, make(private), PUBLIC) is not None
+    # Inline data is not fetched: it passes everywhere.
+    assert hosted_tools(api, make("data:image/png;base64,iVBORw0KGgo=")) == []
+
+
+def test_an_agents_own_tool_call_arguments_are_not_content() -> None:
+    call = {
+        "type": "tool_use",
+        "id": "t",
+        "name": "WebFetch",
+        "input": {"type": "image", "source": {"type": "url", "url": "https://x.example/"}},
+    }
+    body = {"messages": [{"role": "assistant", "content": [call]}]}
+    assert hosted_tools(MESSAGES, body) == []
+    assert decide(MESSAGES, body, NO) is None
