@@ -104,8 +104,9 @@ def task_dir_name(git_url: str, path: str) -> str:
     """The name a fetched task dir gets: the last part of its path (or of the repository)."""
     if path:
         return PurePosixPath(path).name
-    tail = git_url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
-    return tail.removesuffix(".git") or "task"
+    tail = git_url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git")
+    # A URL ending in ``..`` (or ``.``) must not name the entry's parent (or the entry).
+    return tail if tail not in ("", ".", "..") else "task"
 
 
 class TaskCache:

@@ -1,9 +1,14 @@
 """The ``git`` client, as datasets use it: refs, a blobless sparse checkout, Git LFS.
 
 Every call goes through :func:`_git`, which never prompts (``GIT_TERMINAL_PROMPT=0``),
-allows only the ordinary transports (a registry could otherwise name an ``ext::`` URL,
-which runs a command), and turns a failure into a :class:`DatasetError` with git's own
-first line of complaint.
+allows only the ordinary transports (``protocol.allow=never`` but for ``file``, ``git``,
+``http``, ``https`` and ``ssh``, on the command line and in ``GIT_ALLOW_PROTOCOL``: a
+registry or lock could otherwise name an ``ext::`` URL, which runs a command), runs
+outside any repository but the one it made (never a config the input chose), and turns a
+failure into a :class:`DatasetError` with git's own first line of complaint.
+
+Every command line puts ``--end-of-options`` (or ``--``) before the URLs, refs, commits
+and paths it carries, so none is ever read as an option, even one a check missed.
 """
 
 from __future__ import annotations
@@ -17,14 +22,23 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.datasets.inputs import ALLOWED_SCHEMES, check_git_url
 from harness.datasets.model import DatasetError, is_full_sha
 
 logger = logging.getLogger("harness.datasets")
 
-#: Transports a registry may name: never ``ext::`` (it runs a command) nor ``fd::``.
-_ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
+#: Transports a registry or lock may name: never ``ext::`` (it runs a command) nor ``fd::``.
+_ALLOWED_PROTOCOLS = ":".join(ALLOWED_SCHEMES)
+#: The same, as configuration on every command line (it wins over any config file).
+_PROTOCOL_CONFIG = (
+    "-c",
+    "protocol.allow=never",
+    *(arg for name in ALLOWED_SCHEMES for arg in ("-c", f"protocol.{name}.allow=always")),
+)
+#: Before the values a command carries: none is read as an option (git >= 2.24).
+END = "--end-of-options"
 #: An abbreviated commit id (as some registries hold).
-_SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}$")
+_SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}\Z")
 #: A clone of a big repository over a slow link takes a while; a dead one must not hang.
 _TIMEOUT_SEC = 1800.0
 _MISSING_COMMIT = (
@@ -45,8 +59,8 @@ def _env() -> dict[str, str]:
         GIT_LFS_SKIP_SMUDGE="1",  # LFS content comes from one `git lfs pull` of the paths
         GIT_CONFIG_NOSYSTEM="1",
     )
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
+        env.pop(name, None)
     return env
 
 
@@ -60,8 +74,10 @@ def _git(args: Sequence[str], *, cwd: Path | None = None) -> subprocess.Complete
         raise DatasetError("datasets need the git client: install git (apt-get install git)")
     try:
         return subprocess.run(
-            ["git", "-c", "advice.detachedHead=false", *args],
-            cwd=cwd,
+            ["git", *_PROTOCOL_CONFIG, "-c", "advice.detachedHead=false", *args],
+            # Outside any repository but ours: the caller's cwd may be in one whose config
+            # (core.sshCommand, core.fsmonitor) would run a command.
+            cwd=cwd if cwd is not None else "/",
             env=_env(),
             capture_output=True,
             text=True,
@@ -80,14 +96,15 @@ def _complaint(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def check_url(url: str) -> str:
-    """Refuse a URL git would read as an option.
+    """Refuse a URL git would read as an option or run a command for.
 
     Raises:
-        DatasetError: It starts with ``-``.
+        DatasetError: It fails :func:`harness.datasets.inputs.check_git_url`.
     """
-    if url.startswith("-") or not url:
-        raise DatasetError(f"git URL {url!r} is not a repository URL or path")
-    return url
+    try:
+        return check_git_url(url)
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
 
 
 def remote_refs(url: str) -> dict[str, str]:
@@ -96,7 +113,7 @@ def remote_refs(url: str) -> dict[str, str]:
     Raises:
         DatasetError: The repository is unreachable (git's reason on the same line).
     """
-    proc = _git(["ls-remote", "--", check_url(url)])
+    proc = _git(["ls-remote", END, check_url(url)])
     if proc.returncode != 0:
         raise DatasetError(f"repository {url} is unreachable: {_complaint(proc)}")
     refs: dict[str, str] = {}
@@ -145,9 +162,11 @@ def fetch_commit(url: str, commit: str, into: Path) -> None:
         DatasetError: Unreachable, or it has no such commit.
     """
     _init(url, into)
-    proc = _git(["fetch", "-q", "--depth", "1", "--filter=blob:none", "origin", commit], cwd=into)
+    proc = _git(
+        ["fetch", "-q", "--depth", "1", "--filter=blob:none", END, "origin", commit], cwd=into
+    )
     if proc.returncode == 0:
-        got = _git(["rev-parse", "FETCH_HEAD"], cwd=into).stdout.strip()
+        got = _git(["rev-parse", "--verify", END, "FETCH_HEAD"], cwd=into).stdout.strip()
         if got != commit:
             raise DatasetError(f"{url} sent {got} when asked for commit {commit}")
         return
@@ -164,7 +183,7 @@ def fetch_commit(url: str, commit: str, into: Path) -> None:
 
 def _init(url: str, into: Path) -> None:
     into.mkdir(parents=True, exist_ok=True)
-    for args in (["init", "-q"], ["remote", "add", "origin", "--", check_url(url)]):
+    for args in (["init", "-q"], ["remote", "add", END, "origin", check_url(url)]):
         proc = _git(args, cwd=into)
         if proc.returncode != 0:
             raise DatasetError(f"git {args[0]} in {into}: {_complaint(proc)}")
@@ -173,16 +192,16 @@ def _init(url: str, into: Path) -> None:
 def _from_history(url: str, repo: Path, ref: str) -> str | None:
     """The full id of commit ``ref`` (full or abbreviated) in the history of ``url``'s refs."""
     refspecs = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
-    proc = _git(["fetch", "-q", "--filter=blob:none", "origin", *refspecs], cwd=repo)
+    proc = _git(["fetch", "-q", "--filter=blob:none", END, "origin", *refspecs], cwd=repo)
     if proc.returncode != 0:
         raise DatasetError(f"repository {url} is unreachable: {_complaint(proc)}")
-    found = _git(["rev-parse", "-q", "--verify", f"{ref}^{{commit}}"], cwd=repo)
+    found = _git(["rev-parse", "-q", "--verify", END, f"{ref}^{{commit}}"], cwd=repo)
     return found.stdout.strip() if found.returncode == 0 else None
 
 
 def tree_paths(repo: Path, commit: str) -> list[str]:
     """Every file path of ``commit`` (from its trees alone: no blob is needed)."""
-    proc = _git(["ls-tree", "-r", "--name-only", "-z", commit], cwd=repo)
+    proc = _git(["ls-tree", "-r", "--name-only", "-z", END, commit], cwd=repo)
     if proc.returncode != 0:
         raise DatasetError(f"git ls-tree {commit}: {_complaint(proc)}")
     return [path for path in proc.stdout.split("\0") if path]
@@ -192,7 +211,7 @@ def has_dir(repo: Path, commit: str, path: str) -> bool:
     """Whether ``commit`` has the directory ``path`` ("" is the root)."""
     if not path:
         return True
-    proc = _git(["cat-file", "-t", f"{commit}:{path}"], cwd=repo)
+    proc = _git(["cat-file", "-t", END, f"{commit}:{path}"], cwd=repo)
     return proc.returncode == 0 and proc.stdout.strip() == "tree"
 
 
@@ -211,10 +230,10 @@ def checkout_paths(repo: Path, url: str, commit: str, paths: Sequence[str]) -> N
             f"({len(missing)} path(s) missing; check the registry entry)"
         )
     patterns = ["/*"] if "" in paths else [f"/{path}/" for path in paths]
-    proc = _git(["sparse-checkout", "set", "--no-cone", *patterns], cwd=repo)
+    proc = _git(["sparse-checkout", "set", "--no-cone", END, *patterns], cwd=repo)
     if proc.returncode != 0:
         raise DatasetError(f"git sparse-checkout in {repo}: {_complaint(proc)}")
-    proc = _git(["checkout", "-q", commit], cwd=repo)
+    proc = _git(["switch", "-q", "--detach", END, commit], cwd=repo)
     if proc.returncode != 0:
         raise DatasetError(f"checking out {commit} of {url}: {_complaint(proc)}")
     _lfs_pull(repo, url, paths)

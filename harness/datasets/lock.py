@@ -4,20 +4,35 @@ It names the registry, the datasets and versions asked for, and for each task it
 (git URL, the commit it resolved to, path) and content hash. ``--resume`` and ``harness run
 --from-lock RUN_DIR`` rerun those tasks, from the cache or fetched again, and refuse one
 whose content hash differs.
+
+A lock comes with a run dir, which may be someone else's: every field is checked when it
+is read (:mod:`harness.datasets.inputs`: a full commit id, a relative path, a plain git
+URL, a ``sha256:`` content hash), and a lock that fails is refused whole, naming the field
+and the file, before any ``git`` runs.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.datasets.cache import write_json_atomic
+from harness.datasets.inputs import (
+    check_commit,
+    check_git_url,
+    check_ref,
+    check_task_path,
+    check_text,
+)
 from harness.datasets.model import DatasetError
 from harness.records.layout import DATASETS_LOCK_FILENAME
 
 LOCK_VERSION = 1
+#: A task's recorded content: :func:`harness.datasets.cache.tree_digest`.
+_CONTENT_HASH = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
 class LockedTask(BaseModel):
@@ -43,6 +58,44 @@ class LockedTask(BaseModel):
     requested_ref: str | None = None
     content_hash: str
 
+    @field_validator("name", "dataset")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        return check_text(value)
+
+    @field_validator("git_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return check_git_url(value)
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, value: str) -> str:
+        return check_commit(value)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if check_task_path(value) != value:
+            raise ValueError(
+                f"task path {value!r} is not in the form a lock records (relative, "
+                "normalised, no trailing '/')"
+            )
+        return value
+
+    @field_validator("requested_ref")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        return None if value is None else check_ref(value)
+
+    @field_validator("content_hash")
+    @classmethod
+    def _hash(cls, value: str) -> str:
+        # "" only while a fresh resolve fetches; read_lock requires one.
+        if value and not _CONTENT_HASH.match(value):
+            raise ValueError(f"content hash {value[:80]!r} is not sha256:<64 hex digits>")
+        return value
+
 
 class DatasetsLock(BaseModel):
     """What ``datasets.lock.json`` holds.
@@ -60,6 +113,23 @@ class DatasetsLock(BaseModel):
     registry: str | None = None
     datasets: list[str] = Field(default_factory=list)
     tasks: list[LockedTask] = Field(default_factory=list)
+
+    @field_validator("lock_version")
+    @classmethod
+    def _version(cls, value: int) -> int:
+        if value != LOCK_VERSION:
+            raise ValueError(f"lock version {value} is not {LOCK_VERSION}")
+        return value
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str | None) -> str | None:
+        return None if value is None else check_text(value, "registry")
+
+    @field_validator("datasets")
+    @classmethod
+    def _datasets(cls, value: list[str]) -> list[str]:
+        return [check_text(label, "dataset") for label in value]
 
 
 def lock_path(where: Path) -> Path:
@@ -81,10 +151,29 @@ def read_lock(where: Path) -> DatasetsLock:
             "(harness run -d NAME@VERSION) or a lock file"
         )
     try:
-        return DatasetsLock.model_validate(json.loads(path.read_text()))
-    except (ValueError, ValidationError) as exc:
-        first = str(exc).splitlines()[0]
-        raise DatasetError(f"{path} is not a valid datasets lock: {first}") from None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path} is not a valid datasets lock: {exc}") from None
+    try:
+        lock = DatasetsLock.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        field = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]
+        ).lstrip(".")
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise DatasetError(
+            f"{path}: {field or 'the lock'}: {message}; refusing the whole lock (a run dir "
+            "may come from anyone): fix or remove that entry, or run the datasets anew "
+            "with -d NAME@VERSION"
+        ) from None
+    for index, task in enumerate(lock.tasks):
+        if not task.content_hash:
+            raise DatasetError(
+                f"{path}: tasks[{index}].content_hash: empty; a lock pins each task's content "
+                "(sha256:<64 hex digits>): run the datasets anew with -d NAME@VERSION"
+            )
+    return lock
 
 
 def write_lock(lock: DatasetsLock, run_dir: Path) -> Path:

@@ -14,10 +14,15 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from harness.datasets.inputs import (
+    FULL_COMMIT,
+    check_git_url,
+    check_ref,
+    check_task_path,
+    check_text,
+)
 from harness.errors import UsageError
 
-#: A full git commit id: the only ``git_commit_id`` that pins a task's content.
-_FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 #: Versions that name "whatever is newest" and win when no version is asked for.
 _MOVING_VERSIONS = ("head", "latest")
 
@@ -30,8 +35,8 @@ class DatasetError(UsageError):
 
 
 def is_full_sha(ref: str) -> bool:
-    """Tell whether ``ref`` is a full (40 hex digit) commit id, which nothing can move."""
-    return bool(_FULL_SHA.match(ref))
+    """Tell whether ``ref`` is a full (40 or 64 hex digit) commit id, which nothing can move."""
+    return bool(FULL_COMMIT.match(ref))
 
 
 class RegistryTask(BaseModel):
@@ -52,22 +57,26 @@ class RegistryTask(BaseModel):
     git_commit_id: str = "HEAD"
     path: str = ""
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_text(value, "task name")
+
+    @field_validator("git_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return check_git_url(value)
+
     @field_validator("path")
     @classmethod
     def _relative(cls, value: str) -> str:
-        clean = value.strip().rstrip("/")
-        if clean in ("", "."):
-            return ""
-        parts = clean.split("/")
-        if clean.startswith("/") or any(part in ("..", "") for part in parts):
-            raise ValueError(f"task path {value!r} must be relative and stay in the repository")
-        return clean
+        return check_task_path(value)
 
     @field_validator("git_commit_id")
     @classmethod
     def _ref(cls, value: str) -> str:
         ref = value.strip()
-        return ref.lower() if _FULL_SHA.match(ref.lower()) else (ref or "HEAD")
+        return ref.lower() if FULL_COMMIT.match(ref.lower()) else check_ref(ref or "HEAD")
 
 
 class Dataset(BaseModel):
@@ -91,6 +100,11 @@ class Dataset(BaseModel):
     @classmethod
     def _text(cls, value: object) -> object:
         return str(value) if isinstance(value, int | float) else value
+
+    @field_validator("name", "version")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        return check_text(value, "dataset name or version")
 
     @property
     def ref(self) -> str:

@@ -23,6 +23,7 @@ import httpx
 from harness.config import DatasetsConfig
 from harness.datasets import git
 from harness.datasets.cache import TaskCache, key, write_json_atomic
+from harness.datasets.inputs import check_git_url, check_ref
 from harness.datasets.lock import DatasetsLock, LockedTask, read_lock
 from harness.datasets.model import Dataset, DatasetError, Registry, RegistryTask, is_full_sha
 
@@ -104,7 +105,11 @@ def _json(text: str, source: str) -> object:
 def parse_repo(spec: str) -> tuple[str, str]:
     """``OWNER/NAME[@REF]``, a URL or a path (each with an optional ``@REF``) → (URL, ref).
 
-    ``OWNER/NAME`` is a GitHub repository, unless it is a local directory.
+    ``OWNER/NAME`` is a GitHub repository, unless it is a local directory. The URL and the
+    ref are checked as a registry's are (:mod:`harness.datasets.inputs`).
+
+    Raises:
+        DatasetError: The URL or the ref is refused, naming which and why.
     """
     base, at, ref = spec.rpartition("@")
     if not at or not base or "/" in ref or ":" in ref:
@@ -115,7 +120,10 @@ def parse_repo(spec: str) -> tuple[str, str]:
         )
     else:
         url = f"https://github.com/{base}.git"
-    return git.check_url(url), ref
+    try:
+        return check_git_url(url), check_ref(ref)
+    except ValueError as exc:
+        raise DatasetError(f"--repo {spec[:80]!r}: {exc}") from None
 
 
 def repo_dataset(spec: str, cache: TaskCache | None = None) -> tuple[Dataset, list[str]]:

@@ -69,7 +69,7 @@ def test_repo_specs(tmp_path: Path) -> None:
     assert parse_repo("git@host.example:org/name.git") == ("git@host.example:org/name.git", "HEAD")
     assert parse_repo("git://127.0.0.1:9/r@main") == ("git://127.0.0.1:9/r", "main")
     assert parse_repo(f"{tmp_path}@abc") == (str(tmp_path), "abc")
-    with pytest.raises(DatasetError, match="not a repository URL"):
+    with pytest.raises(DatasetError, match="starts with .-."):
         check_url("--upload-pack=touch")  # git would read it as an option
 
 
