@@ -215,6 +215,11 @@ class PhaseRequest:
     #: fresh, verifier-owned ones of their own. Healthchecks only: they write no reward,
     #: and may wait on a service of the image that keeps its files there.
     shared_tmp: bool = False
+    #: Verifier phases: ``(host dir, in-sandbox dir)`` pairs uploaded for the verifier's
+    #: user once its ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are fresh, just before the
+    #: phase: a separate verifier's artifacts declared under them, which an upload before
+    #: the phase would see moved aside with everything else there.
+    scratch_uploads: tuple[tuple[Path, str], ...] = ()
     #: The index of the step of a multi-step task this phase belongs to: the phase gets
     #: that step's network (``SandboxSpec.step_networks``). None: ``SandboxSpec.networks``.
     step: int | None = None
@@ -505,8 +510,8 @@ class Sandbox(ABC):
         """Run one phase under the supervisor; every process of it is dead on return.
 
         A verifier phase (unless ``shared_tmp``) sees ``/tmp``, ``/var/tmp`` and
-        ``/dev/shm`` empty and its own, and the agent's files there again afterwards
-        (:mod:`sandbox.scratch`).
+        ``/dev/shm`` empty and its own but for ``scratch_uploads``, and the agent's files
+        there again afterwards (:mod:`sandbox.scratch`).
         """
 
     @abstractmethod

@@ -116,6 +116,8 @@ class FakeSandbox(Sandbox):
 
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
         self._call(f"run_phase:{request.role}")
+        for src, dest in request.scratch_uploads:
+            self.upload(src, dest, owner="verifier")
         # As a real backend: the phase's step's policy, an unknown step refused.
         self.phases.append((request, self.spec.network_for(request.role, request.step)))
         return self.handler(request, self)

@@ -53,6 +53,7 @@ from sandbox.cgroups import Limits, Support, TrialCgroup, probe
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxDied, SandboxError
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
+from sandbox.inside import git_repos, home_seed
 from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.inside.processes import kill_all, live_entries, uid_processes
 from sandbox.network_policy import NetworkPolicy
@@ -451,6 +452,17 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"path {path} is outside the trial root")
         return resolved
 
+    def _scratch_view(self, path: str) -> str:
+        """Where a phase's ``/tmp/...`` (or ``/var/tmp``, ``/dev/shm``) is in the trial view.
+
+        Only for a path known to be the phase's: a host path may be under ``/tmp`` too.
+        """
+        normal = os.path.normpath(path)
+        for name, target in _SHARED_TMP:
+            if self.confined and (normal == target or normal.startswith(target + "/")):
+                return f"{VIEW_ROOT}/{name}{normal[len(target) :]}"
+        return normal
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:  # noqa: D102
@@ -780,6 +792,8 @@ class LocalSandbox(Sandbox):
                 # The views bind fs/tmp (and the others) by path: the verifier and the
                 # commands it runs as the agent see the same fresh dirs.
                 park(self.fs, (identity.grader_uid, identity.grader_gid))
+            for src, dest in request.scratch_uploads:
+                self.upload(src, self._scratch_view(dest), owner="verifier")
             result = PhaseResult.from_json(self._supervisor().request(dict(payload)))
         finally:
             if private_tmp:
@@ -818,6 +832,13 @@ class LocalSandbox(Sandbox):
             path.mkdir(mode=0o700)
             os.lchown(path, *owner)
         os.lchown(self.fs / "exec", *owner)
+        # git accepts the agent's repositories (docs/grading.md): the workspace, and each
+        # repository under it by name, since git before 2.46 reads no ``<dir>/*``.
+        workspace, view = os.path.realpath(self.fs / "workspace"), self.paths.workspace
+        repos, _cut = git_repos.find(workspace)
+        safe = [view, f"{view}/*"]
+        safe += [view + repo[len(workspace) :] for repo in repos if repo != workspace]
+        home_seed.seed(str(grader / "home"), None, *owner, safe)
 
     def reset_verifier_dir(self) -> None:  # noqa: D102
         target = self.fs / "verifier"

@@ -21,6 +21,8 @@ from pathlib import Path
 
 #: The scratch dirs on a trial's filesystem (``fs/<name>``), as the backends lay them out.
 SCRATCH_DIRS = ("tmp", "var-tmp", "shm")
+#: The same dirs as a phase sees them.
+IN_SANDBOX = ("/tmp", "/var/tmp", "/dev/shm")
 #: Where the agent's entries wait while a verifier runs (root-only, in no phase's view).
 PARKED = "parked"
 #: Mode of a scratch dir between verifier phases (the agent's, shared: sticky, world-writable).

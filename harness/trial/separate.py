@@ -6,10 +6,16 @@ but the declared artifacts (and the ``/logs/artifacts`` convention dir), copied 
 agent's sandbox and into it through the same no-follow, size-capped evidence code. It is
 hardened like every sandbox of its backend, graded like any verifier, and removed at once.
 On a backend that builds no images (local), its tests dir is copied in instead.
+
+An artifact declared under ``/tmp``, ``/var/tmp`` or ``/dev/shm`` reaches the verifier
+there: the phase's fresh scratch dirs would hide anything uploaded before it, so those are
+uploaded by the phase itself once the dirs are the verifier's
+(``PhaseRequest.scratch_uploads``).
 """
 
 from __future__ import annotations
 
+import posixpath
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,7 @@ from harness.trial.artifacts import Caps, prune_excluded
 from harness.trial.env import grader_env
 from harness.trial.grading import read_rewards
 from harness.trial.settings import TrialPlan, TrialSettings
+from sandbox import scratch
 from sandbox.backend import PhaseRequest, PhaseResult, Resources, Role, Sandbox, SandboxSpec
 from sandbox.errors import EnvironmentStartError, SandboxError
 from sandbox.inside.evidence import EvidenceEvent
@@ -53,6 +60,8 @@ class SeparateVerifier:
         self.rewards: dict[str, float] | None = None
         self.events: list[EvidenceEvent] = []
         self.notes: list[dict[str, Any]] = []
+        #: What the verifier phase uploads into its fresh scratch dirs (host dir, dest).
+        self.scratch_uploads: list[tuple[Path, str]] = []
 
     def spec(self) -> SandboxSpec:
         """The verifier sandbox: its own ``[environment]``, the tests dir as build context."""
@@ -101,12 +110,13 @@ class SeparateVerifier:
                 sandbox.start()
             except SandboxError as exc:
                 raise type(exc)(f"separate verifier: {exc}") from None
-            self.transfer(sandbox)
-            if not sandbox.builds_images:
-                sandbox.put_dir(
-                    self.view.verifier_context, sandbox.paths.tests, agent_readable=False
-                )
-            result = self._grade(sandbox)
+            with tempfile.TemporaryDirectory(prefix="harness-scratch-inputs-") as held:
+                self.transfer(sandbox, hold=Path(held))
+                if not sandbox.builds_images:
+                    sandbox.put_dir(
+                        self.view.verifier_context, sandbox.paths.tests, agent_readable=False
+                    )
+                result = self._grade(sandbox)
         finally:
             self.settings.track(sandbox, running=False)
             self.notes.extend(sandbox.network_events())
@@ -124,6 +134,7 @@ class SeparateVerifier:
                 timeout_sec=self.view.verifier_timeout_sec,
                 max_output_bytes=self.settings.max_output_bytes,
                 confidential_env=tuple(self.view.verifier_env),
+                scratch_uploads=tuple(self.scratch_uploads),
             )
         )
         for source, name in (
@@ -143,11 +154,13 @@ class SeparateVerifier:
         )
         return dest
 
-    def transfer(self, target: Sandbox, owner: Role = "verifier") -> None:
+    def transfer(self, target: Sandbox, owner: Role = "verifier", hold: Path | None = None) -> None:
         """Copy the declared artifacts (and the convention dir) from the agent's sandbox.
 
         ``owner`` (``verifier`` or ``agent``) owns the copies in ``target``: an episode's
-        isolated judge, an agent, gets them this way too.
+        isolated judge, an agent, gets them this way too. ``hold``: a host dir that outlives
+        the verifier phase, where an artifact bound for a scratch dir waits for it
+        (:attr:`scratch_uploads`); without it, those are uploaded at once.
         """
         moves: list[tuple[str, str, list[str]]] = []
         if self.agent.paths.artifacts and target.paths.artifacts:
@@ -157,19 +170,24 @@ class SeparateVerifier:
         with tempfile.TemporaryDirectory(prefix="harness-transfer-") as tmp:
             for index, (source, dest, exclude) in enumerate(moves):
                 parent, _, name = dest.rstrip("/").rpartition("/")
-                staged = Path(tmp) / str(index)
+                later = hold is not None and _in_scratch(dest)
+                staged = (hold if hold is not None and later else Path(tmp)) / str(index)
                 note: dict[str, Any] = {"type": f"{owner}_input", "source": source, "dest": dest}
                 try:
                     copied = self._copy_out(self.agent, source, staged / (name or "root"))
                     prune_excluded(copied, exclude)
                     if not copied.exists():
                         note["status"] = "missing"
-                    elif copied.is_dir():
-                        target.upload(copied, dest, owner=owner)
-                        note["status"] = "ok"
-                    else:  # a file: upload its dir into the target's parent dir
-                        target.upload(staged, parent or "/", owner=owner)
-                        note["status"] = "ok"
+                        self.notes.append(note)
+                        continue
+                    # a file: its staging dir goes into the target's parent dir
+                    src, into = (copied, dest) if copied.is_dir() else (staged, parent or "/")
+                    if later:  # into the verifier's fresh scratch dir, by its phase
+                        self.scratch_uploads.append((src, into))
+                        note["when"] = "verifier_phase"
+                    else:
+                        target.upload(src, into, owner=owner)
+                    note["status"] = "ok"
                 except SandboxError as exc:
                     note.update(status="failed", detail=str(exc))
                 self.notes.append(note)
@@ -187,3 +205,9 @@ class SeparateVerifier:
         if source == workspace or source.startswith(workspace + "/"):
             return target.paths.workspace.rstrip("/") + source[len(workspace) :]
         return source
+
+
+def _in_scratch(dest: str) -> bool:
+    """Whether an in-sandbox path is in a dir a verifier phase gets fresh."""
+    normal = posixpath.normpath(dest)
+    return any(normal == d or normal.startswith(d + "/") for d in scratch.IN_SANDBOX)

@@ -803,6 +803,8 @@ class DockerSandbox(Sandbox):
         try:
             if private_tmp:
                 self._private_tmp()
+            for src, dest in request.scratch_uploads:
+                self.upload(src, dest, owner="verifier")
             result = PhaseResult.from_json(self._call(dict(payload)))
         except BaseException as exc:
             if private_tmp:  # the agent's files back whatever failed (its error is reported)
@@ -979,6 +981,8 @@ class DockerSandbox(Sandbox):
             "owner": owner,
             "deny": [workspace, _TRIAL, "/tmp", "/var/tmp", "/dev/shm", "/logs"],
             "git_safe_directories": [workspace, f"{workspace}/*"] if git_safe else [],
+            # git before 2.46 reads no glob: each repository under the workspace by name.
+            "git_safe_walk": [workspace] if git_safe else [],
         }
 
     def _gateway_socket(self) -> str | None:

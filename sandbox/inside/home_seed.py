@@ -36,8 +36,9 @@ import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings on sys.path
-    from sandbox.inside import passwd
+    from sandbox.inside import git_repos, passwd
 except ImportError:  # pragma: no cover - inside a sandbox
+    import git_repos  # type: ignore[no-redef,import-not-found]
     import passwd  # type: ignore[no-redef,import-not-found]
 
 SKEL = "/etc/skel"
@@ -252,7 +253,8 @@ def _git_safe(dst_fd: int, dirs: List[str], uid: int, gid: int) -> None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError("HOME's .gitconfig is not a regular file")
         os.fchown(fd, uid, gid)
-        lines = "".join("\tdirectory = %s\n" % d for d in dirs)
+        values = (git_repos.config_value(d) for d in dirs)
+        lines = "".join("\tdirectory = %s\n" % v for v in values if v is not None)
         os.write(fd, ("\n# the agent's workspace (harness)\n[safe]\n" + lines).encode())
     finally:
         os.close(fd)
@@ -291,11 +293,24 @@ def op_seed_home(req: Dict[str, Any]) -> Dict[str, Any]:
     """Seed ``home`` (an existing dir) for the user ``owner`` {uid, gid}.
 
     Request keys: ``home``; ``owner``; ``deny`` (dirs never seeded from);
-    ``git_safe_directories`` (written to HOME's ``.gitconfig`` after the copy).
+    ``git_safe_directories`` (written to HOME's ``.gitconfig`` after the copy);
+    ``git_safe_walk`` (dirs whose repositories, found by :func:`git_repos.find`, are
+    written there too).
     Result: ``source`` (the dir copied, or None), ``files``, ``bytes``, ``truncated``,
-    ``skipped`` (up to 50 ``{path, why}``).
+    ``skipped`` (up to 50 ``{path, why}``), and with a walk ``git_repos`` ``{found,
+    truncated}``.
     """
     uid, gid = int(req["owner"]["uid"]), int(req["owner"]["gid"])
     deny = [str(d) for d in req.get("deny") or []]
     dirs = [str(d) for d in req.get("git_safe_directories") or []]
-    return seed(str(req["home"]), source_home(uid, deny), uid, gid, dirs)
+    walked: Optional[Dict[str, Any]] = None
+    for top in req.get("git_safe_walk") or []:
+        repos, cut = git_repos.find(str(top))
+        dirs += [repo for repo in repos if repo not in dirs]
+        walked = walked or {"found": 0, "truncated": False}
+        walked["found"] += len(repos)
+        walked["truncated"] = walked["truncated"] or cut
+    result = seed(str(req["home"]), source_home(uid, deny), uid, gid, dirs)
+    if walked is not None:
+        result["git_repos"] = walked
+    return result

@@ -102,7 +102,7 @@ def test_git_safe_directories_extend_the_images_gitconfig(tmp_path: Path) -> Non
     seed(str(home), str(src), UID, GID, ["/app", "/app/*"])
     text = (home / ".gitconfig").read_text()
     assert text.startswith("[user]\n\tname = image\n")
-    assert "[safe]\n\tdirectory = /app\n\tdirectory = /app/*\n" in text
+    assert '[safe]\n\tdirectory = "/app"\n\tdirectory = "/app/*"\n' in text
     # A planted link in HOME is never written through.
     other = tmp_path / "other"
     other.mkdir()

@@ -19,6 +19,7 @@ from sandbox.backend import SandboxSpec
 from sandbox.environment import FIXED_PATH
 from sandbox.fake import FakeSandbox
 from sandbox.image_config import ImageConfig
+from sandbox.verifier_tools import TOOLS_BIN
 
 BASE = {
     "LANG": "host-lang",
@@ -206,8 +207,11 @@ def test_every_phase_gets_the_image_env(make_task: Callable[..., Task]) -> None:
     sandbox = _ImageSandbox({"FOO": "x", "PATH": "/opt/tool/bin:/usr/bin", "HOME": "/root"})
     agent = agent_env(sandbox, task, "t1", {"HARNESS_INSTRUCTION_FILE": "/i"})
     grader = grader_env(sandbox, task, "t1")
+    assert agent["PATH"] == "/opt/tool/bin:/usr/bin"
+    # The verifier's python/python3 wrappers come first (sandbox/verifier_python.py).
+    assert grader["PATH"] == f"{TOOLS_BIN}:/opt/tool/bin:/usr/bin"
     for env in (agent, grader):
-        assert env["FOO"] == "x" and env["PATH"] == "/opt/tool/bin:/usr/bin"
+        assert env["FOO"] == "x"
     assert agent["HOME"] == sandbox.paths.home
     assert grader["HOME"] == sandbox.paths.grader_home
     assert image_env_record(sandbox) == {"applied": ["FOO", "PATH"], "withheld": ["HOME"]}

@@ -1,0 +1,151 @@
+"""The verifier's ``safe.directory`` entries: which repositories the walk finds, and real git.
+
+Real dirs and a real ``git`` (the host's, 2.39: no ``<dir>/*`` glob, like Ubuntu 24.04's
+2.43): a repository the agent's uid owns is accepted by root's git through the listed
+entries, and a dir name the agent chose never adds a line of config to the verifier's git.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from support.docker import prerequisite_missing
+
+from sandbox.inside import git_repos, home_seed
+
+OTHER_UID = 1_600_009_999  # the "agent": an owner that is not root
+
+
+def _git(home: Path, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run(
+        ["git", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def _init(path: Path, *, bare: bool = False) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    flags = ["--bare"] if bare else []
+    done = subprocess.run(
+        ["git", "init", "-q", *flags, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done
+
+
+@pytest.fixture
+def git() -> None:
+    if shutil.which("git") is None:
+        prerequisite_missing("git")
+
+
+def test_the_walk_finds_repositories_and_follows_no_link(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    (ws / "a" / "b" / ".git").mkdir(parents=True)
+    (ws / "a" / "b" / ".git" / "nested" / ".git").mkdir(parents=True)  # inside .git: not seen
+    (ws / "sub").mkdir()
+    (ws / "sub" / ".git").write_text("gitdir: ../.git/modules/sub\n")
+    bare = ws / "srv" / "project.git"
+    for name in ("objects", "refs"):
+        (bare / name).mkdir(parents=True)
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    outside = tmp_path / "outside"
+    (outside / ".git").mkdir(parents=True)
+    (ws / "link").symlink_to(outside)
+    (ws / "c").mkdir()
+    (ws / "c" / ".git").symlink_to(outside / ".git")  # a linked .git is no repository
+    repos, truncated = git_repos.find(str(ws))
+    real = os.path.realpath(ws)
+    assert sorted(repos) == sorted(f"{real}{p}" for p in ("", "/a/b", "/sub", "/srv/project.git"))
+    assert not truncated
+
+
+def test_the_walk_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deep = tmp_path / "ws"
+    path = deep
+    for level in range(git_repos.MAX_DEPTH + 3):
+        path = path / f"d{level}"
+    (path / ".git").mkdir(parents=True)
+    repos, truncated = git_repos.find(str(deep))
+    assert repos == [] and truncated
+    wide = tmp_path / "wide"
+    for index in range(50):
+        (wide / f"r{index:02}" / ".git").mkdir(parents=True)
+    monkeypatch.setattr(git_repos, "MAX_REPOS", 10)
+    repos, truncated = git_repos.find(str(wide))
+    assert len(repos) == 10 and truncated
+    monkeypatch.setattr(git_repos, "MAX_REPOS", 256)
+    monkeypatch.setattr(git_repos, "MAX_ENTRIES", 20)
+    repos, truncated = git_repos.find(str(wide))
+    assert len(repos) < 20 and truncated
+
+
+def test_config_values_are_quoted_and_control_characters_refused() -> None:
+    assert git_repos.config_value('/app/a "b\\c') == '"/app/a \\"b\\\\c"'
+    for bad in ("/app/x\n[core]", "/app/x\r", "/app/\x7f", "/app/\udcff"):
+        assert git_repos.config_value(bad) is None
+
+
+def test_roots_git_accepts_the_agents_nested_repository(git: None, tmp_path: Path) -> None:
+    """git 2.39 reads no glob: only the repository's own entry makes it safe."""
+    if os.geteuid() != 0:
+        prerequisite_missing("root (to give the repository another owner)")
+    ws = tmp_path / "app"
+    repo = ws / "project" / "repo"
+    _init(repo)
+    for top, _dirs, files in os.walk(ws):
+        os.lchown(top, OTHER_UID, OTHER_UID)
+        for name in files:
+            os.lchown(os.path.join(top, name), OTHER_UID, OTHER_UID)
+    globbed, walked = tmp_path / "globbed", tmp_path / "walked"
+    for home in (globbed, walked):
+        home.mkdir()
+    home_seed.seed(str(globbed), None, 0, 0, [str(ws), f"{ws}/*"])
+    refused = _git(globbed, "rev-parse", "--git-dir", cwd=repo)
+    assert refused.returncode != 0 and "dubious ownership" in refused.stderr, refused
+    home_seed.op_seed_home(
+        {
+            "home": str(walked),
+            "owner": {"uid": 0, "gid": 0},
+            "deny": ["/"],  # nothing of the host's seeded
+            "git_safe_directories": [str(ws), f"{ws}/*"],
+            "git_safe_walk": [str(ws)],
+        }
+    )
+    accepted = _git(walked, "rev-parse", "--git-dir", cwd=repo)
+    assert accepted.returncode == 0, accepted
+
+
+def test_a_dir_name_never_adds_config_to_the_verifiers_git(git: None, tmp_path: Path) -> None:
+    """Attack: a repository whose dir name holds a newline and a ``[core]`` section.
+
+    Written unquoted into ``.gitconfig`` it would set ``core.fsmonitor`` for every git the
+    verifier runs, a command run as the verifier. From outside: the marker never appears,
+    and git reads the config without the planted key.
+    """
+    ws = tmp_path / "app"
+    evil = ws / "x\n[core]\n\tfsmonitor = touch fsmonitor-ran"  # a name has no "/"
+    _init(evil)
+    plain = tmp_path / "plain"
+    _init(plain)
+    marker = plain / "fsmonitor-ran"  # the hook runs in the repository's top dir
+    (plain / "f").write_text("x")
+    home = tmp_path / "home"
+    home.mkdir()
+    home_seed.op_seed_home(
+        {
+            "home": str(home),
+            "owner": {"uid": os.geteuid(), "gid": os.getegid()},
+            "deny": ["/"],  # nothing of the host's seeded
+            "git_safe_walk": [str(ws)],
+        }
+    )
+    listed = _git(home, "config", "--global", "--list", cwd=plain)
+    assert listed.returncode == 0, listed
+    assert "core.fsmonitor" not in listed.stdout, listed.stdout
+    _git(home, "status", "--porcelain", cwd=plain)
+    assert not marker.exists()
