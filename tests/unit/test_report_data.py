@@ -135,6 +135,28 @@ def test_load_run_computes_a_missing_summary_and_reports_a_torn_tail(tmp_path: P
     assert any("no summary.json" in note for note in data.notes)
 
 
+def test_a_version_1_summary_is_computed_again_over_its_plan(tmp_path: Path) -> None:
+    """Version 1's headline counted graded trials only: the report does not show it."""
+    broken = record("b.r0", reward=None, status=TrialStatus.VERIFIER_ERROR, ok=False)
+    run = make_run(tmp_path / "r", [record("a.r0"), broken])
+    old = {"run": "r", "interrupted": False, "planned": 3, "trials": 2, "graded": 1}
+    old |= {"mean_reward": 1.0, "success_rate": 1.0, "pass_at_k": {"1": 1.0}}
+    (run / "summary.json").write_text(json.dumps(old))
+    data = load_run(run)
+    assert data.summary_source == "computed"
+    assert any("version 1" in note for note in data.notes)
+    # Over its plan of 3: one success, one ungraded, one without a record.
+    assert data.summary["mean_reward"] == pytest.approx(1 / 3)
+    assert data.summary["graded_only"]["mean_reward"] == 1.0
+    assert data.summary["ungraded"]["by_status"] == {"verifier_error": 1, "unrecorded": 1}
+    assert data.summary["run"] == "r" and data.summary["interrupted"] is False
+
+    current = {**data.summary, "mean_reward": 0.25}  # as written by this version: shown as is
+    (run / "summary.json").write_text(json.dumps(current))
+    again = load_run(run)
+    assert again.summary_source == "summary.json" and again.summary["mean_reward"] == 0.25
+
+
 def test_unknown_fields_and_forged_evidence_dirs_do_not_break_a_trial(tmp_path: Path) -> None:
     newer = record(
         "a.r0",

@@ -102,3 +102,45 @@ def test_forged_evidence_dirs_lie_nowhere(tmp_path: Path, relative: str) -> None
 def test_default_evidence_dir_is_the_layouts(tmp_path: Path) -> None:
     assert evidence_path(tmp_path, None, "t1") == tmp_path / layout.trial_evidence_dir("t1")
     assert evidence_path(tmp_path, None, "..") is None
+
+
+@pytest.mark.parametrize(
+    ("per_task", "expected"),
+    [
+        ({"t": {"planned": 3}, "u": {"planned": 2}}, {"t": 3, "u": 2}),
+        ({"t": {"planned": 3}, "u": {}}, None),  # version 1: no plan per task
+        ({"t": {"planned": -1}}, None),
+        ({"t": {"planned": True}}, None),
+        ({"t": {"planned": "3"}}, None),
+        ({"t": [1]}, None),
+        ([], None),
+        ({}, None),
+    ],
+)
+def test_the_plan_per_task_reads_only_as_whole_counts(
+    tmp_path: Path, per_task: object, expected: dict[str, int] | None
+) -> None:
+    run_dir = _run_dir(tmp_path)
+    summary = {"planned": 5, "per_task": per_task}
+    (run_dir / layout.SUMMARY_FILENAME).write_text(json.dumps(summary))
+    assert read_run(run_dir).planned_tasks == expected
+
+
+def test_a_forged_plan_per_task_is_a_denominator_and_nothing_more(tmp_path: Path) -> None:
+    """``harness.load_run`` over a summary.json that claims a plan of 10**15 per task."""
+    from harness.api import load_run
+    from harness.config import AgentConfig, RunConfig, TasksConfig, save_config
+
+    run_dir = _run_dir(tmp_path)
+    config = RunConfig(tasks=TasksConfig(paths=["tasks"]), agent=AgentConfig(name="nop"))
+    save_config(config, run_dir / layout.CONFIG_FILENAME)
+    forged = {
+        "planned": 2 * 10**15,
+        "per_task": {"t": {"planned": 10**15}, "x": {"planned": 10**15}},
+    }
+    (run_dir / layout.SUMMARY_FILENAME).write_text(json.dumps(forged))
+    summary = load_run(run_dir).summary
+    assert summary.planned == 2 * 10**15 and summary.recorded == 2
+    assert set(summary.pass_at_k) == {"1", "2"}  # k stops at the most trials a task recorded
+    assert summary.mean_reward == pytest.approx(2 / (2 * 10**15))
+    assert summary.graded_only.mean_reward == 1.0
