@@ -90,3 +90,62 @@ def test_a_no_network_trial_gets_no_hosted_tool_and_its_record_says_so(
                                             "web_search_options", "image_url"], refused  # fmt: skip
     assert all(e["type"] == "network_refused" and e["policy"] == "no-network" for e in refused)
     assert refused[0]["host"] == refused[-1]["host"] == "collector.example.net"
+
+
+PUBLIC_ATTACK = r"""
+python3 - <<'PY'
+import json, os, urllib.error, urllib.request
+
+base, token = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+asks = [
+    {"tools": [{"type": "web_search"}]},
+    {"tools": [{"type": "mcp", "server_label": "x", "server_url": "http://169.254.169.254/"}]},
+    {"background": True},
+]
+seen = []
+for extra in asks:
+    request = urllib.request.Request(
+        base + "/responses", data=json.dumps({"model": "x", "input": "hi", **extra}).encode(),
+        headers={"authorization": "Bearer " + token, "content-type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            seen.append(answer.status)
+    except urllib.error.HTTPError as error:
+        seen.append(error.code)
+with open(os.path.join(os.environ["HARNESS_WORKSPACE"], "seen.json"), "w") as fh:
+    json.dump(seen, fh)
+PY
+"""
+
+
+@pytest.mark.docker
+def test_a_public_trial_keeps_web_search_but_no_mcp_server_at_the_metadata_address(
+    cli: Any, sec: Any, upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    name = sec.unique("gw-hosted-public")
+    task = sec.write_task(
+        tmp_path / "tasks",
+        name,
+        attack=PUBLIC_ATTACK,
+        test_sh=SHOW,
+        agent_timeout=120,
+        allow_internet=True,
+    )
+    env = {
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{upstream.port}/v1",
+        "OPENAI_API_KEY": "sk-standin-key",
+    }
+    run = cli.run([task], env=env, timeout=400, extra=["--model", "openai/gpt-4o-mini"])
+    record = run.by_task(name)
+    assert record["status"] == "completed", run
+    assert record["posture"]["network"]["mode"] == "public", record["posture"]
+    stdout = (run.evidence(record) / "verifier" / "test-stdout.txt").read_text()
+    # The gateway was told the phase is public (an access opened without a policy is
+    # no-network, which would refuse the search as well).
+    assert json.loads(stdout.splitlines()[0]) == [200, 400, 400]
+    assert [s["body"].get("tools") for s in upstream.log()] == [[{"type": "web_search"}]]
+    refused = [e for e in record["events"] if e.get("protocol") == "model_tool"]
+    assert [(e["tool"], e["policy"], e["host"]) for e in refused] == [
+        ("mcp", "public", "169.254.169.254")
+    ]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness.gateway.hosted_tools import decide, error_body, hosted_tools
+from harness.gateway.hosted_tools import decide, error_body, hosted_tools, narrowest
 from sandbox.network_policy import NetworkPolicy
 
 NO = NetworkPolicy("no-network")
@@ -303,3 +303,10 @@ def test_an_agents_own_tool_call_arguments_are_not_content() -> None:
     body = {"messages": [{"role": "assistant", "content": [call]}]}
     assert hosted_tools(MESSAGES, body) == []
     assert decide(MESSAGES, body, NO) is None
+
+
+def test_steps_the_gateway_cannot_follow_get_their_common_policy_or_none() -> None:
+    assert narrowest([PUBLIC, NetworkPolicy("public")]) == PUBLIC
+    assert narrowest([LISTED, LISTED]) == LISTED
+    for differing in ([PUBLIC, NO], [PUBLIC, LISTED], [LISTED, UNLISTED], []):
+        assert narrowest(differing).mode == "no-network", differing
