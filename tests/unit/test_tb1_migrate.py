@@ -273,3 +273,33 @@ def test_an_empty_task_yaml_is_said_to_be_empty(tmp_path: Path) -> None:
         "listed": "task.yaml is a list, not a mapping",
         "template": "task.yaml is empty",
     }
+
+
+def test_a_compose_file_with_anchors_within_the_caps_still_converts(tmp_path: Path) -> None:
+    """Aliases are capped by what they expand to, not refused: compose files use them."""
+    compose = "x-env: &env\n  - LOGS=/logs\n" + SIDECAR_COMPOSE.replace(
+        "    environment:\n      - LOGS=${T_BENCH_CONTAINER_LOGS_PATH}\n", "    environment: *env\n"
+    )
+    assert "*env" in compose
+    task = make_tb1(tmp_path / "src", "anchored", compose=compose)
+    (task / "db").mkdir()
+    (task / "db" / "Dockerfile").write_text("FROM harness/base:bookworm\n")
+    results, _ = migrate_tasks([task], tmp_path / "out")
+    assert results[0].error is None, results[0].error
+    converted = yaml.safe_load(
+        (tmp_path / "out/anchored/environment/docker-compose.yaml").read_text()
+    )
+    assert converted["services"]["db"]["environment"] == ["LOGS=/logs"]
+
+
+def test_a_task_yaml_past_its_cap_or_with_bad_values_fails_naming_why(tmp_path: Path) -> None:
+    big = make_tb1(tmp_path / "src", "big")
+    (big / "task.yaml").write_text("instruction: " + "x" * (1 << 20) + "\n")
+    odd = make_tb1(tmp_path / "src", "odd", task_yaml={**TASK_YAML, "max_test_timeout_sec": "x"})
+    nulls = make_tb1(tmp_path / "src", "nulls", task_yaml={**TASK_YAML, "tags": [None]})
+    results, _ = migrate_tasks([big, odd, nulls], tmp_path / "out")
+    errors = {r.source.name: r.error or "" for r in results}
+    assert "larger than 1 MiB" in errors["big"]
+    assert "max_test_timeout_sec is 'x', not a number" in errors["odd"]
+    assert "task.toml cannot hold" in errors["nulls"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
