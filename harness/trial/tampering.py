@@ -7,8 +7,10 @@ phase's root changes (:meth:`sandbox.backend.Sandbox.root_changes`), keeps all o
 the evidence (``root_changes.jsonl``, bounded) and a summary in the record
 (``root_changes``), and marks as ``tampering`` events those a verifier would execute or
 read (:func:`tampering_reason`: the reviewed default of
-:mod:`harness.trial.tampering_paths`, the image's ``PATH`` dirs and the HOME the verifier's
-is seeded from, less what the task declares expected in ``[harness].expected_root_changes``).
+:mod:`harness.trial.tampering_paths`, the image's ``PATH`` dirs, and the trial's own trees:
+the HOME the verifier's is seeded from, the dirs of the image's search-path variables and of
+its ``ld.so.conf``; less what the task declares expected in
+``[harness].expected_root_changes``).
 A verifier that runs in the agent's container after such an event gives a verdict taken
 after tampering: the record says so (``tampered_verdict``). ``[verifier].environment_mode =
 "separate"`` is the defence: a separate verifier never sees the agent's root
@@ -20,7 +22,8 @@ from __future__ import annotations
 import fnmatch
 import json
 import posixpath
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,8 @@ from harness.trial.tampering_paths import (
     DEFAULT_TREES,
     HOME_REASON,
     IMAGE_PATH_REASON,
+    LD_SO_CONF_REASON,
+    SEARCH_PATH_VARS,
 )
 from sandbox.backend import Sandbox
 from sandbox.errors import SandboxError
@@ -41,8 +46,12 @@ from sandbox.root_changes import RootChange, RootChanges
 MAX_TAMPERING_EVENTS = 50
 #: Changes the record's summary lists (the evidence file has them all).
 MAX_SUMMARY_PATHS = 20
-#: Bytes of ``/etc/passwd`` read at most to find the verifier's HOME.
-MAX_PASSWD_BYTES = 1 << 20
+#: Bytes of a config file (``/etc/passwd``, ``ld.so.conf``) read at most.
+MAX_CONFIG_BYTES = 1 << 20
+#: The trial's own trees (HOME, search-path dirs) kept at most.
+MAX_TRIAL_TREES = 256
+#: ``include`` lines of ``/etc/ld.so.conf`` followed at most.
+MAX_LD_SO_INCLUDES = 8
 
 
 class _Node:
@@ -112,7 +121,7 @@ def tampering_reason(
     path: str,
     image_path: Sequence[str] = (),
     *,
-    homes: Sequence[str] = (),
+    extra: PathPatterns | None = None,
     expected: PathPatterns | None = None,
 ) -> str | None:
     """Why a verifier's tools would execute, load or read ``path``; None when they would not.
@@ -120,7 +129,8 @@ def tampering_reason(
     Args:
         path: An absolute path of the sandbox's root that an agent phase changed.
         image_path: The image's ``PATH`` dirs (its ``ENV PATH``), besides the usual ones.
-        homes: The verifier's HOME dirs (besides ``/root``, which the default lists).
+        extra: The trial's own trees besides the default (:func:`trial_trees`: the
+            verifier's HOME, the image's search paths).
         expected: The task's expected root changes: never tampering.
 
     Returns:
@@ -142,17 +152,9 @@ def tampering_reason(
         if top.startswith("/") and posixpath.dirname(path) == posixpath.normpath(top):
             return IMAGE_PATH_REASON
     found = _TREES.match(path)
-    if found is not None:
-        return found
-    for home in homes:
-        home = posixpath.normpath(home)
-        if home.startswith("/") and home != "/" and _under(path, home):
-            return HOME_REASON
-    return None
-
-
-def _under(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
+    if found is None and extra is not None:
+        found = extra.match(path)
+    return found
 
 
 def image_path_dirs(env: Iterable[str]) -> tuple[str, ...]:
@@ -169,14 +171,14 @@ def tampering_events(
     image_path: Sequence[str] = (),
     step: str | None = None,
     *,
-    homes: Sequence[str] = (),
+    extra: PathPatterns | None = None,
     expected: PathPatterns | None = None,
 ) -> list[dict[str, Any]]:
     """A ``tampering`` event per change a verifier's tools would read (bounded)."""
     events: list[dict[str, Any]] = []
     found = 0
     for change in changes.changes:
-        reason = tampering_reason(change.path, image_path, homes=homes, expected=expected)
+        reason = tampering_reason(change.path, image_path, extra=extra, expected=expected)
         if reason is None:
             continue
         found += 1
@@ -302,10 +304,10 @@ class RootChangeLog:
         changes = fresh_changes(listing, self._seen)
         if not changes.changes and not changes.truncated:
             return
-        path = sandbox.environment_env().get("PATH", "")
-        dirs = tuple(part for part in path.split(":") if part)
-        homes = verifier_homes(sandbox)
-        events = tampering_events(changes, dirs, step, homes=homes, expected=self.expected)
+        env = phase_env(sandbox)
+        dirs = tuple(part for part in env.get("PATH", "").split(":") if part)
+        extra = trial_trees(sandbox, env)
+        events = tampering_events(changes, dirs, step, extra=extra, expected=self.expected)
         if changes.truncated:
             # Changes past the listing's bounds are unseen: one of them may be tampering.
             events.append(
@@ -338,7 +340,43 @@ class RootChangeLog:
         self.after_grader(sandbox)
 
 
-def verifier_homes(sandbox: Sandbox) -> tuple[str, ...]:
+def phase_env(sandbox: Sandbox) -> dict[str, str]:
+    """The image's ``ENV`` under the environment's own (compose's): what a phase starts from."""
+    config = sandbox.image_config()
+    env = dict(config.env) if config is not None else {}
+    env.update(sandbox.environment_env())
+    return env
+
+
+def trial_trees(sandbox: Sandbox, env: Mapping[str, str]) -> PathPatterns:
+    """This trial's trees a verifier reads besides the default list.
+
+    The HOME the verifier's is seeded from (:func:`verifier_home`), the dirs on the
+    search-path variables of ``env`` (:func:`phase_env`;
+    :data:`~harness.trial.tampering_paths.SEARCH_PATH_VARS`) and those the image's
+    ``/etc/ld.so.conf`` names (:func:`ld_so_conf_dirs`).
+    """
+    trees: list[tuple[str, str]] = []
+    home = verifier_home(sandbox)
+    if home is not None:
+        trees.append((home, HOME_REASON))
+    for name, reason in SEARCH_PATH_VARS:
+        trees.extend((part, reason) for part in _absolute_dirs(env.get(name, "").split(":")))
+    trees.extend((part, LD_SO_CONF_REASON) for part in ld_so_conf_dirs(sandbox))
+    return PathPatterns(trees[:MAX_TRIAL_TREES])
+
+
+def _absolute_dirs(parts: Iterable[str]) -> list[str]:
+    """The absolute dirs among ``parts``, normalised, ``/`` left out (it is everything)."""
+    found = []
+    for part in parts:
+        part = part.strip()
+        if part.startswith("/") and "\x00" not in part and posixpath.normpath(part) != "/":
+            found.append(posixpath.normpath(part))
+    return found
+
+
+def verifier_home(sandbox: Sandbox) -> str | None:
     """The HOME the verifier's is seeded from, as ``/etc/passwd`` says it after the agent.
 
     The verifier is ``[verifier].user``, else the image's ``USER``, else root; its fresh
@@ -350,25 +388,89 @@ def verifier_homes(sandbox: Sandbox) -> tuple[str, ...]:
         user = (config.user if config is not None else None) or "root"
     name = str(user).split(":")[0]
     try:
-        data, _event = sandbox.read_file("/etc/passwd", max_bytes=MAX_PASSWD_BYTES)
+        data, _event = sandbox.read_file("/etc/passwd", max_bytes=MAX_CONFIG_BYTES)
     except SandboxError:
-        return ()
-    home = passwd_home(data, name) if data is not None else None
-    return () if home is None else (home,)
+        return None
+    return passwd_home(data, name) if data is not None else None
+
+
+def ld_so_conf_dirs(sandbox: Sandbox) -> list[str]:
+    """The dirs the image's ``/etc/ld.so.conf`` names, with those of the files it includes.
+
+    Read after the agent (a changed conf is itself a tampering event), bounded: the conf
+    and the dirs of its ``include`` globs are copied out as evidence is (regular files
+    only, never following a link, size-capped), and only absolute dirs are kept.
+    """
+    try:
+        data, _event = sandbox.read_file("/etc/ld.so.conf", max_bytes=MAX_CONFIG_BYTES)
+    except SandboxError:
+        return []
+    if data is None:
+        return []
+    found: list[str] = []
+    includes: list[str] = []
+    for line in _conf_lines(data):
+        if line.startswith("include"):
+            includes.extend(part for part in line.split()[1:] if part.startswith("/"))
+        else:
+            found.extend(_absolute_dirs([line]))
+    for pattern in includes[:MAX_LD_SO_INCLUDES]:
+        found.extend(_included_dirs(sandbox, posixpath.normpath(pattern)))
+    return found[:MAX_TRIAL_TREES]
+
+
+def _conf_lines(data: bytes) -> list[str]:
+    lines = []
+    for raw in data.decode("utf-8", errors="replace").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            lines.append(line)
+    return lines
+
+
+def _included_dirs(sandbox: Sandbox, pattern: str) -> list[str]:
+    """The dirs named by the files an ``include`` glob of ld.so.conf matches."""
+    parent, glob = posixpath.split(pattern)
+    if not parent.startswith("/") or "*" in parent:
+        return []
+    found: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="harness-ldconf-") as tmp:
+        dest = Path(tmp) / "conf"
+        try:
+            sandbox.copy_out(
+                parent,
+                dest,
+                max_file_bytes=MAX_CONFIG_BYTES,
+                max_total_bytes=MAX_CONFIG_BYTES * 4,
+            )
+        except SandboxError:
+            return []
+        if not dest.is_dir():
+            return []
+        for item in sorted(dest.iterdir()):
+            if not fnmatch.fnmatchcase(item.name, glob) or item.is_symlink() or not item.is_file():
+                continue
+            found.extend(_absolute_dirs(_conf_lines(item.read_bytes()[:MAX_CONFIG_BYTES])))
+    return found
 
 
 __all__ = [
-    "MAX_PASSWD_BYTES",
+    "MAX_CONFIG_BYTES",
+    "MAX_LD_SO_INCLUDES",
     "MAX_SUMMARY_PATHS",
     "MAX_TAMPERING_EVENTS",
+    "MAX_TRIAL_TREES",
     "PathPatterns",
     "RootChangeLog",
     "fresh_changes",
     "image_path_dirs",
+    "ld_so_conf_dirs",
     "passwd_home",
+    "phase_env",
     "summary",
     "tampering_events",
     "tampering_reason",
-    "verifier_homes",
+    "trial_trees",
+    "verifier_home",
     "write_changes",
 ]

@@ -112,6 +112,20 @@ DEFAULT_SUFFIXES: tuple[tuple[str, str], ...] = (
     (".pth", "a .pth file (its import lines run in every python)"),
 )
 
+#: The image's search-path variables (its ``ENV``, which every phase gets): each absolute
+#: dir on one is a tree a verifier's loader or interpreter reads, for the reason given.
+SEARCH_PATH_VARS: tuple[tuple[str, str], ...] = (
+    ("LD_LIBRARY_PATH", "a dir on the image's LD_LIBRARY_PATH (the dynamic loader's path)"),
+    ("PYTHONPATH", "a dir on the image's PYTHONPATH (python's import path)"),
+    ("PERL5LIB", "a dir on the image's PERL5LIB (perl's @INC)"),
+    ("PERLLIB", "a dir on the image's PERLLIB (perl's @INC)"),
+    ("RUBYLIB", "a dir on the image's RUBYLIB (ruby's load path)"),
+    ("GEM_HOME", "the image's GEM_HOME (ruby's gems)"),
+    ("GEM_PATH", "a dir on the image's GEM_PATH (ruby's gems)"),
+    ("NODE_PATH", "a dir on the image's NODE_PATH (node's module path)"),
+)
+#: Why a dir the image's ``/etc/ld.so.conf`` (and what it includes) names counts.
+LD_SO_CONF_REASON = "a dir of the dynamic loader's search path (ld.so.conf)"
 #: Why a change in the verifier's HOME (as ``/etc/passwd`` names it after the agent) counts.
 HOME_REASON = "the verifier's HOME (its fresh HOME is seeded from it)"
 #: Why a direct child of a dir on the image's own ``PATH`` counts.
@@ -125,4 +139,6 @@ __all__ = [
     "DEFAULT_TREES",
     "HOME_REASON",
     "IMAGE_PATH_REASON",
+    "LD_SO_CONF_REASON",
+    "SEARCH_PATH_VARS",
 ]

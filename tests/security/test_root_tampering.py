@@ -124,7 +124,12 @@ FORGED = [
     ("pyvenv-cfg", "/usr/local/pyvenv.cfg", "echo 'include-system-site-packages = true' > \"$P\""),
     ("sudoers", "/etc/sudoers.d/x", "echo '# x' > \"$P\""),
     ("verifier-home", "/root/.config/git/config", "echo '[core]' > \"$P\""),
+    # Dirs the image itself puts on the loader's and python's paths (IMAGE below).
+    ("ld-so-conf-dir", "/opt/xlib/libx.so.1", 'echo x > "$P"'),
+    ("pythonpath-dir", "/opt/pylib/helpers.py", "echo 'import os' > \"$P\""),
 ]
+#: The task's image: a loader dir of its own (ld.so.conf.d) and a PYTHONPATH.
+IMAGE = "RUN echo /opt/xlib > /etc/ld.so.conf.d/xlib.conf\nENV PYTHONPATH=/opt/pylib\n"
 #: The hook: before apt-get update fetches anything, ``grep`` becomes ``true``.
 HOOK = 'APT::Update::Pre-Invoke { "cat /bin/true > /usr/bin/grep"; };'
 FORGE = (
@@ -155,7 +160,12 @@ def forged(
     tmp = tmp_path_factory.mktemp(f"forged-{runtime}")
     name = sec.unique(f"forge-{runtime}")
     task = sec.write_task(
-        tmp / "tasks", name, attack=FORGE, test_sh=APT_TEST_SH, verifier_timeout=120
+        tmp / "tasks",
+        name,
+        attack=FORGE,
+        test_sh=APT_TEST_SH,
+        verifier_timeout=120,
+        dockerfile=f"FROM {sec.BASE_IMAGE}\n{IMAGE}",
     )
     cli = sec.Cli(tmp, runtime=None if runtime == "runc" else runtime)
     rule = "allow" if runtime == "runc" else "isolated"

@@ -31,6 +31,7 @@ from harness.trial.tampering import (
     write_changes,
 )
 from sandbox.backend import Sandbox
+from sandbox.image_config import ImageConfig
 from sandbox.root_changes import RootChange, RootChanges
 
 #: path -> whether a verifier in the same container would execute or import it.
@@ -220,25 +221,45 @@ def test_each_phase_records_only_its_own_share(tmp_path: Path) -> None:
 
 
 class _Root:
-    """A sandbox as the root change log sees it: a listing, an image, its /etc/passwd."""
+    """A sandbox as the root change log sees it: a listing, an image, its config files."""
 
-    def __init__(self, changes: list[RootChange], passwd: bytes, user: str | None) -> None:
+    def __init__(
+        self,
+        changes: list[RootChange],
+        passwd: bytes,
+        user: str | None,
+        *,
+        files: dict[str, bytes] | None = None,
+        env: dict[str, str] | None = None,
+        image: ImageConfig | None = None,
+    ) -> None:
         self.listing = RootChanges(tuple(changes), total=len(changes))
-        self.passwd = passwd
+        self.files = {"/etc/passwd": passwd, **(files or {})}
+        self.env = env or {}
+        self.image = image
         self.spec = SimpleNamespace(verifier_user=user)
 
     def root_changes(self) -> RootChanges:
         return self.listing
 
     def environment_env(self) -> dict[str, str]:
-        return {}
+        return self.env
 
-    def image_config(self) -> None:
-        return None
+    def image_config(self) -> ImageConfig | None:
+        return self.image
 
     def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, None]:
-        assert path == "/etc/passwd"
-        return self.passwd[:max_bytes], None
+        data = self.files.get(path)
+        return (None if data is None else data[:max_bytes]), None
+
+    def copy_out(
+        self, path: str, dest: Path, *, max_file_bytes: int, max_total_bytes: int
+    ) -> list[object]:
+        for name, data in self.files.items():
+            if name.rsplit("/", 1)[0] == path:
+                dest.mkdir(parents=True, exist_ok=True)
+                (dest / name.rsplit("/", 1)[1]).write_bytes(data[:max_file_bytes])
+        return []
 
 
 PASSWD = b"root:x:0:0:root:/root:/bin/bash\napp:x:1000:1000::/home/app:/bin/sh\n"
@@ -361,3 +382,37 @@ def test_the_harness_table_leaves_the_task_hash_alone_while_unset() -> None:
     assert declared.harness.expected_root_changes == ["/etc/nginx"]
     assert declared.hash_dump()["harness"] == {"expected_root_changes": ["/etc/nginx"]}
     assert declared.normalized_json() != plain.normalized_json()
+
+
+def test_the_images_search_paths_and_loader_config_are_watched(tmp_path: Path) -> None:
+    """Dirs an image adds to the loader's or an interpreter's path are read by a verifier."""
+    files = {
+        "/etc/ld.so.conf": b"# comment\ninclude /etc/ld.so.conf.d/*.conf\n/opt/direct\n",
+        "/etc/ld.so.conf.d/cuda.conf": b"/opt/cuda/lib64  # the driver\nrelative/lib\n/\n",
+        "/etc/ld.so.conf.d/README": b"/opt/not-a-conf\n",
+    }
+    # The image's ENV, under the environment's own (compose's) where both say.
+    image = ImageConfig(env={"PYTHONPATH": "/opt/pylib::relative", "PERL5LIB": "/opt/old"})
+    env = {"PERL5LIB": "/opt/perl", "NODE_PATH": "/"}
+    changes = [
+        RootChange("/opt/cuda/lib64/libcuda.so.1", "modified"),
+        RootChange("/opt/direct/libx.so", "added"),
+        RootChange("/opt/pylib/helpers.py", "added"),
+        RootChange("/opt/perl/Test/More.pm", "added"),
+        RootChange("/opt/not-a-conf/x", "added"),
+        RootChange("/opt/old/x.pm", "added"),
+        RootChange("/opt/data/x.csv", "added"),
+    ]
+    events: list[dict[str, object]] = []
+    sandbox = _Root(changes, PASSWD, None, files=files, env=env, image=image)
+    RootChangeLog(tmp_path, events).after_agent(cast(Sandbox, sandbox), None)
+    assert {e["path"]: e["detail"] for e in events} == {
+        "/opt/cuda/lib64/libcuda.so.1": "the agent modified a dir of the dynamic loader's "
+        "search path (ld.so.conf): a verifier in this container reads it",
+        "/opt/direct/libx.so": "the agent added a dir of the dynamic loader's search path "
+        "(ld.so.conf): a verifier in this container reads it",
+        "/opt/pylib/helpers.py": "the agent added a dir on the image's PYTHONPATH (python's "
+        "import path): a verifier in this container reads it",
+        "/opt/perl/Test/More.pm": "the agent added a dir on the image's PERL5LIB (perl's "
+        "@INC): a verifier in this container reads it",
+    }
