@@ -13,10 +13,10 @@ subprocess:
 - the command exits 2 naming the link and why, and leaves no task dir at the destination.
 
 The attacks: symlinked ``tests/run-tests.sh``, ``tests/test.sh``, ``run-tests.sh``,
-``solution.sh``, ``tests/``, ``task.yaml``, a file a Dockerfile ``COPY``s, a file its
-``COPY`` of ``solution.sh`` bakes in; a "billion laughs" ``task.yaml``; a tree deeper than
-the cap; a FIFO; a destination that exists with symlinks in it. A symlink that stays
-inside the task is converted as a copy of its file.
+``solution.sh``, ``solution/solve.sh``, ``tests/``, ``task.yaml``, a file a Dockerfile
+``COPY``s, a file its ``COPY`` of ``solution.sh`` bakes in; a "billion laughs"
+``task.yaml``; a tree deeper than the cap; a FIFO; a destination that exists with symlinks
+in it. A symlink that stays inside the task is converted as a copy of its file.
 """
 
 from __future__ import annotations
@@ -121,6 +121,12 @@ def _solution(task: Path, v: Victim) -> Path:
     return task / "solution.sh"
 
 
+def _solution_dir(task: Path, v: Victim) -> Path:
+    """solution/solve.sh (a Harbor-style dir in a TB1 task): the old code kept the link."""
+    link(task / "solution" / "solve.sh", v.file)
+    return task / "solution" / "solve.sh"
+
+
 def _tests_dir(task: Path, v: Victim) -> Path:
     """tests/: the old code copied the victim dir's files into the converted tests/."""
     link(task / "tests", v.dir)
@@ -151,6 +157,7 @@ ATTACKS: dict[str, Callable[[Path, Victim], Path]] = {
     "tests/test.sh": _tests_test_sh,
     "run-tests.sh": _run_tests,
     "solution.sh": _solution,
+    "solution/solve.sh": _solution_dir,
     "tests/": _tests_dir,
     "task.yaml": _task_yaml,
     "dockerfile-copy-source": _copied_data,
