@@ -70,6 +70,18 @@ class ChannelForged(SupervisorError):
     """
 
 
+class SpaceFilledByAgent(SupervisorError):
+    """A step of the harness met a full space (``ENOSPC``) that the agent could fill.
+
+    A root agent writes every root-only space of its container; what it left there made a
+    later step of the harness fail. The agent's doing: an ``agent_error`` that a retry
+    cannot change (``harness/trial/failures.py``), never an environment error to retry.
+    """
+
+    retryable = False
+    record_fields = {"cause": "agent", "reason": "a space the agent filled"}
+
+
 class EvidenceError(SandboxError):
     """Evidence could not be copied out safely."""
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from harness.errors import VerifierError
 from harness.records import TrialStatus
-from sandbox.errors import HostToolInterrupted, SandboxDied, SandboxError
+from sandbox.errors import HostToolInterrupted, SandboxDied, SandboxError, SpaceFilledByAgent
 
 Row = tuple[tuple[type[BaseException], ...], TrialStatus]
 
@@ -23,16 +23,20 @@ _MACHINE = ((Exception,), TrialStatus.ENVIRONMENT_ERROR)
 #: A host tool killed by the interrupt that is stopping the run, whatever the phase: the
 #: run is being cancelled (it may not have counted the signal yet), never a fault to retry.
 _INTERRUPTED = ((HostToolInterrupted,), TrialStatus.CANCELLED)
+#: A step of the harness failed on a space the agent filled (a root agent's ``/trial``):
+#: the agent's doing in whatever phase it shows, never a fault of the machine to retry.
+_AGENTS_SPACE = ((SpaceFilledByAgent,), TrialStatus.AGENT_ERROR)
 
 FAILURE_STATUS: Mapping[str, tuple[Row, ...]] = {
     # Getting the sandbox (and a step's files and setup) ready is the machine's part.
     "prepare": (_INTERRUPTED, _MACHINE),
     # A failed build or pull (the errors a retry cannot change say so: retryable false).
     "build": (_INTERRUPTED, _MACHINE),
-    "reset": (_INTERRUPTED, _MACHINE),
-    "setup": (_INTERRUPTED, _MACHINE),
+    "reset": (_INTERRUPTED, _AGENTS_SPACE, _MACHINE),
+    "setup": (_INTERRUPTED, _AGENTS_SPACE, _MACHINE),
     "execute": (
         _INTERRUPTED,
+        _AGENTS_SPACE,
         # The agent's own processes brought the sandbox down (out of memory, say).
         ((SandboxDied,), TrialStatus.AGENT_ERROR),
         ((SandboxError, OSError), TrialStatus.ENVIRONMENT_ERROR),
@@ -40,6 +44,7 @@ FAILURE_STATUS: Mapping[str, tuple[Row, ...]] = {
     ),
     "grade": (
         _INTERRUPTED,
+        _AGENTS_SPACE,
         ((VerifierError, SandboxDied), TrialStatus.VERIFIER_ERROR),
         # Unless what the agent left caused it (the trial checks: agent_fault).
         ((SandboxError, OSError, RecursionError, UnicodeError), TrialStatus.ENVIRONMENT_ERROR),

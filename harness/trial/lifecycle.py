@@ -50,6 +50,7 @@ from sandbox.errors import (
     SandboxDied,
     SandboxError,
     SessionFileMissing,
+    SpaceFilledByAgent,
 )
 
 
@@ -210,7 +211,9 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
                     self.execute()
         except Exception as exc:
             status = self.fail_in("execute", exc)
-            if isinstance(exc, SandboxDied):  # the agent's own processes brought it down
+            # The agent's own processes brought the sandbox down, or filled a space the
+            # harness writes after them (a root agent's /trial).
+            if isinstance(exc, SandboxDied | SpaceFilledByAgent):
                 # Scored 0 like a wrong answer: left ungraded, the trial would drop out of
                 # the graded mean and pass@k, and running out of memory on purpose when
                 # wrong would beat answering wrong (as breaking the grader would, _grade).
@@ -218,7 +221,9 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
                     self.reward, self.rewards = 0.0, {"reward": 0.0}
                     if step is not None:
                         self.steps[-1].rewards = {"reward": 0.0}
-                return self._stop("the sandbox died")
+                return self._stop(
+                    "the sandbox died" if isinstance(exc, SandboxDied) else "a space it filled"
+                )
             if status is TrialStatus.ENVIRONMENT_ERROR:
                 return self._stop("the environment failed")
         try:
@@ -251,7 +256,12 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
                 self.grade()
             return True
         except Exception as exc:
-            if failure_status("grade", exc) is TrialStatus.ENVIRONMENT_ERROR and (
+            if isinstance(exc, SpaceFilledByAgent):
+                # A space the root agent filled broke a step of grading: scored 0 like a
+                # wrong answer, never retried (as what it left in its tree, below).
+                self.fail_in("grade", exc)
+                self.reward, self.rewards = 0.0, {"reward": 0.0}
+            elif failure_status("grade", exc) is TrialStatus.ENVIRONMENT_ERROR and (
                 self._agents_doing(exc, "grade")
             ):
                 # What the agent left broke grading (its own storage full, say): a failed

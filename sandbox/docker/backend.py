@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import errno
 import os
 import posixpath
 import secrets
@@ -61,8 +62,8 @@ from sandbox.docker.gpus import no_gpu_error
 from sandbox.docker.identity import AgentIdentity, resolve
 from sandbox.docker.images import ImageBuildError, ImageRequest, ResolvedImage
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
-from sandbox.docker.rootlayer import (
 from sandbox.docker.limits import CGROUP_LIMITS, enforced
+from sandbox.docker.rootlayer import (
     RootLayer,
     layer_paths,
     root_layer_problem,
@@ -79,6 +80,7 @@ from sandbox.errors import (
     PermanentStartError,
     SandboxDied,
     SandboxError,
+    SpaceFilledByAgent,
     SupervisorError,
 )
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
@@ -103,6 +105,13 @@ _STORAGE_BINDS = (
     ("var-tmp", "/var/tmp"),
     ("shm", "/dev/shm"),
 )
+#: What the image's workload's captures keep (``/trial/logs/workload.*``).
+_WORKLOAD_LOG_BYTES = 4 << 20
+#: The entries of ``/trial`` that outlive a root agent's phase (:meth:`_clear_after_root`):
+#: its home and session (mount points of the trial's filesystem) and the captures' dir.
+_TRIAL_KEPT = ("home", "session", "logs")
+#: What a full space's errno is in a supervisor op's error.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 #: The scratch dirs a verifier phase gets fresh (:mod:`sandbox.scratch`).
 _SCRATCH_TARGETS = ("/tmp", "/var/tmp", "/dev/shm")
 #: Mount points of every trial container besides its storage: never root changes.
@@ -158,6 +167,8 @@ class DockerSandbox(Sandbox):
         self.agent_boundary = "gvisor" if runtime.runtime == "runsc" else "none"
         #: Output files of the grader's phases (a root agent must not read or plant them).
         self._grader_logs: set[str] = set()
+        #: The last instruction put (its dir and ``put`` item): put back after a root agent.
+        self._instruction: tuple[str, dict[str, Any]] | None = None
         self._verifier_id: tuple[int, int] = (0, 0)
         #: The gid of the image's apt sandbox user (None: none, or unusable), once asked.
         self._service_gid: int | None = None
@@ -232,6 +243,13 @@ class DockerSandbox(Sandbox):
         error = result.get("error")
         if error and is_op:
             stderr = channel.stderr
+            if self._agent_id[0] == 0 and error.get("errno") in _FULL:
+                # A root agent writes every root-only space of the container: what it left
+                # there filled the one this op writes (docs/security.md, "Storage").
+                raise SpaceFilledByAgent(
+                    f"supervisor op {payload.get('op')} failed on a space the root agent "
+                    f"filled: {error.get('message')}"
+                )
             raise SupervisorError(
                 f"supervisor op {payload.get('op')} failed: {error.get('type')}: "
                 f"{error.get('message')}" + (f"\n{stderr[-2000:]}" if stderr else "")
@@ -659,7 +677,7 @@ class DockerSandbox(Sandbox):
                     "stdout": f"{_TRIAL}/logs/workload.stdout",
                     "stderr": f"{_TRIAL}/logs/workload.stderr",
                 },
-                "max_output_bytes": 4 << 20,
+                "max_output_bytes": _WORKLOAD_LOG_BYTES,
             }
         )
         error = found.get("service_error")
@@ -691,6 +709,8 @@ class DockerSandbox(Sandbox):
         directory, name = posixpath.split(dest)
         item = {"path": name, "data": _b64(data), "mode": mode if agent_readable else mode & 0o700}
         self._call({"op": "put", "dest": directory, "files": [item]})
+        if dest == self.paths.instruction:
+            self._instruction = (directory, item)
 
     def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:  # noqa: D102
         files = dir_files(src, readable=agent_readable)
@@ -819,11 +839,38 @@ class DockerSandbox(Sandbox):
             raise died from exc
         if private_tmp:
             self._shared_tmp()
+        if request.role == "agent" and self._agent_id[0] == 0:
+            self._clear_after_root(own_logs, request.max_output_bytes)
         if request.role == "verifier":
             self._close_grader()
         if request.role == "agent" and result.posture is not None and self.identity is not None:
             result.posture["identity"] = self.identity.to_json()
         return result
+
+    def _clear_after_root(self, own_logs: list[str], max_output_bytes: int) -> None:
+        """Empty what a root agent left in the root-only spaces the harness writes next.
+
+        A root agent writes ``/trial`` and ``/logs`` (tmpfs mounts of 64 MB): filled, the
+        harness's next step there (the grader's home, the verifier's captures and reward)
+        would fail with ``ENOSPC``. Every process of the phase is dead now: ``/trial`` keeps
+        its mount points and the captures' dir, the captures keep what their writers wrote
+        (the phase's own, cut to their cap; the workload's) and nothing else, ``/logs``
+        keeps the artifacts' own tmpfs and a fresh, empty ``/logs/verifier``; the
+        instruction is put back as the harness wrote it.
+        """
+        trim = {posixpath.basename(path): max_output_bytes for path in own_logs}
+        for stream in ("stdout", "stderr"):
+            trim[f"workload.{stream}"] = _WORKLOAD_LOG_BYTES
+        ops: list[dict[str, Any]] = [
+            {"op": "clear_dir", "path": _TRIAL, "keep": list(_TRIAL_KEPT)},
+            {"op": "clear_dir", "path": f"{_TRIAL}/logs", "trim": trim},
+            {"op": "clear_dir", "path": "/logs", "keep": [posixpath.basename(ARTIFACTS_DIR)]},
+            {"op": "reset_dir", "path": "/logs/verifier", "mode": 0o755},
+        ]
+        if self._instruction is not None:
+            directory, item = self._instruction
+            ops.append({"op": "put", "dest": directory, "files": [item]})
+        self._batch(ops)
 
     def _private_tmp(self) -> None:
         """Fresh, empty, verifier-owned ``/tmp``, ``/var/tmp``, ``/dev/shm`` (:mod:`scratch`).
@@ -1252,9 +1299,9 @@ class DockerSandbox(Sandbox):
                 "memory_mb": res.memory_mb,
                 "pids": res.pids,
                 "storage_mb": self._storage.size_mb if self._storage is not None else None,
+                "enforced": self._limits_enforced(),
             },
         }
-                "enforced": self._limits_enforced(),
 
     def _limits_enforced(self) -> dict[str, bool]:
         """Which limits held, as the engine and the created container's configuration say."""

@@ -168,6 +168,9 @@ def tmpfs_dirs(*, image_tests: bool, host_storage: bool) -> dict[str, str]:
     if not host_storage:
         tmpfs["/tmp"] = f"{SCRATCH_OPTIONS},size=512m,mode=1777"
         tmpfs["/var/tmp"] = f"{SCRATCH_OPTIONS},size=256m,mode=1777"
+        # The agent's own dirs, never in /trial's space (the grader's home, the captures).
+        tmpfs[f"{TRIAL_DIR}/home"] = f"{SCRATCH_OPTIONS},size=256m,mode=700"
+        tmpfs[f"{TRIAL_DIR}/session"] = f"{SCRATCH_OPTIONS},size=64m,mode=700"
     return tmpfs
 
 

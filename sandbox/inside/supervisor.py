@@ -38,6 +38,7 @@ try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings o
     from sandbox.inside.agent_exec import AgentExecServer
     from sandbox.inside.forwarder import start_forwarder
     from sandbox.inside.home_seed import op_seed_home
+    from sandbox.inside.spaces import op_clear_dir, remove_entry
 except ImportError:  # pragma: no cover - inside a sandbox
     # -I leaves our own dir off sys.path: the siblings live there (root-only).
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +50,7 @@ except ImportError:  # pragma: no cover - inside a sandbox
     from agent_exec import AgentExecServer  # type: ignore[no-redef,import-not-found]
     from forwarder import start_forwarder  # type: ignore[no-redef,import-not-found]
     from home_seed import op_seed_home  # type: ignore[no-redef,import-not-found]
+    from spaces import op_clear_dir, remove_entry  # type: ignore[no-redef,import-not-found]
 
 PROTOCOL_VERSION = 1
 _READ_CHUNK = 65536
@@ -156,7 +158,8 @@ def run_phase(
     phase.close()
     result["stdout_bytes"] = captures[0].total
     result["stderr_bytes"] = captures[1].total
-    result["output_truncated"] = any(c.truncated for c in captures)
+    # A capture whose file's space was full (a root agent filled it) kept less too.
+    result["output_truncated"] = any(c.truncated or c.write_error for c in captures)
     result["duration_sec"] = time.monotonic() - started
     return result
 
@@ -195,24 +198,25 @@ def op_whois(req: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def op_reset_dir(req: Dict[str, Any]) -> Dict[str, Any]:
-    """Recreate ``path`` empty (symlink-safe removal), with owner and mode."""
-    import shutil
+    """Recreate ``path`` empty (symlink-safe removal, any depth), with owner and mode.
 
+    ``keep_dir``: a dir there (a mount point, say) stays and only its entries go.
+    """
     path = req["path"]
-    if os.path.islink(path):
-        os.unlink(path)
-    elif os.path.isdir(path):
-        if req.get("keep_dir"):
-            for entry in os.listdir(path):
-                full = os.path.join(path, entry)
-                if os.path.isdir(full) and not os.path.islink(full):
-                    shutil.rmtree(full)
-                else:
-                    os.unlink(full)
+    parent, name = os.path.split(os.path.normpath(path))
+    fd = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if req.get("keep_dir") and os.path.isdir(path) and not os.path.islink(path):
+            top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                for entry in os.listdir(top):
+                    remove_entry(top, entry)
+            finally:
+                os.close(top)
         else:
-            shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.unlink(path)
+            remove_entry(fd, name)
+    finally:
+        os.close(fd)
     os.makedirs(path, exist_ok=True)
     owner = _owner(req.get("owner")) or (0, 0)
     os.lchown(path, owner[0], owner[1])
@@ -362,6 +366,7 @@ _OPS = {
     "archive": op_archive,
     "scan_special": op_scan_special,
     "space": op_space,
+    "clear_dir": op_clear_dir,
     "seed_home": op_seed_home,
 }
 
@@ -438,6 +443,8 @@ def main() -> int:
                 "version": PROTOCOL_VERSION,
                 "error": {"type": type(exc).__name__, "message": str(exc)},
             }
+            if isinstance(exc, OSError) and exc.errno:
+                result["error"]["errno"] = exc.errno  # ENOSPC: whose space was full
         reaper.reap()
         if nonce is not None:
             result["nonce"] = nonce  # the harness's proof that this answer is ours

@@ -105,6 +105,9 @@ def test_tmpfs_dirs_are_nosuid_nodev_and_only_scratch_is_exec() -> None:
         "/solution",
         "/tmp",
         "/var/tmp",
+        # Without host storage the agent's own dirs get spaces of their own too.
+        "/trial/home",
+        "/trial/session",
     }
     for options in tmpfs.values():
         assert "nosuid" in options and "nodev" in options
@@ -118,6 +121,7 @@ def test_tmpfs_dirs_are_nosuid_nodev_and_only_scratch_is_exec() -> None:
 def test_host_storage_takes_tmp_off_tmpfs_and_image_tests_bring_their_own_tests() -> None:
     tmpfs = _args(SandboxSpec(trial_id="t1", image_tests=True), host_storage=True)["tmpfs"]
     assert "/tmp" not in tmpfs and "/var/tmp" not in tmpfs
+    assert "/trial/home" not in tmpfs and "/trial/session" not in tmpfs  # on the trial's fs
     assert "/tests" not in tmpfs
     assert "/logs" in tmpfs and "/trial" in tmpfs
 

@@ -28,7 +28,7 @@ from harness.tasks import Task
 from harness.trial import Trial, TrialPlan, TrialSettings, run_trial
 from harness.trial.failures import FAILURE_STATUS, failure_status
 from sandbox.backend import PhaseRequest, PhaseResult, Sandbox, SandboxSpec
-from sandbox.errors import SandboxDied, SandboxError
+from sandbox.errors import SandboxDied, SandboxError, SpaceFilledByAgent
 from sandbox.fake import FakeSandbox, ok_result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,6 +146,11 @@ def test_the_episodes_trials_subclass_the_public_trial() -> None:
         ("grade", UnicodeError("x"), TrialStatus.ENVIRONMENT_ERROR),
         ("grade", RuntimeError("x"), TrialStatus.VERIFIER_ERROR),
         ("grade", KeyboardInterrupt(), TrialStatus.INTERNAL_ERROR),
+        # A space a root agent filled broke a harness step: the agent's, in every phase.
+        ("reset", SpaceFilledByAgent("x"), TrialStatus.AGENT_ERROR),
+        ("setup", SpaceFilledByAgent("x"), TrialStatus.AGENT_ERROR),
+        ("execute", SpaceFilledByAgent("x"), TrialStatus.AGENT_ERROR),
+        ("grade", SpaceFilledByAgent("x"), TrialStatus.AGENT_ERROR),
     ],
 )
 def test_the_phase_status_table(phase: str, exc: BaseException, status: TrialStatus) -> None:
