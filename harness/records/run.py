@@ -34,6 +34,9 @@ from sandbox.beneath import is_file_beneath, read_beneath, safe_relative
 
 SMALL_FILE_BYTES = 64 << 20
 """The most read of a run dir's own small files (config, summary): a forged one is refused."""
+MAX_PLANNED_TASKS = 100_000
+"""The most tasks a ``summary.json``'s plan per task may name (more reads as unknown): the
+summary is untrusted, and each planned task costs a per-task figure."""
 
 
 @dataclass(frozen=True)
@@ -141,10 +144,10 @@ def planned_tasks(summary: Mapping[str, Any] | None) -> dict[str, int] | None:
     """Task key → planned trials, from a ``summary.json``'s ``per_task`` (else None).
 
     Only a summary that gives every task's ``planned`` as an integer (version 2 and later)
-    has it; any other value reads as unknown.
+    has it; any other value, or more than :data:`MAX_PLANNED_TASKS` tasks, reads as unknown.
     """
     per_task = summary.get("per_task") if summary is not None else None
-    if not isinstance(per_task, Mapping) or not per_task:
+    if not isinstance(per_task, Mapping) or not per_task or len(per_task) > MAX_PLANNED_TASKS:
         return None
     result: dict[str, int] = {}
     for key, entry in per_task.items():
@@ -224,6 +227,7 @@ def evidence_path(run_dir: Path, relative: str | None, trial_id: str) -> Path | 
 
 
 __all__ = [
+    "MAX_PLANNED_TASKS",
     "SMALL_FILE_BYTES",
     "RunRead",
     "evidence_path",

@@ -24,7 +24,7 @@ from harness.records import (
     TrialStore,
     layout,
 )
-from harness.records.run import evidence_path, read_run, read_summary
+from harness.records.run import MAX_PLANNED_TASKS, evidence_path, read_run, read_summary
 
 T0 = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 
@@ -115,7 +115,9 @@ def test_default_evidence_dir_is_the_layouts(tmp_path: Path) -> None:
         ({"t": [1]}, None),
         ([], None),
         ({}, None),
+        ({f"t{i}": {"planned": 1} for i in range(MAX_PLANNED_TASKS + 1)}, None),
     ],
+    ids=["whole", "version-1", "negative", "bool", "text", "list", "not-a-map", "empty", "many"],
 )
 def test_the_plan_per_task_reads_only_as_whole_counts(
     tmp_path: Path, per_task: object, expected: dict[str, int] | None
