@@ -261,7 +261,8 @@ def _lfs_pull(repo: Path, url: str, paths: Sequence[str]) -> None:
         )
         return
     include = ",".join(f"{path}/**" for path in paths if path) or "*"
-    proc = _git(["lfs", "pull", "--include", include], cwd=repo)
+    # git-lfs takes no --end-of-options: the paths go as the option's own value.
+    proc = _git(["lfs", "pull", f"--include={include}"], cwd=repo)
     if proc.returncode != 0:
         raise DatasetError(f"git lfs pull from {url}: {_complaint(proc)}")
 
