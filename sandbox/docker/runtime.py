@@ -35,6 +35,27 @@ logger = logging.getLogger(__name__)
 SUPERVISOR_MOUNT = "/opt/harness"
 PYTHON_MOUNT = "/opt/harness-python"
 RUNTIME_PYTHON = (3, 11)
+#: The runtime's own loader: glibc's, with its one built-in path of the preload list
+#: (``/etc/ld.so.preload``, read by every loader run and no option turns it off)
+#: renamed to one in the supervisor's read-only mount that never exists, so a one-shot
+#: supervisor ``docker exec`` starts after a root agent wrote that file loads nothing.
+#: Written into the runtime volume when it is filled (:data:`PRELOAD_PATCH`).
+RUNTIME_LOADER = "lib/x86_64-linux-gnu/ld-harness.so.2"
+PRELOAD_LIST = b"/etc/ld.so.preload"
+NO_PRELOAD_LIST = b"/opt/harness/nopre"  # same length; under SUPERVISOR_MOUNT, never made
+#: Runs in the base image while its ``/usr`` fills the volume: the patched loader copy.
+PRELOAD_PATCH = (
+    "import os\n"
+    "src = '/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2'\n"
+    f"dst = '/usr/{RUNTIME_LOADER}'\n"
+    "data = open(src, 'rb').read()\n"
+    f"assert data.count({PRELOAD_LIST!r}) == 1, 'the loader names its preload list once'\n"
+    f"open(dst + '.tmp', 'wb').write(data.replace({PRELOAD_LIST!r}, {NO_PRELOAD_LIST!r}))\n"
+    "os.chmod(dst + '.tmp', 0o755)\n"
+    "os.rename(dst + '.tmp', dst)\n"
+)
+#: The runtime volume's layout: a new one is filled when this changes.
+RUNTIME_LAYOUT = "2"
 
 
 class DockerRuntime:
@@ -122,7 +143,7 @@ class DockerRuntime:
                         f"base image {self.base_image} is missing; build it offline with "
                         "`bash images/bootstrap-base.sh`"
                     ) from None
-                name = f"harness-python-{str(base.id).split(':')[-1][:12]}"
+                name = f"harness-python-{RUNTIME_LAYOUT}-{str(base.id).split(':')[-1][:12]}"
                 try:
                     volume = call(self.client.volumes.get, name)
                     # Only a volume we created and filled carries our label; one made
@@ -139,11 +160,12 @@ class DockerRuntime:
     def _fill_python_volume(self, name: str) -> None:
         volume = call(self.client.volumes.create, name, labels={MANAGED: "1", KIND: RUNTIME_KIND})
         try:
-            # A fresh volume mounted over /usr is filled from the image's /usr.
+            # A fresh volume mounted over /usr is filled from the image's /usr; the
+            # supervisor's loader is added to it (RUNTIME_LOADER).
             call(
                 self.client.containers.run,
                 self.base_image,
-                ["true"],
+                ["/usr/bin/python3", "-I", "-S", "-c", PRELOAD_PATCH],
                 volumes={name: {"bind": "/usr", "mode": "rw"}},
                 network_mode="none",
                 remove=True,
@@ -168,14 +190,15 @@ class DockerRuntime:
 
         Its libraries come from the runtime alone: ``--library-path`` names its dir and
         ``--inhibit-cache`` keeps the container's ``/etc/ld.so.cache`` (a root agent's to
-        write) out of every lookup. Its environment (:data:`SUPERVISOR_ENV` in
+        write) out of every lookup; its loader (:data:`RUNTIME_LOADER`) reads no
+        ``/etc/ld.so.preload``. Its environment (:data:`SUPERVISOR_ENV` in
         :mod:`sandbox.docker.container`) keeps the container's locales and OpenSSL config
         out too.
         """
         python = PYTHON_MOUNT
         return [
             # gVisor does not resolve a symlinked executable: use the loader's real path.
-            f"{python}/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+            f"{python}/{RUNTIME_LOADER}",
             "--inhibit-cache",
             "--library-path",
             f"{python}/lib/x86_64-linux-gnu",

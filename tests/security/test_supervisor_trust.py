@@ -5,7 +5,9 @@ The supervisor (the container's pid 1, root) and every harness step before a pha
 ``isolated`` (gVisor). glibc loads code named there: NSS modules that
 ``/etc/nsswitch.conf`` names (a service with a ``/`` is a path relative to the working
 dir), libraries through ``/etc/ld.so.preload`` and ``/etc/ld.so.cache``, ``gconv``
-modules for a locale's charset. The agent plants all of them, each the same shared object
+modules for a locale's charset. The agent plants all of them, then waits while the test
+starts a one-shot supervisor beside pid 1 (the container's own command, as the backend's
+file ops during a phase do); each plant is the same shared object
 built here on the host: its constructor appends who loaded it (pid, uid, executable) to a
 log in the workspace and one in the verifier's dir and, in a harness process (its
 executable under ``/opt/harness``), keeps ``/logs/verifier/reward.txt`` at 1 from a
@@ -84,8 +86,22 @@ echo $S > /etc/ld.so.preload; echo "preload=$?" >> $L
 # The plant works in a fresh process (getent goes through NSS).
 getent passwd root > /dev/null; echo "getent=$?" >> $L
 echo done >> $L
+# Wait while the test starts a one-shot supervisor beside pid 1 (a file op mid-phase).
+for i in $(seq 600); do [ -e /app/oneshot-done ] && break; sleep 0.1; done
 """
 TEST_SH = 'echo FAIL\necho 0 > "$HARNESS_VERIFIER_DIR/reward.txt"\nexit 1\n'
+
+
+def _wait_for_the_plant(container: Any) -> None:
+    """Until the attack wrote its last line (each check a process of the container)."""
+    for _ in range(1200):
+        code, _ = container.exec_run(["grep", "-qx", "done", "/app/attack.txt"])
+        if code == 0:
+            return
+        container.reload()
+        if container.status != "running":
+            break
+    pytest.fail("the attack never finished planting")
 
 
 def _build(tmp_path: Path) -> Path:
@@ -101,7 +117,7 @@ def _build(tmp_path: Path) -> Path:
 
 @pytest.mark.docker
 def test_the_supervisor_loads_nothing_a_root_agent_plants_in_the_root(
-    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
+    client: Any, cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
 ) -> None:
     rule = "isolated" if docker_runtime == "runsc" else "allow"
     name = sec.unique("trust")
@@ -115,8 +131,19 @@ def test_the_supervisor_loads_nothing_a_root_agent_plants_in_the_root(
     )
     (task / "workspace").mkdir(exist_ok=True)
     shutil.copyfile(_build(tmp_path), task / "workspace" / "planted.so")
-    run = cli.run([task], timeout=300, extra=["--agent-root", rule, "--max-retries", "0"])
+    proc = cli.start([task], extra=["--agent-root", rule, "--max-retries", "0"])
+    with sec.Watcher(client, f"{sec.TASK_LABEL}={name}") as watcher:
+        cid = watcher.wait_for_container(timeout=120)
+        container = client.containers.get(cid)
+        _wait_for_the_plant(container)
+        # What the backend's one-shot supervisor runs: the container's own command.
+        oneshot = client.api.exec_create(cid, container.attrs["Config"]["Cmd"], user="0:0")
+        client.api.exec_start(oneshot["Id"])
+        started = client.api.exec_inspect(oneshot["Id"])
+        container.exec_run(["touch", "/app/oneshot-done"])
+    run = cli.finish(proc, timeout=300)
     assert run.code in (0, 1), run
+    assert started["ExitCode"] == 0, started  # it ran, read EOF and ended
     record = run.by_task(name)
     assert record["posture"]["identity"]["uid"] == 0, record["posture"]
     workspace = run.evidence(record) / "workspace"
@@ -130,6 +157,8 @@ def test_the_supervisor_loads_nothing_a_root_agent_plants_in_the_root(
         # The plant works: a fresh process of the container loads it (the preload, or
         # getent's NSS lookup), so the checks below pass for no vacuous reason.
         assert "exe=/usr/bin/getent" in log, (attack, log)
+        # ... and so does a process the engine starts in the container (docker exec).
+        assert "exe=/usr/bin/touch" in log, (attack, log)
     lines = log.splitlines()
     assert not [x for x in lines if "/opt/harness" in x], f"a harness process ran it:\n{log}"
     assert not [x for x in lines if x.startswith("pid=1 ")], f"pid 1 ran it:\n{log}"
