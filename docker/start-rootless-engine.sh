@@ -57,8 +57,10 @@ if ! answers; then
     exit 1
   fi
 fi
-# The engine's user reaches its socket; so do the tests, as root.
-if ! DOCKER_HOST=unix://$socket docker image inspect "$base" >/dev/null 2>&1; then
+# The base image as the rootful engine has it (images/bootstrap-base.sh makes it there).
+want=$(docker image inspect --format '{{.Id}}' "$base" 2>/dev/null || true)
+have=$(DOCKER_HOST=unix://$socket docker image inspect --format '{{.Id}}' "$base" 2>/dev/null || true)
+if [ -n "$want" ] && [ "$want" != "$have" ]; then
   docker save "$base" | DOCKER_HOST=unix://$socket docker load >/dev/null
 fi
 echo "rootless engine: DOCKER_HOST=unix://$socket (user $user)"

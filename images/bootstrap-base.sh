@@ -13,8 +13,12 @@ IMAGE=${HARNESS_BASE_IMAGE:-harness/base:bookworm}
 SUITE=bookworm
 # python3 runs the agent-side code; util-linux gives setpriv; passwd gives
 # useradd/groupadd for sandbox.Dockerfile (both are minbase already, listed so
-# that a change in debootstrap's selection cannot silently drop them).
-INCLUDE=python3,util-linux,passwd
+# that a change in debootstrap's selection cannot silently drop them); iptables
+# writes a trial's rules inside its own network namespace (the namespace holder,
+# sandbox/docker/netns_holder.py).
+INCLUDE=python3,util-linux,passwd,iptables
+# Bumped when INCLUDE changes: an image of an older revision is rebuilt.
+REVISION=2
 FALLBACK_MIRROR=http://deb.debian.org/debian
 export DEBIAN_FRONTEND=noninteractive
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
@@ -42,10 +46,13 @@ command -v docker >/dev/null 2>&1 || die "docker CLI not found; run docker/start
 docker info >/dev/null 2>&1 || die "docker engine not answering; run docker/start-engine.sh first"
 
 old_id=$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
-if [[ $force -eq 0 && -n $old_id ]]; then
+old_rev=$(docker image inspect --format '{{index .Config.Labels "org.harness.base.revision"}}' \
+    "$IMAGE" 2>/dev/null || true)
+if [[ $force -eq 0 && -n $old_id && $old_rev == "$REVISION" ]]; then
     log "$IMAGE already present (use --force to rebuild)"
     exit 0
 fi
+[[ -n $old_id && $old_rev != "$REVISION" ]] && log "$IMAGE is of an older revision: rebuilding"
 
 # Print the first Debian archive URI apt uses for $SUITE (one-line
 # sources.list format and deb822 *.sources), skipping -security/-updates.
@@ -135,7 +142,7 @@ path-exclude /usr/share/locale/*
 EOF
 : >"$rootfs/etc/machine-id" 2>/dev/null || true
 mkdir -p "$rootfs/var/lib/apt/lists/partial"
-for b in python3 bash setpriv useradd groupadd; do
+for b in python3 bash setpriv useradd groupadd iptables-restore ip6tables-restore; do
     chroot "$rootfs" /bin/sh -c "command -v $b" >/dev/null || die "$b missing from rootfs"
 done
 
@@ -144,6 +151,7 @@ changes=(
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
     --change 'ENV LANG=C.UTF-8'
     --change "LABEL org.harness.base=$SUITE"
+    --change "LABEL org.harness.base.revision=$REVISION"
 )
 log "importing as $IMAGE"
 # --numeric-owner: keep uids/gids of the rootfs, not the host's name mapping.

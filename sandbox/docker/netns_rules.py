@@ -1,0 +1,212 @@
+"""A trial's network rules inside its own network namespace: one pure function of its plan.
+
+The host-firewall filter (:mod:`sandbox.docker.egress`) needs root on the engine's host.
+This is the other way, built only from what the engine's API can create: the trial's
+network namespace is owned by a small harness-made container holding ``CAP_NET_ADMIN`` in
+that namespace alone (:mod:`sandbox.docker.netns_holder`); the trial's container joins it
+(``network_mode = container:<holder>``) with no network capability, so nothing in the trial
+can change what is written here. One mechanism for runc and gVisor (``runsc-net`` uses the
+namespace it is put in), rootful or rootless engines, local or remote.
+
+:func:`ruleset` turns a trial's :class:`NetPlan` (every phase's policy, resolved once) and
+the :class:`NetFacts` of its namespace into the input of ``iptables-restore`` and
+``ip6tables-restore``: every phase's chain made up front, so a phase switch is one rule
+replaced (:func:`switch_args`), never a round of tools. In each namespace:
+
+- ``OUTPUT`` accepts loopback, then jumps to the current phase's chain, which judges every
+  other packet by its destination alone: a flow a ``public`` phase opened (a UDP
+  "connection" in conntrack included) carries nothing once the namespace is closed. The
+  policy is ``DROP``: a namespace whose rules are not loaded yet sends nothing.
+- ``HXN-closed`` (``no-network``): loopback only, every other packet counted and rejected.
+- ``HXN-public``: rejects, each by its own counted rule, the namespace's gateway and every
+  address of the engine's host the harness knows, the namespace's own subnets (other
+  trials, the bridge), the Ray cluster's nodes, then the private, loopback, link-local,
+  CGNAT, multicast and reserved ranges and the metadata address
+  (:data:`~sandbox.docker.egress.BLOCKED_V4`); it lets through DNS to the namespace's own
+  resolvers (port 53, UDP and TCP) before those rejections and the rest of the internet
+  after them.
+- IPv6: only loopback, whatever the phase (``public`` is IPv4 only, as on the host filter).
+- ``INPUT`` and ``FORWARD`` drop what was not asked for: nothing outside the namespace
+  opens a connection to the trial, and it routes nothing.
+
+Every rule that refuses carries a comment naming why (``hx:<reason>``), by which
+:func:`parse_counters` reads the refusals back as the trial's events.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from sandbox.docker.egress import BLOCKED_V4
+from sandbox.network_policy import NetworkMode, NetworkPolicy
+
+#: The chain of each mode a phase can be in (``allowlist`` phases are not served here yet:
+#: their proxy lives on the host filter's network).
+CHAINS: dict[str, str] = {"no-network": "HXN-closed", "public": "HXN-public"}
+#: Where ``OUTPUT`` sends a phase: its rule number in ``OUTPUT`` (after loopback),
+#: replaced at each switch.
+PHASE_RULE = 2
+_COMMENT = "hx:"
+_COUNTER = re.compile(
+    r"^\s*(?P<packets>\d+)\s+(?P<bytes>\d+)\s+\S+.*?/\* hx:(?P<reason>[a-z0-9-]+) \*/"
+)
+
+
+@dataclass(frozen=True)
+class NetPlan:
+    """Every phase's policy of one trial, resolved once: ``(role, step) -> policy``.
+
+    ``step`` is None for a single-step task. The first phase's chain is where the
+    namespace starts; ``closed`` until then.
+    """
+
+    phases: Mapping[tuple[str, int | None], NetworkPolicy]
+
+    def modes(self) -> set[NetworkMode]:
+        """The modes any phase of the trial is in."""
+        return {policy.mode for policy in self.phases.values()}
+
+    def chain(self, role: str, step: int | None = None) -> str:
+        """The chain of a phase (``closed`` for a phase the plan does not name)."""
+        policy = self.phases.get((role, step)) or self.phases.get((role, None))
+        if policy is None:
+            return CHAINS["no-network"]
+        if policy.mode not in CHAINS:
+            raise ValueError(f"network mode {policy.mode!r} has no in-namespace rules")
+        return CHAINS[policy.mode]
+
+
+@dataclass(frozen=True)
+class NetFacts:
+    """What the namespace's rules must know of where it is.
+
+    Attributes:
+        gateway: The namespace's default gateway (the engine's bridge, or slirp's host).
+        subnets: The namespace's on-link IPv4 subnets: the bridge other trials are on.
+        host_addresses: IPv4 addresses of the engine's host the harness knows (its own,
+            when the engine is local; the engine's host's gateway addresses otherwise).
+        resolvers: IPv4 resolvers of the namespace (its ``resolv.conf``): port 53 to
+            these is DNS, not a private address, in a ``public`` phase.
+        cluster: Ray cluster nodes, refused in every phase.
+    """
+
+    gateway: str | None = None
+    subnets: tuple[str, ...] = ()
+    host_addresses: tuple[str, ...] = ()
+    resolvers: tuple[str, ...] = ()
+    cluster: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _v4(values: Iterable[str]) -> list[str]:
+    """The IPv4 addresses or networks among ``values``, normalized, in order, once each."""
+    found: list[str] = []
+    for value in values:
+        try:
+            net = ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            continue
+        if net.version == 4 and str(net) not in found:
+            found.append(str(net))
+    return found
+
+
+def _reject(chain: str, dest: str, reason: str, proto: str | None = None) -> list[str]:
+    spec = f"-A {chain} -d {dest}"
+    if proto is not None:
+        spec += f" -p {proto}"
+    comment = f'-m comment --comment "{_COMMENT}{reason}"'
+    reject = "--reject-with tcp-reset" if proto == "tcp" else "--reject-with icmp-port-unreachable"
+    return [f"{spec} {comment} -j REJECT {reject}"]
+
+
+def _public(facts: NetFacts) -> list[str]:
+    chain = CHAINS["public"]
+    lines: list[str] = []
+    for cidr in _v4(facts.cluster):
+        lines += _reject(chain, cidr, "cluster", "tcp")
+        lines += _reject(chain, cidr, "cluster")
+    for resolver in _v4(facts.resolvers):
+        for proto in ("udp", "tcp"):
+            lines.append(f"-A {chain} -d {resolver} -p {proto} --dport 53 -j ACCEPT")
+    named = [(a, "gateway") for a in _v4([facts.gateway] if facts.gateway else [])]
+    named += [(a, "host") for a in _v4(facts.host_addresses)]
+    named += [(s, "host-subnet") for s in _v4(facts.subnets)]
+    named += list(BLOCKED_V4)
+    for cidr, reason in named:
+        lines += _reject(chain, cidr, reason, "tcp")
+        lines += _reject(chain, cidr, reason)
+    lines.append(f"-A {chain} -j ACCEPT")
+    return lines
+
+
+def ruleset(plan: NetPlan, facts: NetFacts) -> tuple[str, str]:
+    """The ``iptables-restore`` and ``ip6tables-restore`` inputs of one trial's namespace.
+
+    Every chain the plan's phases use is made; ``OUTPUT`` starts at ``closed``.
+    """
+    modes = plan.modes() | {"no-network"}
+    unknown = modes - set(CHAINS)
+    if unknown:
+        raise ValueError(f"network modes {sorted(unknown)} have no in-namespace rules")
+    closed = CHAINS["no-network"]
+    v4 = ["*filter", ":INPUT DROP [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT DROP [0:0]"]
+    v4 += [f":{CHAINS[mode]} - [0:0]" for mode in sorted(modes)]
+    v4 += [
+        "-A INPUT -i lo -j ACCEPT",
+        "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
+        "-A OUTPUT -o lo -j ACCEPT",
+        f"-A OUTPUT -j {closed}",
+        f'-A {closed} -p tcp -m comment --comment "{_COMMENT}closed" -j REJECT '
+        "--reject-with tcp-reset",
+        f'-A {closed} -m comment --comment "{_COMMENT}closed" -j REJECT '
+        "--reject-with icmp-port-unreachable",
+    ]
+    if "public" in modes:
+        v4 += _public(facts)
+    v4.append("COMMIT")
+    v6 = [
+        "*filter",
+        ":INPUT DROP [0:0]",
+        ":FORWARD DROP [0:0]",
+        ":OUTPUT DROP [0:0]",
+        "-A INPUT -i lo -j ACCEPT",
+        "-A OUTPUT -o lo -j ACCEPT",
+        f'-A OUTPUT -m comment --comment "{_COMMENT}ipv6" -j REJECT',
+        "COMMIT",
+    ]
+    return "\n".join(v4) + "\n", "\n".join(v6) + "\n"
+
+
+def switch_args(chain: str) -> list[str]:
+    """``iptables`` arguments that send ``OUTPUT`` to ``chain`` (one rule replaced)."""
+    if chain not in CHAINS.values():
+        raise ValueError(f"{chain!r} is not a phase chain")
+    return ["-w", "-R", "OUTPUT", str(PHASE_RULE), "-j", chain]
+
+
+def parse_counters(listing: str) -> dict[str, int]:
+    """Packets refused by reason, from ``iptables -L -v -x -n`` (and ``-Z``) output."""
+    counts: dict[str, int] = {}
+    for line in listing.splitlines():
+        match = _COUNTER.match(line)
+        if match is None or "REJECT" not in line:
+            continue
+        packets = int(match.group("packets"))
+        if packets:
+            reason = match.group("reason")
+            counts[reason] = counts.get(reason, 0) + packets
+    return counts
+
+
+__all__ = [
+    "CHAINS",
+    "PHASE_RULE",
+    "NetFacts",
+    "NetPlan",
+    "parse_counters",
+    "ruleset",
+    "switch_args",
+]

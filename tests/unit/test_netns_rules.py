@@ -1,0 +1,114 @@
+"""A trial's in-namespace rules: one pure function of its plan and its namespace's facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox.docker.netns_rules import (
+    CHAINS,
+    PHASE_RULE,
+    NetFacts,
+    NetPlan,
+    parse_counters,
+    ruleset,
+    switch_args,
+)
+from sandbox.network_policy import NetworkPolicy
+
+PUBLIC = NetworkPolicy("public")
+CLOSED = NetworkPolicy("no-network")
+FACTS = NetFacts(
+    gateway="172.17.0.1",
+    subnets=("172.17.0.0/16",),
+    host_addresses=("203.0.113.7", "10.0.0.5", "fe80::1", "not-an-address"),
+    resolvers=("10.255.255.53",),
+    cluster=("198.51.100.9",),
+)
+
+
+def _rules(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("-A ")]
+
+
+def test_the_namespace_starts_closed_with_drop_policies_and_loopback() -> None:
+    v4, v6 = ruleset(NetPlan({("agent", None): PUBLIC}), FACTS)
+    assert ":OUTPUT DROP [0:0]" in v4 and ":INPUT DROP [0:0]" in v4
+    output = [r for r in _rules(v4) if r.startswith("-A OUTPUT")]
+    assert output[0] == "-A OUTPUT -o lo -j ACCEPT"
+    # No state accepted on the way out: a flow an earlier phase opened is judged again.
+    assert "ESTABLISHED" not in "\n".join(output)
+    assert output[PHASE_RULE - 1] == f"-A OUTPUT -j {CHAINS['no-network']}"
+    assert len(output) == PHASE_RULE
+    # IPv6: loopback only, in every phase.
+    assert [r for r in _rules(v6) if r.startswith("-A OUTPUT")][-1].endswith("-j REJECT")
+    assert v4.endswith("COMMIT\n") and v6.endswith("COMMIT\n")
+
+
+def test_public_refuses_the_host_its_subnet_private_ranges_and_metadata_then_accepts() -> None:
+    v4, _ = ruleset(NetPlan({("agent", None): PUBLIC}), FACTS)
+    public = [r for r in _rules(v4) if r.startswith(f"-A {CHAINS['public']} ")]
+    assert public[-1] == f"-A {CHAINS['public']} -j ACCEPT"
+    text = "\n".join(public)
+    for dest, reason in [
+        ("172.17.0.1/32", "gateway"),
+        ("203.0.113.7/32", "host"),
+        ("10.0.0.5/32", "host"),
+        ("172.17.0.0/16", "host-subnet"),
+        ("169.254.169.254/32", "metadata"),
+        ("10.0.0.0/8", "private"),
+        ("100.64.0.0/10", "cgnat"),
+        ("198.51.100.9/32", "cluster"),
+    ]:
+        assert f'-d {dest} -p tcp -m comment --comment "hx:{reason}"' in text, dest
+        assert f'-d {dest} -m comment --comment "hx:{reason}" -j REJECT' in text, dest
+    # Only IPv4 reaches the v4 rules; nonsense is dropped, never written.
+    assert "fe80" not in v4 and "not-an-address" not in v4
+    # DNS to the namespace's own resolver comes before the private range that holds it,
+    # the cluster before anything that accepts.
+    first_private = next(i for i, r in enumerate(public) if "hx:private" in r)
+    dns = [i for i, r in enumerate(public) if "--dport 53 -j ACCEPT" in r]
+    assert len(dns) == 2 and max(dns) < first_private
+    assert "-d 10.255.255.53/32 -p udp --dport 53" in text
+    assert next(i for i, r in enumerate(public) if "hx:cluster" in r) < min(dns)
+
+
+def test_a_trial_without_a_public_phase_gets_no_public_chain() -> None:
+    v4, _ = ruleset(NetPlan({("agent", None): CLOSED, ("verifier", None): CLOSED}), FACTS)
+    assert CHAINS["public"] not in v4
+    assert "ACCEPT" not in "\n".join(r for r in _rules(v4) if CHAINS["no-network"] in r)
+
+
+def test_the_plan_names_each_phases_chain_and_refuses_what_it_cannot_serve() -> None:
+    plan = NetPlan({("agent", 1): PUBLIC, ("agent", 2): CLOSED, ("verifier", None): PUBLIC})
+    assert plan.chain("agent", 1) == CHAINS["public"]
+    assert plan.chain("agent", 2) == CHAINS["no-network"]
+    assert plan.chain("verifier", 2) == CHAINS["public"]  # the role's default
+    assert plan.chain("judge") == CHAINS["no-network"]  # unknown: closed
+    allowlist = NetPlan({("agent", None): NetworkPolicy("allowlist", ("example.com",))})
+    with pytest.raises(ValueError, match="allowlist"):
+        ruleset(allowlist, FACTS)
+    with pytest.raises(ValueError, match="allowlist"):
+        allowlist.chain("agent")
+
+
+def test_a_switch_replaces_one_rule_and_takes_only_phase_chains() -> None:
+    assert switch_args(CHAINS["public"]) == ["-w", "-R", "OUTPUT", "2", "-j", "HXN-public"]
+    with pytest.raises(ValueError):
+        switch_args("ACCEPT")
+
+
+def test_counters_are_read_by_reason() -> None:
+    def row(packets: int, target: str, dest: str, tail: str) -> str:
+        return f"{packets:8} {packets * 60:8} {target:10} 6    --  *  *  0.0.0.0/0  {dest}  {tail}"
+
+    listing = "\n".join(
+        [
+            "Chain HXN-public (0 references)",
+            "    pkts      bytes target     prot opt in     out     source    destination",
+            row(2, "REJECT", "172.17.0.1", "/* hx:gateway */ reject-with tcp-reset"),
+            row(1, "REJECT", "172.17.0.1", "/* hx:gateway */ reject-with icmp-port-unreachable"),
+            row(0, "REJECT", "10.0.0.0/8", "/* hx:private */ reject-with tcp-reset"),
+            row(9, "ACCEPT", "0.0.0.0/0", ""),
+        ]
+    )
+    assert parse_counters(listing) == {"gateway": 3}
