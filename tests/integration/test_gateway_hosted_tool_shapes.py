@@ -293,3 +293,36 @@ def test_a_public_phase_keeps_its_hosted_tools_but_never_a_private_mcp_server(
         gateway.close()
     assert [s["body"].get("tools") for s in upstream.log()] == [[{"type": "web_search"}]]
     assert [e["host"] for e in events] == ["127.0.0.1", "169.254.169.254", "localhost"]
+
+
+def test_each_step_is_held_to_its_own_agent_policy(
+    upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    spec = ModelSpec(
+        "openai", "m", "m", "openai-responses", base_url=f"http://127.0.0.1:{upstream.port}/v1"
+    )
+    gateway = Gateway(spec, make_provider(spec, CredentialStore()))
+    gateway.start()
+    search = {"input": "hi", "tools": [{"type": "web_search"}]}
+    try:
+        access = gateway.open_trial(
+            "t1", "demo", tmp_path / "calls.jsonl", network=NetworkPolicy("public")
+        )
+        with httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(access.socket_path)),
+            base_url="http://127.0.0.1",
+            headers={"authorization": f"Bearer {access.token}"},
+            timeout=15.0,
+        ) as client:
+            statuses = [client.post(RESPONSES, json=search).status_code]
+            gateway.set_network("t1", NetworkPolicy("no-network"), step="two")
+            statuses.append(client.post(RESPONSES, json=search).status_code)
+            gateway.set_network("t1", NetworkPolicy("public"), step="three")
+            statuses.append(client.post(RESPONSES, json=search).status_code)
+        events = gateway.network_events("t1")
+        assert gateway.network_events("t1") == []  # drained: each event reaches the record once
+    finally:
+        gateway.close()
+    assert statuses == [200, 400, 200]
+    assert len(upstream.log()) == 2
+    assert [(e["step"], e["policy"]) for e in events] == [("two", "no-network")]

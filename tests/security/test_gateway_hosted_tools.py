@@ -149,3 +149,79 @@ def test_a_public_trial_keeps_web_search_but_no_mcp_server_at_the_metadata_addre
     assert [(e["tool"], e["policy"], e["host"]) for e in refused] == [
         ("mcp", "public", "169.254.169.254")
     ]
+
+
+STEP_ASK = r"""#!/bin/bash
+python3 - <<'PY'
+import json, os, urllib.error, urllib.request
+
+body = {"model": "x", "input": "hi", "tools": [{"type": "web_search"}]}
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/responses", data=json.dumps(body).encode(),
+    headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "content-type": "application/json"},
+)
+try:
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        status = answer.status
+except urllib.error.HTTPError as error:
+    status = error.code
+with open(os.path.join(os.environ["HARNESS_WORKSPACE"], "seen-@STEP@.json"), "w") as fh:
+    json.dump(status, fh)
+PY
+"""
+
+STEP_TOML = """[task]
+name = "@NAME@"
+[agent]
+timeout_sec = 120
+[verifier]
+timeout_sec = 60
+[environment]
+network_mode = "no-network"
+cpus = 1
+memory_mb = 512
+
+[[steps]]
+name = "one"
+[steps.agent]
+network_mode = "public"
+
+[[steps]]
+name = "two"
+"""
+
+
+@pytest.mark.docker
+def test_each_step_of_a_trial_gets_its_own_agent_policy_at_the_gateway(
+    cli: Any, sec: Any, upstream: RecordingUpstream, tmp_path: Path
+) -> None:
+    name = sec.unique("gw-hosted-steps")
+    task = tmp_path / "tasks" / name
+    for step in ("one", "two"):
+        base = task / "steps" / step
+        (base / "tests").mkdir(parents=True)
+        (base / "instruction.md").write_text(STEP_ASK.replace("@STEP@", step))
+        show = f'cat "$HARNESS_WORKSPACE/seen-{step}.json"; echo\n'
+        reward = 'echo 1 > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
+        (base / "tests" / "test.sh").write_text("#!/bin/bash\n" + show + reward)
+    (task / "task.toml").write_text(STEP_TOML.replace("@NAME@", name))
+    env = {
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{upstream.port}/v1",
+        "OPENAI_API_KEY": "sk-standin-key",
+    }
+    run = cli.run([task], env=env, timeout=500, extra=["--model", "openai/gpt-4o-mini"])
+    record = run.by_task(name)
+    assert record["status"] == "completed" and record["attempt"] == 1, run
+    seen = [
+        json.loads((run.evidence(record) / "steps" / step / "verifier" / "test-stdout.txt")
+                   .read_text().splitlines()[0])
+        for step in ("one", "two")
+    ]  # fmt: skip
+    # Step one's agent is public: its search goes; step two's is no-network: refused.
+    assert seen == [200, 400], seen
+    assert len(upstream.log()) == 1
+    refused = [e for e in record["events"] if e.get("protocol") == "model_tool"]
+    assert [(e["step"], e["policy"], e["tool"]) for e in refused] == [
+        ("two", "no-network", "web_search")
+    ]
