@@ -102,6 +102,7 @@ class DockerRuntime:
             os.chmod(target, 0o600)
         self.supervisor_file = f"{SUPERVISOR_MOUNT}/supervisor.{'pyc' if compiled else 'py'}"
         self._image_attrs: dict[str, dict[str, Any]] = {}
+        self._engine_info: dict[str, Any] | None = None
         self._runtime_network: bool | None = None
         self._network_runtime: str | None | bool = False  # False: not asked yet
         #: The host egress filter of internet phases (:mod:`sandbox.docker.egress`).
@@ -123,7 +124,6 @@ class DockerRuntime:
         self.storage_pool = StoragePool(self.tmp_dir, self.storage_budget, spares=spares)
         #: Containers started ahead for the next trials, and background removals.
         self.warm: WarmPool[Any] | None = None
-        self._engine_info: dict[str, Any] | None = None
         if spares > 0:
             self.warm = WarmPool(spares, dispose=lambda spare: spare.stop())
 
@@ -242,6 +242,13 @@ class DockerRuntime:
             )
         return None if known is None or known == "runc" else str(known)
 
+    def engine_info(self) -> dict[str, Any]:
+        """The engine's ``docker info`` answer, asked once per run."""
+        with self._lock:
+            if self._engine_info is None:
+                self._engine_info = dict(call(self.client.info))
+            return self._engine_info
+
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory, from ``docker info``."""
         info = self.engine_info()
@@ -265,13 +272,6 @@ class DockerRuntime:
                 f"{why}; run the harness as root on the engine's host with iptables"
             )
         return Capacity(
-    def engine_info(self) -> dict[str, Any]:
-        """The engine's ``docker info`` answer, asked once per run."""
-        with self._lock:
-            if self._engine_info is None:
-                self._engine_info = dict(call(self.client.info))
-            return self._engine_info
-
             cpus=float(info.get("NCPU") or os.cpu_count() or 1),
             memory_mb=int(info.get("MemTotal") or 0) >> 20,
             network=network,
