@@ -58,6 +58,7 @@ from sandbox.docker.container import (
 from sandbox.docker.container import (
     SUPERVISOR_CAPS as SUPERVISOR_CAPS,  # re-exported: its old home
 )
+from sandbox.docker.enginefiles import ContainerFiles, container_dir
 from sandbox.docker.gpus import no_gpu_error
 from sandbox.docker.identity import AgentIdentity, resolve
 from sandbox.docker.images import ImageBuildError, ImageRequest, ResolvedImage
@@ -200,6 +201,8 @@ class DockerSandbox(Sandbox):
         self._warm = False  # took over a container made ahead (warm.py)
         #: The container's writable layer on the trial's filesystem (None: read-only root).
         self._rootlayer: RootLayer | None = None
+        #: The engine's dir of the container on it too (None: read-only root).
+        self._enginefiles: ContainerFiles | None = None
         #: Its upper dir right after start (what the engine made there, not a phase).
         self._root_base: dict[bytes, Fingerprint] = {}
 
@@ -508,6 +511,15 @@ class DockerSandbox(Sandbox):
             )
         self._rootlayer = RootLayer(paths, self._storage.mount_point)
         self._rootlayer.attach()
+        # The engine's files bound into it read-write (/etc/hosts, ...): capped alike.
+        files = container_dir(self._container.attrs)
+        if files is None:
+            raise EnvironmentStartError(
+                "the engine gave the trial's container no overlay2 data root: cannot cap "
+                "its /etc/hosts, /etc/hostname and /etc/resolv.conf"
+            )
+        self._enginefiles = ContainerFiles(files, self._storage.mount_point)
+        self._enginefiles.attach()
 
     def _root_skip(self) -> list[str]:
         """The trial's own mount points in the container: never root changes."""
@@ -1229,6 +1241,11 @@ class DockerSandbox(Sandbox):
             # the engine removes only its own original layer dir, never the agent's tree.
             try:
                 self._rootlayer.detach()
+            except Exception as exc:
+                errors.append(exc)
+        if self._enginefiles is not None:  # likewise: the engine removes its own dir
+            try:
+                self._enginefiles.detach()
             except Exception as exc:
                 errors.append(exc)
         # Every step runs whatever the engine answers (an unreachable engine raises the

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from docker.types import Mount, Ulimit
+from docker.types import LogConfig, Mount, Ulimit
 
 from sandbox.backend import SandboxSpec
 from sandbox.docker.egress import NETWORK as EGRESS_NETWORK
@@ -235,6 +235,11 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
             Ulimit(name="nofile", soft=res.nofile, hard=res.nofile),
         ],
         "runtime": site.engine_runtime,
+        # The engine logs the supervisor's channel: at most 1 MB of it, on the trial's
+        # filesystem with a writable root (sandbox.docker.enginefiles), else its own disk.
+        "log_config": LogConfig(
+            type=LogConfig.types.JSON, config={"max-size": "1m", "max-file": "1"}
+        ),
         "environment": {**NEUTRAL_LOADER_ENV, **SUPERVISOR_ENV},
         "device_requests": device_requests(spec.gpus),
         "stdin_open": True,

@@ -148,6 +148,7 @@ ADOPTED_STATE = (
     "_storage",
     "_prepared",
     "_rootlayer",
+    "_enginefiles",
     "_root_base",
     "_channel",
     "_session",

@@ -21,6 +21,7 @@ Judged from outside the trial: the record, and the host's view of the engine's f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,61 @@ def test_a_root_agent_filling_the_graders_spaces_is_graded_on_attempt_1(
     assert record["posture"]["root_agent"] is True, record["posture"]
     _graded_honestly(record)
     assert run.code == 0, run
+
+
+FILL_ETC = r"""
+for f in /etc/hosts /etc/hostname /etc/resolv.conf; do
+  head -c 200M /dev/zero >> "$f" 2>/dev/null; echo "$f=$?" >> /app/loot.txt
+done
+echo done > /app/done.txt
+n=0; while [ ! -e /app/seen ] && [ $n -lt 400 ]; do sleep 0.1; n=$((n+1)); done
+"""
+
+
+@pytest.mark.docker
+def test_a_root_agent_cannot_grow_the_engines_data_root_through_etc(
+    client: Any, cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
+) -> None:
+    rule = "isolated" if docker_runtime == "runsc" else "allow"
+    name = sec.unique("fill-etc")
+    task = sec.write_task(tmp_path / "tasks", name, attack=FILL_ETC, agent_timeout=90)
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace("memory_mb = 512\n", "memory_mb = 512\nstorage_mb = 256\n")
+    )
+    data_root = os.stat(str(client.info()["DockerRootDir"])).st_dev
+    grown: dict[str, int] = {}
+
+    def sample(cid: str) -> None:
+        info = client.api.inspect_container(cid)
+        for key in ("HostsPath", "HostnamePath", "ResolvConfPath"):
+            path = info.get(key)
+            if not path:
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if st.st_dev == data_root:  # a file of the engine's own disk
+                grown[key] = max(grown.get(key, 0), st.st_size)
+        done = client.api.exec_create(cid, ["test", "-e", "/app/done.txt"], user="0:0")
+        client.api.exec_start(done["Id"])
+        if client.api.exec_inspect(done["Id"])["ExitCode"] == 0:
+            # Sampled once more after the agent's writes: now let it end.
+            if grown.get("_after_done"):
+                touch = client.api.exec_create(cid, ["touch", "/app/seen"], user="0:0")
+                client.api.exec_start(touch["Id"])
+            grown["_after_done"] = 1
+
+    with sec.Watcher(client, f"{sec.TASK_LABEL}={name}", sample, interval=0.2) as watcher:
+        run = cli.run([task], timeout=300, extra=["--agent-root", rule])
+    record = run.by_task(name)
+    loot = (run.evidence(record) / "workspace" / "loot.txt").read_text()
+    assert grown.get("_after_done"), f"never sampled after the writes: {watcher.errors}\n{run}"
+    on_engine = {k: v for k, v in grown.items() if k != "_after_done"}
+    assert all(size < 1 << 20 for size in on_engine.values()), (on_engine, loot)
+    # Whatever was written counts against storage_mb: the trial filled its storage.
+    written = [line for line in loot.splitlines() if line.endswith("=0")]
+    if written:
+        assert any(e["type"] == "storage_full" for e in record["events"]), (loot, record)
+    assert record["attempt"] == 1 and record["status"] in ("completed", "agent_error"), record

@@ -78,6 +78,9 @@ def test_read_only_root_supervisor_as_pid_1_as_root_with_no_environment() -> Non
     assert SUPERVISOR_ENV["LC_ALL"] == "C" and SUPERVISOR_ENV["OPENSSL_CONF"] == "/dev/null"
     assert SUPERVISOR_ENV["LOCPATH"].startswith("/opt/harness/")  # read-only, never made
     assert args["stdin_open"] is True and args["tty"] is False
+    # The engine's log of the channel stays small (on the trial's fs with a writable root).
+    log = args["log_config"]
+    assert log["Type"] == "json-file" and log["Config"] == {"max-size": "1m", "max-file": "1"}
     assert args["hostname"] == "sandbox"
 
 
