@@ -1,91 +1,93 @@
-"""The ``python`` and ``python3`` a verifier finds first on its PATH.
+"""The ``sitecustomize`` every Python of a verifier loads first: a script's own dir back.
 
 A verifier runs with ``PYTHONSAFEPATH=1`` (:data:`harness.trial.env.UNSTEERED_PYTHON`), so
 ``python3 -m pytest`` or ``python3 -c ...`` started in the agent's workspace never imports
 the agent's ``pytest.py``. The same variable also keeps a script's own dir off
 ``sys.path``, which a task's ``python test.py`` needs to import its sibling ``run.py``.
-CPython has no switch for one without the other, so this shell wrapper, staged in the
-verifier's tools dir and put in front of its PATH, tells them apart: for a script (a file,
-a dir or a zip named on the command line) it puts the script's dir (the resolved one, as
-CPython does) in front of ``PYTHONPATH``; for ``-m``, ``-c``, ``-`` and the REPL, and under
-``-E``, ``-I`` or ``-P``, it adds nothing. ``PYTHONSAFEPATH`` stays set either way, so no
-Python started from that one puts its start dir on ``sys.path`` either. It then runs the
-next ``python``/``python3`` on PATH (absolute entries only) with the same arguments.
+CPython has no switch for one without the other, but at ``sitecustomize`` time
+``sys.argv[0]`` tells them apart (``-m``, ``-c``, ``-`` or empty, else the script's path).
+So the verifier's ``PYTHONPATH`` starts with the harness's read-only site dir (staged by
+:func:`sandbox.verifier_tools.stage_tools`), whose ``sitecustomize.py`` (:data:`SOURCE`):
 
-What it does not cover: a Python started by another name or an absolute path
-(``python3.12 x.py``, ``/usr/bin/python3 x.py``) keeps ``PYTHONSAFEPATH`` whole, without
-its script dir, and an image without ``/bin/sh``.
+- then, for a script (a regular file named on the command line), and only when
+  ``sys.flags.safe_path`` is set and not by ``-P``, puts its dir in front of ``sys.path``,
+  resolved as CPython resolves it; a dir or zip is put there by CPython itself, and
+  ``-m``, ``-c``, stdin and the REPL get nothing;
+- first takes its own dir off ``sys.path`` and imports the next ``sitecustomize`` on it
+  (the image's: Debian's, Ubuntu's apport hook), as if it were the only one, before the
+  script's dir is there (as in CPython: a ``sitecustomize.py`` beside the script is not
+  imported).
+
+``PYTHONSAFEPATH`` stays set, so every Python started in the verifier, by any name or path
+(``sys.executable`` included), loads this and gets its own script dir, never its start dir.
+Not covered: ``-I``, ``-E`` and ``-S``, which skip ``PYTHONPATH`` or ``site`` (the author
+asked for no script dir, or no site, with them), and Pythons before 3.11 (no
+``PYTHONSAFEPATH``: the script dir is on their path anyway). The source runs on Python
+2.7 and 3.x, whatever the image holds.
 """
 
-#: The names staged (each the same script).
-NAMES = ("python", "python3")
+#: The file's name in the site dir.
+NAME = "sitecustomize.py"
 
-#: The wrapper (POSIX sh; no bashisms, since ``/bin/sh`` may be dash or busybox).
-WRAPPER = r"""#!/bin/sh
-# python / python3 for a verifier (harness): the next one on PATH, started as its author
-# meant. PYTHONSAFEPATH=1 stays set (so -m, -c, stdin and the REPL never put the start
-# dir, the agent's workspace, on sys.path, and neither does any Python this one starts);
-# a script named on the command line gets its own dir back, in front, through PYTHONPATH,
-# as a plain "python script.py" would without PYTHONSAFEPATH (not under -E, -I or -P).
-# Shell builtins only (PATH may hold no coreutils), but an optional readlink.
-me=${0##*/}
-case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
-script=
-skip=
-own=1
-for arg in "$@"; do
-  if [ -n "$skip" ]; then skip=; continue; fi
-  case $arg in
-    --check-hash-based-pycs) skip=1; continue ;;
-    -|--) break ;;
-    --*) continue ;;
-    -?*)
-      flags=${arg#-}
-      stop=
-      while [ -n "$flags" ]; do
-        ch=${flags%"${flags#?}"}
-        flags=${flags#?}
-        case $ch in
-          c|m) stop=1; break ;;
-          E|I|P) own= ;;
-          W|X) [ -z "$flags" ] && skip=1; flags= ;;
-        esac
-      done
-      [ -n "$stop" ] && break
-      continue ;;
-    *) script=$arg; break ;;
-  esac
-done
-if [ -n "$script" ] && [ -n "$own" ]; then
-  case $script in /*) ;; *) script=$(pwd -P)/$script ;; esac
-  dir=
-  if [ -d "$script" ]; then
-    dir=$(cd -P -- "$script" 2>/dev/null && pwd -P)
-  else
-    case $script in
-      *.pyz|*.zip) dir=$script ;;
-      *) real=$(readlink -f -- "$script" 2>/dev/null) || real=$script
-         real=${real:-$script}
-         dir=$(cd -P -- "${real%/*}/" 2>/dev/null && pwd -P) ;;
-    esac
-  fi
-  case $dir in
-    /*:*|'') ;;
-    /*) PYTHONPATH=$dir${PYTHONPATH:+:$PYTHONPATH}; export PYTHONPATH ;;
-  esac
-fi
-ours=$(cd -P -- "$here" 2>/dev/null && pwd -P)
-rest=$PATH
-while [ -n "$rest" ]; do
-  entry=${rest%%:*}
-  case $rest in *:*) rest=${rest#*:} ;; *) rest= ;; esac
-  case $entry in /*) ;; *) continue ;; esac
-  [ "$(cd -P -- "$entry" 2>/dev/null && pwd -P)" = "$ours" ] && continue
-  [ "$entry/$me" -ef "$0" ] && continue
-  if [ -f "$entry/$me" ] && [ -x "$entry/$me" ]; then
-    exec "$entry/$me" "$@"
-  fi
-done
-echo "$me: not found on PATH ($PATH)" >&2
-exit 127
+#: The module (py2.7/py3 syntax; it must never stop a Python from starting).
+SOURCE = r"""# The harness's sitecustomize for a verifier's Pythons (sandbox/verifier_python.py).
+import os as _os
+import sys as _sys
+
+
+def _harness_said_p(first):
+    for arg in list(getattr(_sys, "orig_argv", None) or [])[1:]:
+        if arg == first:
+            return False
+        if arg.startswith("-") and not arg.startswith("--"):
+            for ch in arg[1:]:
+                if ch == "P":
+                    return True
+                if ch in "WX":
+                    break
+    return False
+
+
+def _harness_script_dir():
+    if not getattr(_sys.flags, "safe_path", False):
+        return
+    argv = getattr(_sys, "argv", None) or [""]
+    first = argv[0]
+    if first in ("", "-", "-c", "-m") or first.endswith((".zip", ".pyz")):
+        return
+    if _harness_said_p(first):
+        return
+    try:
+        if not _os.path.isfile(first):
+            return
+        _sys.path.insert(0, _os.path.dirname(_os.path.realpath(first)))
+    except Exception:
+        pass
+
+
+def _harness_next_sitecustomize():
+    here = _os.path.dirname(_os.path.realpath(__file__))
+    kept = []
+    for entry in _sys.path:
+        try:
+            if entry and _os.path.realpath(entry) == here:
+                continue
+        except Exception:
+            pass
+        kept.append(entry)
+    _sys.path[:] = kept
+    ours = _sys.modules.pop("sitecustomize", None)
+    try:
+        import sitecustomize  # noqa: F401 - the image's own, if any
+    except ImportError as exc:
+        if getattr(exc, "name", "sitecustomize") != "sitecustomize":
+            raise
+    if "sitecustomize" not in _sys.modules and ours is not None:
+        _sys.modules["sitecustomize"] = ours
+
+
+# The image's sitecustomize first, as CPython imports it before the script dir is on the
+# path: a sitecustomize.py beside the script is never imported.
+_harness_next_sitecustomize()
+_harness_script_dir()
 """

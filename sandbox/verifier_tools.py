@@ -2,9 +2,9 @@
 
 The tools dir holds ``run_as_agent.py`` and a ``agent-exec`` wrapper that runs it on a
 Python the backend provides (the harness's own in the local sandbox, the mounted base
-runtime in a container), so task images need no Python for it; and ``bin/``, the
-``python``/``python3`` wrappers (:mod:`sandbox.verifier_python`) in front of the verifier's
-PATH. It is mounted read-only at
+runtime in a container), so task images need no Python for it; and ``site/``, whose
+``sitecustomize.py`` (:mod:`sandbox.verifier_python`) every Python of the verifier loads
+through ``PYTHONPATH``. It is mounted read-only at
 :data:`TOOLS_MOUNT`; the supervisor's socket for it is :data:`EXEC_SOCKET` (a dir only the
 verifier's user can enter).
 """
@@ -23,8 +23,8 @@ TOOLS_MOUNT = "/opt/harness-tools"
 EXEC_DIR = "/run/harness-exec"
 EXEC_SOCKET = f"{EXEC_DIR}/agent.sock"
 AGENT_EXEC = f"{TOOLS_MOUNT}/agent-exec"
-#: In front of the verifier's PATH: its ``python`` and ``python3``.
-TOOLS_BIN = f"{TOOLS_MOUNT}/bin"
+#: In front of the verifier's ``PYTHONPATH``: the harness's ``sitecustomize``.
+TOOLS_SITE = f"{TOOLS_MOUNT}/site"
 #: Environment variables a verifier gets for it.
 AGENT_EXEC_ENV = "HARNESS_AGENT_EXEC"
 AGENT_EXEC_SOCKET_ENV = "HARNESS_AGENT_EXEC_SOCKET"
@@ -52,18 +52,22 @@ def stage_tools(target: Path, python: Sequence[str]) -> Path:
         f'exec {command} -I -S {TOOLS_MOUNT}/run_as_agent.py "$@"\n'
     )
     os.chmod(wrapper, 0o755)
-    bin_dir = target / "bin"
-    bin_dir.mkdir(mode=0o755)
-    os.chmod(bin_dir, 0o755)
-    for name in verifier_python.NAMES:
-        (bin_dir / name).write_text(verifier_python.WRAPPER)
-        os.chmod(bin_dir / name, 0o755)
+    site = target / "site"
+    site.mkdir(mode=0o755)
+    os.chmod(site, 0o755)
+    (site / verifier_python.NAME).write_text(verifier_python.SOURCE)
+    os.chmod(site / verifier_python.NAME, 0o644)
     return target
 
 
 def verifier_env() -> dict[str, str]:
     """The variables that point a verifier at the agent-exec command and socket.
 
-    ``PATH`` is :data:`TOOLS_BIN`, which the phase's environment puts in front of its own.
+    ``PYTHONPATH`` is :data:`TOOLS_SITE`, which the phase's environment puts in front of
+    the task's or image's own.
     """
-    return {AGENT_EXEC_ENV: AGENT_EXEC, AGENT_EXEC_SOCKET_ENV: EXEC_SOCKET, "PATH": TOOLS_BIN}
+    return {
+        AGENT_EXEC_ENV: AGENT_EXEC,
+        AGENT_EXEC_SOCKET_ENV: EXEC_SOCKET,
+        "PYTHONPATH": TOOLS_SITE,
+    }

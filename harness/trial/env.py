@@ -19,9 +19,12 @@ from sandbox.verifier_tools import verifier_env
 MCP_SERVERS_VAR = "HARNESS_MCP_SERVERS"
 SKILLS_VAR = "HARNESS_SKILLS_DIR"
 #: What keeps a Python started by a grader (a verifier, a judge) from importing files an
-#: agent left behind: no user site dir (``usercustomize``, ``.pth``), and no start dir or
-#: script dir on ``sys.path`` (a ``pytest.py`` in the workspace is never ``-m pytest``).
+#: agent left behind: no user site dir (``usercustomize``, ``.pth``), and no start dir on
+#: ``sys.path`` (a ``pytest.py`` in the workspace is never ``-m pytest``); a verifier's
+#: script gets its own dir back (:mod:`sandbox.verifier_python`).
 UNSTEERED_PYTHON = {"PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1"}
+#: The harness's variables put in front of a phase's own value, never in its place.
+_PREPENDED = ("PATH", "PYTHONPATH")
 #: What :func:`~sandbox.environment.isolated_env` points at the phase's own HOME.
 HOME_NAMES = (
     "HOME",
@@ -137,7 +140,7 @@ def merge_phase_env(
     4. ``task_layers`` in order: a compose file's ``main.environment``, ``[environment.env]``,
        then the phase's table (``[verifier.env]``); each replaces what is below.
     5. ``ours``: the harness's variables (``HARNESS_*``, an agent's own, ``solution.env``).
-       A PATH here is put in front of the phase's PATH, never in its place.
+       A PATH (or PYTHONPATH) here is put in front of the phase's, never in its place.
 
     The supervisor then adds the phase's secrets and the gateway's URLs over all of it.
     """
@@ -147,10 +150,13 @@ def merge_phase_env(
     env.update(home)
     for layer in task_layers:
         env.update(layer)
-    env.update({name: value for name, value in ours.items() if name != "PATH"})
+    env.update({name: value for name, value in ours.items() if name not in _PREPENDED})
     if ours.get("PATH"):
         below = env.get("PATH") or FIXED_PATH
         env["PATH"] = f"{ours['PATH']}:{below}"
+    if ours.get("PYTHONPATH"):
+        below = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = f"{ours['PYTHONPATH']}:{below}" if below else ours["PYTHONPATH"]
     return env
 
 
@@ -202,7 +208,8 @@ def grader_env(sandbox: Sandbox, task: Task, trial_id: str) -> dict[str, str]:
 
     The agent's home, its session and its command's variables are nowhere in it;
     :data:`UNSTEERED_PYTHON` keeps a user site dir and the start dir (the workspace) out of
-    any Python the tests start.
+    any Python the tests start, and the harness's ``sitecustomize``
+    (:mod:`sandbox.verifier_python`, first on ``PYTHONPATH``) gives a script its own dir.
     """
     paths = sandbox.paths
     return phase_env(

@@ -4,9 +4,12 @@ Each test is a small task that reproduces a Terminal-Bench 2 or Harbor pattern, 
 the real CLI on local, docker (runc) and gVisor, judged from outside (the record's reward):
 a right answer scores 1 and a missing one 0.
 
-- ``cancel-async-tasks``: ``python3 test.py`` in the workspace imports the agent's ``run.py``
-  beside it, while ``PYTHONSAFEPATH`` still keeps ``-m pytest`` from the agent's
-  ``pytest.py`` (``test_verifier_env.py`` checks that attack);
+- ``cancel-async-tasks``: ``python3 test.py`` in the workspace (and ``sys.executable``
+  running it) imports the agent's ``run.py`` beside it, while ``PYTHONSAFEPATH`` still
+  keeps ``-m pytest`` from the agent's ``pytest.py`` (``test_verifier_env.py`` checks that
+  attack);
+- Harbor's ``separate-verifier-multi-step``: each step's ``/tmp`` artifact reaches its
+  own separate verifier;
 - ``git-leak-recovery`` and ``merge-diff-arc-agi-task``: the verifier's git (2.39 here, as
   old as Ubuntu 24.04's 2.43 for this purpose: no ``<dir>/*`` glob) accepts a repository
   the agent's uid owns below the workspace;
@@ -51,7 +54,10 @@ SIBLING_TEST = textwrap.dedent(
 SIBLING_SH = textwrap.dedent(
     """\
     cd "$HARNESS_WORKSPACE"
-    if python3 test.py; then echo 1 > "$HARNESS_VERIFIER_DIR/reward.txt"
+    # As the author wrote it, and as a test's subprocess runs it (by sys.executable).
+    if python3 test.py && python3 -c 'import subprocess, sys
+    sys.exit(subprocess.call([sys.executable, "test.py"]))'; then
+      echo 1 > "$HARNESS_VERIFIER_DIR/reward.txt"
     else echo 0 > "$HARNESS_VERIFIER_DIR/reward.txt"; fi
     """
 )
@@ -184,4 +190,51 @@ def test_an_artifact_staged_in_tmp_reaches_a_separate_verifier(
     run = cli.run(paths, timeout=300)
     assert run.code == 0, run
     assert _reward(run, solved) == 1.0, _stdout(run, solved)
+    assert _reward(run, nop) == 0.0
+
+
+def _two_step_separate_task(root: Path, name: str, solve: bool, base: str) -> Path:
+    """Harbor's ``separate-verifier-multi-step``: each step's own verifier, /tmp artifact."""
+    task = root / name
+    (task / "environment").mkdir(parents=True)
+    (task / "task.toml").write_text(
+        f'artifacts = ["/tmp/configured-artifact.txt"]\n\n[task]\nname = "{name}"\n\n'
+        "[agent]\ntimeout_sec = 30\n\n"
+        '[verifier]\ntimeout_sec = 30\nenvironment_mode = "separate"\n\n'
+        "[environment]\ncpus = 1\nmemory_mb = 512\n\n"
+        '[[steps]]\nname = "one"\n\n[[steps]]\nname = "two"\n'
+    )
+    (task / "instruction.md").write_text("Two steps.\n")
+    (task / "environment" / "Dockerfile").write_text(f"FROM {base}\nWORKDIR /app\n")
+    for step in ("one", "two"):
+        tests = task / "steps" / step / "tests"
+        tests.mkdir(parents=True)
+        write = f"echo configured-{step} > /tmp/configured-artifact.txt\n" if solve else "true\n"
+        (task / "steps" / step / "instruction.md").write_text("#!/bin/bash\n" + write)
+        (tests / "Dockerfile").write_text(
+            f"FROM {base}\nWORKDIR /app\nCOPY test.sh /tests/test.sh\n"
+            "RUN chmod 755 /tests/test.sh\n"
+        )
+        (tests / "test.sh").write_text(
+            "#!/bin/bash\n" + STAGED_SH.replace("= configured-ok", f"= configured-{step}")
+        )
+        (tests / "test.sh").chmod(0o755)
+    return task
+
+
+@pytest.mark.docker
+def test_each_steps_tmp_artifact_reaches_its_separate_verifier(
+    cli: Any, sec: Any, tmp_path: Path
+) -> None:
+    """Harbor's ``separate-verifier-multi-step``: step two's verifier sees step two's file."""
+    solved, nop = sec.unique("staged-steps-solved"), sec.unique("staged-steps-nop")
+    tasks = tmp_path / "tasks"
+    paths = [
+        _two_step_separate_task(tasks, solved, True, sec.BASE_IMAGE),
+        _two_step_separate_task(tasks, nop, False, sec.BASE_IMAGE),
+    ]
+    run = cli.run(paths, timeout=400)
+    assert run.code == 0, run
+    record = run.by_task(solved)
+    assert _reward(run, solved) == 1.0, record
     assert _reward(run, nop) == 0.0

@@ -9,6 +9,7 @@ import pytest
 from harness.tasks import Task
 from harness.trial.env import (
     RECORDED_NAMES,
+    ImageEnv,
     agent_env,
     grader_env,
     image_env,
@@ -19,7 +20,7 @@ from sandbox.backend import SandboxSpec
 from sandbox.environment import FIXED_PATH
 from sandbox.fake import FakeSandbox
 from sandbox.image_config import ImageConfig
-from sandbox.verifier_tools import TOOLS_BIN
+from sandbox.verifier_tools import TOOLS_SITE
 
 BASE = {
     "LANG": "host-lang",
@@ -207,12 +208,25 @@ def test_every_phase_gets_the_image_env(make_task: Callable[..., Task]) -> None:
     sandbox = _ImageSandbox({"FOO": "x", "PATH": "/opt/tool/bin:/usr/bin", "HOME": "/root"})
     agent = agent_env(sandbox, task, "t1", {"HARNESS_INSTRUCTION_FILE": "/i"})
     grader = grader_env(sandbox, task, "t1")
-    assert agent["PATH"] == "/opt/tool/bin:/usr/bin"
-    # The verifier's python/python3 wrappers come first (sandbox/verifier_python.py).
-    assert grader["PATH"] == f"{TOOLS_BIN}:/opt/tool/bin:/usr/bin"
     for env in (agent, grader):
-        assert env["FOO"] == "x"
+        assert env["FOO"] == "x" and env["PATH"] == "/opt/tool/bin:/usr/bin"
+    # The verifier's Pythons load the harness's sitecustomize (sandbox/verifier_python.py).
+    assert grader["PYTHONPATH"] == TOOLS_SITE and "PYTHONPATH" not in agent
     assert agent["HOME"] == sandbox.paths.home
     assert grader["HOME"] == sandbox.paths.grader_home
     assert image_env_record(sandbox) == {"applied": ["FOO", "PATH"], "withheld": ["HOME"]}
     assert image_env_record(FakeSandbox(SandboxSpec(trial_id="t"))) is None
+
+
+def test_the_harness_site_dir_goes_in_front_of_a_tasks_pythonpath() -> None:
+    """The task's (or image's) ``PYTHONPATH`` stays, behind the harness's site dir."""
+    merged = merge_phase_env(
+        {"PATH": FIXED_PATH},
+        ImageEnv({"PYTHONPATH": "/image/lib"}, ()),
+        ({"PYTHONPATH": "/task/lib"},),
+        {"PYTHONPATH": TOOLS_SITE},
+    )
+    assert merged["PYTHONPATH"] == f"{TOOLS_SITE}:/task/lib"
+    alone = merge_phase_env({"PATH": FIXED_PATH}, ImageEnv({}, ()), (), {"PYTHONPATH": TOOLS_SITE})
+    assert alone["PYTHONPATH"] == TOOLS_SITE
+
