@@ -58,7 +58,7 @@ FORBIDDEN_NAMES = {
     "dlopen",
 }
 #: ``module.name`` pairs forbidden though the module itself is fine.
-FORBIDDEN_ATTRS = {("shutil", "chown")}
+FORBIDDEN_ATTRS = {("shutil", "chown"), ("Path", "home")}
 #: The agent loop is a phase's own program (it runs after the drop, as the agent): its
 #: tools run as subprocesses and its HTTP client is the agent's.
 SUBPROCESS_ALLOWED = {"agent_loop"}
@@ -132,6 +132,7 @@ def test_the_check_sees_what_it_forbids(tmp_path: Path) -> None:
         "import subprocess\nimport ctypes.util\n"
         "os.path.expanduser('~')\nsocket.getaddrinfo('h', 1)\nos.initgroups('a', 1)\n"
         "shutil.chown('f', user='x')\ngetattr(os, 'getlogin')\nLIBC.getpwnam(b'x')\n"
+        "Path.home()\n"
     )
     found = _violations(sample)
     for needle in (
@@ -146,5 +147,6 @@ def test_the_check_sees_what_it_forbids(tmp_path: Path) -> None:
         "shutil.chown",
         "'getlogin'",
         ".getpwnam",
+        "Path.home",
     ):
         assert any(needle in v for v in found), (needle, found)
