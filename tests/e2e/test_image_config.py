@@ -48,7 +48,7 @@ check foo "$FOO" x
 check mytool "$(mytool 2>&1)" mytool-ran
 check cwd "$(pwd)" /srv/app
 check workspace "$HARNESS_WORKSPACE" /srv/app
-check pythonpath "$PYTHONPATH" /opt/tool/py
+check pythonpath "${PYTHONPATH#/opt/harness-tools/site:}" /opt/tool/py
 check ld_library_path "$LD_LIBRARY_PATH" /opt/tool/lib
 check ld_preload "${LD_PRELOAD-unset}" unset
 check openai_key "${OPENAI_API_KEY-unset}" unset
@@ -72,6 +72,8 @@ TEST = (
     "#!/bin/bash\n"
     "{\n" + CHECKS + "check login_bashrc \"$(bash -lc 'echo $ROOT_BASHRC_READ')\" yes\n"
     'check home_is_grader "$(case "$HOME" in */grader/home) echo yes;; esac)" yes\n'
+    # The harness's sitecustomize (a script's own dir) goes in front of the image's.
+    'check harness_site "$PYTHONPATH" /opt/harness-tools/site:/opt/tool/py\n'
     'check dotfile_seeded "$([ -f "$HOME/.bashrc" ] && echo yes)" yes\n'
     'check no_link "$([ -L "$HOME/.shadow-link" ] || echo yes)" yes\n'
     'check no_fifo "$([ -e "$HOME/.a-fifo" ] || echo yes)" yes\n'
@@ -127,7 +129,7 @@ def test_image_env_workdir_dotfiles_and_git_reach_both_phases_and_never_ours(
     verifier_lines, _, agent_lines = stdout.partition("---agent\n")
     assert "BAD" not in stdout, stdout
     # Every check ran in both phases (a check that never ran is no pass).
-    for lines, extra in ((agent_lines, 1), (verifier_lines, 8)):
+    for lines, extra in ((agent_lines, 1), (verifier_lines, 9)):
         assert lines.count(" ok\n") == CHECKS.count("\ncheck ") + extra, lines
     assert result.code == 0 and record["reward"] == 1.0, (result, stdout)
     image_env = record["sandbox"]["image_env"]
