@@ -21,8 +21,9 @@ one decision, for every wire protocol the gateway serves (docs/model-access.md Â
 
 Tools the client runs itself (functions, custom tools, Codex's ``local_shell``, Anthropic's
 ``bash``/``text_editor``/``computer``/``memory`` tools, Gemini's function declarations) are
-not hosted. A tool of a type not known here is treated as hosted (fail closed): refused
-under ``no-network`` and ``allowlist``, allowed under ``public``.
+not hosted, nor is a search over the request's own tools (Responses ``tool_search``,
+Anthropic ``tool_search_tool_*``). A tool of a type not known here is treated as hosted
+(fail closed): refused under ``no-network`` and ``allowlist``, allowed under ``public``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from sandbox.network_policy import NO_NETWORK, NetworkPolicy
 _OPENAI_LOCAL = frozenset(
     {"function", "custom", "local_shell", "shell", "apply_patch", "computer_use_preview"}
 )
+#: Responses tools that reach nothing outside the request: a search over the request's own
+#: deferred tools (Codex sends it, run by the client or by the provider).
+_OPENAI_INERT = frozenset({"tool_search"})
 #: Anthropic tool types (their prefix before the version date) the client runs itself.
 _ANTHROPIC_LOCAL = ("custom", "bash_", "text_editor_", "computer_", "memory_")
 #: Anthropic server tools that reach nothing outside the request (a search of its own tools).
@@ -238,7 +242,7 @@ def _openai(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
         if kind == "namespace" and isinstance(tool.get("tools"), list):
             pending.extend(tool["tools"])  # a client-side group of tools: each is judged
             continue
-        if kind in _OPENAI_LOCAL:
+        if kind in _OPENAI_LOCAL or kind in _OPENAI_INERT:
             continue
         name = kind if isinstance(kind, str) else repr(kind)
         url = tool.get("server_url")

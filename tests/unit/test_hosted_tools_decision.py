@@ -127,6 +127,8 @@ LOCAL: list[tuple[str, str, dict[str, Any]]] = [
                 {"type": "function", "name": "exec_command"},
                 {"type": "custom", "name": "apply_patch"},
                 {"type": "local_shell"},
+                {"type": "tool_search", "execution": "client"},
+                {"type": "tool_search"},
                 {"type": "namespace", "name": "m", "tools": [{"type": "function", "name": "g"}]},
             ]
         },
