@@ -3,9 +3,10 @@
 Each attack is an agent that knows it is wrong and tries to make its failure ungraded or
 retried by filling a space the harness writes after it:
 
-- an unprivileged agent fills ``/logs/artifacts`` (once a part of ``/logs``, beside
-  ``/logs/verifier``): ``test.sh`` still writes its reward, the trial is graded with its
-  honest reward on attempt 1, and a ``limit`` event names the full artifacts dir;
+- an unprivileged agent fills its artifacts dir (docker: ``/logs/artifacts``, beside
+  ``/logs/verifier``; local: on the trial's storage): ``test.sh`` still writes its
+  reward, the trial is graded with its honest reward on attempt 1, and in docker a
+  ``limit`` event names the full artifacts dir;
 - a root agent (``--agent-root allow`` on runc, ``isolated`` on gVisor) fills ``/trial``,
   ``/logs``, ``/logs/verifier`` and ``/run`` (its own captures and the instruction file
   included), then floods its stdout: no supervisor step fails, the trial is graded
@@ -33,11 +34,16 @@ echo $r > "$HARNESS_VERIFIER_DIR/reward.txt"
 """
 
 FILL_ARTIFACTS = r"""
-echo wrong > /app/answer.txt
-dd if=/dev/zero of=/logs/artifacts/fill bs=1M count=300 2>/dev/null; echo "dd=$?" > /app/loot.txt
-for i in $(seq 1 64); do head -c 4096 /dev/zero > /logs/artifacts/tail$i 2>/dev/null; done
-df -k /logs/artifacts >> /app/loot.txt 2>&1
-echo done > /app/done.txt
+A="$HARNESS_ARTIFACTS_DIR"
+echo wrong > answer.txt
+dd if=/dev/zero of="$A/fill" bs=1M count=300 2>/dev/null; echo "dd=$?" > loot.txt
+for i in $(seq 1 64); do head -c 4096 /dev/zero > "$A/tail$i" 2>/dev/null; done
+echo done > done.txt
+"""
+
+WRONG_ANSWER_HERE = r"""
+if [ "$(cat answer.txt 2>/dev/null)" = right ]; then r=1; else r=0; fi
+echo $r > "$HARNESS_VERIFIER_DIR/reward.txt"
 """
 
 
@@ -49,15 +55,15 @@ def _graded_honestly(record: dict[str, Any]) -> None:
     assert not record["errors"], record["errors"]
 
 
-@pytest.mark.docker
 def test_an_agent_filling_the_artifacts_dir_is_still_graded(
-    cli: Any, sec: Any, tmp_path: Path
+    backend: str, any_cli: Any, sec: Any, tmp_path: Path
 ) -> None:
+    """Docker: the artifacts' own tmpfs is full (a limit event); local: the trial's storage."""
     name = sec.unique("fill-artifacts")
     task = sec.write_task(
-        tmp_path / "tasks", name, attack=FILL_ARTIFACTS, test_sh=WRONG_ANSWER_TEST
+        tmp_path / "tasks", name, attack=FILL_ARTIFACTS, test_sh=WRONG_ANSWER_HERE
     )
-    run = cli.run([task], timeout=240)
+    run = any_cli.run([task], timeout=240)
     record = run.by_task(name)
     ws = run.evidence(record) / "workspace"
     assert (ws / "done.txt").is_file(), f"the attack did not finish: {run}"
@@ -69,6 +75,9 @@ def test_an_agent_filling_the_artifacts_dir_is_still_graded(
         and e.get("kind") == "limit"
         and e.get("cap") == "artifacts_bytes"
     ]
+    if backend == "local":  # on the trial's storage (10 GB by default): nothing was full
+        assert limits == [], record["events"]
+        return
     assert len(limits) == 1 and limits[0]["path"] == "/logs/artifacts", record["events"]
 
 
