@@ -385,6 +385,36 @@ def test_a_separate_verifier_gets_only_the_artifacts(tmp_path: Path) -> None:
     assert (tmp_path / "run/trials/t1/verifier/reward.txt").read_bytes() == b"1"
 
 
+def test_a_separate_verifiers_tmp_artifact_is_uploaded_by_its_phase(tmp_path: Path) -> None:
+    """An artifact at ``/tmp`` waits for the verifier phase, whose scratch is fresh."""
+    toml = 'artifacts = ["/tmp/configured.txt"]\n[verifier]\nenvironment_mode = "separate"\n'
+    task = load_task(
+        write(
+            tmp_path / "t",
+            {
+                "task.toml": toml,
+                "instruction.md": "x\n",
+                "tests/Dockerfile": "FROM x\n",
+                "tests/test.sh": "t\n",
+            },
+        )
+    )
+
+    def handle(request: PhaseRequest, sandbox: FakeSandbox) -> PhaseResult:
+        if request.role == "agent":
+            sandbox.files["/tmp/configured.txt"] = b"ok"
+        else:
+            assert [dest for _src, dest in request.scratch_uploads] == ["/tmp"]
+            good = sandbox.files.get("/tmp/configured.txt") == b"ok"
+            sandbox.files["/fake/verifier/reward.txt"] = b"1" if good else b"0"
+        return ok_result()
+
+    record, made = run(tmp_path, task, SeeingAgent(), handle)
+    assert record.reward == 1.0, record
+    calls = made[1].calls
+    assert calls.index("upload:/tmp") > calls.index("run_phase:verifier"), calls
+
+
 # -- healthchecks --------------------------------------------------------------------------
 
 
