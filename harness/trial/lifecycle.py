@@ -222,7 +222,9 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
                     if step is not None:
                         self.steps[-1].rewards = {"reward": 0.0}
                 return self._stop(
-                    "the sandbox died" if isinstance(exc, SandboxDied) else "a space it filled"
+                    "the sandbox died"
+                    if isinstance(exc, SandboxDied)
+                    else "the agent filled a space the harness writes"
                 )
             if status is TrialStatus.ENVIRONMENT_ERROR:
                 return self._stop("the environment failed")

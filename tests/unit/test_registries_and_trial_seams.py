@@ -221,5 +221,23 @@ def test_an_agent_killing_its_sandbox_is_the_agents_failure_scored_zero(
     assert [(e.type, e.phase) for e in record.errors] == [("SandboxDied", "execute")]
 
 
+@pytest.mark.parametrize("role", ["agent", "verifier"])
+def test_a_space_a_root_agent_filled_is_its_failure_scored_zero_never_retried(
+    tmp_path: Path, make_task: Callable[..., Task], role: str
+) -> None:
+    def full(request: PhaseRequest, sandbox: FakeSandbox) -> PhaseResult:
+        if request.role == role:
+            raise SpaceFilledByAgent("supervisor op put failed: [Errno 28] No space left")
+        return _grading(request, sandbox)
+
+    record = run_trial(TrialPlan(id="t-3", task=make_task(), rollout=0), _settings(tmp_path, full))
+    assert record.status is TrialStatus.AGENT_ERROR and record.reward == 0.0
+    phase = "execute" if role == "agent" else "grade"
+    (error,) = record.errors
+    assert (error.type, error.phase) == ("SpaceFilledByAgent", phase)
+    extra = error.model_extra or {}
+    assert extra.get("retryable") is False and extra.get("cause") == "agent", extra
+
+
 def _config(tmp_path: Path) -> RunConfig:
     return resolve_config(options={"tasks": {"paths": ["t"]}}, cwd=tmp_path)
