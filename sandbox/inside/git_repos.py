@@ -11,8 +11,9 @@ exactly. So the supervisor lists the repositories themselves, found by a walk th
   entered;
 - sees a repository where a dir holds ``.git`` (a dir or a gitfile, not a link), or is a
   bare one (``HEAD``, ``objects/`` and ``refs/``), and does not enter ``.git`` dirs;
-- stops at :data:`MAX_DEPTH` levels, :data:`MAX_ENTRIES` entries read and
-  :data:`MAX_REPOS` repositories (``truncated``): a repo beyond them stays untrusted.
+- goes breadth first and stops at :data:`MAX_DEPTH` levels, :data:`MAX_ENTRIES` entries
+  read and :data:`MAX_REPOS` repositories (``truncated``): a repo beyond them stays
+  untrusted, and a shallow one is found before a large tree beside it uses the budget.
 
 The dir names are the agent's: an entry becomes a quoted ``.gitconfig`` value
 (:func:`config_value`), and a path git could not be given safely (a control character,
@@ -26,7 +27,8 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import List, Optional, Tuple
+from collections import deque
+from typing import Deque, List, Optional, Set, Tuple
 
 MAX_DEPTH = 6
 MAX_ENTRIES = 100_000
@@ -45,25 +47,31 @@ def config_value(path: str) -> Optional[str]:
     return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-class _Walk:
-    def __init__(self) -> None:
-        self.repos: List[str] = []
-        self.entries = 0
-        self.truncated = False
+def _open_below(top_fd: int, parts: List[str]) -> Optional[int]:
+    """The dir ``top/parts...``, each step ``O_NOFOLLOW`` from its parent's fd (or None)."""
+    fd = os.dup(top_fd)
+    for name in parts:
+        try:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError:  # swapped for a link, removed, unreadable: not entered
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = sub
+    return fd
 
-    def full(self) -> bool:
-        if self.entries >= MAX_ENTRIES or len(self.repos) >= MAX_REPOS:
-            self.truncated = True
-        return self.truncated
 
-    def visit(self, fd: int, path: str, depth: int) -> None:
-        subdirs: List[str] = []
-        names = set()
+def _list(fd: int, budget: int) -> Tuple[List[str], Set[str], int]:
+    """Subdir names (``.git`` aside), the names seen (dirs with a ``/``), entries read."""
+    subdirs: List[str] = []
+    names: Set[str] = set()
+    read = 0
+    try:
         with os.scandir(fd) as it:
             for entry in it:
-                self.entries += 1
-                if self.full():
-                    return
+                read += 1
+                if read > budget:
+                    break
                 try:
                     mode = entry.stat(follow_symlinks=False).st_mode
                 except OSError:
@@ -74,38 +82,50 @@ class _Walk:
                         subdirs.append(entry.name)
                 elif stat.S_ISREG(mode):
                     names.add(entry.name)
-        if ".git/" in names or ".git" in names:
-            self.repos.append(path)
-        elif {"HEAD", "objects/", "refs/"} <= names:
-            self.repos.append(path)
-            return  # a bare repository: its dirs are git's
-        if depth >= MAX_DEPTH:
-            if subdirs:
-                self.truncated = True
-            return
-        for name in sorted(subdirs):
-            if self.full():
-                return
-            try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:  # swapped for a link, removed, unreadable: not entered
-                continue
-            try:
-                self.visit(sub, path.rstrip("/") + "/" + name, depth + 1)
-            finally:
-                os.close(sub)
+    except OSError:  # unreadable: its repositories stay untrusted, the seeding goes on
+        pass
+    return sorted(subdirs), names, read
 
 
 def find(root: str) -> Tuple[List[str], bool]:
-    """The repositories at and under ``root`` (real paths) and whether a bound was met."""
-    walk = _Walk()
+    """The repositories at and under ``root`` (real paths) and whether a bound was met.
+
+    Breadth first, so the shallow repositories are found before a bound is met in a
+    large tree (a ``node_modules`` beside the repository).
+    """
     top = os.path.realpath(root)
     try:
-        fd = os.open(top, _DIR_FLAGS)
+        top_fd = os.open(top, _DIR_FLAGS)
     except OSError:
         return [], False
+    repos: List[str] = []
+    entries = 0
+    truncated = False
+    queue: Deque[List[str]] = deque([[]])
     try:
-        walk.visit(fd, top, 0)
+        while queue:
+            parts = queue.popleft()
+            fd = _open_below(top_fd, parts)
+            if fd is None:
+                continue
+            try:
+                subdirs, names, read = _list(fd, MAX_ENTRIES - entries)
+            finally:
+                os.close(fd)
+            entries += read
+            path = "/".join([top.rstrip("/")] + parts) if parts else top
+            if ".git/" in names or ".git" in names:
+                repos.append(path)
+            elif {"HEAD", "objects/", "refs/"} <= names:
+                repos.append(path)
+                continue  # a bare repository: its dirs are git's
+            if entries >= MAX_ENTRIES or len(repos) >= MAX_REPOS:
+                truncated = True
+                break
+            if len(parts) >= MAX_DEPTH:
+                truncated = truncated or bool(subdirs)
+                continue
+            queue.extend(parts + [name] for name in subdirs)
     finally:
-        os.close(fd)
-    return walk.repos, walk.truncated
+        os.close(top_fd)
+    return repos[:MAX_REPOS], truncated

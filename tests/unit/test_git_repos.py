@@ -82,6 +82,14 @@ def test_the_walk_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(git_repos, "MAX_ENTRIES", 20)
     repos, truncated = git_repos.find(str(wide))
     assert len(repos) < 20 and truncated
+    # Breadth first: a shallow repository beside a large tree is found within the budget.
+    beside = tmp_path / "beside"
+    for index in range(30):
+        (beside / "big" / f"d{index:02}" / "deeper").mkdir(parents=True)
+    (beside / "zrepo" / ".git").mkdir(parents=True)
+    monkeypatch.setattr(git_repos, "MAX_ENTRIES", 40)
+    repos, truncated = git_repos.find(str(beside))
+    assert repos == [os.path.realpath(beside / "zrepo")] and truncated
 
 
 def test_config_values_are_quoted_and_control_characters_refused() -> None:
