@@ -326,7 +326,8 @@ def test_a_killed_harness_leaves_nothing_cleanup_does_not_remove(
     """Attack kill -9 mid-trial: the root layer's bind, the trial fs and its loop device.
 
     ``harness sandbox cleanup --run`` removes the container, then every mount and loop
-    device of the run (judged from /proc, losetup and the engine's layer dir).
+    device of the run (judged from /proc, losetup, the engine's layer dir and its dir of
+    the container, bound from the trial fs too: ``sandbox/docker/enginefiles.py``).
     """
     name = sec.unique("wroot-kill")
     task = sec.write_task(tmp_path / "tasks", name, attack="sleep 60\n", agent_timeout=90)
@@ -338,6 +339,8 @@ def test_a_killed_harness_leaves_nothing_cleanup_does_not_remove(
         while not _mounted(upper.parent) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _mounted(upper.parent), "the root layer was never bound"
+        engine_dir = Path(str(client.info()["DockerRootDir"])) / "containers" / cid
+        assert _mounted(engine_dir), "the engine's dir of the container was never bound"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
     run_dir = cli.run_dir_of_last()
@@ -353,6 +356,7 @@ def test_a_killed_harness_leaves_nothing_cleanup_does_not_remove(
     assert done.returncode == 0, done.stdout + done.stderr
     assert not _mounted(upper.parent)
     assert not upper.parent.exists()
+    assert not _mounted(engine_dir) and not engine_dir.exists()
     assert not _trial_mounts(cli.tmpdir)
     loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     assert str(cli.tmpdir) not in loops, loops
