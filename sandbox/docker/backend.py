@@ -191,7 +191,9 @@ class DockerSandbox(Sandbox):
         self._resolved: ResolvedImage | None = None
         self._sidecar_images: dict[str, ResolvedImage] = {}
         #: Each phase's network (:mod:`sandbox.docker.trial_network`).
-        self._net = TrialNetwork(spec, runtime.egress)
+        self._net = TrialNetwork(
+            spec, runtime.egress, namespace=spec.os == "linux" and not runtime.host_filter()
+        )
         self._network = self._net.plain_network()
         #: Held while the main supervisor channel serves a request.
         self._idle = threading.Lock()
@@ -317,6 +319,14 @@ class DockerSandbox(Sandbox):
             else:
                 labels = self._labels(spec.trial_id)
                 self._network = self._start_sidecars(labels)
+                if self._net.namespaced:
+                    self._network = self._net.start_holder(
+                        self.client,
+                        self.runtime.base_image,
+                        name=f"{self._name(spec.trial_id)}-net",
+                        labels=labels,
+                        host_addresses=self.runtime.host_addresses(),
+                    )
                 self._boot(self._name(spec.trial_id), labels, volume_name)
                 self._setup(config)
             self._seed()
@@ -407,6 +417,8 @@ class DockerSandbox(Sandbox):
         if spec.gateway_socket is not None or spec.compose_file is not None or spec.gpus:
             return None
         if spec.agent_mounts or self._net.allowlist:  # an allowlist's proxy is per trial
+            return None
+        if self._net.namespaced:  # its namespace's holder is per trial
             return None
         return (
             self.image,
@@ -1258,6 +1270,10 @@ class DockerSandbox(Sandbox):
                 pass
             except Exception as exc:
                 errors.append(SandboxError(f"cannot remove container: {exc}"))
+        try:
+            self._net.remove_holder()  # after the container, whose namespace it held
+        except Exception as exc:
+            errors.append(SandboxError(f"cannot remove the network namespace's holder: {exc}"))
         if self._compose is not None:
             try:
                 self._compose.down()

@@ -200,7 +200,8 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
         "command": site.command,
         "entrypoint": [],
         "name": site.name,
-        "hostname": "sandbox",
+        # A container joining another's namespace (its network holder's) takes its name.
+        "hostname": None if site.network.startswith("container:") else "sandbox",
         "user": "0:0",
         "working_dir": site.workdir,
         "labels": dict(site.labels),

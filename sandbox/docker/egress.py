@@ -130,6 +130,7 @@ BLOCKED_V4: tuple[tuple[str, str], ...] = (
 REASONS = {
     "closed": "no-network phase",
     "host": "the host's own address",
+    "gateway": "the network's gateway (the engine's host)",
     "metadata": "metadata address",
     "private": "private address",
     "cgnat": "CGNAT address",

@@ -109,6 +109,7 @@ def create_args(
         "user": "0:0",
         "stdin_open": True,
         "network": network,
+        "hostname": "sandbox",
         "labels": labels,
         "cap_drop": ["ALL"],
         "cap_add": ["NET_ADMIN"],

@@ -10,11 +10,14 @@ import logging
 import os
 import py_compile
 import shutil
+import socket
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 import docker
 from sandbox.backend import Capacity, CloseReport, inside_modules
@@ -103,6 +106,7 @@ class DockerRuntime:
         self.supervisor_file = f"{SUPERVISOR_MOUNT}/supervisor.{'pyc' if compiled else 'py'}"
         self._image_attrs: dict[str, dict[str, Any]] = {}
         self._engine_info: dict[str, Any] | None = None
+        self._host_filter: bool | None = None
         self._runtime_network: bool | None = None
         self._network_runtime: str | None | bool = False  # False: not asked yet
         #: The host egress filter of internet phases (:mod:`sandbox.docker.egress`).
@@ -242,6 +246,32 @@ class DockerRuntime:
             )
         return None if known is None or known == "runc" else str(known)
 
+    def host_filter(self) -> bool:
+        """Whether the host egress filter can be installed for this engine (asked once).
+
+        Where it cannot (the harness is not root on the engine's host), internet phases are
+        filtered inside each trial's own network namespace instead.
+        """
+        with self._lock:
+            if self._host_filter is None:
+                self._host_filter = egress_problem(self.client) is None
+            return self._host_filter
+
+    def host_addresses(self) -> tuple[str, ...]:
+        """The IPv4 addresses of the engine's host the harness knows (none if remote)."""
+        if not engine_is_local(self.client):
+            return ()
+        return tuple(
+            sorted(
+                {
+                    str(address.address)
+                    for addresses in psutil.net_if_addrs().values()
+                    for address in addresses
+                    if address.family == socket.AF_INET
+                }
+            )
+        )
+
     def engine_info(self) -> dict[str, Any]:
         """The engine's ``docker info`` answer, asked once per run."""
         with self._lock:
@@ -254,10 +284,13 @@ class DockerRuntime:
         info = self.engine_info()
         runtimes = info.get("Runtimes") or {}
         network = network_runtime_of(self.runtime, runtimes) is not None
-        # Per phase: no-network always; public and allowlist (its proxy behind the same
-        # filter, trial_network.py) where the host filter can be installed (egress.py).
+        # Per phase: no-network always; public everywhere a trial has a network (the host
+        # filter, else the trial's own namespace: trial_network.py); allowlist (its proxy
+        # behind the host filter) where the host filter can be installed (egress.py).
         why = egress_problem(self.client) if network else None
-        public = network and why is None
+        public = network
+        allowlist = network and why is None
+        modes = {"no-network"} | ({"public"} if public else set())
         problem = None
         if not network:
             name = self.runtime or "runc"
@@ -268,14 +301,14 @@ class DockerRuntime:
             )
         elif why is not None:
             problem = (
-                "public and allowlist phases need its host egress filter, and "
+                "allowlist phases need its host egress filter, and "
                 f"{why}; run the harness as root on the engine's host with iptables"
             )
         return Capacity(
             cpus=float(info.get("NCPU") or os.cpu_count() or 1),
             memory_mb=int(info.get("MemTotal") or 0) >> 20,
             network=network,
-            network_modes=frozenset({"no-network", *(["public", "allowlist"] if public else [])}),
+            network_modes=frozenset(modes | ({"allowlist"} if allowlist else set())),
             network_problem=problem,
         )
 

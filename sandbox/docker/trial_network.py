@@ -21,6 +21,15 @@ phase's environment names the proxy (``HTTP_PROXY``, ``HTTPS_PROXY`` and their l
 forms; ``NO_PROXY`` for loopback). The proxy takes each phase's policy at the switch and
 stops with the trial.
 
+Where the host filter cannot be installed (the harness is not root on the engine's host: a
+docker-group user, the CI image, rootless Docker, a remote engine), a trial whose phases
+get the internet is filtered inside its own network namespace instead
+(:mod:`sandbox.docker.netns_holder`, :mod:`sandbox.docker.netns_rules`): a holder container
+on the engine's default bridge owns the namespace and writes every phase's chain up front,
+the trial's container joins it with no network capability, and a switch replaces one rule.
+Its ``allowlist`` phases and compose sidecars still need the host filter and are refused
+there before anything runs. The record's ``sandbox.egress`` says which filter held.
+
 A compose task's proxy is bound on its project's gateway, once compose made the network
 (:meth:`TrialNetwork.after_compose`); the main container's address gets the proxy's ports,
 the DNS redirect and the ``INPUT`` jump at its first phase
@@ -44,6 +53,8 @@ from typing import Any
 from sandbox.backend import SandboxSpec
 from sandbox.docker.egress import NETWORK, REASONS, EgressRun, TrialFilter
 from sandbox.docker.hostguard import HostGuard
+from sandbox.docker.netns_holder import NetnsHolder
+from sandbox.docker.netns_rules import NetFacts, NetPlan
 from sandbox.egress_proxy import ProxyServer
 from sandbox.errors import PermanentStartError, SandboxError
 from sandbox.network_policy import NO_NETWORK, NetworkPolicy
@@ -57,9 +68,14 @@ NO_PROXY = "localhost,127.0.0.1,::1"
 class TrialNetwork:
     """The network side of one :class:`~sandbox.docker.backend.DockerSandbox`."""
 
-    def __init__(self, spec: SandboxSpec, egress: EgressRun) -> None:
+    def __init__(self, spec: SandboxSpec, egress: EgressRun, *, namespace: bool = False) -> None:
         self.spec = spec
         self.egress = egress
+        #: The host filter cannot be installed here: internet phases are filtered in the
+        #: trial's own network namespace (its holder's).
+        self.namespace = namespace
+        self._holder: NetnsHolder | None = None
+        self._plan: NetPlan | None = None
         self._filter: TrialFilter | None = None
         self._phase = ""
         self._compose_bridge: str | None = None
@@ -67,6 +83,7 @@ class TrialNetwork:
         #: The compose project's host guard, whose own drops are the trial's too.
         self._guard: HostGuard | None = None
         self._guard_events: list[dict[str, Any]] = []
+        self._holder_events: list[dict[str, Any]] = []
         self._proxy: ProxyServer | None = None
         #: What an allowlist phase reaches without the proxy besides loopback: the
         #: compose sidecars' names and addresses.
@@ -91,9 +108,64 @@ class TrialNetwork:
         """Whether any phase of the trial, of any step, gets the internet."""
         return self.spec.allow_internet or any(p.internet for p in self._policies())
 
+    @property
+    def namespaced(self) -> bool:
+        """Whether the trial's phases are filtered in its own namespace (its holder's)."""
+        return self.namespace and self.internet
+
     def plain_network(self) -> str:
-        """The engine network a container without sidecars joins."""
+        """The engine network a container without sidecars joins (its holder's, if any)."""
+        if self.namespaced:
+            return self._holder.network_mode if self._holder is not None else "bridge"
         return NETWORK if self.internet else "none"
+
+    def plan(self) -> NetPlan:
+        """Every phase's policy, resolved once: each role's, and each step's of each role."""
+        phases: dict[tuple[str, int | None], NetworkPolicy] = {
+            (role, None): self.policy(role) for role in ROLES
+        }
+        for index in range(len(self.spec.step_networks)):
+            phases.update({(role, index): self.policy(role, index) for role in ROLES})
+        return NetPlan(phases)
+
+    def start_holder(
+        self,
+        client: Any,
+        image: str,
+        *,
+        name: str,
+        labels: dict[str, str],
+        host_addresses: tuple[str, ...],
+    ) -> str:
+        """Make the trial's namespace and write its rules; the trial's container joins it.
+
+        Returns:
+            The network mode the trial's container is created with.
+
+        Raises:
+            SandboxError: the holder did not start or could not write the rules.
+        """
+        self._plan = self.plan()
+        holder = NetnsHolder.start(client, image, name=name, network="bridge", labels=labels)
+        self._holder = holder
+        facts = holder.facts()
+        try:
+            holder.load(
+                self._plan,
+                NetFacts(
+                    gateway=facts.gateway,
+                    subnets=facts.subnets,
+                    host_addresses=host_addresses,
+                    resolvers=facts.resolvers,
+                    cluster=self.egress.cluster,
+                ),
+            )
+        except SandboxError as exc:
+            raise SandboxError(
+                f"{exc}; the holder runs the base image {image}, which must ship iptables: "
+                "rebuild it with `bash images/bootstrap-base.sh`"
+            ) from exc
+        return holder.network_mode
 
     @property
     def allowlist(self) -> bool:
@@ -110,6 +182,14 @@ class TrialNetwork:
         Raises:
             PermanentStartError: a host that cannot filter, or a proxy that cannot bind.
         """
+        if self.namespaced:
+            if self.allowlist or self.spec.compose_file is not None:
+                raise PermanentStartError(
+                    "an allowlist phase or compose sidecars with the internet need the host "
+                    "egress filter, which cannot be installed here; run the harness as root "
+                    "on the engine's host with iptables"
+                )
+            return
         if self.internet:
             self.egress.ensure()
         if self.spec.compose_file is None:
@@ -223,6 +303,11 @@ class TrialNetwork:
         policy = self.policy(role, step)  # an unknown step is refused, whatever the network
         if container is None:
             return
+        if self._holder is not None and self._plan is not None:
+            self._collect_holder()
+            self._phase = role
+            self._holder.switch(self._plan.chain(role, step))
+            return
         self._collect_guard()
         if not self.internet:
             self._phase = role
@@ -287,14 +372,37 @@ class TrialNetwork:
         query or tunnel, with its host or address.
         """
         events: list[dict[str, Any]] = []
+        self._collect_holder()
+        events, self._holder_events = self._holder_events, []
         if self._filter is not None:
             self._filter.collect(self._phase or "start")
-            events, self._filter.events = self._filter.events, []
+            events, self._filter.events = events + self._filter.events, []
         self._collect_guard()
         events, self._guard_events = events + self._guard_events, []
         if self._proxy is not None:
             events += self._proxy.events()
         return events
+
+    def _collect_holder(self) -> None:
+        """The namespace's refusals since the last call, as the current phase's events."""
+        if self._holder is None:
+            return
+        for reason, packets in sorted(self._holder.refusals().items()):
+            self._holder_events.append({
+                "type": "network_refused",
+                "phase": self._phase or "start",
+                "protocol": "ipv6" if reason == "ipv6" else "ip",
+                "reason": REASONS.get(reason, reason),
+                "refused": reason,
+                "packets": packets,
+                "filter": "namespace",
+            })  # fmt: skip
+
+    def remove_holder(self) -> None:
+        """Remove the namespace's holder (after the trial's container: it keeps the rules)."""
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.remove()
 
     def _collect_guard(self) -> None:
         """The host guard's drops since the last call, as the current phase's events.
@@ -342,7 +450,11 @@ class TrialNetwork:
             ]
         if self._filter is not None:
             facts["egress_chain"] = self._filter.chain
-        if self.internet:
+        if self._holder is not None:
+            facts["egress"] = "namespace"
+            facts["egress_namespace"] = str(self._holder.container.id)[:12]
+        elif self.internet:
+            facts["egress"] = "host"
             facts["egress_log"] = self.egress.log_status()
         if self._proxy is not None and self._proxy.address is not None:
             host, port = self._proxy.address

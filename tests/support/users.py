@@ -196,3 +196,20 @@ def run_args(tasks: Path, out: Path, *options: str) -> Sequence[str]:
         "plain",
         *options,
     )
+
+
+DOCKER_GROUP_USER = os.environ.get("HARNESS_DOCKER_GROUP_USER", "harness-docker")
+
+
+def docker_group_user() -> str:
+    """A user in the ``docker`` group, made once (how most people drive rootful Docker)."""
+    if subprocess.run(["id", DOCKER_GROUP_USER], capture_output=True).returncode != 0:
+        done = subprocess.run(
+            ["useradd", "--system", "--create-home", "--home-dir", f"/var/lib/{DOCKER_GROUP_USER}"]
+            + ["--shell", "/usr/sbin/nologin", "--groups", "docker", DOCKER_GROUP_USER],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0 and "already exists" not in done.stderr:
+            prerequisite_missing(f"a docker-group user ({DOCKER_GROUP_USER}): {done.stderr}")
+    return DOCKER_GROUP_USER
