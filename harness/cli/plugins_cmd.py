@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from harness.agents.registry import AGENTS, build_agent
 from harness.backends.registry import SANDBOXES
@@ -37,25 +38,47 @@ def _source(info: PluginInfo) -> str:
 
 @agents_app.command("list")
 def agents_list() -> None:
-    """List installed agents: name, kind, model use, pinned version, package, description."""
-    table = _table("name", "kind", "model", "version", "from", "description")
+    """List installed agents: name, pinned version, description, kind, model use, package."""
+    out.print(agents_table())
+
+
+#: The pseudo-agent row: trusted Python named by its module and class.
+PYTHON_AGENT_ROW = (
+    "python:MODULE:CLASS",
+    "-",
+    "Trusted Python run in the harness: its run(context) acts through context.exec and "
+    "context.chat",
+    "harness agent, model optional, your code",
+)
+
+
+def agents_table() -> Table:
+    """The agents as ``harness agents list`` prints them, readable at 80 columns.
+
+    Three columns, the name and the pinned version never wrapped (``-`` for an agent that
+    installs nothing; ``agent.version`` overrides it); the description wraps, followed by
+    a dim line with the agent's kind, its model use and the package it comes from (a
+    plug-in's with its entry point).
+    """
+    table = Table()
+    table.add_column("name", no_wrap=True)
+    table.add_column("version", no_wrap=True)
+    table.add_column("description", overflow="fold", ratio=1)
+    rows = []
     for info in AGENTS.describe():
         kind = getattr(info.loaded, "kind", "-")
         model = getattr(info.loaded, "model_use", "-")
-        summary = info.error or info.summary
-        # An installed CLI's pinned version (agent.version overrides it); "-" for the others.
         pinned = getattr(info.loaded, "default_version", "") or "-"
-        table.add_row(info.plugin.name, kind, model, pinned, _source(info), summary)
-    table.add_row(
-        "python:MODULE:CLASS",
-        "harness",
-        "optional",
-        "-",
-        "your code",
-        "Trusted Python run in the "
-        "harness: its run(context) acts through context.exec and context.chat",
-    )
-    out.print(table)
+        plugin = info.plugin
+        # The harness's own agents are named by their package alone: their entry point
+        # (a module path up to 52 characters) would fold at 80 columns, and says little.
+        where = _source(info) if plugin.distribution != "harness" else f"harness {plugin.version}"
+        detail = f"{kind} agent, model {model}, {where}"
+        rows.append((info.plugin.name, pinned, info.error or info.summary, detail))
+    rows.append(PYTHON_AGENT_ROW)
+    for name, pinned, summary, detail in rows:
+        table.add_row(name, pinned, Text.assemble(summary, "\n", (detail, "dim")))
+    return table
 
 
 @agents_app.command("install")

@@ -232,6 +232,6 @@ def listed_with_version(listing: str, name: str, version: str) -> bool:
     """Whether ``harness agents list`` shows ``name`` with ``version`` in its version column."""
     for line in listing.splitlines():
         cells = [c.strip() for c in line.strip("│┃ ").split("│")]
-        if len(cells) > 3 and cells[0] == name and cells[3] == version:
+        if len(cells) > 2 and cells[0] == name and cells[1] == version:
             return True
     return False
