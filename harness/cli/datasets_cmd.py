@@ -22,6 +22,9 @@ _REGISTRY_PATH = typer.Option("--registry-path", help="A local registry.json.")
 _REGISTRY_URL = typer.Option(
     "--registry-url", help="A registry.json URL (default: $HARNESS_REGISTRY_URL, else Harbor's)."
 )
+_HUB_URL = typer.Option(
+    "--hub-url", help="The Harbor Hub to read (default: $HARNESS_HUB_URL, else Harbor's)."
+)
 _REPO = typer.Option(
     "--repo", help="A git repository of task dirs: OWNER/NAME or OWNER/NAME@REF, a URL or a path."
 )
@@ -59,15 +62,19 @@ def datasets_list(
 @datasets_app.command("download")
 def datasets_download(
     datasets: Annotated[
-        list[str] | None, typer.Argument(help="NAME or NAME@VERSION of each dataset to fetch.")
+        list[str] | None,
+        typer.Argument(help="Each dataset to fetch: ORG/NAME[@REF] (Hub), NAME[@VERSION]."),
     ] = None,
     task: Annotated[
         list[str] | None,
-        typer.Option("--task", "-t", help="One task: TASK or DATASET@VERSION/TASK."),
+        typer.Option(
+            "--task", "-t", help="One task: ORG/NAME[@REF] (Hub), TASK or DATASET@VERSION/TASK."
+        ),
     ] = None,
     registry_path: Annotated[Path | None, _REGISTRY_PATH] = None,
     registry_url: Annotated[str | None, _REGISTRY_URL] = None,
     repo: Annotated[str | None, _REPO] = None,
+    hub_url: Annotated[str | None, _HUB_URL] = None,
 ) -> None:
     """Fetch datasets into the cache without running them; print where each task is."""
     config = DatasetsConfig(
@@ -76,11 +83,13 @@ def datasets_download(
         registry_path=str(registry_path.absolute()) if registry_path is not None else None,
         registry_url=registry_url,
         repo=repo,
+        hub_url=hub_url,
     )
     resolved = resolve(config)
     for locked, task_dir in zip(resolved.lock.tasks, resolved.task_dirs, strict=True):
         out.print(
-            f"{escape(locked.dataset)}\t{escape(locked.name)}\t{locked.commit[:12]}\t"
+            f"{escape(locked.dataset)}\t{escape(locked.name)}\t"
+            f"{locked.digest or locked.commit[:12]}\t"
             f"{locked.content_hash}\t{escape(str(task_dir))}",
             highlight=False,
         )

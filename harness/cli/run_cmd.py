@@ -94,6 +94,7 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         tasks__datasets__registry_url=values.get("registry_url"),
         tasks__datasets__repo=values.get("repo"),
         tasks__datasets__from_lock=_absolute_one(values.get("from_lock")),
+        tasks__datasets__hub_url=values.get("hub_url"),
         agent__name=values.get("agent"),
         agent__cmd=values.get("agent_cmd"),
         agent__kwargs__max_turns=values.get("max_turns"),
@@ -139,13 +140,23 @@ def run(
         typer.Option(
             "--dataset",
             "-d",
-            help="A registry dataset, NAME or NAME@VERSION (repeatable; docs/datasets.md).",
+            help="A dataset: ORG/NAME[@REF] on Harbor Hub, or a registry's NAME[@VERSION] "
+            "(repeatable; docs/datasets.md).",
         ),
     ] = None,
     task: Annotated[
         list[str] | None,
         typer.Option(
-            "--task", "-t", help="One registry task, TASK or DATASET@VERSION/TASK (repeatable)."
+            "--task",
+            "-t",
+            help="One task: ORG/NAME[@REF] on Harbor Hub, or a registry's TASK or "
+            "DATASET@VERSION/TASK (repeatable).",
+        ),
+    ] = None,
+    hub_url: Annotated[
+        str | None,
+        typer.Option(
+            "--hub-url", help="The Harbor Hub to read (default: $HARNESS_HUB_URL, else Harbor's)."
         ),
     ] = None,
     registry_path: Annotated[

@@ -188,6 +188,8 @@ class DatasetsConfig(BaseModel):
         repo: A git repository of task dirs, ``OWNER/NAME[@REF]`` or a URL or path with an
             optional ``@REF`` (``--repo``).
         from_lock: Rerun exactly the tasks of this run dir's (or file's) lock (``--from-lock``).
+        hub_url: The Harbor Hub read for ``ORG/NAME[@REF]`` datasets and tasks
+            (``--hub-url``; default: ``$HARNESS_HUB_URL``, else Harbor's).
     """
 
     model_config = _SECTION
@@ -198,6 +200,7 @@ class DatasetsConfig(BaseModel):
     registry_url: str | None = None
     repo: str | None = None
     from_lock: str | None = None
+    hub_url: str | None = None
 
     @property
     def wanted(self) -> bool:

@@ -3,6 +3,7 @@
 Layout (under :func:`cache_root`)::
 
     tasks/<key>/entry.json     {git_url, commit, path, content_hash, fetched_at}
+                               (a Hub package: git_url ``hub:ORG/NAME``, commit its digest)
     tasks/<key>/<task name>/   the task dir as fetched
     registries/<key>.json      the last copy of each registry URL read
     refs/<key>.json            ref -> commit first seen, per repository (moved refs are told)
@@ -186,6 +187,14 @@ class TaskCache:
         found = self.lookup(git_url, commit, path)
         assert found is not None
         return found
+
+    def lookup_package(self, name: str, digest: str) -> CachedTask | None:
+        """The entry of the Hub package ``name`` at ``digest``, verified (see :meth:`lookup`)."""
+        return self.lookup(f"hub:{name}", digest, "")
+
+    def store_package(self, name: str, digest: str, source: Path) -> CachedTask:
+        """Store an unpacked, digest-checked Hub package (see :meth:`store`)."""
+        return self.store(f"hub:{name}", digest, "", source)
 
     def registry_copy(self, url: str) -> Path:
         """Where the last copy of the registry at ``url`` is kept."""

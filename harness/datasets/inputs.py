@@ -15,6 +15,11 @@ that says what the value must be; callers name the field and the file it came fr
   command, ``fd::`` talks to a descriptor), never starting with ``-``, and never with a
   host or user starting with ``-`` (``ssh://-oProxyCommand=...``).
 - A text field (a name, a label) holds no control character and is bounded.
+- A Hub package name is ``ORG/NAME``: each part letters, digits, ``.``, ``_``, ``-``, not
+  starting with ``-`` or ``.``. A Hub ref is ``latest``, a tag, a revision number or
+  ``sha256:<64 hex>``; a digest is exactly ``sha256:`` and 64 lowercase hex digits. A Hub
+  storage path is relative, of such parts joined by ``/``: nothing a URL or a path could
+  read otherwise (no ``..``, ``%``, ``?``, ``#``, backslash).
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_TEXT = 1024
 _MAX_URL = 4096
+_PART = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
+#: A Hub package: ``ORG/NAME``.
+PACKAGE_NAME = re.compile(rf"^{_PART}/{_PART}\Z")
+#: A Hub content digest as the harness writes it.
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}\Z")
+_STORAGE_PATH = re.compile(rf"^{_PART}(?:/{_PART}){{0,15}}\Z")
 
 
 def _shown(value: str) -> str:
@@ -159,8 +171,74 @@ def check_text(value: str, what: str = "name") -> str:
     return value
 
 
+def check_package_name(value: str) -> str:
+    """A Hub package name, ``ORG/NAME``.
+
+    Raises:
+        ValueError: Not two parts of letters, digits, ``.``, ``_``, ``-`` (none starting
+            with ``-`` or ``.``).
+    """
+    if not isinstance(value, str) or not PACKAGE_NAME.match(value) or ".." in value:
+        raise ValueError(
+            f"package {_shown(str(value))} is not ORG/NAME (letters, digits, '.', '_', '-'; "
+            "neither part starting with '-' or '.')"
+        )
+    return value
+
+
+def check_digest(value: str) -> str:
+    """A content digest, normalised to ``sha256:<64 lowercase hex>`` (a bare hex is taken).
+
+    Raises:
+        ValueError: Not 64 hex digits, with or without ``sha256:``.
+    """
+    text = value.strip().lower() if isinstance(value, str) else ""
+    text = text if text.startswith("sha256:") else f"sha256:{text}"
+    if not DIGEST.match(text):
+        raise ValueError(f"digest {_shown(str(value))} is not sha256:<64 hex digits>")
+    return text
+
+
+def check_hub_ref(value: str) -> str:
+    """A Hub version ref: ``latest``, a tag, a revision number, or ``sha256:<64 hex>``.
+
+    Raises:
+        ValueError: Anything else (a ref starting with ``-``, holding ``/``, ``..``, a
+            space or a control character).
+    """
+    if isinstance(value, str) and value.lower().startswith("sha256:"):
+        return check_digest(value)
+    if not isinstance(value, str) or not _TAG.match(value) or ".." in value:
+        raise ValueError(
+            f"ref {_shown(str(value))} is not a Hub ref (latest, a tag, a revision number or "
+            "sha256:<64 hex>; letters, digits, '.', '_', '+', '-', not starting with '-')"
+        )
+    return value
+
+
+def check_storage_path(value: str) -> str:
+    """A package archive's path in the Hub's storage, as a task version names it.
+
+    Raises:
+        ValueError: Not relative parts of letters, digits, ``.``, ``_``, ``-`` joined by
+            ``/`` (so no ``..``, no ``%``, ``?``, ``#``, no scheme, no absolute path).
+    """
+    if not isinstance(value, str) or not _STORAGE_PATH.match(value) or ".." in value:
+        raise ValueError(
+            f"archive path {_shown(str(value))} is not a relative storage path (parts of "
+            "letters, digits, '.', '_', '-' joined by '/'; no '..')"
+        )
+    return value
+
+
 __all__ = [
     "ALLOWED_SCHEMES",
+    "DIGEST",
+    "PACKAGE_NAME",
+    "check_digest",
+    "check_hub_ref",
+    "check_package_name",
+    "check_storage_path",
     "FULL_COMMIT",
     "check_commit",
     "check_git_url",

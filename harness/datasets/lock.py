@@ -17,12 +17,14 @@ import json
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.datasets.cache import write_json_atomic
 from harness.datasets.inputs import (
     check_commit,
+    check_digest,
     check_git_url,
+    check_package_name,
     check_ref,
     check_task_path,
     check_text,
@@ -36,15 +38,18 @@ _CONTENT_HASH = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
 class LockedTask(BaseModel):
-    """One task of the lock.
+    """One task of the lock: a git pin, or a Hub package pinned by digest.
 
     Attributes:
         name: The task's name in its dataset.
         dataset: ``NAME@VERSION`` it came from ("" for a ``-t`` task of no dataset).
-        git_url: The repository.
-        commit: The full commit id it was fetched at.
+        git_url: The repository ("" for a package).
+        commit: The full commit id it was fetched at ("" for a package).
         path: Its path in the repository.
-        requested_ref: What the registry named when it was not a commit id (``HEAD``).
+        requested_ref: What the registry named when it was not a commit id (``HEAD``), or
+            the Hub ref of a ``-t`` package when it was not a digest.
+        package: The Hub package ``ORG/NAME`` (None for a git pin).
+        digest: The package's Hub digest, ``sha256:<hex>`` (None for a git pin).
         content_hash: Its tree digest (:func:`harness.datasets.cache.tree_digest`).
     """
 
@@ -52,11 +57,48 @@ class LockedTask(BaseModel):
 
     name: str
     dataset: str = ""
-    git_url: str
-    commit: str
+    git_url: str = ""
+    commit: str = ""
     path: str = ""
     requested_ref: str | None = None
+    package: str | None = None
+    digest: str | None = None
     content_hash: str
+
+    @property
+    def is_package(self) -> bool:
+        """Whether the task is a Hub package (else a git pin)."""
+        return self.package is not None
+
+    @property
+    def source(self) -> str:
+        """Where it comes from, in one word: ``URL@COMMIT`` or ``ORG/NAME@sha256:...``."""
+        if self.package is not None:
+            return f"{self.package}@{self.digest}"
+        return f"{self.git_url}@{self.commit[:12]}:{self.path or '.'}"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> LockedTask:
+        if self.package is not None:
+            if self.digest is None or self.git_url or self.commit or self.path:
+                raise ValueError(
+                    "a package task names its package and digest, and no git_url, commit or path"
+                )
+        elif self.digest is not None or not self.git_url or not self.commit:
+            raise ValueError("a git task names its git_url and commit, and no digest")
+        return self
+
+    @field_validator("package")
+    @classmethod
+    def _package(cls, value: str | None) -> str | None:
+        return None if value is None else check_package_name(value)
+
+    @field_validator("digest")
+    @classmethod
+    def _digest(cls, value: str | None) -> str | None:
+        if value is not None and check_digest(value) != value:
+            raise ValueError(f"digest {value[:80]!r} is not sha256:<64 lowercase hex digits>")
+        return value
 
     @field_validator("name", "dataset")
     @classmethod
@@ -66,12 +108,12 @@ class LockedTask(BaseModel):
     @field_validator("git_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        return check_git_url(value)
+        return value and check_git_url(value)
 
     @field_validator("commit")
     @classmethod
     def _commit(cls, value: str) -> str:
-        return check_commit(value)
+        return value and check_commit(value)
 
     @field_validator("path")
     @classmethod

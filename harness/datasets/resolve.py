@@ -23,9 +23,11 @@ import httpx
 from harness.config import DatasetsConfig
 from harness.datasets import git
 from harness.datasets.cache import TaskCache, key, write_json_atomic
+from harness.datasets.hub import Hub, TaskVersion, is_hub_ref, parse_ref
 from harness.datasets.inputs import check_git_url, check_ref
 from harness.datasets.lock import DatasetsLock, LockedTask, read_lock
 from harness.datasets.model import Dataset, DatasetError, Registry, RegistryTask, is_full_sha
+from harness.datasets.packages import PackageError, package_digest, unpack
 
 logger = logging.getLogger("harness.datasets")
 
@@ -218,39 +220,125 @@ def _version_changed(source: str, dataset: Dataset, cache: TaskCache) -> list[st
 def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
     """Pick, pin and fetch the tasks ``config`` asks for.
 
+    An ``ORG/NAME[@REF]`` dataset or task, with no registry or ``--repo`` given, is read
+    from the Harbor Hub (:mod:`harness.datasets.hub`); any other name from the registry.
+
     Raises:
         DatasetError: An unknown dataset, version or task (listing what there is), an
-            unreachable registry or repository, a missing commit, a task path not in its
-            commit, a cached task changed on disk, or a lock whose task content changed.
+            unreachable registry, Hub or repository, a missing commit, a task path not in
+            its commit, a cached task changed on disk, a package whose content is not its
+            digest, or a lock whose task content changed.
     """
     cache = cache or TaskCache()
     if config.from_lock is not None:
         if config.names or config.tasks or config.repo:
             raise DatasetError("--from-lock reruns a lock's tasks: give no -d, -t or --repo")
-        return materialize(read_lock(Path(config.from_lock)), cache)
+        return materialize(read_lock(Path(config.from_lock)), cache, hub_url=config.hub_url)
+    on_hub = config.registry_path is None and config.registry_url is None and config.repo is None
+    hub_names = [spec for spec in config.names if on_hub and is_hub_ref(spec)]
+    names = [spec for spec in config.names if spec not in hub_names]
+    hub_specs = [spec for spec in config.tasks if on_hub and not names and is_hub_ref(spec)]
+    specs = [spec for spec in config.tasks if spec not in hub_specs]
+    warnings: list[str] = []
+    locked: list[LockedTask] = []
+    sources: list[str] = []
+    labels: list[str] = []
+    if names or specs or config.repo is not None or not (hub_names or hub_specs):
+        registry, chosen, picked, told = _from_registry(config, names, specs, cache)
+        warnings += told
+        sources.append(registry.source)
+        labels += [d.ref for d in chosen]
+        locked += _pin_all(picked, cache, warnings)
+    known: dict[tuple[str, str], TaskVersion] = {}
+    if hub_names or hub_specs:
+        hub = Hub(config.hub_url)
+        try:
+            sources.append(f"hub:{hub.url}")
+            for spec in hub_names:
+                dataset = hub.dataset(spec)
+                warnings += dataset.warnings
+                labels.append(dataset.ref)
+                if dataset.asked != dataset.digest:
+                    logger.info("%s@%s is %s", dataset.name, dataset.asked, dataset.ref)
+                gits = [(dataset.ref, t.git) for t in dataset.tasks if t.git is not None]
+                locked += _pin_all(
+                    [(Dataset(name=d, version="hub"), t) for d, t in gits], cache, warnings
+                )
+                locked += [
+                    LockedTask(
+                        name=t.name,
+                        dataset=dataset.ref,
+                        package=t.name,
+                        digest=t.digest,
+                        content_hash="",
+                    )
+                    for t in dataset.tasks
+                    if t.digest is not None
+                ]
+            for spec in hub_specs:
+                name, ref = parse_ref(spec, "-t")
+                version = hub.task_version(name, ref)
+                warnings += version.warnings
+                known[(name, version.digest)] = version
+                locked.append(
+                    LockedTask(
+                        name=name,
+                        package=name,
+                        digest=version.digest,
+                        requested_ref=None if ref.startswith("sha256:") else ref,
+                        content_hash="",
+                    )
+                )
+        finally:
+            hub.close()
+    seen: set[str] = set()
+    unique = []
+    for task in locked:
+        if task.source not in seen or not task.source:
+            seen.add(task.source)
+            unique.append(task)
+    if not unique:
+        raise DatasetError(f"{', '.join(labels) or 'the selection'} has no tasks")
+    lock = DatasetsLock(registry=" + ".join(sources), datasets=labels, tasks=unique)
+    resolved = materialize(lock, cache, hub_url=config.hub_url, known=known)
+    resolved.warnings[:0] = warnings
+    for line in warnings:
+        logger.warning("warning: %s", line)
+    return resolved
+
+
+def _from_registry(
+    config: DatasetsConfig, names: Sequence[str], specs: Sequence[str], cache: TaskCache
+) -> tuple[Registry, list[Dataset], list[tuple[Dataset, RegistryTask]], list[str]]:
+    """The registry (or ``--repo``) datasets and tasks asked for, with warnings."""
     warnings: list[str] = []
     if config.repo is not None:
-        if config.names or config.registry_path or config.registry_url:
+        if names or config.registry_path or config.registry_url:
             raise DatasetError("--repo is a dataset of its own: pick its tasks with -t, not -d")
         dataset, warnings = repo_dataset(config.repo, cache)
         registry = Registry(source=f"repo:{config.repo}", datasets=[dataset])
-        chosen = [] if config.tasks else [dataset]
+        chosen = [] if specs else [dataset]
     else:
         registry = load_registry(path=config.registry_path, url=config.registry_url, cache=cache)
-        chosen = [registry.find(spec) for spec in config.names]
+        chosen = [registry.find(spec) for spec in names]
     picked: list[tuple[Dataset, RegistryTask]] = [(d, t) for d in chosen for t in d.tasks]
-    picked += [registry.find_task(spec, chosen) for spec in config.tasks]
+    picked += [registry.find_task(spec, chosen) for spec in specs]
+    for dataset in chosen:
+        warnings += _version_changed(registry.source, dataset, cache)
+    return registry, chosen, picked, warnings
+
+
+def _pin_all(
+    picked: Sequence[tuple[Dataset, RegistryTask]], cache: TaskCache, warnings: list[str]
+) -> list[LockedTask]:
+    """Each git task with its ref turned into a commit (told moves go into ``warnings``)."""
     seen: set[tuple[str, str, str]] = set()
-    unique = []
-    for dataset, task in picked:
-        if (task.git_url, task.git_commit_id, task.path) not in seen:
-            seen.add((task.git_url, task.git_commit_id, task.path))
-            unique.append((dataset, task))
-    if not unique:
-        raise DatasetError(f"{', '.join(d.ref for d in chosen) or 'the selection'} has no tasks")
     commits: dict[tuple[str, str], str] = {}
     locked = []
-    for dataset, task in unique:
+    for dataset, task in picked:
+        if (task.git_url, task.git_commit_id, task.path) in seen:
+            continue
+        seen.add((task.git_url, task.git_commit_id, task.path))
         pair = (task.git_url, task.git_commit_id)
         if pair not in commits:
             commits[pair], told = _pin(task.git_url, task.git_commit_id, cache)
@@ -259,7 +347,7 @@ def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
         locked.append(
             LockedTask(
                 name=task.name,
-                dataset=dataset.ref,
+                dataset=dataset.name if dataset.version == "hub" else dataset.ref,
                 git_url=task.git_url,
                 commit=commits[pair],
                 path=task.path,
@@ -267,31 +355,40 @@ def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
                 content_hash="",
             )
         )
-    lock = DatasetsLock(registry=registry.source, datasets=[d.ref for d in chosen], tasks=locked)
-    for dataset in chosen:
-        warnings += _version_changed(registry.source, dataset, cache)
-    resolved = materialize(lock, cache)
-    resolved.warnings[:0] = warnings
-    for line in warnings:
-        logger.warning("warning: %s", line)
-    return resolved
+    return locked
 
 
-def materialize(lock: DatasetsLock, cache: TaskCache | None = None) -> Resolved:
+def materialize(
+    lock: DatasetsLock,
+    cache: TaskCache | None = None,
+    *,
+    hub_url: str | None = None,
+    known: dict[tuple[str, str], TaskVersion] | None = None,
+) -> Resolved:
     """Bring every task of ``lock`` onto disk (cache, else fetch) and verify its hash.
 
     A task with a recorded ``content_hash`` must have exactly it; one without (a fresh
-    resolve) gets the hash it was fetched with.
+    resolve) gets the hash it was fetched with. A Hub package missing from the cache is
+    fetched from the Hub at ``hub_url`` (never from a URL the lock names) by its digest,
+    and must hash to it.
 
     Raises:
-        DatasetError: A fetch failed, a cached task changed on disk, or a task's content
-            differs from the lock's.
+        DatasetError: A fetch failed, a cached task changed on disk, a package is not its
+            digest, or a task's content differs from the lock's.
     """
     cache = cache or TaskCache()
     found: dict[int, Path] = {}
     hashes: dict[int, str] = {}
     wanted: dict[tuple[str, str], list[int]] = defaultdict(list)
+    packages: list[int] = []
     for index, task in enumerate(lock.tasks):
+        if task.package is not None and task.digest is not None:
+            entry = cache.lookup_package(task.package, task.digest)
+            if entry is None:
+                packages.append(index)
+            else:
+                found[index], hashes[index] = entry.task_dir, entry.content_hash
+            continue
         entry = cache.lookup(task.git_url, task.commit, task.path)
         if entry is None:
             wanted[(task.git_url, task.commit)].append(index)
@@ -302,17 +399,57 @@ def materialize(lock: DatasetsLock, cache: TaskCache | None = None) -> Resolved:
         fetched = _fetch(url, commit, paths, cache)
         for index in indexes:
             found[index], hashes[index] = fetched[lock.tasks[index].path]
+    if packages:
+        hub = Hub(hub_url)
+        try:
+            for index in packages:
+                task = lock.tasks[index]
+                assert task.package is not None and task.digest is not None
+                version = (known or {}).get((task.package, task.digest))
+                version = version or hub.task_version(task.package, task.digest)
+                found[index], hashes[index] = _fetch_package(hub, version, cache)
+        finally:
+            hub.close()
     tasks = []
     for index, task in enumerate(lock.tasks):
         if task.content_hash and task.content_hash != hashes[index]:
             raise DatasetError(
-                f"task {task.name} ({task.git_url}@{task.commit[:12]}:{task.path or '.'}) has "
-                f"content {hashes[index]}, but the lock recorded {task.content_hash}: refusing "
-                "to run a different task under the same pin"
+                f"task {task.name} ({task.source}) has content {hashes[index]}, but the lock "
+                f"recorded {task.content_hash}: refusing to run a different task under the "
+                "same pin"
             )
         tasks.append(task.model_copy(update={"content_hash": hashes[index]}))
     final = lock.model_copy(update={"tasks": tasks})
     return Resolved(final, [found[i] for i in range(len(lock.tasks))])
+
+
+def _fetch_package(hub: Hub, version: TaskVersion, cache: TaskCache) -> tuple[Path, str]:
+    """Download, unpack and check one package; store it in the cache."""
+    logger.info("fetching %s@%s from %s", version.name, version.digest, hub.url)
+    cache.root.mkdir(parents=True, exist_ok=True)
+    label = f"{version.name}@{version.digest}"
+    with tempfile.TemporaryDirectory(prefix=".package-", dir=cache.root) as scratch:
+        archive = Path(scratch) / "archive.tar.gz"
+        hub.download(version, archive)
+        tree = Path(scratch) / "tree"
+        tree.mkdir(mode=0o755)
+        try:
+            with open(archive, "rb") as stream:
+                unpack(stream, tree)
+            if not (tree / "task.toml").is_file():
+                raise PackageError("it has no task.toml at its root")
+            digest = package_digest(tree)
+        except PackageError as exc:
+            raise DatasetError(
+                f"package {label} from Harbor Hub {hub.url} is refused: {exc}"
+            ) from None
+        if digest != version.digest:
+            raise DatasetError(
+                f"package {label} from Harbor Hub {hub.url} has content {digest}, not its "
+                "digest: refusing it (tampered with, or a wrong archive)"
+            )
+        entry = cache.store_package(version.name, version.digest, tree)
+    return entry.task_dir, entry.content_hash
 
 
 def _fetch(
