@@ -257,6 +257,7 @@ def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
             for spec in hub_names:
                 dataset = hub.dataset(spec)
                 warnings += dataset.warnings
+                warnings += _tag_moved(hub.url, dataset.name, dataset.asked, dataset.digest, cache)
                 labels.append(dataset.ref)
                 if dataset.asked != dataset.digest:
                     logger.info("%s@%s is %s", dataset.name, dataset.asked, dataset.ref)
@@ -279,6 +280,7 @@ def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
                 name, ref = parse_ref(spec, "-t")
                 version = hub.task_version(name, ref)
                 warnings += version.warnings
+                warnings += _tag_moved(hub.url, name, ref, version.digest, cache)
                 known[(name, version.digest)] = version
                 locked.append(
                     LockedTask(
@@ -305,6 +307,28 @@ def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
     for line in warnings:
         logger.warning("warning: %s", line)
     return resolved
+
+
+def _tag_moved(url: str, name: str, ref: str, digest: str, cache: TaskCache) -> list[str]:
+    """Tell when a Hub tag or revision names another digest than when first used here.
+
+    The first digest seen is kept (per Hub and ``NAME@REF``) and never overwritten, so a
+    moved tag is told every time until the cache is cleared; a digest ref cannot move.
+    """
+    if ref.startswith("sha256:"):
+        return []
+    path = cache.root / "versions" / f"{key(f'hub:{url}', f'{name}@{ref}')}.json"
+    if not path.is_file():
+        write_json_atomic(path, digest)
+        return []
+    first = json.loads(path.read_text())
+    if first == digest:
+        return []
+    return [
+        f"{name}@{ref} is {digest} now, but was {first} when first used here; pin "
+        f"{name}@{first} (or rerun an earlier run's tasks with --from-lock RUN_DIR) to keep "
+        "the old one"
+    ]
 
 
 def _from_registry(

@@ -102,6 +102,10 @@ def test_hub_tasks_by_name_tag_revision_and_digest(e2e: Any, tmp_path: Path) -> 
         # The moving tag names the later alpha: resolved anew, told in the lock.
         latest = _run(e2e, env, tmp_path / "runs-latest", "-t", "acme/alpha", "--hub-url", url)
         assert latest.code == 0, latest
+        # The tag moves again: told, never taken silently.
+        state.publish_task("acme", make_task(tmp_path / "third", "alpha", "9"), revision=3)
+        moved = e2e.run("datasets", "download", "-t", "acme/alpha", "--hub-url", url, env=env)
+        assert moved.code == 0 and "when first used here" in moved.stderr, moved
     assert _rewards(e2e, e2e.only_run_dir(tmp_path / "runs")) == {"acme/alpha": 1.0}
     later = _lock(e2e.only_run_dir(tmp_path / "runs-latest"))["tasks"]
     assert later[0]["requested_ref"] == "latest" and later[0]["digest"] != digests["alpha"]
