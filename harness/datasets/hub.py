@@ -179,6 +179,12 @@ class Hub:
                 if response.status_code >= 300:
                     if response.status_code in (404, 406):
                         return None
+                    if response.status_code in (401, 403):
+                        raise DatasetError(
+                            f"Harbor Hub {self.url} refused an anonymous read "
+                            f"({response.status_code}): set ${HUB_KEY_ENV} to the Hub's "
+                            "publishable key (docs/datasets.md, Harbor Hub)"
+                        )
                     raise DatasetError(
                         f"Harbor Hub {self.url} answered {response.status_code} to {path}: "
                         f"check --hub-url / ${HUB_URL_ENV}"

@@ -335,7 +335,7 @@ def _dataset_tasks(config: RunConfig, resume_dir: Path | None) -> Resolved | Non
     if not config.tasks.datasets.wanted:
         return None
     if resume_dir is not None and lock_path(resume_dir).is_file():
-        return materialize(read_lock(resume_dir))
+        return materialize(read_lock(resume_dir), hub_url=config.tasks.datasets.hub_url)
     return resolve(config.tasks.datasets)
 
 

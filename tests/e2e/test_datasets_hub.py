@@ -73,6 +73,8 @@ def test_a_hub_dataset_of_packages_runs_pinned_and_reruns_from_its_lock(
     rerun = e2e.only_run_dir(tmp_path / "runs2")
     assert _rewards(e2e, rerun) == {"acme/alpha": 1.0, "acme/beta": 1.0}
     assert _lock(rerun)["tasks"] == lock["tasks"]
+    resumed = e2e.run("run", "--resume", run_dir, "--display", "none", env=env, timeout=300)
+    assert resumed.code == 0 and "nothing to resume" in resumed.stderr, resumed
     # Cleared, the cache is fetched again from the Hub, by digest, and checked against it.
     assert e2e.run("datasets", "clear", env=env).code == 0
     state.requests.clear()
