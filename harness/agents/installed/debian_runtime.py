@@ -1,0 +1,291 @@
+"""A Python 3.13 runtime (and tmux) from Debian 13's packages, for agents that need Python >= 3.12.
+
+The host's relocated CPython (:mod:`~harness.agents.installed.python_runtime`) is whatever
+version the harness runs on; agents such as Terminus-2 (PyPI ``harbor``) need 3.12 or
+later. This runtime is Debian 13 (trixie)'s ``python3.13``, fetched from Debian's mirror
+with the host's own ``apt-get`` (a private apt dir: its own ``sources.list``, an empty
+``dpkg`` status, so the whole dependency closure, glibc and its loader included, is
+downloaded; ``apt`` checks the mirror's signed ``Release`` against the host's
+``debian-archive-keyring``), unpacked with ``dpkg-deb -x`` (no maintainer script runs) and
+laid out as the host runtime is:
+
+- ``python/bin/python3.13`` and ``python/lib/python3.13`` (standard library and
+  ``lib-dynload``, without tests, IDLE, tkinter);
+- ``python/libs``: every shared library of the unpacked packages, ``ld-linux-*.so.*``
+  (trixie's glibc loader) among them;
+- ``python/lib/python3/dist-packages``: the agent's packages (``pip install --target``
+  run by the host's pip for CPython 3.13's wheel tags, wheels only), on Debian's
+  ``sys.path``;
+- ``python/bin/tmux`` (Debian's ``tmux``) and ``bin/tmux``, a ``/bin/sh`` wrapper that
+  starts it with the entry's loader and its ``C.utf8`` locale (``python/locale``;
+  ``LOCPATH``), for agents that drive a tmux session; ``python/share/terminfo``;
+- ``python/debian-packages.txt``: the ``name=version`` of every package used.
+
+The sandbox runs the interpreter as the host runtime's: the entry's loader, its
+``--library-path`` (an argument, never an environment variable), so the image's C library
+(glibc of another version, musl, none) and its Python are never used. The key holds the
+suite and the package names; the versions are whatever the mirror serves when the entry is
+first fetched (Debian's mirror keeps only a suite's current ones), recorded in the entry.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.agents.installed.cache import (
+    FETCH_TIMEOUT_SEC,
+    AgentCache,
+    CacheEntry,
+    InstallError,
+    InstallSpec,
+    Platform,
+    run_fetch,
+)
+from harness.agents.installed.python_runtime import RUNTIME, STDLIB_SKIP, loader_name
+
+#: Debian's suite and the interpreter's version in it.
+SUITE = "trixie"
+PYTHON_XY = "3.13"
+#: Overrides the Debian mirror the packages come from.
+MIRROR_ENV = "HARNESS_DEBIAN_MIRROR"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+#: The host's keyring ``apt`` checks the mirror's ``Release`` against.
+KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+#: What is installed (apt resolves the rest): the interpreter, tmux, terminfo, and
+#: ``libc-bin`` for its ``C.utf8`` locale (tmux refuses to start without a UTF-8 one).
+PACKAGES = (f"python{PYTHON_XY}", "tmux", "ncurses-base", "libc-bin")
+#: Debian's dir (on ``sys.path``) the agent's packages go to.
+DIST_PACKAGES = "lib/python3/dist-packages"
+#: The tmux wrapper's dir in the entry (put first on ``PATH`` by an agent that uses it).
+WRAPPER_BIN = "bin"
+_MULTIARCH = {"x86_64": ("amd64", "x86_64-linux-gnu"), "aarch64": ("arm64", "aarch64-linux-gnu")}
+
+
+@dataclass(frozen=True)
+class DebianPythonSpec(InstallSpec):
+    """An :class:`InstallSpec` for an agent on Debian's Python (suite and packages keyed)."""
+
+    def as_json(self) -> dict[str, Any]:  # noqa: D102
+        return {
+            **super().as_json(),
+            "runtime": f"debian-{SUITE}-python{PYTHON_XY}",
+            "debian_packages": list(PACKAGES),
+            "runtime_layout": 2,
+        }
+
+
+def debian_python_spec(agent: str, version: str, requirements: tuple[str, ...]) -> DebianPythonSpec:
+    """The spec of an agent's entry: its pinned PyPI packages on Debian's Python."""
+    return DebianPythonSpec(agent=agent, version=version, pypi=requirements)
+
+
+def ensure_debian_python_agent(cache: AgentCache, spec: DebianPythonSpec, mount: str) -> CacheEntry:
+    """The checked entry holding Debian's Python, tmux and the agent's packages.
+
+    Args:
+        cache: Where entries live.
+        spec: The agent's packages.
+        mount: Where the sandbox sees the entry (the tmux wrapper names it).
+
+    Raises:
+        InstallError: A package cannot be had, or the runtime cannot be built here.
+    """
+    platform = Platform.host()
+    if platform.arch not in _MULTIARCH or platform.libc != "glibc":
+        raise InstallError(
+            f"cannot build Debian's Python runtime for agent {spec.agent} on a {platform} "
+            "host: the packages are unpacked and checked with this host's apt-get and "
+            f"dpkg-deb, for {', '.join(_MULTIARCH)} only"
+        )
+    for tool in ("apt-get", "dpkg-deb"):
+        if shutil.which(tool) is None:
+            raise InstallError(
+                f"cannot build Debian's Python runtime for agent {spec.agent}: this host "
+                f"has no {tool} (a Debian or Ubuntu host is needed), or pre-fill the cache"
+            )
+    if not KEYRING.is_file():
+        raise InstallError(
+            f"cannot build Debian's Python runtime for agent {spec.agent}: {KEYRING} is "
+            "missing (install debian-archive-keyring)"
+        )
+
+    def fetch(spec_: InstallSpec, staging: Path) -> None:
+        work = staging / ".debian"
+        debs = download_debs(spec_, work, platform.arch)
+        root = work / "root"
+        for deb in debs:
+            _run(spec_, ["dpkg-deb", "-x", str(deb), str(root)])
+        versions = [f"{d.name.split('_')[0]}={d.name.split('_')[1]}" for d in debs]
+        lay_out(root, staging / RUNTIME, platform.arch)
+        (staging / RUNTIME / "debian-packages.txt").write_text("\n".join(versions) + "\n")
+        shutil.rmtree(work)
+        write_tmux_wrapper(staging, mount)
+        site = staging / RUNTIME / DIST_PACKAGES
+        site.mkdir(parents=True, exist_ok=True)
+        if spec_.pypi:
+            argv = [
+                sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
+                "--no-input", "--no-compile", "--only-binary=:all:",
+                "--python-version", PYTHON_XY, "--implementation", "cp",
+                "--abi", f"cp{PYTHON_XY.replace('.', '')}", "--abi", "abi3", "--abi", "none",
+                "--target", str(site), *spec_.pypi,
+            ]  # fmt: skip
+            run_fetch(spec_, argv, cwd=cache.root)
+            shutil.rmtree(site / "bin", ignore_errors=True)
+        compile_with_runtime(spec_, staging, mount)
+
+    return cache._make(spec, fetch)  # noqa: SLF001 - the cache's own entry builder
+
+
+def download_debs(spec: InstallSpec, work: Path, arch: str) -> list[Path]:
+    """Download :data:`PACKAGES` and their closure from the mirror into ``work``."""
+    deb_arch = _MULTIARCH[arch][0]
+    mirror = os.environ.get(MIRROR_ENV) or DEFAULT_MIRROR
+    for sub in (
+        "etc/apt/apt.conf.d", "etc/apt/preferences.d", "etc/apt/sources.list.d",
+        "var/lib/apt/lists/partial", "var/cache/apt/archives/partial", "var/lib/dpkg",
+    ):  # fmt: skip
+        (work / sub).mkdir(parents=True, exist_ok=True)
+    status = work / "var/lib/dpkg/status"
+    status.write_text("")
+    (work / "etc/apt/sources.list").write_text(f"deb [signed-by={KEYRING}] {mirror} {SUITE} main\n")
+    options = [
+        "-o", f"Dir={work}", "-o", f"Dir::State::status={status}",
+        "-o", "Debug::NoLocking=1", "-o", f"APT::Architecture={deb_arch}",
+        "-o", "APT::Architectures::=", "-o", "APT::Install-Recommends=false",
+        "-o", "Dir::Etc::Parts=" + str(work / "etc/apt/apt.conf.d"),
+        "-o", "Dir::Etc::TrustedParts=" + str(work / "etc/apt/trusted.gpg.d"),
+        "-q",
+    ]  # fmt: skip
+    _run(spec, ["apt-get", *options, "update"])
+    _run(spec, ["apt-get", *options, "-y", "--download-only", "install", *PACKAGES])
+    debs = sorted((work / "var/cache/apt/archives").glob("*.deb"))
+    if not any(d.name.startswith(f"python{PYTHON_XY}_") for d in debs):
+        raise InstallError(f"cannot install agent {spec.agent}: apt fetched no python{PYTHON_XY}")
+    return debs
+
+
+def lay_out(root: Path, dest: Path, arch: str) -> None:
+    """Lay the unpacked packages under ``root`` out as the runtime (``dest``)."""
+    triplet = _MULTIARCH[arch][1]
+    (dest / "bin").mkdir(parents=True)
+    for name in (f"python{PYTHON_XY}", "tmux"):
+        shutil.copy2(root / "usr/bin" / name, dest / "bin" / name)
+    stdlib = root / "usr/lib" / f"python{PYTHON_XY}"
+
+    def skip(directory: str, names: list[str]) -> list[str]:
+        top = Path(directory) == stdlib
+        return [
+            n for n in names
+            if (top and (n in STDLIB_SKIP or n.startswith("config-"))) or n == "__pycache__"
+        ]  # fmt: skip
+
+    shutil.copytree(stdlib, dest / "lib" / f"python{PYTHON_XY}", ignore=skip, symlinks=True)
+    libs = dest / "libs"
+    libs.mkdir()
+    for source in (root / "usr/lib" / triplet, root / "lib" / triplet):
+        if not source.is_dir() or source.is_symlink():
+            continue
+        for path in sorted(source.iterdir()):
+            if ".so" not in path.name or (libs / path.name).exists():
+                continue
+            if path.is_symlink() and "/" not in os.readlink(path):
+                (libs / path.name).symlink_to(os.readlink(path))
+            elif path.is_file():
+                shutil.copy2(path.resolve(), libs / path.name)
+    locale = root / "usr/lib/locale/C.utf8"
+    if locale.is_dir():
+        shutil.copytree(locale, dest / "locale" / "C.utf8", symlinks=True)
+    terminfo = root / "usr/share/terminfo"
+    if terminfo.is_dir():
+        shutil.copytree(terminfo, dest / "share" / "terminfo", symlinks=True)
+    try:
+        loader_name(dest.parent)
+    except InstallError:
+        raise InstallError(
+            "cannot build Debian's Python runtime: the unpacked libc6 has no dynamic loader"
+        ) from None
+
+
+def write_tmux_wrapper(staging: Path, mount: str) -> None:
+    """``bin/tmux``: starts the entry's tmux with its own loader, libraries and locale.
+
+    ``LOCPATH`` (the entry's ``C.utf8``, which the image may lack) is the one variable it
+    sets; the tmux server passes it on to the shells of its panes.
+    """
+    base = f"{mount}/{RUNTIME}"
+    loader = f"{base}/libs/{loader_name(staging)}"
+    wrapper = staging / WRAPPER_BIN / "tmux"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"LOCPATH={base}/locale\nexport LOCPATH\n"
+        f'exec {loader} --library-path {base}/libs {base}/bin/tmux "$@"\n'
+    )
+    wrapper.chmod(0o755)
+
+
+def compile_with_runtime(spec: InstallSpec, staging: Path, mount: str) -> None:
+    """Compile every module with the runtime itself (its bytecode is 3.13's, not the host's).
+
+    One process: compileall's workers would start ``sys.executable`` without the loader.
+    """
+    runtime = staging / RUNTIME
+    argv = [
+        str(runtime / "libs" / loader_name(staging)), "--library-path", str(runtime / "libs"),
+        str(runtime / "bin" / f"python{PYTHON_XY}"), "-I", "-m", "compileall", "-q",
+        "--invalidation-mode", "unchecked-hash",
+        "-s", str(runtime), "-p", f"{mount}/{RUNTIME}", str(runtime),
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(  # noqa: S603 - the entry's own interpreter on its own files
+            argv, capture_output=True, text=True, timeout=FETCH_TIMEOUT_SEC, check=False,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise InstallError(
+            f"cannot install agent {spec.agent}: compiling its modules took over "
+            f"{FETCH_TIMEOUT_SEC:g}s"
+        ) from None
+    if "Traceback" in done.stderr or not (runtime / "lib" / f"python{PYTHON_XY}").is_dir():
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        raise InstallError(
+            f"cannot install agent {spec.agent}: Debian's python{PYTHON_XY} does not run on "
+            f"this host with its own loader: {tail}"
+        )
+
+
+def _run(spec: InstallSpec, argv: list[str]) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+    try:
+        done = subprocess.run(  # noqa: S603 - the host's apt-get/dpkg-deb, fixed options
+            argv, capture_output=True, text=True, timeout=FETCH_TIMEOUT_SEC, check=False,
+            stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise InstallError(
+            f"cannot install agent {spec.agent}: {argv[0]} took over {FETCH_TIMEOUT_SEC:g}s "
+            f"(is the Debian mirror reachable? {MIRROR_ENV} overrides it)"
+        ) from None
+    if done.returncode != 0:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-4:])
+        raise InstallError(
+            f"cannot install agent {spec.agent}: {argv[0]} {argv[-1]} failed: {tail}. Check "
+            f"that the Debian mirror is reachable ({MIRROR_ENV} overrides it)"
+        )
+
+
+__all__ = [
+    "DIST_PACKAGES",
+    "PYTHON_XY",
+    "WRAPPER_BIN",
+    "DebianPythonSpec",
+    "debian_python_spec",
+    "ensure_debian_python_agent",
+]
