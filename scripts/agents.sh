@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fetches the pinned agent CLIs (claude-code, codex, gemini-cli, opencode, mini-swe-agent,
-# aider) into the harness's cache on this host
+# Fetches the pinned agent CLIs (claude-code, codex, gemini-cli, opencode, qwen-code, cline,
+# mini-swe-agent, aider: every installed agent registered) into the harness's cache on this host
 # ($HARNESS_AGENT_CACHE, else ~/.cache/harness/agents) through the harness's own installer:
 # npm and PyPI on the host, nothing inside a sandbox. Idempotent: an intact entry is reused.
 set -euo pipefail

@@ -1,10 +1,11 @@
 """End-to-end: installed agent CLIs, fetched by the harness, run in every sandbox backend.
 
-``harness run TASK --agent claude-code|codex --model faux/...`` with the real CLI, installed
-by the harness from npm into its cache (``$HARNESS_AGENT_CACHE``, else the user's cache dir)
-and shown read-only to the sandbox. The faux scripts are written in each CLI's own tool
-protocol (Claude Code's ``Bash`` tool, Codex's ``exec_command``), rendered by the gateway's
-faux provider in the API the CLI speaks (Anthropic messages, OpenAI Responses). Judged
+``harness run TASK --agent claude-code|codex|qwen-code|cline --model faux/...`` with the
+real CLI, installed by the harness from npm into its cache (``$HARNESS_AGENT_CACHE``, else
+the user's cache dir) and shown read-only to the sandbox. The faux scripts are written in
+each CLI's own tool protocol (Claude Code's ``Bash`` tool, Codex's ``exec_command``, Qwen
+Code's ``run_shell_command``, Cline's ``run_commands``), rendered by the gateway's faux
+provider in the API the CLI speaks (Anthropic messages, OpenAI Responses, OpenAI chat). Judged
 from outside: the record, the evidence, the ATIF export, every file of the run dir, and a
 host listener the sandbox must not reach.
 """
@@ -62,11 +63,18 @@ class Cli:
     logged_tool: str
     #: Lines of the environment the CLI's shell tool must show.
     env_shows: tuple[str, ...]
+    #: The task's memory instead of the example's 512 MB (a CLI on Node needs more).
+    memory_mb: int | None = None
+    #: Whether the shell tool's argument is a list of commands (Cline's), not one.
+    listed: bool = False
+    #: The CLI's own session files, under ``agent-logs/``.
+    session_files: str = "*.jsonl"
 
     def shell_call(self, command: str) -> dict[str, Any]:
         """A faux response calling the shell tool with ``command``."""
         tool, arg = self.shell
-        return {"tool_calls": [{"name": tool, "arguments": {arg: command}}]}
+        value: str | list[str] = [command] if self.listed else command
+        return {"tool_calls": [{"name": tool, "arguments": {arg: value}}]}
 
 
 CLIS = {
@@ -88,6 +96,30 @@ CLIS = {
         ("exec_command", "cmd"),
         "shell",
         ("OPENAI_BASE_URL=http://127.0.0.1:",),
+    ),
+    # Qwen Code: a JavaScript bundle on Node from PyPI, over chat completions.
+    "qwen-code": Cli(
+        "qwen-code",
+        "0.24.4",
+        "openai-chat",
+        "/v1/chat/completions",
+        ("run_shell_command", "command"),
+        "run_shell_command",
+        ("OPENAI_BASE_URL=http://127.0.0.1:", "QWEN_USAGE_STATISTICS_ENABLED=false"),
+        memory_mb=2048,
+    ),
+    # Cline: a native executable (Bun), over chat completions; its shell tool runs a list.
+    "cline": Cli(
+        "cline",
+        "3.0.65",
+        "openai-chat",
+        "/v1/chat/completions",
+        ("run_commands", "commands"),
+        "run_commands",
+        ("OPENAI_BASE_URL=http://127.0.0.1:", "CLINE_SESSION_BACKEND_MODE=local"),
+        memory_mb=2048,
+        listed=True,
+        session_files="*.messages.json",
     ),
 }
 CLI_PARAMS = [pytest.param(cli, id=cli) for cli in CLIS]
@@ -119,7 +151,9 @@ def test_cli_solves_the_task_through_the_gateway(
             {"text": "Created hello.txt."},
         ]
     }
-    tasks = task_set(tmp_path, script, spec.api, agent_timeout_sec=AGENT_TIMEOUT_SEC)
+    tasks = task_set(
+        tmp_path, script, spec.api, memory_mb=spec.memory_mb, agent_timeout_sec=AGENT_TIMEOUT_SEC
+    )
     run_dir = run_agent(tmp_path, backend, cli, tasks, canary)
     run = read_run_dir(run_dir)
     [record] = run.records
@@ -131,8 +165,9 @@ def test_cli_solves_the_task_through_the_gateway(
     evidence = run.evidence(record)
 
     # The CLI's own logs are kept, and converted: the transcript holds the tool call.
-    assert (evidence / "agent.log").read_text().startswith('{"type":')
-    kept = [p for p in (evidence / "agent-logs").rglob("*.jsonl") if p.stat().st_size]
+    first_event = json.loads((evidence / "agent.log").read_text().splitlines()[0])
+    assert "type" in first_event, first_event
+    kept = [p for p in (evidence / "agent-logs").rglob(spec.session_files) if p.stat().st_size]
     assert kept, "the CLI's own session file is in the evidence"
     transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
     first = transcript[0]
@@ -172,7 +207,10 @@ def test_cli_solves_the_task_through_the_gateway(
 def test_cli_that_does_nothing_gets_zero(backend: str, cli: str, tmp_path: Path) -> None:
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [{"text": "I will not do anything."}]}
-    tasks = task_set(tmp_path, script, CLIS[cli].api, agent_timeout_sec=AGENT_TIMEOUT_SEC)
+    spec = CLIS[cli]
+    tasks = task_set(
+        tmp_path, script, spec.api, memory_mb=spec.memory_mb, agent_timeout_sec=AGENT_TIMEOUT_SEC
+    )
     run_dir = run_agent(tmp_path, backend, cli, tasks, canary)
     [record] = read_run_dir(run_dir).records
     assert record["status"] == "completed", record["errors"]
@@ -315,7 +353,13 @@ def test_a_failed_cli_run_is_an_agent_error_with_the_clis_own_message(
         tmp_path,
         "local",
         cli,
-        task_set(tmp_path, script, CLIS[cli].api, agent_timeout_sec=AGENT_TIMEOUT_SEC),
+        task_set(
+            tmp_path,
+            script,
+            CLIS[cli].api,
+            memory_mb=CLIS[cli].memory_mb,
+            agent_timeout_sec=AGENT_TIMEOUT_SEC,
+        ),
         canary,
     )
     run = read_run_dir(run_dir)
@@ -340,7 +384,9 @@ def test_an_instruction_that_looks_like_an_option_is_the_prompt(cli: str, tmp_pa
             {"text": "Created hello.txt."},
         ]
     }
-    tasks = task_set(tmp_path, script, spec.api, agent_timeout_sec=AGENT_TIMEOUT_SEC)
+    tasks = task_set(
+        tmp_path, script, spec.api, memory_mb=spec.memory_mb, agent_timeout_sec=AGENT_TIMEOUT_SEC
+    )
     instruction = "--version -p: write hello.txt containing 'Hello, world!'\n"
     (tasks / "hello-file" / "instruction.md").write_text(instruction)
     run_dir = run_agent(tmp_path, "local", cli, tasks, canary)

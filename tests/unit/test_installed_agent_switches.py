@@ -1,6 +1,6 @@
 """Every installed agent CLI is told to stay quiet and never to ask (issue 25).
 
-For each of the six adapters, what the CLI is handed (its environment, its command line and
+For each adapter, what the CLI is handed (its environment, its command line and
 the config files prepare() writes into the trial's HOME, parsed as the CLI parses them)
 turns off its telemetry or analytics, its update checks and its non-essential traffic or
 feedback, and approves its actions without a prompt (the sandbox is disposable). None of it
@@ -30,11 +30,13 @@ from harness.agents.installed.aider import Aider, as_message
 from harness.agents.installed.base import InstalledAgent
 from harness.agents.installed.cache import AgentCache, CacheEntry, InstallSpec
 from harness.agents.installed.claude_code import ClaudeCode
+from harness.agents.installed.cline import Cline
 from harness.agents.installed.codex import Codex
 from harness.agents.installed.gemini_cli import GeminiCli
 from harness.agents.installed.mini_swe_agent import MiniSweAgent
 from harness.agents.installed.opencode import OpenCode
 from harness.agents.installed.python_agent import PythonInstalledAgent
+from harness.agents.installed.qwen_code import QwenCode
 from harness.models.catalog import ModelSpec
 from harness.tasks.loader import load_task
 from sandbox.backend import SandboxSpec
@@ -242,6 +244,43 @@ def check_aider(cli: Handed) -> None:
     assert option(cli.argv, "--message") == load_task(EXAMPLES / "hello-file").instruction
 
 
+def check_qwen_code(cli: Handed) -> None:
+    """Qwen Code's settings (read as its system settings, which outrank any other) and env."""
+    settings = json.loads(cli.file(cli.env["QWEN_CODE_SYSTEM_SETTINGS_PATH"]))
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    assert settings["telemetry"] == {"enabled": False, "logPrompts": False}
+    assert settings["general"]["enableAutoUpdate"] is False
+    assert settings["general"]["disableAutoUpdate"] is True
+    assert settings["general"]["disableUpdateNag"] is True
+    assert settings["security"]["auth"]["selectedType"] == "openai"
+    # Its background model calls after a turn: memory extraction, consolidation, skills.
+    assert set(settings["memory"].values()) == {False}
+    assert cli.env["QWEN_USAGE_STATISTICS_ENABLED"] == "false"
+    assert cli.env["QWEN_DISABLE_AUTO_TITLE"] == "1"  # a background call naming the session
+    assert cli.env["QWEN_CODE_NO_RELAUNCH"] == "true"
+    assert cli.env["NO_UPDATE_NOTIFIER"] == "1"
+    assert option(cli.argv, "--approval-mode") == "yolo"
+    assert option(cli.argv, "--output-format") == "stream-json"
+    # Its bundle itself, not the launcher that would load a downloaded update instead.
+    assert cli.argv[1].endswith("/@qwen-code/qwen-code/cli.js")
+    prompt = [a for a in cli.argv if a.startswith("--prompt=")]
+    assert prompt == ["--prompt=" + load_task(EXAMPLES / "hello-file").instruction]
+
+
+def check_cline(cli: Handed) -> None:
+    """Cline's global settings (``$CLINE_GLOBAL_SETTINGS_PATH``), its launcher and env."""
+    settings = json.loads(cli.file(cli.env["CLINE_GLOBAL_SETTINGS_PATH"]))
+    assert settings == {"telemetryOptOut": True, "autoUpdateEnabled": False}
+    assert cli.env["CLINE_SESSION_BACKEND_MODE"] == "local"  # no background hub daemon
+    script = cli.argv[2]
+    # The provider is configured from the gateway's variables inside the sandbox: the
+    # token is never in the argv the harness builds, only its variable's name.
+    assert '-k "$OPENAI_API_KEY"' in script and '-b "$OPENAI_BASE_URL"' in script
+    assert "--auto-approve false" not in script  # every tool call approved (its default)
+    assert script.rstrip().endswith("< /dev/null")
+    assert cli.argv[-1] == load_task(EXAMPLES / "hello-file").instruction
+
+
 @pytest.mark.parametrize("instruction", ["/app/main.py crashes: fix it", "!true", "/run ls"])
 def test_an_instruction_aider_would_run_as_a_command_is_its_prompt(instruction: str) -> None:
     # aider runs a message starting with "/" as its in-chat command, "!" as a shell command.
@@ -266,6 +305,8 @@ CASES = {
     "opencode": Case(OpenCode, "openai", check_opencode),
     "mini-swe-agent": Case(MiniSweAgent, "openai", check_mini_swe_agent),
     "aider": Case(Aider, "anthropic", check_aider),
+    "qwen-code": Case(QwenCode, "openai", check_qwen_code),
+    "cline": Case(Cline, "openai", check_cline),
 }
 
 
@@ -278,6 +319,8 @@ def test_every_installed_agent_is_covered() -> None:
         "opencode",
         "mini-swe-agent",
         "aider",
+        "qwen-code",
+        "cline",
     }
 
 

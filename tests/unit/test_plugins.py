@@ -38,8 +38,8 @@ def test_an_unknown_name_lists_what_is_installed() -> None:
         SANDBOXES.get("nosuch")
     assert "unknown sandbox backend 'nosuch'; installed: docker, local" in str(info.value)
     listed = (
-        "aider, builtin, claude-code, codex, command, gemini-cli, mini-swe-agent, nop, opencode, "
-        "oracle, replay"
+        "aider, builtin, claude-code, cline, codex, command, gemini-cli, mini-swe-agent, nop, "
+        "opencode, oracle, qwen-code, replay"
     )
     with pytest.raises(PluginError, match=f"unknown agent 'nosuch'.*{listed}"):
         build_agent(AgentConfig(name="nosuch"))

@@ -19,10 +19,12 @@ import pytest
 from harness.agents.installed.aider import Aider
 from harness.agents.installed.base import InstalledAgent
 from harness.agents.installed.claude_code import ClaudeCode
+from harness.agents.installed.cline import Cline
 from harness.agents.installed.codex import Codex
 from harness.agents.installed.gemini_cli import GeminiCli
 from harness.agents.installed.mini_swe_agent import MiniSweAgent
 from harness.agents.installed.opencode import OpenCode
+from harness.agents.installed.qwen_code import QwenCode
 from harness.records import Usage
 from harness.trial.usage_precedence import agent_logged_usage, with_usage_source
 
@@ -90,6 +92,34 @@ OPENCODE = _jsonl(
         },
     },
 )
+# Qwen Code's stream-json (Claude Code's format): usage on each assistant message.
+QWEN_CODE = _jsonl(
+    {"type": "system", "subtype": "init", "session_id": "s1", "model": "m"},
+    {
+        "type": "assistant",
+        "message": {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Done."}],
+            "usage": {"input_tokens": 1850, "output_tokens": 3},
+        },
+    },
+    {"type": "result", "subtype": "success", "is_error": False, "num_turns": 1},
+)
+# Cline's --json events: the run's total on run_result only (its usage events are deltas).
+CLINE = _jsonl(
+    {"type": "hook_event", "hookEventName": "agent_start", "taskId": "conv_1"},
+    {"type": "agent_event", "event": {"type": "usage", "inputTokens": 1850, "outputTokens": 3}},
+    {
+        "type": "agent_event",
+        "event": {"type": "content_end", "contentType": "text", "text": "Done."},
+    },
+    {
+        "type": "run_result",
+        "finishReason": "completed",
+        "usage": {"inputTokens": 1850, "outputTokens": 3, "cacheReadTokens": 0},
+        "aggregateUsage": {"inputTokens": 1850, "outputTokens": 3, "cacheReadTokens": 0},
+    },
+)
 # mini-swe-agent's trajectory: each assistant message's response with litellm's usage.
 MINI_SWE_AGENT = json.dumps(
     {
@@ -148,6 +178,8 @@ FORMATS: dict[str, tuple[InstalledAgent, str, str, dict[str, int] | None]] = {
         {"input_tokens": 1850, "output_tokens": 3},
     ),
     "opencode": (OpenCode(), OPENCODE, "agent.log", {"input_tokens": 1850, "output_tokens": 3}),
+    "qwen-code": (QwenCode(), QWEN_CODE, "agent.log", {"input_tokens": 1850, "output_tokens": 3}),
+    "cline": (Cline(), CLINE, "agent.log", {"input_tokens": 1850, "output_tokens": 3}),
     "mini-swe-agent": (
         MiniSweAgent(),
         MINI_SWE_AGENT,
