@@ -77,7 +77,8 @@ def agents_table() -> Table:
         rows.append((info.plugin.name, pinned, info.error or info.summary, detail))
     rows.append(PYTHON_AGENT_ROW)
     for name, pinned, summary, detail in rows:
-        table.add_row(name, pinned, Text.assemble(summary, "\n", (detail, "dim")))
+        # Text, not str: a plug-in's name or docstring is shown as written, never as markup.
+        table.add_row(Text(name), Text(pinned), Text.assemble(summary, "\n", (detail, "dim")))
     return table
 
 

@@ -6,13 +6,17 @@ fits, and every installed agent's name and pinned version stand whole in their c
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 
 import pytest
+from rich.console import Console
 
 from harness.agents.registry import AGENTS
+from harness.cli import plugins_cmd
+from harness.registry import Plugin, PluginInfo
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -70,3 +74,30 @@ def test_the_description_column_is_not_squeezed_at_80_columns() -> None:
     widths = [len(cell) for cell in header.strip("┃").split("┃")]
     # name and version take what they need; the description gets the rest, over 40.
     assert widths[-1] > 40, header
+
+
+class _Described:
+    """A registry whose one entry is a plug-in named and described with brackets."""
+
+    def describe(self) -> list[PluginInfo]:
+        class Loaded:
+            kind = "sandbox"
+            model_use = "required"
+            default_version = "1.0[rc1]"
+
+        plugin = Plugin("my[agent]", "pkg.mod:Cls", "my-dist", "2.0")
+        return [PluginInfo(plugin, summary="Runs [bold]x[/bold] as written.", loaded=Loaded)]
+
+
+def test_a_plugins_name_and_description_are_shown_as_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Rich reads markup in a plain string cell: a bracketed word would vanish.
+    monkeypatch.setattr(plugins_cmd, "AGENTS", _Described())
+    console = Console(width=80, file=io.StringIO(), color_system=None)
+    console.print(plugins_cmd.agents_table())
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    rows = first_cells(text.splitlines())
+    assert rows["my[agent]"][1] == "1.0[rc1]", text
+    assert "Runs [bold]x[/bold] as written." in text
+    assert "my-dist 2.0" in text and "(pkg.mod:Cls)" in text  # a plug-in's entry point
