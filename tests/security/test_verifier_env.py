@@ -12,17 +12,21 @@ worst case, not the harness's.
 - ``pytest.py``, ``sitecustomize.py``, ``usercustomize.py`` and ``conftest.py`` in the
   workspace never run in ``python3 -m pytest`` started there (``PYTHONSAFEPATH``);
 - a shared judge's verdict is its own, whatever ``usercustomize.py``, ``.pth`` files or
-  shadowing modules the solver left in its home and workspace.
+  shadowing modules the solver left in its home and workspace;
+- a repository dir name with a newline and a ``[core]`` section never becomes config of
+  the verifier's git (its ``safe.directory`` entries name each repository).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.docker import prerequisite_missing
 
 #: Where each backend's verifier dir is (the agent plants links to both).
 VERIFIER_DIRS = ("/logs/verifier", "/trial/verifier")
@@ -397,3 +401,60 @@ def test_a_separate_verifier_gets_scratch_dirs_of_its_own(
     for d in SCRATCH:
         assert report[d]["entries"] == [], report
         assert report[d]["mode"] == "0o1775" and report[d]["mine"], report
+
+
+# ============================================================== git config from dir names
+
+#: The agent: a real repository, and one whose dir name would be config if written raw.
+GIT_PLANT = textwrap.dedent(
+    """\
+    set -e
+    cd "$HARNESS_WORKSPACE"
+    mkdir -p project/repo && git -C project/repo init -q
+    evil="$(printf 'x\\n[core]\\n\\tfsmonitor = touch fsmonitor-ran')"
+    mkdir -p "$evil" && git -C "$evil" init -q
+    echo 42 > answer.txt
+    """
+)
+
+#: The verifier: git in the agent's repository (fsmonitor would run there), its config.
+GIT_TEST = textwrap.dedent(
+    """\
+    cd "$HARNESS_WORKSPACE/project/repo"
+    git status --porcelain > /dev/null 2>&1; git status --porcelain 2>&1 | head -3
+    echo "CONFIG"; git config --global --list 2>&1 | grep -v '^safe.directory=' || true
+    if [ -e fsmonitor-ran ]; then echo FSMONITOR-RAN; fi
+    if [ "$(cat "$HARNESS_WORKSPACE/answer.txt")" = 42 ]; then r=1; else r=0; fi
+    echo "$r" > "$HARNESS_VERIFIER_DIR/reward.txt"
+    """
+)
+
+
+def test_a_repository_dir_name_never_becomes_the_verifiers_git_config(
+    backend: str, any_cli: Any, sec: Any, tmp_path: Path
+) -> None:
+    """Attack: the agent names a repository ``x\\n[core]\\n\\tfsmonitor = touch ...``.
+
+    The verifier's ``.gitconfig`` lists every repository under the workspace; written
+    raw, that name would set ``core.fsmonitor``, a command git runs as the verifier in any
+    repository. From outside: the honest reward, no ``fsmonitor-ran`` file in the
+    workspace's evidence, and no ``core.fsmonitor`` in the config the verifier's git read.
+    """
+    git = shutil.which("git")
+    if git is None:
+        prerequisite_missing("git on the host (copied into the task's image)")
+    name = sec.unique("git-name")
+    dockerfile = f"FROM {sec.BASE_IMAGE}\nCOPY git /usr/local/bin/git\nWORKDIR /app\n"
+    task = sec.write_task(
+        tmp_path / "tasks", name, attack=GIT_PLANT, test_sh=GIT_TEST, dockerfile=dockerfile
+    )
+    shutil.copy2(git, task / "environment" / "git")
+    run = any_cli.run([task], timeout=240)
+    assert run.code == 0, run
+    record = run.by_task(name)
+    assert record["status"] == "completed" and record["reward"] == 1.0, record
+    stdout = (run.evidence(record) / "verifier" / "test-stdout.txt").read_text()
+    assert "CONFIG" in stdout, stdout
+    assert "fsmonitor" not in stdout.split("CONFIG", 1)[1].lower(), stdout
+    assert "FSMONITOR-RAN" not in stdout, stdout
+    assert not list(run.evidence(record).rglob("fsmonitor-ran"))
