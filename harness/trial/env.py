@@ -155,8 +155,9 @@ def merge_phase_env(
         below = env.get("PATH") or FIXED_PATH
         env["PATH"] = f"{ours['PATH']}:{below}"
     if ours.get("PYTHONPATH"):
-        below = env.get("PYTHONPATH")
-        env["PYTHONPATH"] = f"{ours['PYTHONPATH']}:{below}" if below else ours["PYTHONPATH"]
+        python_path = env.get("PYTHONPATH")
+        top = ours["PYTHONPATH"]
+        env["PYTHONPATH"] = f"{top}:{python_path}" if python_path else top
     return env
 
 
