@@ -138,6 +138,23 @@ def error_body(api: str | None, message: str) -> bytes:
     return json.dumps(payload).encode()
 
 
+#: Request fields of an OpenAI-compatible call that ask the provider to reach out: chat's
+#: web search, OpenRouter's plugins (``{"id": "web"}`` searches the web), xAI's live search,
+#: (a Responses stored prompt, which can carry tools the request does not show, is judged
+#: apart: ``prompt`` is plain text elsewhere).
+_OPENAI_FIELDS = {
+    "web_search_options": "web_search",
+    "plugins": "web_search",
+    "search_parameters": "web_search",
+}
+#: Anthropic: a code-execution container (its skills run at the provider).
+_ANTHROPIC_FIELDS = {"container": "code_execution"}
+#: Gemini: cached content made earlier (it can hold tools and files the request does not
+#: show).
+_GEMINI_FIELDS = {"cachedContent": "unknown", "cached_content": "unknown"}
+#: Gemini request fields holding parts the provider reads (``fileData`` URIs are fetched).
+_GEMINI_CONTENT = ("contents", "systemInstruction", "system_instruction")
+
 #: Kinds that name where they go: judged by their URL's host.
 _AT_A_URL = frozenset({"mcp", "url_fetch"})
 #: Content parts whose URL the provider fetches, and the fields holding it.
@@ -176,10 +193,14 @@ def _walk(value: Any) -> Iterator[dict[str, Any]]:
 def _openai_urls(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
     for part in _walk([payload.get("messages"), payload.get("input")]):
         kind = part.get("type")
-        for field in _OPENAI_PARTS.get(kind, ()) if isinstance(kind, str) else ():
-            url = _url_of(part.get(field))
-            if url is not None:
-                yield HostedTool(str(kind), "url_fetch", url)
+        if not isinstance(kind, str):
+            continue
+        for field in _OPENAI_PARTS.get(kind, ()):
+            # A chat ``file`` part holds its URL one level down: {"file": {"file_url": ...}}.
+            for holder in (part, part.get(kind)):
+                url = _url_of(holder.get(field)) if isinstance(holder, dict) else None
+                if url is not None:
+                    yield HostedTool(str(kind), "url_fetch", url)
 
 
 def _anthropic_urls(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
@@ -203,7 +224,8 @@ def _anthropic_urls(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
 
 
 def _gemini_urls(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
-    for part in _walk(payload.get("contents")):
+    sections = [payload.get(key) for key in _GEMINI_CONTENT]
+    for part in _walk(sections):
         for field, uri in (("fileData", "fileUri"), ("file_data", "file_uri")):
             data = part.get(field)
             if isinstance(data, dict):
@@ -229,9 +251,17 @@ def _tools(payload: Mapping[str, Any]) -> Iterator[Any]:
     yield from tools
 
 
-def _openai(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
-    if payload.get("web_search_options") is not None:  # chat completions' web search
-        yield HostedTool("web_search_options", "web_search")
+def _top_level(payload: Mapping[str, Any], fields: Mapping[str, str]) -> Iterator[HostedTool]:
+    """Request fields (not tools) that make the provider reach out, when present."""
+    for field, kind in fields.items():
+        if payload.get(field) not in (None, False):
+            yield HostedTool(field, kind)
+
+
+def _openai(payload: Mapping[str, Any], api: str) -> Iterator[HostedTool]:
+    yield from _top_level(payload, _OPENAI_FIELDS)
+    if api == "openai-responses" and isinstance(payload.get("prompt"), dict):
+        yield HostedTool("prompt", "unknown")  # a stored prompt: tools the request hides
     pending = list(_tools(payload))
     while pending:
         tool = pending.pop(0)
@@ -250,6 +280,7 @@ def _openai(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
 
 
 def _anthropic(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
+    yield from _top_level(payload, _ANTHROPIC_FIELDS)
     for tool in _tools(payload):
         if not isinstance(tool, dict):
             yield HostedTool(type(tool).__name__, "unknown")
@@ -269,6 +300,7 @@ def _anthropic(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
 
 
 def _gemini(payload: Mapping[str, Any]) -> Iterator[HostedTool]:
+    yield from _top_level(payload, _GEMINI_FIELDS)
     for tool in _tools(payload):
         if not isinstance(tool, dict):
             yield HostedTool(type(tool).__name__, "unknown")
@@ -294,7 +326,7 @@ def hosted_tools(api: str, payload: Mapping[str, Any]) -> list[HostedTool]:
         return [*_anthropic(payload), *_anthropic_urls(payload)]
     if api == "gemini":
         return [*_gemini(payload), *_gemini_urls(payload)]
-    return [*_openai(payload), *_openai_urls(payload)]
+    return [*_openai(payload, api), *_openai_urls(payload)]
 
 
 def _host(url: str) -> tuple[str | None, str | None]:

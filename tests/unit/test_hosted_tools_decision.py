@@ -100,6 +100,12 @@ HOSTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("gemini-url-context", GEMINI, {"tools": [{"urlContext": {}}]}, "url_context"),
     ("gemini-code-execution", GEMINI, {"tools": [{"codeExecution": {}}]}, "code_execution"),
     ("gemini-unknown", GEMINI, {"tools": [{"someFutureTool": {}}]}, "unknown"),
+    # Request fields, not tools, that make the provider reach out (a red team's pass 4).
+    ("openrouter-plugins", CHAT, {"plugins": [{"id": "web"}]}, "web_search"),
+    ("xai-live-search", CHAT, {"search_parameters": {"mode": "on"}}, "web_search"),
+    ("responses-stored-prompt", RESPONSES, {"prompt": {"id": "pmpt_1"}}, "unknown"),
+    ("anthropic-container", MESSAGES, {"container": {"skills": [{"id": "x"}]}}, "code_execution"),
+    ("gemini-cached-content", GEMINI, {"cachedContent": "cachedContents/x"}, "unknown"),
 ]
 
 #: (id, api, body): MCP servers named by URL.
@@ -269,8 +275,20 @@ def _gemini_file(url: str) -> dict[str, Any]:
     return {"contents": [{"role": "user", "parts": [{"text": "x"}, part]}]}
 
 
+def _chat_file(url: str) -> dict[str, Any]:
+    part = {"type": "file", "file": {"file_url": url}}
+    return {"messages": [{"role": "user", "content": [part]}]}
+
+
+def _gemini_system_file(url: str) -> dict[str, Any]:
+    part = {"fileData": {"mimeType": "text/html", "fileUri": url}}
+    return {"systemInstruction": {"parts": [part]}, "contents": []}
+
+
 URLS: list[tuple[str, str, Any, str]] = [
     ("chat-image-url", CHAT, _chat_image, "image_url"),
+    ("chat-file-url", CHAT, _chat_file, "file"),
+    ("gemini-system-instruction-file-data", GEMINI, _gemini_system_file, "fileData"),
     ("responses-input-file-in-tool-output", RESPONSES, _responses_file, "input_file"),
     ("anthropic-document-in-tool-result", MESSAGES, _anthropic_document, "document"),
     ("gemini-file-data", GEMINI, _gemini_file, "fileData"),
