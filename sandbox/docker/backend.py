@@ -2,8 +2,9 @@
 
 Hardened by default: no network unless the task allows internet, every capability dropped
 except the few the root supervisor needs before its drop (the agent keeps none),
-no-new-privileges, a writable root only where its layer is capped on the trial's filesystem
-(:mod:`sandbox.docker.rootlayer`; else read-only), pids/memory(=swap)/cpu limits, labels
+no-new-privileges, a writable root capped by ``storage_mb`` (its layer on the trial's
+filesystem: :mod:`sandbox.docker.rootlayer`; else the engine's own cap or the run's watcher
+of layer sizes: :mod:`sandbox.docker.rootcap`), pids/memory(=swap)/cpu limits, labels
 on everything.
 The supervisor is the container's pid 1, so every orphan of a phase comes back to it
 (under runc and gVisor alike) and dies before the next phase. It runs on a Python runtime
@@ -13,8 +14,9 @@ the image's interpreter is never trusted with the trial's secrets.
 Everything the trial can write — the workspace, its home and session, ``/tmp``,
 ``/var/tmp``, ``/dev/shm`` — lives on the trial's own size-limited filesystem on the host
 (:mod:`sandbox.storage`), bind-mounted in; the workspace is a labelled volume over it, so
-the engine still copies the image's own workdir content into it. With a remote engine
-(no shared host paths) the workspace is a plain volume and ``storage_mb`` is not enforced.
+the engine still copies the image's own workdir content into it. Without host storage (not
+root, a remote engine) the workspace is the image root's own dir, under the root's cap, and
+the scratch dirs are tmpfs mounts of their own sizes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import errno
+import logging
 import os
 import posixpath
 import secrets
@@ -64,12 +67,13 @@ from sandbox.docker.identity import AgentIdentity, resolve
 from sandbox.docker.images import ImageBuildError, ImageRequest, ResolvedImage
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
 from sandbox.docker.limits import CGROUP_LIMITS, enforced
+from sandbox.docker.rootcap import HARD_ENGINE, HARD_LOOP, SOFT, Watched, layer_bytes
 from sandbox.docker.rootlayer import (
     RootLayer,
     layer_paths,
     root_layer_problem,
     storage_driver,
-    warn_read_only_root,
+    warn_soft_root,
 )
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
@@ -91,9 +95,11 @@ from sandbox.root_changes import RootChanges
 from sandbox.root_scan import Fingerprint, baseline, scan
 from sandbox.scratch import PRIVATE_MODE, SERVICE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
-from sandbox.storage import TrialStorage
+from sandbox.storage import DEFAULT_STORAGE_MB, TrialStorage
 from sandbox.storage_pool import PreparedStorage
 from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_UID = 65532
 DEFAULT_GID = 65532
@@ -111,6 +117,8 @@ _WORKLOAD_LOG_BYTES = 4 << 20
 #: The entries of ``/trial`` that outlive a root agent's phase (:meth:`_clear_after_root`):
 #: its home and session (mount points of the trial's filesystem) and the captures' dir.
 _TRIAL_KEPT = ("home", "session", "logs")
+#: What stops a soft-capped root's writer: every process the caller may signal.
+_KILL_ALL = "import os, signal; os.kill(-1, signal.SIGKILL)"
 #: What a full space's errno is in a supervisor op's error.
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 #: The scratch dirs a verifier phase gets fresh (:mod:`sandbox.scratch`).
@@ -207,6 +215,14 @@ class DockerSandbox(Sandbox):
         self._enginefiles: ContainerFiles | None = None
         #: Its upper dir right after start (what the engine made there, not a phase).
         self._root_base: dict[bytes, Fingerprint] = {}
+        #: Which cap holds the image root (rootcap.HARD_LOOP, HARD_ENGINE or SOFT).
+        self.root_cap: str | None = None
+        #: The watcher's entry of a soft-capped root (None: not watched).
+        self._watched: Watched | None = None
+        #: The engine-disk room promised to a soft-capped root (MB).
+        self._disk_promised = 0
+        #: The uid of the running phase's processes (None: between phases).
+        self._phase_uid: int | None = None
 
     @property
     def paths(self) -> SandboxPaths:  # noqa: D102
@@ -331,6 +347,7 @@ class DockerSandbox(Sandbox):
                 self._setup(config)
             self._seed()
             self._start_workload(config)
+            self._watch_root()
         except EngineRequestError as exc:
             gpu_error = no_gpu_error(str(exc.explanation or exc), spec.gpus)
             if gpu_error is not None:
@@ -475,8 +492,13 @@ class DockerSandbox(Sandbox):
             host_storage=self._storage is not None,
             driver=storage_driver(self.client) if self._storage is not None else None,
         )
-        if problem is not None:
-            warn_read_only_root(self.runtime.run_label, problem)
+        if problem is None:
+            self.root_cap = HARD_LOOP
+        else:
+            self.root_cap, refusal = self.runtime.root_cap()
+            if refusal is not None:
+                warn_soft_root(self.runtime.run_label, problem, refusal)
+        size = f"{self._cap_mb}m"
         site = ContainerSite(
             image=self.image,
             name=name,
@@ -494,7 +516,8 @@ class DockerSandbox(Sandbox):
             engine_runtime=(
                 self.runtime.network_runtime() if self._network != "none" else self.runtime.runtime
             ),
-            writable_root=problem is None,
+            writable_root=True,
+            storage_opt={"size": size} if self.root_cap == HARD_ENGINE else None,
         )
         self._container = call(self.client.containers.create, **create_args(spec, site))
         if problem is None:
@@ -532,6 +555,46 @@ class DockerSandbox(Sandbox):
             )
         self._enginefiles = ContainerFiles(files, self._storage.mount_point)
         self._enginefiles.attach()
+
+    @property
+    def _cap_mb(self) -> int:
+        """The root's cap where no trial filesystem holds it: the task's, or the default."""
+        return self.spec.resources.storage_mb or DEFAULT_STORAGE_MB
+
+    def _watch_root(self) -> None:
+        """Put a soft-capped root under the run's watcher (and its room on the engine's disk)."""
+        if self.root_cap != SOFT or self._watched is not None:
+            return
+        storage_mb = self._cap_mb
+        self.runtime.engine_disk().acquire(storage_mb)
+        self._disk_promised = storage_mb
+        self._watched = self.runtime.layer_watcher().watch(
+            self._container.id, storage_mb << 20, self._stop_writer
+        )
+
+    def _stop_writer(self) -> None:
+        """The soft cap is reached: kill the running phase's processes (from the watcher).
+
+        A one-shot process of the phase's uid sends ``SIGKILL`` to every process it may
+        signal (``kill(-1)``: all of that uid; for root, all but the supervisor, pid 1), so
+        the phase ends as killed and the agent's trial as ``storage_full``. Between phases
+        only the image's workload runs: if there is one, the container is killed.
+        """
+        uid = self._phase_uid
+        logger.warning(
+            "trial %s: the image root's writable layer reached storage_mb (%d MB): stopping "
+            "its writer",
+            self.spec.trial_id,
+            self._cap_mb,
+        )
+        if uid is None:
+            if self.workload is not None:
+                call(self._container.kill)
+            return
+        gid = self._agent_id[1] if uid == self._agent_id[0] else self._verifier_id[1]
+        argv = [*self.runtime.supervisor_command()[:-1], "-c", _KILL_ALL]
+        exec_id = call(self.client.api.exec_create, self._container.id, argv, user=f"{uid}:{gid}")
+        call(self.client.api.exec_start, exec_id["Id"])
 
     def _root_skip(self) -> list[str]:
         """The trial's own mount points in the container: never root changes."""
@@ -584,8 +647,8 @@ class DockerSandbox(Sandbox):
     def _storage_mounts(self, name: str, labels: dict[str, str]) -> list[Mount]:
         """The trial's filesystem on the host, and the mounts that put it in the container."""
         if not self.runtime.host_storage:
-            self._volume = call(self.client.volumes.create, f"{name}-ws", labels=labels)
-            return [Mount(self._workdir, self._volume.name, type="volume")]
+            # The workspace is the image root's own dir: under the root's cap.
+            return []
         # A warm container never waits for disk room a running trial might need.
         self._prepared = self.runtime.storage_pool.take(
             self.spec.resources.storage_mb, spare=self.spec.trial_id == "warm"
@@ -790,6 +853,11 @@ class DockerSandbox(Sandbox):
             payload["root_agent"] = {"caps": list(ROOT_AGENT_CAPS)}
             payload["kill_uid"] = False
             payload["unreadable"] = []
+            if self.root_cap in (SOFT, HARD_ENGINE):
+                # The engine's /etc/hosts, /etc/hostname, /etc/resolv.conf are bound in
+                # read-write, outside the layer's cap: no file of root's past storage_mb
+                # (it has no CAP_SYS_RESOURCE to raise the hard limit).
+                payload["rlimits"] = {**payload.get("rlimits", {}), "fsize": self._cap_mb << 20}
             return payload
         payload["unreadable"] = [
             "/tests",
@@ -849,7 +917,12 @@ class DockerSandbox(Sandbox):
                 self._private_tmp()
             for src, dest in request.scratch_uploads:
                 self.upload(src, dest, owner="verifier")
-            result = PhaseResult.from_json(self._call(dict(payload)))
+            user = payload.get("user")
+            self._phase_uid = int(user["uid"]) if isinstance(user, dict) else 0
+            try:
+                result = PhaseResult.from_json(self._call(dict(payload)))
+            finally:
+                self._phase_uid = None
         except BaseException as exc:
             if private_tmp:  # the agent's files back whatever failed (its error is reported)
                 self._shared_tmp(quiet=True)
@@ -1216,7 +1289,14 @@ class DockerSandbox(Sandbox):
 
     def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102
         if self._storage is None:
-            return None
+            if self.root_cap not in (SOFT, HARD_ENGINE) or self._container is None:
+                return None
+            # The root layer is the trial's storage (the workspace in it): as the engine
+            # measures it, at least what the watcher saw when it stopped the writer.
+            used = layer_bytes(self.client, self._container.id)
+            if self._watched is not None and self._watched.full:
+                used = max(used, self._watched.peak_bytes)
+            return used, self._cap_mb << 20
         usage = self._storage.usage()
         return usage.used_bytes, usage.limit_bytes
 
@@ -1244,6 +1324,8 @@ class DockerSandbox(Sandbox):
     def _remove(self) -> None:
         """Remove the container, its sidecars, its volume and its filesystem, in order."""
         errors: list[Exception] = []
+        if self._watched is not None:
+            self.runtime.layer_watcher().forget(self._watched.container_id)
         try:
             self._net.remove()  # its chain first: the container is dropped from now on
         except SandboxError as exc:
@@ -1290,6 +1372,9 @@ class DockerSandbox(Sandbox):
             self._remove_storage()
         except Exception as exc:
             errors.append(exc)
+        if self._disk_promised:  # the container and its layer are gone
+            self.runtime.engine_disk().release(self._disk_promised)
+            self._disk_promised = 0
         if len(errors) == 1:
             raise errors[0]
         if errors:
@@ -1331,12 +1416,19 @@ class DockerSandbox(Sandbox):
                 "cpus": res.cpus,
                 "memory_mb": res.memory_mb,
                 "pids": res.pids,
-                "storage_mb": self._storage.size_mb if self._storage is not None else None,
+                "storage_mb": (
+                    self._storage.size_mb
+                    if self._storage is not None
+                    else self._cap_mb
+                    if self.root_cap is not None
+                    else None
+                ),
+                "storage": self.root_cap,
                 "enforced": self._limits_enforced(),
             },
         }
 
-    def _limits_enforced(self) -> dict[str, bool]:
+    def _limits_enforced(self) -> dict[str, bool | str]:
         """Which limits held, as the engine and the created container's configuration say."""
         res = self.spec.resources
         held = dict.fromkeys(CGROUP_LIMITS, False)
@@ -1349,4 +1441,7 @@ class DockerSandbox(Sandbox):
                 cpus=res.cpus,
                 pids=res.pids,
             )
-        return {**held, "storage_mb": self._storage is not None}
+        storage: bool | str = self._storage is not None or self.root_cap == HARD_ENGINE
+        if not storage and self.root_cap == SOFT:
+            storage = "soft"  # polled and stopped at the cap, not refused by the kernel
+        return {**held, "storage_mb": storage}

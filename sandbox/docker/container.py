@@ -9,8 +9,9 @@ module talks to an engine, so every flag is unit-tested without one
 
 The container (docs/security.md): the supervisor as pid 1 under ``0:0`` with only
 :data:`SUPERVISOR_CAPS` (it drops them for every phase), ``no-new-privileges``, a
-writable root only where its layer is capped on the trial's filesystem
-(:mod:`sandbox.docker.rootlayer`; else read-only), its own tmpfs scratch dirs, no core
+writable root capped by ``storage_mb`` (its layer on the trial's filesystem:
+:mod:`sandbox.docker.rootlayer`; else ``storage_opt size`` where the engine has it, else
+the run's watcher: :mod:`sandbox.docker.rootcap`), its own tmpfs scratch dirs, no core
 dumps, pids, memory (no swap beyond it), CPU and open-file limits, no environment of its
 own but the supervisor's (the image's, with its dynamic-loader variables emptied, the C
 locale and no OpenSSL config), and the engine's default seccomp profile.
@@ -127,9 +128,10 @@ class ContainerSite:
         dns: The resolvers the engine's embedded DNS forwards to (an ``allowlist``
             trial: its egress proxy's responder; None: the host's).
         engine_runtime: The OCI runtime (``runsc``; None: the engine's default).
-        writable_root: The image root is writable: its layer is moved onto the trial's
-            capped filesystem before start (:mod:`sandbox.docker.rootlayer`). Never set
-            it where that cannot be done: the root would be writable without a cap.
+        writable_root: The image root is writable. Set it only with a cap: its layer
+            moved onto the trial's filesystem before start (:mod:`sandbox.docker.rootlayer`),
+            ``storage_opt``, or the run's watcher (:mod:`sandbox.docker.rootcap`).
+        storage_opt: The engine's own cap of the writable layer (``{"size": "<n>m"}``).
     """
 
     image: str
@@ -147,6 +149,7 @@ class ContainerSite:
     dns: tuple[str, ...] | None = None
     engine_runtime: str | None = None
     writable_root: bool = False
+    storage_opt: Mapping[str, str] | None = None
 
 
 def tmpfs_dirs(*, image_tests: bool, host_storage: bool) -> dict[str, str]:
@@ -215,6 +218,7 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
         "cap_add": SUPERVISOR_CAPS,
         "security_opt": ["no-new-privileges"],
         "read_only": not site.writable_root,
+        "storage_opt": dict(site.storage_opt) if site.storage_opt else None,
         "tmpfs": tmpfs_dirs(image_tests=spec.image_tests, host_storage=site.host_storage),
         "mounts": [
             *site.storage_mounts,

@@ -22,8 +22,8 @@ in the run's temp dir.
 
 The same holds under runc and gVisor (``runsc``): both get the root the engine assembles.
 Where it cannot be done (the harness is not root, a remote engine, a storage driver other
-than overlay2, a layer dir this host cannot see) :func:`root_layer_problem` says why; the
-container then keeps a read-only root (never an uncapped writable one).
+than overlay2) :func:`root_layer_problem` says why; the root is then still writable, capped
+by the engine or by the run's watcher of layer sizes (:mod:`sandbox.docker.rootcap`).
 """
 
 from __future__ import annotations
@@ -110,8 +110,13 @@ def storage_driver(client: Any) -> str:
     return known
 
 
-def warn_read_only_root(run: str, problem: str) -> bool:
-    """Say once per run that its trials keep a read-only image root, and why.
+def warn_soft_root(run: str, problem: str, refusal: str) -> bool:
+    """Say once per run that its trials' image roots are capped softly, and why.
+
+    Args:
+        run: The run's label.
+        problem: Why the layer cannot be moved onto a trial filesystem here.
+        refusal: Why the engine refused to cap a layer itself (``storage_opt size``).
 
     Returns:
         Whether this call said it (the first for ``run``).
@@ -121,11 +126,12 @@ def warn_read_only_root(run: str, problem: str) -> bool:
             return False
         _warned.add(run)
     logger.warning(
-        "the image root of this run's docker trials stays read-only: %s; writes to / fail "
-        "(EROFS), so tests that install packages fail. Run the harness as root on the "
-        "engine's host with the overlay2 storage driver for a writable root capped by "
-        "storage_mb",
+        "the image root of this run's docker trials is capped by storage_mb softly (its size "
+        "polled, the writer stopped at the cap; no ENOSPC): %s, and the engine refused "
+        "--storage-opt size (%s). Run the harness as root on the engine's host with "
+        "overlay2, or give the engine an XFS data root mounted with pquota, for a hard cap",
         problem,
+        refusal,
     )
     return True
 
@@ -201,5 +207,5 @@ __all__ = [
     "layer_paths",
     "root_layer_problem",
     "storage_driver",
-    "warn_read_only_root",
+    "warn_soft_root",
 ]

@@ -26,6 +26,14 @@ from sandbox.docker.egress import problem as egress_problem
 from sandbox.docker.engine import remove_leaks
 from sandbox.docker.images import ImageResolver
 from sandbox.docker.labels import KIND, MANAGED, RUNTIME_KIND
+from sandbox.docker.rootcap import (
+    HARD_ENGINE,
+    SOFT,
+    EngineDisk,
+    LayerWatcher,
+    engine_size_refusal,
+    visible_data_root,
+)
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, ImageMissing, call, not_found
 from sandbox.docker.warm import WarmPool
 from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxError
@@ -126,6 +134,10 @@ class DockerRuntime:
         self.storage_budget = StorageBudget(self.tmp_dir) if host_storage else None
         #: Trial filesystems made ahead and removed in the background.
         self.storage_pool = StoragePool(self.tmp_dir, self.storage_budget, spares=spares)
+        #: The soft-capped roots' watcher and their room on the engine's disk (made once
+        #: a trial needs them: :meth:`layer_watcher`, :meth:`engine_disk`).
+        self._layer_watcher: LayerWatcher | None = None
+        self._engine_disk: EngineDisk | None = None
         #: Containers started ahead for the next trials, and background removals.
         self.warm: WarmPool[Any] | None = None
         if spares > 0:
@@ -279,6 +291,32 @@ class DockerRuntime:
                 self._engine_info = dict(call(self.client.info))
             return self._engine_info
 
+    def root_cap(self) -> tuple[str, str | None]:
+        """How a root this host cannot move onto a trial filesystem is capped here.
+
+        Returns:
+            ``(HARD_ENGINE, None)`` where the engine caps a layer (``storage_opt size``),
+            else ``(SOFT, the engine's refusal)``.
+        """
+        refusal = engine_size_refusal(self.client, self.base_image)
+        return (HARD_ENGINE, None) if refusal is None else (SOFT, refusal)
+
+    def layer_watcher(self) -> LayerWatcher:
+        """The run's one watcher of soft-capped layers (its thread starts with a trial)."""
+        with self._lock:
+            if self._layer_watcher is None:
+                self._layer_watcher = LayerWatcher(self.client)
+            return self._layer_watcher
+
+    def engine_disk(self) -> EngineDisk:
+        """The soft-capped trials' room on the engine's disk (unknown on a remote one)."""
+        info = self.engine_info()
+        with self._lock:
+            if self._engine_disk is None:
+                local = engine_is_local(self.client)
+                self._engine_disk = EngineDisk(visible_data_root(info, local))
+            return self._engine_disk
+
     def capacity(self) -> Capacity:
         """The engine's CPUs and memory, from ``docker info``."""
         info = self.engine_info()
@@ -319,6 +357,9 @@ class DockerRuntime:
 
     def release(self) -> None:
         """Drain this process's spares; remove the staged supervisor copy and tools."""
+        watcher, self._layer_watcher = self._layer_watcher, None
+        if watcher is not None:
+            watcher.close()
         for failure in self._drain():
             logger.warning("%s", failure)
         shutil.rmtree(self._staged, ignore_errors=True)

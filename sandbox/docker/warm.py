@@ -150,6 +150,7 @@ ADOPTED_STATE = (
     "_rootlayer",
     "_enginefiles",
     "_root_base",
+    "root_cap",
     "_channel",
     "_session",
     "_network",

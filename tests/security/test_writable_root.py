@@ -3,8 +3,8 @@
 A docker trial's image root is writable, under runc and gVisor alike: its overlay layer
 lives on the trial's own capped filesystem. The attacks plant from inside the trial and
 judge from outside: the host's mounts and loop devices, the engine's layer dir, the host
-file's mount flags, the harness's own RSS and fds. Where the root cannot be capped (here:
-no host storage) it stays read-only, and the run says so once.
+file's mount flags, the harness's own RSS and fds. Where the layer cannot be moved (here:
+no host storage) the root is still writable, capped softly, and the run says so once.
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ def test_a_tb2_style_test_sh_installs_into_the_root_of_its_own_trial(
     run = cli.run([task for _n, task in tasks], timeout=240)
     assert run.code == 0, run
     records = [run.by_task(name) for name, _task in tasks]
-    assert "stays read-only" not in run.stderr, run.stderr
+    assert "softly" not in run.stderr, run.stderr
     for record in records:
         assert record["reward"] == 1, (record, str(run))
     assert any(r["sandbox"]["warm"] for r in records), [r["sandbox"] for r in records]
@@ -386,13 +386,13 @@ def test_a_compose_tasks_main_container_has_a_writable_capped_root(
     assert not _trial_mounts(cli.tmpdir)
 
 
-def test_where_the_root_cannot_be_capped_it_stays_read_only_and_says_so(
+def test_where_the_layer_cannot_be_moved_the_root_is_writable_and_capped_softly(
     client: Any, image: str, sec: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """No trial filesystem on the engine's host (not root, a remote engine): no uncapped root.
+    """No trial filesystem on the engine's host (not root, a remote engine): a soft cap.
 
-    The root is read-only as before (a root verifier's write fails with EROFS), there is no
-    listing, and the run's one warning says why and what to do.
+    A root verifier writes the root (no EROFS), a setuid binary still gives no euid 0, there
+    is no listing, the record says the cap is soft, and the run's one warning says why.
     """
     made = DockerRuntime(
         client, ImageResolver(client), run_label=sec.unique("wroot-ro"), host_storage=False
@@ -402,13 +402,17 @@ def test_where_the_root_cannot_be_capped_it_stays_read_only_and_says_so(
             first = _sandbox(made, image, storage_mb=256)
             second = _sandbox(made, image, storage_mb=256)
         try:
-            out = _phase(first, "verifier", "touch /etc/x 2>&1; /usr/local/bin/suid-id")
-            assert "Read-only file system" in out and "euid=0" not in out, out
+            out = _phase(
+                first, "verifier", "touch /etc/x 2>&1 && echo wrote; /usr/local/bin/suid-id"
+            )
+            assert "wrote" in out and "euid=0" not in out, out
             assert first.root_changes() is None and first._rootlayer is None
+            limits = first.describe()["limits"]
+            assert limits["storage"] == "soft" and limits["enforced"]["storage_mb"] == "soft"
         finally:
             first.stop()
             second.stop()
     finally:
         made.close()
-    said = [r.getMessage() for r in caplog.records if "stays read-only" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "softly" in r.getMessage()]
     assert len(said) == 1 and "not root, or the engine is remote" in said[0], said

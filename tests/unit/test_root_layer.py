@@ -1,8 +1,9 @@
 """The writable root's layer dir and its leftovers (sandbox/docker/rootlayer.py, storage.py).
 
-Where the root cannot be capped the answer is a read-only root with a reason, said once
-per run; a bind of a trial's filesystem left over the engine's layer dir by a killed run
-is found from the loop device's image and unmounted, before the trial filesystems.
+Where the layer cannot be moved onto a trial filesystem the answer is a reason, and the
+run says once that its roots are capped softly; a bind of a trial's filesystem left over
+the engine's layer dir by a killed run is found from the loop device's image and
+unmounted, before the trial filesystems.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.docker.rootlayer import layer_paths, root_layer_problem, warn_read_only_root
+from sandbox.docker.rootlayer import layer_paths, root_layer_problem, warn_soft_root
 from sandbox.storage import TrialStorage, binds_of, release_leftovers
 
 
@@ -33,19 +34,19 @@ def test_layer_paths_come_from_overlay2_only() -> None:
     assert layer_paths({}) is None
 
 
-def test_the_root_stays_read_only_where_it_cannot_be_capped() -> None:
+def test_the_layer_is_moved_only_where_it_can_be() -> None:
     assert root_layer_problem(host_storage=True, driver="overlay2") is None
     assert "not root" in str(root_layer_problem(host_storage=False, driver=None))
     assert "btrfs" in str(root_layer_problem(host_storage=True, driver="btrfs"))
 
 
-def test_the_read_only_root_is_said_once_per_run(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_soft_cap_is_said_once_per_run(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        assert warn_read_only_root("run-once-a", "why")
-        assert not warn_read_only_root("run-once-a", "why")
-        assert warn_read_only_root("run-once-b", "why")
-    lines = [r.getMessage() for r in caplog.records if "read-only" in r.getMessage()]
-    assert len(lines) == 2 and "storage_mb" in lines[0]
+        assert warn_soft_root("run-once-a", "why", "refused")
+        assert not warn_soft_root("run-once-a", "why", "refused")
+        assert warn_soft_root("run-once-b", "why", "refused")
+    lines = [r.getMessage() for r in caplog.records if "softly" in r.getMessage()]
+    assert len(lines) == 2 and "storage_mb" in lines[0] and "refused" in lines[0]
 
 
 @pytest.mark.root
