@@ -47,7 +47,12 @@ from harness.agents.installed.cache import (
     Platform,
     run_fetch,
 )
-from harness.agents.installed.python_runtime import RUNTIME, STDLIB_SKIP, loader_name
+from harness.agents.installed.python_runtime import (
+    RUNTIME,
+    STDLIB_SKIP,
+    PythonAgentSpec,
+    loader_name,
+)
 
 #: Debian's suite and the interpreter's version in it.
 SUITE = "trixie"
@@ -68,13 +73,12 @@ _MULTIARCH = {"x86_64": ("amd64", "x86_64-linux-gnu"), "aarch64": ("arm64", "aar
 
 
 @dataclass(frozen=True)
-class DebianPythonSpec(InstallSpec):
-    """An :class:`InstallSpec` for an agent on Debian's Python (suite and packages keyed)."""
+class DebianPythonSpec(PythonAgentSpec):
+    """A :class:`PythonAgentSpec` on Debian's Python (its suite and packages keyed)."""
 
     def as_json(self) -> dict[str, Any]:  # noqa: D102
         return {
             **super().as_json(),
-            "runtime": f"debian-{SUITE}-python{PYTHON_XY}",
             "debian_packages": list(PACKAGES),
             "runtime_layout": 2,
         }
@@ -82,7 +86,9 @@ class DebianPythonSpec(InstallSpec):
 
 def debian_python_spec(agent: str, version: str, requirements: tuple[str, ...]) -> DebianPythonSpec:
     """The spec of an agent's entry: its pinned PyPI packages on Debian's Python."""
-    return DebianPythonSpec(agent=agent, version=version, pypi=requirements)
+    return DebianPythonSpec(
+        agent=agent, version=version, pypi=requirements, runtime=f"debian-{SUITE}-python{PYTHON_XY}"
+    )
 
 
 def ensure_debian_python_agent(cache: AgentCache, spec: DebianPythonSpec, mount: str) -> CacheEntry:
