@@ -23,6 +23,7 @@ from harness.tasks import load_tasks
 from sandbox import cgroups
 from sandbox.docker import hostguard
 from sandbox.docker.aliases import mark_task_images
+from sandbox.docker.boundary import second_boundary
 from sandbox.docker.engine import LeakReport, connect, engine_facts, remove_leaks
 from sandbox.docker.images import (
     DEFAULT_IMAGE,
@@ -31,11 +32,21 @@ from sandbox.docker.images import (
     ImageResolver,
     parse_aliases,
 )
-from sandbox.docker.labels import IMAGE_HASH, MANAGED
-from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, ImageMissing, call
+from sandbox.docker.labels import IMAGE_HASH, KIND, MANAGED
+from sandbox.docker.limits import CGROUP_LIMITS, applied, engine_gaps
+from sandbox.docker.rootcap import HARD_ENGINE, HARD_LOOP, SOFT, engine_size_refusal
+from sandbox.docker.rootlayer import root_layer_problem
+from sandbox.docker.runtime import engine_is_local, network_runtime_of
+from sandbox.docker.sdk import (
+    EngineError,
+    EngineObjectMissing,
+    EngineRequestError,
+    ImageMissing,
+    call,
+)
 from sandbox.errors import EngineUnavailable, EnvironmentStartError
 from sandbox.removal import remove_tree
-from sandbox.storage import release_leftovers
+from sandbox.storage import release_leftovers, storage_supported
 
 #: Temp dirs the harness and its sandboxes create (``harness-run-<name>`` holds a local
 #: run's trial roots, ``harness-ray-<name>`` a Ray node's copy of a run's tasks and scratch).
@@ -323,22 +334,231 @@ def _local_limits(report: DoctorReport) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Guarantee:
+    """One guarantee on the engine the doctor reached: whether it holds there, and how.
+
+    Attributes:
+        name: The guarantee (``network: public``, ``limit: memory_mb``, ...).
+        holds: Whether trials on this engine, run by this user, get it.
+        how: What enforces it here, or why it does not hold and what happens instead.
+    """
+
+    name: str
+    holds: bool
+    how: str
+
+
 @dataclass
 class DoctorReport:
-    """``harness doctor``: facts as (check, result) rows, and problems with their fixes."""
+    """``harness doctor``: facts as (check, result) rows, guarantees, problems with fixes."""
 
     checks: list[tuple[str, str]] = field(default_factory=list)
+    guarantees: list[Guarantee] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
+def _network_rows(client: docker.DockerClient, runtimes: dict[str, Any]) -> list[Guarantee]:
+    """Each network mode: by which filter it holds here (as the docker runtime decides it)."""
+    host = hostguard.problem(client)  # the host egress filter's condition (egress.problem)
+    gvisor = "runsc" in runtimes
+    gvisor_net = network_runtime_of("runsc", runtimes) if gvisor else None
+    if not gvisor:
+        under_gvisor = ""
+    elif gvisor_net is None:
+        under_gvisor = "; not under gVisor: no runsc-net runtime is registered"
+    else:
+        under_gvisor = f"; under gVisor through the {gvisor_net} runtime"
+    if host is None:
+        public = "the host egress filter (iptables on the engine's host, the harness is root)"
+        allowlist = Guarantee(
+            "network: allowlist", True, "its egress proxy behind the host egress filter"
+        )
+    else:
+        public = (
+            "each trial's own namespace filter (a holder container with NET_ADMIN only in "
+            f"the trial's namespace writes its rules); no host filter: {host}"
+        )
+        allowlist = Guarantee(
+            "network: allowlist",
+            False,
+            f"refused before the run: its proxy needs the host egress filter, and {host}",
+        )
+    return [
+        Guarantee(
+            "network: no-network", True, "every runtime: the container has no network (none)"
+        ),
+        Guarantee("network: public", True, public + under_gvisor),
+        allowlist,
+    ]
+
+
+def _root_row(client: docker.DockerClient, info: dict[str, Any]) -> Guarantee:
+    """The trial's image root: writable, and which cap holds it here (as a run decides it)."""
+    host_storage = storage_supported() and engine_is_local(client)
+    why = root_layer_problem(host_storage=host_storage, driver=str(info.get("Driver") or ""))
+    if why is None:
+        return Guarantee(
+            "writable root",
+            True,
+            f"writable, {HARD_LOOP} cap of storage_mb: the container's layer on the trial's "
+            "loop filesystem on this host",
+        )
+    try:
+        refusal = engine_size_refusal(client, DEFAULT_IMAGE)
+    except EngineError as exc:
+        return Guarantee("writable root", False, f"unknown: the engine's probe failed: {exc}")
+    if refusal is None:
+        how = f"the engine caps the layer (--storage-opt size=); no loop filesystem: {why}"
+        return Guarantee("writable root", True, f"writable, {HARD_ENGINE} cap of storage_mb: {how}")
+    return Guarantee(
+        "writable root",
+        True,
+        f"writable, {SOFT} cap of storage_mb: the layer's size is polled through the engine "
+        "and a trial at its cap ends as storage_full (overshoot possible); no loop "
+        f"filesystem: {why}; no --storage-opt size=: {refusal}",
+    )
+
+
+#: The probe container's limits (created, inspected and removed; never started).
+_PROBE_MEMORY_MB, _PROBE_CPUS, _PROBE_PIDS = 64, 0.5, 64
+
+
+def _held_by_a_container(client: docker.DockerClient) -> dict[str, bool] | None:
+    """Which limits a created container's configuration holds (None: no probe was possible).
+
+    Some engines accept a limit and drop it without an error (rootless podman on cgroup v1
+    says it has a cgroup driver, then leaves ``Memory: 0``), as a run's records find too.
+    """
+    try:
+        probe = call(
+            client.containers.create,
+            DEFAULT_IMAGE,
+            ["true"],
+            entrypoint=[],
+            network_mode="none",
+            mem_limit=f"{_PROBE_MEMORY_MB}m",
+            nano_cpus=int(_PROBE_CPUS * 1e9),
+            pids_limit=_PROBE_PIDS,
+            labels={MANAGED: "1", KIND: "doctor-probe"},
+        )
+    except EngineError:
+        return None
+    try:
+        host_config = call(client.api.inspect_container, str(probe.id)).get("HostConfig") or {}
+        return applied(
+            host_config,
+            memory_mb=_PROBE_MEMORY_MB,
+            cpus=_PROBE_CPUS,
+            pids=_PROBE_PIDS,
+        )
+    finally:
+        try:
+            call(probe.remove, force=True)
+        except EngineError:
+            pass  # labelled: `harness sandbox cleanup` removes it
+
+
+def _limit_rows(client: docker.DockerClient, info: dict[str, Any]) -> list[Guarantee]:
+    """Each cgroup limit: enforced by the engine, or not and why (records say the same).
+
+    Judged as a run's records are: what the engine says it can enforce (``docker info``)
+    and what a created container's configuration holds.
+    """
+    gaps = engine_gaps(info)
+    held = _held_by_a_container(client)
+    driver, version = info.get("CgroupDriver"), info.get("CgroupVersion")
+    rows = []
+    for limit in CGROUP_LIMITS:
+        if limit in gaps:
+            why = gaps[limit]
+        elif held is not None and not held[limit]:
+            why = "the engine dropped it from a created container's configuration (HostConfig)"
+        else:
+            how = f"the engine's cgroups ({driver} driver, cgroup v{version})"
+            if held is None:
+                how += "; the engine's word only (no probe container could be created)"
+            rows.append(Guarantee(f"limit: {limit}", True, how))
+            continue
+        how = f"not enforced: {why}; each record says so (sandbox.limits.enforced)"
+        rows.append(Guarantee(f"limit: {limit}", False, how))
+    return rows
+
+
+def _isolation_rows(client: docker.DockerClient, info: dict[str, Any]) -> list[Guarantee]:
+    """The compose host guard, gVisor, and the second boundary of ``--agent-root isolated``."""
+    runtimes = info.get("Runtimes") or {}
+    guard = hostguard.problem(client)
+    rows = [
+        Guarantee(
+            "compose host guard",
+            guard is None,
+            "an INPUT DROP rule per compose bridge on the engine's host"
+            if guard is None
+            else f"compose tasks are refused: {guard}",
+        )
+    ]
+    if "runsc" in runtimes:
+        net = network_runtime_of("runsc", runtimes)
+        how = "runsc is registered" + (
+            f"; its trials with the internet run on {net}"
+            if net is not None
+            else "; no runsc-net: its trials get no internet"
+        )
+        rows.append(Guarantee("gVisor", True, how))
+    else:
+        rows.append(
+            Guarantee("gVisor", False, "runsc is not registered (`bash docker/start-engine.sh`)")
+        )
+    boundary = second_boundary(None, info)
+    ways = []
+    if boundary != "none":
+        ways.append(f"runc behind the engine's {boundary} user namespace")
+    if "runsc" in runtimes:
+        ways.append("--runtime runsc (gVisor)")
+    if ways:
+        how = "with " + ", or ".join(ways)
+        if boundary == "none":
+            how += "; not on runc (no user-namespace remapping)"
+        rows.append(Guarantee("--agent-root isolated", True, how))
+    else:
+        rows.append(
+            Guarantee(
+                "--agent-root isolated",
+                False,
+                "refused: no gVisor and no user-namespace remapping on this engine",
+            )
+        )
+    return rows
+
+
+def guarantees(client: docker.DockerClient) -> list[Guarantee]:
+    """What the docker sandbox guarantees on this engine, run by this user, and how."""
+    info: dict[str, Any] = dict(call(client.info))
+    runtimes = info.get("Runtimes") or {}
+    return [
+        *_network_rows(client, runtimes),
+        _root_row(client, info),
+        *_limit_rows(client, info),
+        *_isolation_rows(client, info),
+    ]
+
+
 def doctor() -> DoctorReport:
-    """Check root, the engine, its API version, runtimes, cgroups, host rules, base image."""
+    """Check root, the engine, its API version, runtimes, cgroups, host rules, base image.
+
+    Then each guarantee of the docker sandbox on that engine (:func:`guarantees`). The
+    problems are what keeps a sandbox from running at all; a guarantee that does not hold
+    here is a row, not a problem (a run needing it is refused, or says so, itself).
+    """
     report = DoctorReport()
     root = os.geteuid() == 0
     report.checks.append(("running as root", "yes" if root else "no"))
-    if not root:
-        report.problems.append("the local sandbox drops privileges only as root: run as root")
-    _local_limits(report)
+    if root:
+        _local_limits(report)
+    else:
+        # The local sandbox needs root (docs/deployments.md); the docker sandbox does not.
+        report.checks.append(("local sandbox", "needs root (use --sandbox docker)"))
     try:
         client = connect(timeout=10)
     except EngineUnavailable as exc:
@@ -354,10 +574,6 @@ def doctor() -> DoctorReport:
         ("memory / pids limits", f"{facts['memory_limit']} / {facts['pids_limit']}"),
         ("security options", ", ".join(facts["security_options"])),
     ]
-    if "runsc" not in facts["runtimes"]:
-        report.checks.append(("gVisor", "not registered (optional: `bash docker/start-engine.sh`)"))
-    if not facts["memory_limit"] or not facts["pids_limit"]:
-        report.problems.append("the engine cannot enforce memory/pids limits: enable those cgroups")
     report.checks.append(("compose host rules", _host_rules(client)))
     try:
         call(client.images.get, DEFAULT_IMAGE)
@@ -367,6 +583,7 @@ def doctor() -> DoctorReport:
         report.problems.append(
             f"base image {DEFAULT_IMAGE} is missing: `bash images/bootstrap-base.sh`"
         )
+    report.guarantees = guarantees(client)
     return report
 
 
@@ -375,6 +592,7 @@ __all__ = [
     "TEMP_PATTERNS",
     "CleanupReport",
     "DoctorReport",
+    "Guarantee",
     "BuildReport",
     "ImageResult",
     "ImageRow",
@@ -382,6 +600,7 @@ __all__ = [
     "cleanup",
     "doctor",
     "engine",
+    "guarantees",
     "list_images",
     "prune_images",
 ]

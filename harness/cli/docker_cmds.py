@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -134,13 +136,35 @@ def sandbox_cleanup(
     raise typer.Exit(1 if leaks.errors or report.cgroup_errors else 0)
 
 
-def doctor() -> None:
-    """Check the engine, runtimes, cgroups, compose host rules, base image; exit 1 with fixes."""
+def doctor(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the checks, guarantees and problems as JSON.")
+    ] = False,
+) -> None:
+    """Check the engine and say which guarantee holds on it, and how; exit 1 with fixes."""
     report = admin.doctor()
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "checks": dict(report.checks),
+                    "guarantees": [asdict(row) for row in report.guarantees],
+                    "problems": report.problems,
+                },
+                indent=2,
+            )
+        )
+        raise typer.Exit(1 if report.problems else 0)
     table = _table("check", "result", header=False)
     for check, result in report.checks:
-        table.add_row(check, result)
+        table.add_row(check, escape(result))
     out.print(table)
+    if report.guarantees:
+        rows = _table("guarantee", "holds", "how")
+        for row in report.guarantees:
+            holds = "[green]yes[/green]" if row.holds else "[yellow]no[/yellow]"
+            rows.add_row(row.name, holds, escape(row.how))
+        out.print(rows)
     for problem in report.problems:
         err.print(f"[red]problem:[/red] {escape(problem)}")
     raise typer.Exit(1 if report.problems else 0)
