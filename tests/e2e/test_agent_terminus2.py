@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 from conftest import EXAMPLES, read_run_dir, run_cli
 from support.installed_agents import (
     BACKEND_PARAMS,
+    RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
     assert_probe,
@@ -119,3 +121,37 @@ def test_terminus2_is_listed_with_its_version() -> None:
     result = run_cli("agents", "list", timeout=120)
     assert result.code == 0, result
     assert listed_with_version(result.stdout, AGENT, VERSION), result.stdout
+
+
+@pytest.mark.parametrize("backend", RUNC_PARAMS)
+def test_terminus2_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None:
+    canary = CANARY_PREFIX + secrets.token_hex(20)
+    script = {"responses": [_answer([], complete=True), _answer([], complete=True)]}
+    tasks = task_set(tmp_path, script, "openai-chat", agent_timeout_sec=AGENT_TIMEOUT_SEC)
+    run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
+    run = read_run_dir(run_dir)
+    [record] = run.records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 0
+    evidence = run.evidence(record)
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    names = [e["name"] for e in transcript if e["type"] == "tool_call"]
+    assert names == ["mark_task_complete", "mark_task_complete"]
+    assert not (evidence / "workspace" / "hello.txt").exists()
+    assert files_holding(run_dir, canary.encode()) == []
+
+
+def test_a_terminus2_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path) -> None:
+    tasks = task_set(tmp_path, {"responses": [{"text": "x"}]}, "openai-chat")
+    out = tmp_path / "runs"
+    result = run_cli(
+        "run", tasks, "--agent", AGENT, "--model", "faux/cli-script",
+        "--set", "agent.version=0.0.0.999", "-o", out,
+        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""}, timeout=600,
+    )  # fmt: skip
+    assert result.code == 2, result
+    errors = result.error_lines()
+    assert len([line for line in errors if f"cannot install agent {AGENT}" in line]) == 1
+    assert "harbor==0.0.0.999" in result.stderr and "agent.version" in result.stderr
+    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+    shutil.rmtree(out, ignore_errors=True)
