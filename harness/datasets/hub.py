@@ -33,10 +33,10 @@ import httpx
 
 from harness.datasets.inputs import (
     check_digest,
-    check_git_url,
     check_hub_ref,
     check_package_name,
     check_ref,
+    check_remote_git_url,
     check_storage_path,
     check_task_path,
     check_text,
@@ -96,7 +96,8 @@ class HubTask:
     Attributes:
         name: ``ORG/NAME``.
         digest: ``sha256:<hex>`` of the package (None for a git pin).
-        git: The git pin (a mirror may serve one), checked as a registry task is.
+        git: The git pin (a mirror may serve one), checked as a registry task is, and
+            naming a remote repository only (never a path of this machine).
     """
 
     name: str
@@ -382,7 +383,7 @@ def _task(version: Any, where: str) -> HubTask:
         try:
             git = RegistryTask(
                 name=name,
-                git_url=check_git_url(str(version.get("git_url"))),
+                git_url=check_remote_git_url(str(version.get("git_url"))),
                 git_commit_id=check_ref(str(version.get("git_commit_id") or "HEAD")),
                 path=check_task_path(str(version.get("path") or "")),
             )

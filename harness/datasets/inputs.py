@@ -157,6 +157,32 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
+#: The transports by which a remote source (the Hub) may name a repository: never a path.
+REMOTE_SCHEMES = ("git", "http", "https", "ssh")
+
+
+def check_remote_git_url(value: str) -> str:
+    """A git URL of a remote repository, as a remote source (the Hub) may name one.
+
+    Checked as :func:`check_git_url`, and besides: an ``https``, ``http``, ``ssh`` or
+    ``git`` URL or an scp-like ``USER@HOST:PATH``, never a path or ``file://`` (a remote
+    answer must not make the harness read a repository of this machine).
+
+    Raises:
+        ValueError: It fails :func:`check_git_url`, or names a local repository.
+    """
+    check_git_url(value)
+    scheme = _SCHEME.match(value)
+    colon, slash = value.find(":"), value.find("/")
+    scp_like = not scheme and colon > 0 and (slash < 0 or colon < slash)
+    if scp_like or (scheme and scheme.group(1).lower() in REMOTE_SCHEMES):
+        return value
+    raise ValueError(
+        f"git URL {_shown(value)} names a repository of this machine (a path or file://): "
+        "a remote source may name only https://, http://, ssh://, git:// or USER@HOST:PATH"
+    )
+
+
 def check_text(value: str, what: str = "name") -> str:
     """A name or label: no control character, at most 1024 characters.
 
@@ -233,11 +259,13 @@ def check_storage_path(value: str) -> str:
 
 __all__ = [
     "ALLOWED_SCHEMES",
+    "REMOTE_SCHEMES",
     "DIGEST",
     "PACKAGE_NAME",
     "check_digest",
     "check_hub_ref",
     "check_package_name",
+    "check_remote_git_url",
     "check_storage_path",
     "FULL_COMMIT",
     "check_commit",

@@ -2,15 +2,19 @@
 
 The Hub is a real HTTP server on 127.0.0.1 answering Harbor's read API
 (tests/support/harbor_hub.py); its packages are real ``tar.gz`` archives of real task dirs
-and its git pins name a real local repository. Every run is the real CLI with the local
-sandbox and the oracle agent, so a reward of 1 says the task that ran is the one pinned.
+and its git pins name a real repository served by ``git daemon`` on 127.0.0.1. Every run
+is the real CLI with the local sandbox and the oracle agent, so a reward of 1 says the task
+that ran is the one pinned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +126,29 @@ def _git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+@contextlib.contextmanager
+def _git_daemon(base: Path) -> Iterator[str]:
+    """``git daemon`` serving ``base`` on 127.0.0.1: a remote repository, as a Hub names one."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        ["git", "daemon", "--export-all", "--reuseaddr", "--listen=127.0.0.1",
+         f"--port={port}", f"--base-path={base}", str(base)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(200):  # until it accepts connections (bounded)
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"git://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def test_a_hub_dataset_of_git_pins_runs_its_commit(e2e: Any, tmp_path: Path) -> None:
     repo = tmp_path / "upstream"
     make_task(repo / "tasks", "gamma")
@@ -137,20 +164,23 @@ def test_a_hub_dataset_of_git_pins_runs_its_commit(e2e: Any, tmp_path: Path) -> 
         "task_version": {
             "content_hash": "0" * 64,
             "package": {"name": "gamma", "org": {"name": "acme"}},
-            "git_url": str(repo),
+            "git_url": "",
             "git_commit_id": commit,
             "path": "tasks/gamma",
         }
     }
-    state.publish_dataset("acme", "gitset", [row])
     env = hub_env(tmp_path / "cache")
-    with serve_hub(state) as url:
+    with _git_daemon(tmp_path) as daemon, serve_hub(state) as url:
+        row["task_version"]["git_url"] = f"{daemon}/upstream"
+        state.publish_dataset("acme", "gitset", [row])
         run = _run(e2e, env, tmp_path / "runs", "-d", "acme/gitset", "--hub-url", url)
         assert run.code == 0, run
     run_dir = e2e.only_run_dir(tmp_path / "runs")
     assert _rewards(e2e, run_dir) == {"acme/gamma": 1.0}
     (task,) = _lock(run_dir)["tasks"]
-    assert (task["git_url"], task["commit"], task["path"]) == (str(repo), commit, "tasks/gamma")
+    pin = (f"{daemon}/upstream", commit, "tasks/gamma")
+    assert (task["git_url"], task["commit"], task["path"]) == pin
+    # The repository is gone too: the lock reruns the pinned task from the cache.
     again = _run(e2e, env, tmp_path / "runs2", "--from-lock", run_dir)
     assert again.code == 0 and _lock(e2e.only_run_dir(tmp_path / "runs2"))["tasks"] == [task]
 

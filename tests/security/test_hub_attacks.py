@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import subprocess
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -174,8 +175,6 @@ def _run(evil: Evil, url: str, *args: str) -> object:
 
 
 def _judge(evil: Evil, done: object, before: dict[str, str], message: str) -> None:
-    import subprocess
-
     assert isinstance(done, subprocess.CompletedProcess)
     assert done.returncode == 2, done
     assert message in done.stderr, done.stderr
@@ -209,7 +208,7 @@ def _git_pin_ref_option(evil: Evil) -> None:
             "task_version": {
                 "content_hash": evil.digest,
                 "package": {"name": "alpha", "org": {"name": "acme"}},
-                "git_url": str(evil.tmp / "src"),
+                "git_url": "git://127.0.0.1:9/nothing-listens",
                 "git_commit_id": f"--upload-pack=touch {evil.canary}",
                 "path": "alpha",
             }
@@ -229,6 +228,21 @@ def _git_pin_path_dotdot(evil: Evil) -> None:
     version = next(iter(evil.state.dataset_tasks.values()))[0]["task_version"]
     version["git_commit_id"] = "a" * 40
     version["path"] = "../../outside"
+
+
+def _git_pin_local_path(evil: Evil) -> None:
+    # A remote Hub naming a real repository of this machine, at its real commit: fetched,
+    # its content would become a task the agent sees.
+    private = evil.tmp / "private"
+    make_task(private, "alpha")
+    git = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t", "-C", str(private)]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "private"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True)
+    _git_pin_ref_option(evil)
+    version = next(iter(evil.state.dataset_tasks.values()))[0]["task_version"]
+    version["git_commit_id"] = head.stdout.strip()
+    version["git_url"] = f"file://{private}"
 
 
 def _archive_path_dotdot(evil: Evil) -> None:
@@ -253,6 +267,7 @@ ANSWER_ATTACKS: dict[str, tuple[Callable[[Evil], None], str]] = {
     "git-ref-option": (_git_pin_ref_option, "is not a git ref"),
     "git-ext-url": (_git_pin_ext_url, "names a git transport helper"),
     "git-path-dotdot": (_git_pin_path_dotdot, "must be relative"),
+    "git-local-path": (_git_pin_local_path, "names a repository of this machine"),
     "archive-path-dotdot": (_archive_path_dotdot, "is not a relative storage path"),
     "archive-path-option": (_archive_path_option, "is not a relative storage path"),
     "package-name-option": (_package_name_option, "is not ORG/NAME"),
