@@ -34,6 +34,7 @@ from support.installed_agents import (
     run_agent,
     task_set,
 )
+from test_agent_musl import _run_musl, _task_set, musl_image
 from test_installed_agents import CANARY_PREFIX
 
 from harness.agents.installed.base import INSTALL_MOUNT
@@ -43,7 +44,7 @@ VERSION = "0.26.0"
 #: Terminus-2 imports litellm on a cold interpreter (never asserted on).
 AGENT_TIMEOUT_SEC = 900
 
-__all__ = ["listener"]  # the fixture, from tests/support/installed_agents.py
+__all__ = ["listener", "musl_image"]  # the fixtures, from tests/support and test_agent_musl
 
 
 def _answer(keystrokes: list[str], *, complete: bool = False) -> dict[str, Any]:
@@ -155,3 +156,24 @@ def test_a_terminus2_version_that_cannot_be_had_fails_before_any_trial(tmp_path:
     assert "harbor==0.0.0.999" in result.stderr and "agent.version" in result.stderr
     assert not out.exists() or not list(out.glob("*/trials.jsonl"))
     shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.docker
+def test_terminus2_runs_on_a_musl_image_with_no_python_and_no_tmux(
+    tmp_path: Path, musl_image: str
+) -> None:
+    """The image has musl, busybox and a static bash: the entry brings Python, tmux, glibc."""
+    script = {
+        "responses": [
+            _answer(["printf 'Hello, world!\\n' > hello.txt\n"]),
+            _answer([], complete=True),
+            _answer([], complete=True),
+        ]
+    }
+    tasks = _task_set(tmp_path, musl_image, script, api="openai-chat", memory_mb=2048)
+    record, evidence = _run_musl(tmp_path, tasks, AGENT, "OPENAI_API_KEY", libc=None)
+    assert record["sandbox"]["image"] == musl_image
+    atif = json.loads((evidence / "agent-logs" / AGENT / "trajectory.json").read_text())
+    calls = [c for s in atif["steps"] for c in s.get("tool_calls") or []]
+    assert calls[0]["function_name"] == "bash_command"
+    assert "hello.txt" in calls[0]["arguments"]["keystrokes"]
