@@ -2,10 +2,13 @@
 
 ``harness run -d NAME@VERSION`` reads a registry (Harbor's legacy ``registry.json``),
 fetches each task dir with a blobless sparse checkout at its pinned commit into a cache
-shared by runs, and writes ``datasets.lock.json`` into the run dir. See docs/datasets.md.
+shared by runs, and writes ``datasets.lock.json`` into the run dir; ``-d ORG/NAME@REF``
+reads Harbor Hub and fetches each task as a package checked against its digest
+(:mod:`harness.datasets.hub`, :mod:`harness.datasets.packages`). See docs/datasets.md.
 """
 
 from harness.datasets.cache import CACHE_ENV, TaskCache, cache_root, tree_digest
+from harness.datasets.hub import DEFAULT_HUB_URL, HUB_URL_ENV, Hub, hub_url
 from harness.datasets.lock import (
     DATASETS_LOCK_FILENAME,
     DatasetsLock,
@@ -28,11 +31,14 @@ from harness.datasets.resolve import (
 __all__ = [
     "CACHE_ENV",
     "DATASETS_LOCK_FILENAME",
+    "DEFAULT_HUB_URL",
     "DEFAULT_REGISTRY_URL",
+    "HUB_URL_ENV",
     "REGISTRY_URL_ENV",
     "Dataset",
     "DatasetError",
     "DatasetsLock",
+    "Hub",
     "LockedTask",
     "Registry",
     "RegistryTask",
@@ -40,6 +46,7 @@ __all__ = [
     "TaskCache",
     "cache_root",
     "default_registry_url",
+    "hub_url",
     "load_registry",
     "materialize",
     "read_lock",
