@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 import pytest
-from support.docker import docker_client, require_image
+from support.docker import docker_client, prerequisite_missing, require_image
 from support.users import (
     REPO,
     ROOTLESS_USER,
@@ -59,8 +59,12 @@ def _engine_caps_layers(host: str) -> bool:
 def _rows(done: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
     report = json.loads(done.stdout)
     assert done.returncode == (1 if report["problems"] else 0), done.stderr
-    # Every problem left is one a user fixes (a base image to bootstrap), never a guarantee.
-    assert all("base image" in problem for problem in report["problems"]), report
+    # Every problem left is one a user fixes (a base image to bootstrap) or the local
+    # sandbox's, never a guarantee of the docker sandbox.
+    assert all(
+        "base image" in problem or problem.startswith("the local sandbox")
+        for problem in report["problems"]
+    ), report
     rows = {row["name"]: row for row in report["guarantees"]}
     assert set(rows) == {
         "network: no-network",
@@ -99,12 +103,14 @@ def _limits_and_runtimes(rows: dict[str, dict[str, Any]], info: dict[str, Any]) 
     assert ("--runtime runsc" in isolated["how"]) is ("runsc" in runtimes), isolated
 
 
-def _without_root(rows: dict[str, dict[str, Any]], host: str) -> None:
+def _without_root(
+    rows: dict[str, dict[str, Any]], host: str, why: str = "the harness does not run as root"
+) -> None:
     """What a user who is not root on the engine's host gets, whatever the engine."""
     assert rows["network: no-network"]["holds"], rows
     public = rows["network: public"]
     assert public["holds"] and "own namespace filter" in public["how"], public
-    assert "the harness does not run as root" in public["how"], public
+    assert why in public["how"], public
     allowlist = rows["network: allowlist"]
     assert not allowlist["holds"] and "refused" in allowlist["how"], allowlist
     root = rows["writable root"]
@@ -112,7 +118,7 @@ def _without_root(rows: dict[str, dict[str, Any]], host: str) -> None:
     cap = "hard-engine" if _engine_caps_layers(host) else "soft"
     assert root["how"].startswith(f"writable, {cap} cap"), root
     guard = rows["compose host guard"]
-    assert not guard["holds"] and "does not run as root" in guard["how"], guard
+    assert not guard["holds"] and why in guard["how"], guard
 
 
 def test_doctor_as_root_on_the_engines_host() -> None:
@@ -159,3 +165,36 @@ def test_doctor_on_the_rootless_engine() -> None:
     _limits_and_runtimes(rows, info)
     # The rootless engine's own user namespace is a second boundary for a root agent.
     assert "rootless" in rows["--agent-root isolated"]["how"], rows
+
+
+def test_doctor_in_the_ci_image() -> None:
+    """The CI image: root in its own container, the engine's socket mounted (scripts/ci-image).
+
+    Root there is not root in the engine's network namespace: no host filter, no compose
+    guard, no loop filesystem; what holds is the docker-group case's. This checkout's
+    harness and sandbox are mounted over the image's copies.
+    """
+    require_image(docker_client())
+    image = "harness/ci:latest"
+    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode:
+        prerequisite_missing(f"the CI image {image} (bash scripts/ci-image --build-only)")
+    site = "/opt/harness/site"
+    done = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--label", "org.harness.managed=1"]
+        + ["-v", "/var/run/docker.sock:/var/run/docker.sock"]
+        + [
+            "-v",
+            f"{REPO / 'harness'}:{site}/harness:ro",
+            "-v",
+            f"{REPO / 'sandbox'}:{site}/sandbox:ro",
+        ]
+        + [image, "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    rows = _rows(done)
+    assert json.loads(done.stdout)["checks"]["running as root"] == "yes"
+    _without_root(rows, ROOTFUL, why="iptables")
+    _limits_and_runtimes(rows, _info(ROOTFUL))
