@@ -67,7 +67,14 @@ from sandbox.docker.identity import AgentIdentity, resolve
 from sandbox.docker.images import ImageBuildError, ImageRequest, ResolvedImage
 from sandbox.docker.labels import MANAGED, RUN, TASK, TRIAL, run_prefix
 from sandbox.docker.limits import CGROUP_LIMITS, enforced
-from sandbox.docker.rootcap import HARD_ENGINE, HARD_LOOP, SOFT, Watched, layer_bytes
+from sandbox.docker.rootcap import (
+    HARD_ENGINE,
+    HARD_LOOP,
+    SOFT,
+    Watched,
+    engine_size_mb,
+    layer_bytes,
+)
 from sandbox.docker.rootlayer import (
     RootLayer,
     layer_paths,
@@ -498,7 +505,11 @@ class DockerSandbox(Sandbox):
             self.root_cap, refusal = self.runtime.root_cap()
             if refusal is not None:
                 warn_soft_root(self.runtime.run_label, problem, refusal)
-        size = f"{self._cap_mb}m"
+        size = None
+        if self.root_cap == HARD_ENGINE:
+            image_bytes = int(self.runtime.image_attrs(self.image).get("Size") or 0)
+            mb = engine_size_mb(self._cap_mb, storage_driver(self.client), image_bytes)
+            size = f"{mb}m"
         site = ContainerSite(
             image=self.image,
             name=name,
@@ -517,7 +528,7 @@ class DockerSandbox(Sandbox):
                 self.runtime.network_runtime() if self._network != "none" else self.runtime.runtime
             ),
             writable_root=True,
-            storage_opt={"size": size} if self.root_cap == HARD_ENGINE else None,
+            storage_opt={"size": size} if size is not None else None,
         )
         self._container = call(self.client.containers.create, **create_args(spec, site))
         if problem is None:
@@ -1294,9 +1305,14 @@ class DockerSandbox(Sandbox):
             # The root layer is the trial's storage (the workspace in it): as the engine
             # measures it, at least what the watcher saw when it stopped the writer.
             used = layer_bytes(self.client, self._container.id)
+            limit = self._cap_mb << 20
             if self._watched is not None and self._watched.full:
                 used = max(used, self._watched.peak_bytes)
-            return used, self._cap_mb << 20
+            if self.root_cap == HARD_ENGINE and used >= limit - max(16 << 20, limit // 16):
+                # The engine's quota counts what SizeRw does not (the filesystem's metadata,
+                # btrfs's share of the image): this close to it, writes met EDQUOT/ENOSPC.
+                used = limit
+            return used, limit
         usage = self._storage.usage()
         return usage.used_bytes, usage.limit_bytes
 

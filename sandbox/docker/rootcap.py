@@ -75,8 +75,9 @@ def engine_size_refusal(client: Any, image: str) -> str | None:
     """Whether the engine caps a container's writable layer (``storage_opt size``).
 
     Asked once per engine and process: a container of ``image`` is created with
-    ``storage_opt={"size": "64m"}`` and removed at once. An engine whose driver cannot
-    (overlay2 on ext4, fuse-overlayfs, vfs) refuses the create with its reason.
+    ``storage_opt={"size": "2g"}`` (above the image: btrfs counts it in) and removed at
+    once. An engine whose driver cannot (overlay2 on ext4, fuse-overlayfs, vfs) refuses the
+    create with its reason.
 
     Returns:
         None where it can; else the engine's refusal.
@@ -96,7 +97,7 @@ def engine_size_refusal(client: Any, image: str) -> str | None:
             ["true"],
             entrypoint=[],
             network_mode="none",
-            storage_opt={"size": "64m"},
+            storage_opt={"size": "2g"},
             labels={MANAGED: "1", KIND: PROBE_KIND},
         )
     except EngineObjectMissing:
@@ -111,6 +112,15 @@ def engine_size_refusal(client: Any, image: str) -> str | None:
     with _lock:
         _refusals[key] = refusal
     return refusal
+
+
+def engine_size_mb(cap_mb: int, driver: str, image_bytes: int) -> int:
+    """The ``storage_opt size`` (MB) that lets a container write ``cap_mb`` into its root.
+
+    overlay2 (XFS project quota) and zfs count only what the container writes; btrfs's
+    qgroup limit counts what its subvolume references, the image's data included.
+    """
+    return cap_mb + (-(-image_bytes // (1 << 20)) if driver == "btrfs" else 0)
 
 
 def layer_bytes(client: Any, container_id: str) -> int:
@@ -201,6 +211,13 @@ class LayerWatcher:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
+        if self.polls:
+            logger.debug(
+                "layer watcher: %d polls, %.3f s in all (%.1f ms each)",
+                self.polls,
+                self.poll_seconds,
+                1000 * self.poll_seconds / self.polls,
+            )
 
     def _loop(self) -> None:
         while True:
@@ -301,6 +318,7 @@ __all__ = [
     "EngineDisk",
     "LayerWatcher",
     "Watched",
+    "engine_size_mb",
     "engine_size_refusal",
     "layer_bytes",
     "visible_data_root",
