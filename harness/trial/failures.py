@@ -27,13 +27,19 @@ _INTERRUPTED = ((HostToolInterrupted,), TrialStatus.CANCELLED)
 #: the agent's doing in whatever phase it shows, never a fault of the machine to retry.
 _AGENTS_SPACE = ((SpaceFilledByAgent,), TrialStatus.AGENT_ERROR)
 
+#: The trial's container died of what an earlier phase left (tmpfs files charged to its
+#: memory, say: the kernel OOM-killed in it) while the harness worked between phases: the
+#: phases' doing, never a fault of the machine to retry (a retry would pick the agent's
+#: lucky attempts). Only the engine's word that the kernel OOM-killed makes it one.
+_PHASES_DEATH = ((SandboxDied,), TrialStatus.AGENT_ERROR)
+
 FAILURE_STATUS: Mapping[str, tuple[Row, ...]] = {
     # Getting the sandbox (and a step's files and setup) ready is the machine's part.
     "prepare": (_INTERRUPTED, _MACHINE),
     # A failed build or pull (the errors a retry cannot change say so: retryable false).
     "build": (_INTERRUPTED, _MACHINE),
     "reset": (_INTERRUPTED, _AGENTS_SPACE, _MACHINE),
-    "setup": (_INTERRUPTED, _AGENTS_SPACE, _MACHINE),
+    "setup": (_INTERRUPTED, _AGENTS_SPACE, _PHASES_DEATH, _MACHINE),
     "execute": (
         _INTERRUPTED,
         _AGENTS_SPACE,
@@ -50,6 +56,10 @@ FAILURE_STATUS: Mapping[str, tuple[Row, ...]] = {
         ((SandboxError, OSError, RecursionError, UnicodeError), TrialStatus.ENVIRONMENT_ERROR),
         ((Exception,), TrialStatus.VERIFIER_ERROR),
     ),
+    # Copying out the agent's tree and the artifacts (``copy_failed`` in the lifecycle):
+    # the engine failing is the machine's; the container dying of what was left is not.
+    "collect": (_INTERRUPTED, _PHASES_DEATH, _MACHINE),
+    "artifacts": (_INTERRUPTED, _PHASES_DEATH, _MACHINE),
 }
 """Phase -> ordered (exception types, status) rows."""
 

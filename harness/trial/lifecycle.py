@@ -307,6 +307,13 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
         nobody expected, is not: the trial goes on to be graded on what was kept, and an
         ``evidence_incomplete`` event says what is missing and why.
         """
+        if isinstance(exc, SandboxDied):
+            # What a phase left brought the container down (out of memory): a failed
+            # attempt scored 0 like a wrong answer, never retried (harness/trial/failures.py).
+            self.fail_in(phase, exc)
+            if self.status is TrialStatus.AGENT_ERROR:  # not a run being interrupted
+                self.reward, self.rewards = 0.0, {"reward": 0.0}
+            return
         why = None if isinstance(exc, SandboxError) else agent_fault(exc, self.settings.run_dir)
         if isinstance(exc, SandboxError) or (isinstance(exc, OSError) and why is None):
             self.fail(TrialStatus.ENVIRONMENT_ERROR, exc, phase)

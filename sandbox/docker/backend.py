@@ -162,6 +162,8 @@ class DockerSandbox(Sandbox):
 
     backend = "docker"
     builds_images = True
+    #: The role of the last phase run (None before the first): whose a later death is.
+    _last_role: str | None = None
 
     def __init__(self, spec: SandboxSpec, runtime: DockerRuntime) -> None:
         super().__init__(spec)
@@ -257,7 +259,7 @@ class DockerSandbox(Sandbox):
             # A phase holds the main channel: serve this file op on a one-shot supervisor.
             session, channel = self._exec_supervisor()
             try:
-                result = session.request(payload)
+                result = self._op_request(session, payload)
             finally:
                 session.close()
         else:
@@ -265,7 +267,7 @@ class DockerSandbox(Sandbox):
                 self._idle.acquire()
             session, channel = self._session, self._channel
             try:
-                result = session.request(payload)
+                result = self._op_request(session, payload) if is_op else session.request(payload)
             finally:
                 self._idle.release()
         error = result.get("error")
@@ -283,6 +285,25 @@ class DockerSandbox(Sandbox):
                 f"{error.get('message')}" + (f"\n{stderr[-2000:]}" if stderr else "")
             )
         return result
+
+    def _op_request(self, session: SupervisorSession, payload: dict[str, Any]) -> dict[str, Any]:
+        """A file op's request; a supervisor the container's OOM kill took is SandboxDied.
+
+        After a phase ran, what it left (tmpfs files, which stay charged to the container's
+        memory) can bring the container down under a later step of the harness (the copy of
+        the artifacts, say): the phase's doing, never a fault of the machine to retry
+        (docs/security.md, "Failures"). Without the engine's word that the kernel OOM-killed
+        in the container, the failure stays the machine's.
+        """
+        try:
+            return session.request(payload)
+        except SupervisorError as exc:
+            if isinstance(exc, ChannelForged) or self._last_role is None:
+                raise
+            died = self._died(self._last_role, oom_only=True)
+            if died is None:
+                raise
+            raise died from exc
 
     def _exec_supervisor(self) -> tuple[SupervisorSession, ExecChannel]:
         """A one-shot supervisor beside the main one (file ops during a running phase)."""
@@ -882,6 +903,7 @@ class DockerSandbox(Sandbox):
         return payload
 
     def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
+        self._last_role = request.role
         # The previous phase's processes are all dead (its run_phase returned): switch.
         self._net.switch(request.role, self._container, request.step)
         payload = phase_payload(
@@ -1088,8 +1110,11 @@ class DockerSandbox(Sandbox):
             [{"op": "reset_dir", "path": p, "mode": 0o700} for p in (f"{_TRIAL}/grader", EXEC_DIR)]
         )
 
-    def _died(self, role: str) -> SandboxDied | None:
-        """Why the container stopped during a phase, if it stopped by itself."""
+    def _died(self, role: str, *, oom_only: bool = False) -> SandboxDied | None:
+        """Why the container stopped during (or after) a phase, if it stopped by itself.
+
+        ``oom_only``: only a container the engine says ran out of memory (``OOMKilled``).
+        """
         if self._aborted or self._container is None:
             return None
         try:
@@ -1097,7 +1122,7 @@ class DockerSandbox(Sandbox):
         except EngineError:
             return None  # the engine itself is gone: not the phase's doing
         state = self._container.attrs.get("State") or {}
-        if state.get("Running"):
+        if state.get("Running") or (oom_only and not state.get("OOMKilled")):
             return None
         limits = self.spec.resources
         if state.get("OOMKilled"):
@@ -1108,7 +1133,8 @@ class DockerSandbox(Sandbox):
                 f"processes exhaust its limits: memory_mb = {limits.memory_mb}, "
                 f"pids = {limits.pids})"
             )
-        return SandboxDied(f"the trial's container {why} during the {role} phase", role)
+        when = "after" if oom_only else "during"  # a harness step after it, else the phase
+        return SandboxDied(f"the trial's container {why} {when} the {role} phase", role)
 
     def _prepare_grader(self) -> None:
         """Fresh home/tmp dirs for the verifier, and the dir of its agent-exec socket."""

@@ -71,8 +71,34 @@ TRIAL_DIR = "/trial"
 #: Harbor's artifacts convention dir: a tmpfs of its own, never ``/logs``'s space, so an
 #: agent that fills it leaves the verifier room for its reward (``/logs/verifier``).
 ARTIFACTS_DIR = "/logs/artifacts"
-#: Its size: what the agent leaves there past this fails with ``ENOSPC``.
+#: Its size: what the agent leaves there past this fails with ``ENOSPC`` (less where
+#: ``memory_mb`` is small: :func:`agent_spaces_mb`).
 ARTIFACTS_MB = 64
+#: Every tmpfs gets one inode (``nr_inodes``) per this many bytes of its size: an empty
+#: file costs no page but kernel memory (its inode and dentry) charged to the container
+#: all the same, so a tmpfs caps the count of its files as well as their bytes.
+INODE_SPAN = 8 << 10
+#: The same for the root-only spaces the harness and the verifier write (``/trial`` with
+#: the grader's home, ``/logs``, ``/tests``, ...): their many small files (a verifier's
+#: package cache) need more inodes; only a root agent writes them, and the harness empties
+#: ``/trial`` and ``/logs`` after its phase (:mod:`sandbox.docker.backend`).
+HARNESS_INODE_SPAN = 2 << 10
+#: What one tmpfs inode can cost the container's memory at most: the inode, its dentry
+#: and a 255-byte name (about 1.2 KB measured; rounded up).
+INODE_COST = 1536
+#: The memory-backed spaces an unprivileged agent writes, and the sizes they get where
+#: ``memory_mb`` has room for them (:func:`agent_spaces_mb`). ``/logs/artifacts`` always;
+#: the scratch dirs and the agent's own dirs only without host storage (with it they are
+#: on the trial's filesystem on disk, whose pages the kernel can write back and drop).
+AGENT_SPACES_MB = {
+    ARTIFACTS_DIR: ARTIFACTS_MB,
+    "/tmp": 512,
+    "/var/tmp": 256,
+    "/dev/shm": 64,
+    "/trial/home": 256,
+    "/trial/session": 64,
+}
+_ON_HOST_STORAGE = ("/tmp", "/var/tmp", "/dev/shm", "/trial/home", "/trial/session")
 # Docker adds noexec to tmpfs mounts unless told otherwise; agents and tests legitimately
 # run what they build or install in scratch dirs.
 SCRATCH_OPTIONS = "rw,nosuid,nodev,exec"
@@ -152,28 +178,68 @@ class ContainerSite:
     storage_opt: Mapping[str, str] | None = None
 
 
-def tmpfs_dirs(*, image_tests: bool, host_storage: bool) -> dict[str, str]:
-    """Scratch dirs the agent cannot write (and, without host storage, those it can).
+def inodes(size_mb: int, span: int = INODE_SPAN) -> int:
+    """The ``nr_inodes`` of a tmpfs of ``size_mb``: one per ``span`` bytes."""
+    return max(1, (size_mb << 20) // span)
+
+
+def charged_mb(size_mb: int) -> int:
+    """What a full tmpfs of ``size_mb`` can hold of the container's memory: bytes and inodes."""
+    return size_mb + -(-inodes(size_mb) * INODE_COST >> 20)
+
+
+def agent_spaces_mb(*, memory_mb: int, host_storage: bool) -> dict[str, int]:
+    """The sizes of the memory-backed spaces an unprivileged agent writes, within memory_mb.
+
+    A tmpfs's pages and inodes are charged to the container's memory and stay charged after
+    the agent's processes are dead: what the agent leaves there is memory the verifier (and
+    the harness's copy of the artifacts) no longer has. Together, full, they may hold at most
+    half of ``memory_mb`` (:func:`charged_mb` of each: its bytes plus ``nr_inodes`` times
+    :data:`INODE_COST`); where :data:`AGENT_SPACES_MB` would hold more, each is cut in
+    proportion (at least 1 MB).
+    """
+    wanted = {
+        path: size
+        for path, size in AGENT_SPACES_MB.items()
+        if not (host_storage and path in _ON_HOST_STORAGE)
+    }
+    budget = memory_mb // 2
+    charged = sum(charged_mb(size) for size in wanted.values())
+    if charged <= budget:
+        return wanted
+    return {path: max(1, size * budget // charged) for path, size in wanted.items()}
+
+
+def _tmpfs(options: str, size_mb: int, mode: str, span: int = HARNESS_INODE_SPAN) -> str:
+    return f"{options},size={size_mb}m,nr_inodes={inodes(size_mb, span)},mode={mode}"
+
+
+def tmpfs_dirs(*, image_tests: bool, host_storage: bool, memory_mb: int = 2048) -> dict[str, str]:
+    """The container's tmpfs mounts, each capped in bytes and in inodes (``nr_inodes``).
 
     The artifacts dir, which the agent writes, is a tmpfs of its own inside ``/logs``
-    (the engine mounts ``/logs`` first): filling it never fills ``/logs/verifier``.
+    (the engine mounts ``/logs`` first): filling it never fills ``/logs/verifier``. The
+    spaces an unprivileged agent writes are sized by :func:`agent_spaces_mb`.
     """
+    agent = agent_spaces_mb(memory_mb=memory_mb, host_storage=host_storage)
     tmpfs = {
-        "/run": f"{PLAIN_OPTIONS},size=16m,mode=755",
-        TRIAL_DIR: f"{SCRATCH_OPTIONS},size=64m,mode=711",
-        "/logs": f"{PLAIN_OPTIONS},size=64m,mode=755",
-        ARTIFACTS_DIR: f"{PLAIN_OPTIONS},size={ARTIFACTS_MB}m,mode=755",
-        "/tests": f"{SCRATCH_OPTIONS},size=256m,mode=700",
-        "/solution": f"{SCRATCH_OPTIONS},size=256m,mode=700",
+        "/run": _tmpfs(PLAIN_OPTIONS, 16, "755"),
+        TRIAL_DIR: _tmpfs(SCRATCH_OPTIONS, 64, "711"),
+        "/logs": _tmpfs(PLAIN_OPTIONS, 64, "755"),
+        ARTIFACTS_DIR: _tmpfs(PLAIN_OPTIONS, agent[ARTIFACTS_DIR], "755", INODE_SPAN),
+        "/tests": _tmpfs(SCRATCH_OPTIONS, 256, "700"),
+        "/solution": _tmpfs(SCRATCH_OPTIONS, 256, "700"),
     }
     if image_tests:
         del tmpfs["/tests"]  # a separate verifier's image brings /tests/test.sh
     if not host_storage:
-        tmpfs["/tmp"] = f"{SCRATCH_OPTIONS},size=512m,mode=1777"
-        tmpfs["/var/tmp"] = f"{SCRATCH_OPTIONS},size=256m,mode=1777"
+        for path in ("/tmp", "/var/tmp"):
+            tmpfs[path] = _tmpfs(SCRATCH_OPTIONS, agent[path], "1777", INODE_SPAN)
+        # The engine's own /dev/shm (shm_size) has no inode cap: this one replaces it.
+        tmpfs["/dev/shm"] = _tmpfs(PLAIN_OPTIONS, agent["/dev/shm"], "1777", INODE_SPAN)
         # The agent's own dirs, never in /trial's space (the grader's home, the captures).
-        tmpfs[f"{TRIAL_DIR}/home"] = f"{SCRATCH_OPTIONS},size=256m,mode=700"
-        tmpfs[f"{TRIAL_DIR}/session"] = f"{SCRATCH_OPTIONS},size=64m,mode=700"
+        for path in (f"{TRIAL_DIR}/home", f"{TRIAL_DIR}/session"):
+            tmpfs[path] = _tmpfs(SCRATCH_OPTIONS, agent[path], "700", INODE_SPAN)
     return tmpfs
 
 
@@ -219,7 +285,11 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
         "security_opt": ["no-new-privileges"],
         "read_only": not site.writable_root,
         "storage_opt": dict(site.storage_opt) if site.storage_opt else None,
-        "tmpfs": tmpfs_dirs(image_tests=spec.image_tests, host_storage=site.host_storage),
+        "tmpfs": tmpfs_dirs(
+            image_tests=spec.image_tests,
+            host_storage=site.host_storage,
+            memory_mb=res.memory_mb,
+        ),
         "mounts": [
             *site.storage_mounts,
             Mount(SUPERVISOR_MOUNT, site.supervisor_dir, type="bind", read_only=True),
@@ -254,8 +324,12 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
 
 __all__ = [
     "ARTIFACTS_DIR",
+    "AGENT_SPACES_MB",
     "ARTIFACTS_MB",
     "GATEWAY_MOUNT",
+    "HARNESS_INODE_SPAN",
+    "INODE_COST",
+    "INODE_SPAN",
     "NEUTRAL_LOADER_ENV",
     "PLAIN_OPTIONS",
     "ROOT_AGENT_CAPS",
@@ -264,7 +338,10 @@ __all__ = [
     "SUPERVISOR_ENV",
     "TRIAL_DIR",
     "ContainerSite",
+    "agent_spaces_mb",
+    "charged_mb",
     "create_args",
     "gateway_mounts",
+    "inodes",
     "tmpfs_dirs",
 ]

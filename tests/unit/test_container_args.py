@@ -10,12 +10,18 @@ from docker.types import Mount
 
 from sandbox.backend import Resources, SandboxSpec
 from sandbox.docker.container import (
+    AGENT_SPACES_MB,
+    ARTIFACTS_DIR,
     GATEWAY_MOUNT,
+    INODE_COST,
     NEUTRAL_LOADER_ENV,
     SUPERVISOR_CAPS,
     SUPERVISOR_ENV,
     ContainerSite,
+    agent_spaces_mb,
+    charged_mb,
     create_args,
+    inodes,
 )
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT
 from sandbox.verifier_tools import TOOLS_MOUNT
@@ -111,14 +117,42 @@ def test_tmpfs_dirs_are_nosuid_nodev_and_only_scratch_is_exec() -> None:
         # Without host storage the agent's own dirs get spaces of their own too.
         "/trial/home",
         "/trial/session",
+        "/dev/shm",
     }
     for options in tmpfs.values():
         assert "nosuid" in options and "nodev" in options
+        # An empty file costs kernel memory: every tmpfs caps its inodes too.
+        assert ",nr_inodes=" in options
     assert "noexec" in tmpfs["/run"] and "noexec" in tmpfs["/logs"]
     # The agent's artifacts have a space of their own: never the verifier's /logs.
-    assert "noexec" in tmpfs["/logs/artifacts"] and "size=64m" in tmpfs["/logs/artifacts"]
+    assert "noexec" in tmpfs["/logs/artifacts"]
     assert tmpfs["/tests"].endswith("mode=700") and tmpfs["/solution"].endswith("mode=700")
-    assert "mode=1777" in tmpfs["/tmp"] and "size=512m" in tmpfs["/tmp"]
+    assert "mode=1777" in tmpfs["/tmp"] and "mode=1777" in tmpfs["/dev/shm"]
+
+
+def _size_and_inodes(options: str) -> tuple[int, int]:
+    fields = dict(f.split("=", 1) for f in options.split(",") if "=" in f)
+    assert fields["size"].endswith("m")
+    return int(fields["size"][:-1]), int(fields["nr_inodes"])
+
+
+@pytest.mark.parametrize("memory_mb", [64, 256, 512, 2048, 16384])
+@pytest.mark.parametrize("host_storage", [False, True])
+def test_what_an_agent_can_hold_in_memory_backed_space_is_at_most_half_of_memory_mb(
+    memory_mb: int, host_storage: bool
+) -> None:
+    spec = SandboxSpec(trial_id="t1", resources=Resources(memory_mb=memory_mb))
+    tmpfs = _args(spec, host_storage=host_storage)["tmpfs"]
+    agent = agent_spaces_mb(memory_mb=memory_mb, host_storage=host_storage)
+    assert ARTIFACTS_DIR in agent
+    held = 0
+    for path in agent:
+        size_mb, nr_inodes = _size_and_inodes(tmpfs[path])
+        assert nr_inodes == inodes(size_mb)
+        held += (size_mb << 20) + nr_inodes * INODE_COST
+    assert held <= max(memory_mb << 19, len(agent) * charged_mb(1) << 20)
+    if memory_mb >= 16384:  # room for all: the full sizes
+        assert all(_size_and_inodes(tmpfs[p])[0] == AGENT_SPACES_MB[p] for p in agent)
 
 
 def test_host_storage_takes_tmp_off_tmpfs_and_image_tests_bring_their_own_tests() -> None:

@@ -151,6 +151,12 @@ def test_the_episodes_trials_subclass_the_public_trial() -> None:
         ("setup", SpaceFilledByAgent("x"), TrialStatus.AGENT_ERROR),
         ("execute", SpaceFilledByAgent("x"), TrialStatus.AGENT_ERROR),
         ("grade", SpaceFilledByAgent("x"), TrialStatus.AGENT_ERROR),
+        # The container died of what a phase left (OOM) between phases: never retried.
+        ("setup", SandboxDied("x", "agent"), TrialStatus.AGENT_ERROR),
+        ("collect", SandboxDied("x", "agent"), TrialStatus.AGENT_ERROR),
+        ("artifacts", SandboxDied("x", "verifier"), TrialStatus.AGENT_ERROR),
+        ("collect", SandboxError("x"), TrialStatus.ENVIRONMENT_ERROR),
+        ("artifacts", SandboxError("x"), TrialStatus.ENVIRONMENT_ERROR),
     ],
 )
 def test_the_phase_status_table(phase: str, exc: BaseException, status: TrialStatus) -> None:
@@ -158,7 +164,16 @@ def test_the_phase_status_table(phase: str, exc: BaseException, status: TrialSta
 
 
 def test_the_table_names_every_phase_the_trial_runs() -> None:
-    assert set(FAILURE_STATUS) == {"prepare", "build", "reset", "setup", "execute", "grade"}
+    assert set(FAILURE_STATUS) == {
+        "prepare",
+        "build",
+        "reset",
+        "setup",
+        "execute",
+        "grade",
+        "collect",
+        "artifacts",
+    }
 
 
 class _TrueAgent(SandboxAgent):
