@@ -37,6 +37,7 @@ class AgentPhase(TrialState):
         sandbox.put_file(sandbox.paths.instruction, view.instruction.encode(), agent_readable=True)
         agent.prepare(view, sandbox)
         self._hold_model_calls_to_the_step()
+        self.root_log.before_agent(sandbox)  # the bind-mounted name files, to compare after
         try:
             agent.run_by(self)
         finally:

@@ -1,16 +1,20 @@
-"""What an agent phase changed in the image's root, and which of it a verifier would run.
+"""What an agent phase changed in the image's root, and which of it is tampering.
 
 A root agent (``sandbox.agent_root``) can rewrite the image a shared verifier then uses: a
 trojaned ``python3``, ``pytest``, ``sh`` or ``curl`` on ``PATH`` that writes reward 1 is
 Harbor's classic reward hack. After every agent phase the trial asks the sandbox for the
-phase's root changes (:meth:`sandbox.backend.Sandbox.root_changes`), keeps all of them in
-the evidence (``root_changes.jsonl``, bounded) and a summary in the record
-(``root_changes``), and marks as ``tampering`` events those a verifier would execute or
-read (:func:`tampering_reason`: the reviewed default of
-:mod:`harness.trial.tampering_paths`, the image's ``PATH`` dirs, and the trial's own trees:
-the HOME the verifier's is seeded from, the dirs of the image's search-path variables and of
-its ``ld.so.conf``; less what the task declares expected in
-``[harness].expected_root_changes``).
+phase's root changes (:meth:`sandbox.backend.Sandbox.root_changes`) and compares the
+bind-mounted name files (``/etc/hosts``, ``/etc/resolv.conf``, ``/etc/hostname``: outside
+the image's layers) with their content before the phase; it keeps all of them in the
+evidence (``root_changes.jsonl``, bounded) and a summary in the record (``root_changes``),
+and marks every one as a ``tampering`` event (:func:`tampering_reason`), except those under
+the reviewed :data:`~harness.trial.tampering_paths.NOT_READ` and those the task declares
+expected in ``[harness].expected_root_changes``. An event's reason is the most specific of
+the reviewed lists of :mod:`harness.trial.tampering_paths`, the image's ``PATH`` dirs and
+the trial's own trees (the HOME the verifier's is seeded from, the dirs of the image's
+search-path variables and of its ``ld.so.conf``), else a generic one. The events stay
+bounded: one per path for the first :data:`MAX_TAMPERING_EVENTS` (files before the dirs
+made to hold them), then one per top dir with its count.
 A verifier that runs in the agent's container after such an event gives a verdict taken
 after tampering: the record says so (``tampered_verdict``). ``[verifier].environment_mode =
 "separate"`` is the defence: a separate verifier never sees the agent's root
@@ -20,6 +24,7 @@ after tampering: the record says so (``tampered_verdict``). ``[verifier].environ
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import posixpath
 import tempfile
@@ -29,21 +34,27 @@ from typing import Any
 
 from harness.records.layout import ROOT_CHANGES_FILENAME
 from harness.trial.tampering_paths import (
+    BIND_MOUNTED,
     DEFAULT_COMPONENTS,
     DEFAULT_NAMES,
     DEFAULT_SUFFIXES,
     DEFAULT_TREES,
+    GENERIC_REASON,
     HOME_REASON,
     IMAGE_PATH_REASON,
     LD_SO_CONF_REASON,
+    NOT_READ,
     SEARCH_PATH_VARS,
 )
 from sandbox.backend import Sandbox
 from sandbox.errors import SandboxError
-from sandbox.root_changes import RootChange, RootChanges
+from sandbox.root_changes import ChangeKind, RootChange, RootChanges
 
-#: Tampering events one phase adds to the record at most (the evidence file has them all).
+#: Tampering events naming a path one phase adds to the record at most (the evidence file
+#: has them all); the rest are counted per top dir.
 MAX_TAMPERING_EVENTS = 50
+#: Top dirs the rest are counted under at most; past them, one event counts what is left.
+MAX_TAMPERING_GROUPS = 16
 #: Changes the record's summary lists (the evidence file has them all).
 MAX_SUMMARY_PATHS = 20
 #: Bytes of a config file (``/etc/passwd``, ``ld.so.conf``) read at most.
@@ -87,6 +98,11 @@ class PathPatterns:
 
     def match(self, path: str) -> str | None:
         """The reason of the most specific pattern ``path`` is at or under, or None."""
+        found = self.deepest(path)
+        return None if found is None else found[1]
+
+    def deepest(self, path: str) -> tuple[int, str] | None:
+        """(components, reason) of the most specific pattern ``path`` is under, or None."""
         parts = _parts(path)
         best: tuple[int, str] | None = None
         stack = [(self._root, 0)]
@@ -103,7 +119,7 @@ class PathPatterns:
             for pattern, wild in node.wild.items():
                 if fnmatch.fnmatchcase(name, pattern):
                     stack.append((wild, depth + 1))
-        return None if best is None else best[1]
+        return best
 
 
 def _parts(path: str) -> tuple[str, ...]:
@@ -112,6 +128,7 @@ def _parts(path: str) -> tuple[str, ...]:
 
 #: The reviewed default (:mod:`harness.trial.tampering_paths`), compiled once.
 _TREES = PathPatterns(DEFAULT_TREES)
+_NOT_READ = PathPatterns(NOT_READ)
 _NAMES = dict(DEFAULT_NAMES)
 _COMPONENTS = dict(DEFAULT_COMPONENTS)
 _SUFFIXES = dict(DEFAULT_SUFFIXES)
@@ -124,7 +141,11 @@ def tampering_reason(
     extra: PathPatterns | None = None,
     expected: PathPatterns | None = None,
 ) -> str | None:
-    """Why a verifier's tools would execute, load or read ``path``; None when they would not.
+    """Why a change to ``path`` is tampering; None for the reviewed exceptions only.
+
+    Every path of the image root counts but those under
+    :data:`~harness.trial.tampering_paths.NOT_READ` (unless a name, suffix or component
+    python acts on wherever it is says otherwise) and the task's expected ones.
 
     Args:
         path: An absolute path of the sandbox's root that an agent phase changed.
@@ -134,11 +155,25 @@ def tampering_reason(
         expected: The task's expected root changes: never tampering.
 
     Returns:
-        A short reason (``an executable on PATH``...), or None.
+        The most specific reason (``an executable on PATH``...), else the generic one;
+        None when the change is no tampering.
     """
     path = posixpath.normpath(path)
     if expected is not None and expected.match(path) is not None:
         return None
+    found = specific_reason(path, image_path, extra=extra)
+    if found is not None:
+        return found
+    if _NOT_READ.match(path) is not None:
+        return None
+    return GENERIC_REASON
+
+
+def specific_reason(
+    path: str, image_path: Sequence[str] = (), *, extra: PathPatterns | None = None
+) -> str | None:
+    """The reason the reviewed lists give ``path`` (the most specific entry), or None."""
+    path = posixpath.normpath(path)
     name = posixpath.basename(path)
     if name in _NAMES:
         return _NAMES[name]
@@ -151,10 +186,12 @@ def tampering_reason(
     for top in image_path:
         if top.startswith("/") and posixpath.dirname(path) == posixpath.normpath(top):
             return IMAGE_PATH_REASON
-    found = _TREES.match(path)
-    if found is None and extra is not None:
-        found = extra.match(path)
-    return found
+    # The most specific of the default's trees and the trial's own (a HOME under /home).
+    found = _TREES.deepest(path)
+    own = extra.deepest(path) if extra is not None else None
+    if own is not None and (found is None or own[0] >= found[0]):
+        found = own
+    return None if found is None else found[1]
 
 
 def image_path_dirs(env: Iterable[str]) -> tuple[str, ...]:
@@ -174,25 +211,50 @@ def tampering_events(
     extra: PathPatterns | None = None,
     expected: PathPatterns | None = None,
 ) -> list[dict[str, Any]]:
-    """A ``tampering`` event per change a verifier's tools would read (bounded)."""
-    events: list[dict[str, Any]] = []
-    found = 0
+    """The ``tampering`` events of a phase's changes, bounded.
+
+    One per path for the first :data:`MAX_TAMPERING_EVENTS` (files, links and removals
+    first, then the dirs added to hold them; by path within each), then one of kind
+    ``more`` per top dir (``dir``, ``count``) for the rest, at most
+    :data:`MAX_TAMPERING_GROUPS`, and one ``more`` without ``dir`` for what is left.
+    """
+    flagged: list[tuple[bool, RootChange, str]] = []
     for change in changes.changes:
         reason = tampering_reason(change.path, image_path, extra=extra, expected=expected)
-        if reason is None:
-            continue
-        found += 1
-        if len(events) < MAX_TAMPERING_EVENTS:
-            events.append(_event(change, reason, step))
-    if found > len(events):
+        if reason is not None:
+            flagged.append((change.kind == "added" and change.type == "dir", change, reason))
+    flagged.sort(key=lambda item: item[0])  # stable: by path within each
+    events = [_event(change, reason, step) for _dir, change, reason in flagged]
+    del events[MAX_TAMPERING_EVENTS:]
+    groups: dict[str, int] = {}
+    left = 0
+    for _dir, change, _reason in flagged[MAX_TAMPERING_EVENTS:]:
+        top = "/" + change.path.lstrip("/").split("/", 1)[0]
+        if top in groups or len(groups) < MAX_TAMPERING_GROUPS:
+            groups[top] = groups.get(top, 0) + 1
+        else:
+            left += 1
+    stepped = {"step": step} if step is not None else {}
+    for top, count in groups.items():
         events.append(
             {
                 "type": "tampering",
                 "kind": "more",
-                "count": found - len(events),
-                "detail": f"{found - len(events)} more tampering changes (see "
+                "dir": top,
+                "count": count,
+                "detail": f"{count} more tampering changes under {top} (see "
                 f"{ROOT_CHANGES_FILENAME})",
-                **({"step": step} if step is not None else {}),
+                **stepped,
+            }
+        )
+    if left:
+        events.append(
+            {
+                "type": "tampering",
+                "kind": "more",
+                "count": left,
+                "detail": f"{left} more tampering changes (see {ROOT_CHANGES_FILENAME})",
+                **stepped,
             }
         )
     return events
@@ -287,6 +349,27 @@ class RootChangeLog:
         self.tampered = False
         self.tampered_verdict = False
         self._seen: dict[str, RootChange] = {}
+        self._mounted: dict[str, str | None] = {}
+
+    def before_agent(self, sandbox: Sandbox) -> None:
+        """Note the bind-mounted name files' content before an agent phase."""
+        if type(sandbox).root_changes is Sandbox.root_changes:
+            return  # no image root of its own (the local backend): nothing to watch
+        self._mounted = {path: _content(sandbox, path) for path in BIND_MOUNTED}
+
+    def _mounted_changes(self, sandbox: Sandbox) -> list[RootChange]:
+        """The bind-mounted name files whose content the phase changed."""
+        found: list[RootChange] = []
+        for path, before in self._mounted.items():
+            after = _content(sandbox, path)
+            if after == before:
+                continue
+            kind: ChangeKind = (
+                "added" if before is None else "removed" if after is None else "modified"
+            )
+            found.append(RootChange(path, kind, "file"))
+        self._mounted = {}
+        return found
 
     def _listing(self, sandbox: Sandbox) -> RootChanges | None:
         try:
@@ -302,6 +385,10 @@ class RootChangeLog:
         if listing is None:
             return
         changes = fresh_changes(listing, self._seen)
+        mounted = self._mounted_changes(sandbox)
+        if mounted:
+            merged = tuple(sorted((*changes.changes, *mounted), key=lambda c: c.path))
+            changes = RootChanges(merged, changes.truncated, changes.total + len(mounted))
         if not changes.changes and not changes.truncated:
             return
         env = phase_env(sandbox)
@@ -338,6 +425,17 @@ class RootChangeLog:
         """A verifier in the agent's container ran: its verdict follows any tampering."""
         self.tampered_verdict = self.tampered_verdict or self.tampered
         self.after_grader(sandbox)
+
+
+def _content(sandbox: Sandbox, path: str) -> str | None:
+    """A digest of what ``path`` holds (read as evidence is: no link followed, capped)."""
+    try:
+        data, event = sandbox.read_file(path, max_bytes=MAX_CONFIG_BYTES)
+    except SandboxError as exc:
+        return f"error: {type(exc).__name__}"
+    if data is None:
+        return None if event is None or event.kind == "missing" else f"not read: {event.kind}"
+    return hashlib.sha256(data).hexdigest() + ("" if event is None else f" {event.kind}")
 
 
 def phase_env(sandbox: Sandbox) -> dict[str, str]:
@@ -459,6 +557,7 @@ __all__ = [
     "MAX_LD_SO_INCLUDES",
     "MAX_SUMMARY_PATHS",
     "MAX_TAMPERING_EVENTS",
+    "MAX_TAMPERING_GROUPS",
     "MAX_TRIAL_TREES",
     "PathPatterns",
     "RootChangeLog",
@@ -467,6 +566,7 @@ __all__ = [
     "ld_so_conf_dirs",
     "passwd_home",
     "phase_env",
+    "specific_reason",
     "summary",
     "tampering_events",
     "tampering_reason",

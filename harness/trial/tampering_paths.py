@@ -1,18 +1,22 @@
-"""The reviewed default: where in an image's root a change steers a shared verifier's tools.
+"""The reviewed lists: where a change to an image's root steers a verifier, and where it cannot.
 
 A verifier that runs in the agent's container (``[verifier].environment_mode = "shared"``,
 Harbor's default) runs the image's ``bash``, ``python3``, ``pytest``, ``apt-get``, ``git``,
 ``curl`` as root. Whatever those programs execute, load, import, source or read as
-configuration is part of the verdict, and a root agent can rewrite all of it. This module
-is the one list of those places, each with the reason it is on it. A change there made by
-an agent phase is a ``tampering`` event (:mod:`harness.trial.tampering`), unless the task
-declares it expected (``[harness].expected_root_changes``, docs/tasks.md).
+configuration is part of the verdict, and a root agent can rewrite all of it; no list of
+such places is ever complete (``apt-get install`` sources debconf's ``confmodule`` from
+``/usr/share``, a tool on the image's ``PATH`` runs a script of its own ``lib`` dir). So
+every change an agent phase makes to the image root is a ``tampering`` event
+(:mod:`harness.trial.tampering`), except:
 
-The list is deliberately wide: whole trees (``/etc``, the library dirs, dpkg's and apt's
-state) rather than the few files known today to be abused, because the tools a
-``test.sh`` runs read far more than anyone lists (``nsswitch.conf`` picks the libraries
-every user lookup loads, ``apt.conf.d`` runs hooks, ``/usr/pyvenv.cfg`` re-roots
-``/usr/bin/python3``). A more specific entry wins for the reason an event gives.
+- under :data:`NOT_READ`: the few trees no tool reads as code or configuration, each with
+  the reason it is safe;
+- what the task declares expected (``[harness].expected_root_changes``, docs/tasks.md).
+
+The other lists give an event its reason: the most specific entry that matches, else
+:data:`GENERIC_REASON`. :data:`DEFAULT_TREES` names whole trees (``/etc``, the library dirs,
+dpkg's and apt's state) with why a verifier's tools read them; the names, components and
+suffixes are what python and pytest act on wherever they are.
 
 Patterns are absolute paths whose components may hold ``*`` (any characters of one
 component); a pattern matches the path itself and everything under it.
@@ -85,9 +89,42 @@ DEFAULT_TREES: tuple[tuple[str, str], ...] = (
     ("/etc/pip.conf", "pip's index and options"),
     ("/etc/sudoers", "sudo's rules"),
     ("/etc/sudoers.d", "sudo's rules"),
+    # The container's name files: bind mounts the engine writes, outside the image's layers
+    # (compared before and after each agent phase: BIND_MOUNTED).
+    ("/etc/hosts", "the host names every lookup reads first (where deb.debian.org, pypi.org go)"),
+    ("/etc/resolv.conf", "the DNS servers every lookup asks"),
+    ("/etc/hostname", "the container's host name"),
+    # More code and data that tools run or trust, named for a better reason (the rest of
+    # the root counts as well: GENERIC_REASON).
+    ("/usr/share/debconf", "debconf's shell library, sourced as root by packages' scripts"),
+    ("/usr/share/dpkg", "dpkg's makefiles and tables, read by package builds and installs"),
+    ("/usr/share/ca-certificates", "the CAs update-ca-certificates trusts"),
+    ("/usr/local/share/ca-certificates", "local CAs update-ca-certificates adds to the trust"),
+    ("/usr/share/keyrings", "the keys apt checks package signatures with"),
+    ("/usr/include", "C headers every compile includes"),
+    ("/usr/local/include", "C headers every compile includes"),
+    ("/usr/local/etc", "configuration of tools installed under /usr/local (git's, ...)"),
+    ("/var/spool/cron", "crontabs run as their owner"),
+    ("/home", "users' HOMEs: dotfiles their shells and tools read"),
     # The HOME the verifier's own is seeded from (root's, by default).
     ("/root", "root's HOME: the verifier's fresh HOME is seeded from its dotfiles"),
 )
+
+#: The bind mounts the engine puts on the image's ``/etc`` (never in its writable layer):
+#: their content is compared before and after each agent phase.
+BIND_MOUNTED: tuple[str, ...] = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
+
+#: Trees of the image root no tool reads as code or configuration: a change there is no
+#: ``tampering`` event. (pattern, why it is safe), reviewed one by one; keep it tiny.
+NOT_READ: tuple[tuple[str, str], ...] = (
+    # Written by apt, dpkg and services, read back by no tool a verifier runs: apt and dpkg
+    # keep their state in /var/lib, logrotate's config lives in /etc, and a test that reads
+    # a log it did not write reads the agent's output, like any file in the workspace.
+    ("/var/log", "logs: written by tools, read as code or configuration by none"),
+)
+
+#: Why a change counts when no entry above names its place.
+GENERIC_REASON = "the image's root (a verifier in this container may run or read anything there)"
 
 #: Names a verifier's python or pytest reads wherever they are: (name, reason).
 DEFAULT_NAMES: tuple[tuple[str, str], ...] = (
@@ -133,12 +170,15 @@ IMAGE_PATH_REASON = "an executable on the image's PATH"
 
 
 __all__ = [
+    "BIND_MOUNTED",
     "DEFAULT_COMPONENTS",
     "DEFAULT_NAMES",
     "DEFAULT_SUFFIXES",
     "DEFAULT_TREES",
+    "GENERIC_REASON",
     "HOME_REASON",
     "IMAGE_PATH_REASON",
     "LD_SO_CONF_REASON",
+    "NOT_READ",
     "SEARCH_PATH_VARS",
 ]

@@ -1,4 +1,8 @@
-"""The tampering classifier and what a phase's root changes become in the record and evidence."""
+"""The tampering classifier and what a phase's root changes become in the record and evidence.
+
+Every change to the image root is tampering but under the reviewed ``NOT_READ`` and the
+task's expected ones; the reviewed lists give the reason.
+"""
 
 from __future__ import annotations
 
@@ -20,16 +24,19 @@ from harness.runner.execute import exit_code
 from harness.tasks.model import TaskConfig
 from harness.trial.tampering import (
     MAX_TAMPERING_EVENTS,
+    MAX_TAMPERING_GROUPS,
     PathPatterns,
     RootChangeLog,
     fresh_changes,
     image_path_dirs,
     passwd_home,
+    specific_reason,
     summary,
     tampering_events,
     tampering_reason,
     write_changes,
 )
+from harness.trial.tampering_paths import GENERIC_REASON, HOME_REASON
 from sandbox.backend import Sandbox
 from sandbox.image_config import ImageConfig
 from sandbox.root_changes import RootChange, RootChanges
@@ -92,13 +99,27 @@ CASES = [
     ("/root/.config/git/config", True),
     ("/var/lib/gems/3.1.0/gems/x/lib/x.rb", True),
     ("/usr/share/nodejs/x/index.js", True),
+    # The rest of the root too: no list of what tools read is complete.
+    ("/usr/share/debconf/confmodule", True),
+    ("/opt/tool/lib/impl.sh", True),
+    ("/usr/local/go/src/testing/x.go", True),
+    ("/usr/include/stdio.h", True),
+    ("/usr/share/misc/magic", True),
+    ("/var/spool/cron/crontabs/root", True),
+    ("/srv/data/input.csv", True),
+    ("/home/user/notes.txt", True),
+    ("/usr/share/doc/curl/README", True),
+    ("/var/cache/man/index.db", True),
+    ("/etcetera/x", True),
+    ("/var/logx", True),
+    ("/var/log/../lib/dpkg/status", True),
+    # The reviewed exceptions: read as code or configuration by no tool.
     ("/var/log/apt/history.log", False),
-    ("/srv/data/input.csv", False),
-    ("/home/user/notes.txt", False),
-    ("/opt/tool/README", False),
-    ("/usr/share/doc/curl/README", False),
-    ("/var/cache/man/index.db", False),
-    ("/etcetera/x", False),
+    ("/var/log/dpkg.log", False),
+    ("/var/log", False),
+    # ... unless python acts on it wherever it is.
+    ("/var/log/x/conftest.py", True),
+    ("/var/log/site-packages/x.py", True),
 ]
 
 
@@ -111,8 +132,8 @@ def test_the_images_own_path_counts() -> None:
     dirs = image_path_dirs(["FOO=1", "PATH=/opt/tool/bin:/usr/bin:relative"])
     assert dirs == ("/opt/tool/bin", "/usr/bin")
     assert tampering_reason("/opt/tool/bin/mytool", dirs) == "an executable on the image's PATH"
-    assert tampering_reason("/opt/tool/bin/mytool") is None
-    assert tampering_reason("/opt/tool/share/doc", dirs) is None
+    assert tampering_reason("/opt/tool/bin/mytool") == GENERIC_REASON
+    assert specific_reason("/opt/tool/share/doc", dirs) is None
 
 
 def _changes(paths: list[str], *, truncated: bool = False) -> RootChanges:
@@ -126,10 +147,15 @@ def _changes(paths: list[str], *, truncated: bool = False) -> RootChanges:
 def test_events_summary_and_evidence(tmp_path: Path) -> None:
     changes = _changes(["/srv/data.csv", "/usr/bin/python3", "/usr/local/bin/pytest"])
     events = tampering_events(changes, step="one")
-    assert [e["path"] for e in events] == ["/usr/bin/python3", "/usr/local/bin/pytest"]
+    assert [e["path"] for e in events] == [
+        "/srv/data.csv",
+        "/usr/bin/python3",
+        "/usr/local/bin/pytest",
+    ]
     assert all(e["type"] == "tampering" and e["step"] == "one" for e in events)
-    entry = summary(changes, 2)
-    assert entry["total"] == 3 and entry["modified"] == 3 and entry["tampering"] == 2
+    assert GENERIC_REASON in events[0]["detail"] and "on PATH" in events[1]["detail"]
+    entry = summary(changes, 3)
+    assert entry["total"] == 3 and entry["modified"] == 3 and entry["tampering"] == 3
     write_changes(tmp_path, changes, "one")
     write_changes(tmp_path, _changes(["/bin/sh"], truncated=True), "two")
     lines = [json.loads(x) for x in (tmp_path / ROOT_CHANGES_FILENAME).read_text().splitlines()]
@@ -149,6 +175,27 @@ def test_events_are_bounded() -> None:
     events = tampering_events(_changes(paths))
     assert len(events) == MAX_TAMPERING_EVENTS + 1
     assert "7 more" in events[-1]["detail"] and "path" not in events[-1]
+    assert events[-1]["dir"] == "/usr" and events[-1]["count"] == 7
+
+
+def test_an_install_of_thousands_of_files_stays_a_few_events() -> None:
+    """Files before the dirs made to hold them; the rest counted per top dir, bounded."""
+    dirs = [RootChange(f"/aaa/d{i}", "added", "dir") for i in range(10)]
+    files = [RootChange(f"/usr/share/x/f{i:05}", "added") for i in range(5000)]
+    tops = [RootChange(f"/zz{i:03}/f", "added") for i in range(MAX_TAMPERING_GROUPS + 5)]
+    hook = RootChange("/usr/share/debconf/confmodule", "modified")
+    listing = RootChanges(tuple(sorted([*dirs, *files, *tops, hook], key=lambda c: c.path)))
+    events = tampering_events(listing)
+    named = [e for e in events if "path" in e]
+    assert len(named) == MAX_TAMPERING_EVENTS
+    assert "/usr/share/debconf/confmodule" in [e["path"] for e in named]
+    assert not [e for e in named if e["path"].startswith("/aaa/")]  # dirs come last
+    more = {e.get("dir"): e["count"] for e in events if e["kind"] == "more"}
+    assert len(more) == MAX_TAMPERING_GROUPS + 1  # the groups, then what is left
+    assert more["/usr"] == 5000 + 1 - MAX_TAMPERING_EVENTS and more["/zz000"] == 1
+    assert more[None] == 6 + 10  # the tops past the groups, and the dirs
+    named_count = len(named) + sum(more.values())
+    assert named_count == len(listing.changes)
 
 
 def test_the_summary_counts_tampered_trials() -> None:
@@ -284,11 +331,12 @@ def test_the_verifiers_home_is_where_passwd_points_after_the_agent(tmp_path: Pat
     ]
     events: list[dict[str, object]] = []
     RootChangeLog(tmp_path, events).after_agent(cast(Sandbox, _Root(changes, moved, None)), None)
-    assert [e["path"] for e in events] == ["/srv/home/.bashrc"]
+    homes = [e["path"] for e in events if HOME_REASON in str(e["detail"])]
+    assert homes == ["/srv/home/.bashrc"] and len(events) == 3
     events = []
     sandbox = cast(Sandbox, _Root(changes, PASSWD, "app"))
     RootChangeLog(tmp_path, events).after_agent(sandbox, None)
-    assert [e["path"] for e in events] == ["/home/app/.profile"]
+    assert [e["path"] for e in events if HOME_REASON in str(e["detail"])] == ["/home/app/.profile"]
 
 
 def test_expected_root_changes_are_not_tampering(tmp_path: Path) -> None:
@@ -309,7 +357,7 @@ def test_expected_root_changes_are_not_tampering(tmp_path: Path) -> None:
 def test_a_verdict_after_tampering_is_marked(tmp_path: Path) -> None:
     events: list[dict[str, object]] = []
     log = RootChangeLog(tmp_path, events)
-    clean = _Root([RootChange("/srv/data.csv", "added")], PASSWD, None)
+    clean = _Root([RootChange("/var/log/x.log", "added")], PASSWD, None)
     log.after_agent(cast(Sandbox, clean), "one")
     log.after_verifier(cast(Sandbox, clean))
     assert not log.tampered_verdict
@@ -324,7 +372,7 @@ def test_a_listing_cut_short_counts_as_tampering(tmp_path: Path) -> None:
     """Changes past the bound are unseen: an agent could bury its hook behind 10,000 files."""
     events: list[dict[str, object]] = []
     log = RootChangeLog(tmp_path, events)
-    cut = _Root([RootChange("/aaa/0", "added")], PASSWD, None)
+    cut = _Root([RootChange("/var/log/0", "added")], PASSWD, None)
     cut.listing = RootChanges(cut.listing.changes, truncated=True, total=10_001)
     log.after_agent(cast(Sandbox, cut), None)
     assert [e["kind"] for e in events] == ["unlisted"] and log.tampered
@@ -406,7 +454,7 @@ def test_the_images_search_paths_and_loader_config_are_watched(tmp_path: Path) -
     events: list[dict[str, object]] = []
     sandbox = _Root(changes, PASSWD, None, files=files, env=env, image=image)
     RootChangeLog(tmp_path, events).after_agent(cast(Sandbox, sandbox), None)
-    assert {e["path"]: e["detail"] for e in events} == {
+    assert {e["path"]: e["detail"] for e in events if GENERIC_REASON not in str(e["detail"])} == {
         "/opt/cuda/lib64/libcuda.so.1": "the agent modified a dir of the dynamic loader's "
         "search path (ld.so.conf): a verifier in this container reads it",
         "/opt/direct/libx.so": "the agent added a dir of the dynamic loader's search path "
@@ -416,3 +464,30 @@ def test_the_images_search_paths_and_loader_config_are_watched(tmp_path: Path) -
         "/opt/perl/Test/More.pm": "the agent added a dir on the image's PERL5LIB (perl's "
         "@INC): a verifier in this container reads it",
     }
+
+
+def test_the_bind_mounted_name_files_are_compared_across_the_agent_phase(tmp_path: Path) -> None:
+    """/etc/hosts and /etc/resolv.conf are outside the layer the scan lists."""
+    events: list[dict[str, object]] = []
+    log = RootChangeLog(tmp_path, events)
+    files = {"/etc/hosts": b"127.0.0.1 localhost\n", "/etc/resolv.conf": b"nameserver 1.1.1.1\n"}
+    sandbox = _Root([], PASSWD, None, files=files)
+    log.before_agent(cast(Sandbox, sandbox))
+    log.after_agent(cast(Sandbox, sandbox), "one")  # unchanged: nothing
+    assert events == [] and log.summaries == []
+    log.before_agent(cast(Sandbox, sandbox))
+    sandbox.files["/etc/hosts"] += b"10.9.9.9 deb.debian.org\n"
+    sandbox.files["/etc/hostname"] = b"x\n"
+    log.after_agent(cast(Sandbox, sandbox), "two")
+    assert [(e["path"], e["kind"]) for e in events] == [
+        ("/etc/hostname", "added"),
+        ("/etc/hosts", "modified"),
+    ]
+    assert "every lookup reads first" in str(events[1]["detail"])
+    assert log.summaries[0]["tampering"] == 2 and log.tampered
+    lines = (tmp_path / ROOT_CHANGES_FILENAME).read_text()
+    assert '"/etc/hosts"' in lines
+    # The next phase compares with what the files hold before it.
+    log.before_agent(cast(Sandbox, sandbox))
+    log.after_agent(cast(Sandbox, sandbox), "three")
+    assert len(events) == 2
