@@ -110,10 +110,10 @@ def test_terminus2_solves_the_task_through_the_gateway(
     assert record["usage"]["source"] == "gateway"
     probe = assert_probe(evidence, listener, entry)
     # Its commands ran in a pane of the entry's tmux (Debian 13's 3.5a; the image has no
-    # tmux), which passes on only the entry's locale dir of the runtime's settings.
+    # tmux), which passes on none of the runtime's settings (not even its locale dir).
     assert "TERM_PROGRAM_VERSION=3.5a" in probe and "TERM_PROGRAM=tmux" in probe
-    assert f"LOCPATH={INSTALL_MOUNT}/python/locale" in probe
-    assert not [line for line in probe if line.startswith(("PYTHONHOME=", "LD_LIBRARY_PATH="))]
+    leaked = ("PYTHONHOME=", "LD_LIBRARY_PATH=", "LOCPATH=", f"PATH={INSTALL_MOUNT}")
+    assert not [line for line in probe if line.startswith(leaked)]
     assert_atif_tool_call(run_dir, evidence, "bash_command", "hello.txt")
     assert files_holding(run_dir, canary.encode()) == []
 

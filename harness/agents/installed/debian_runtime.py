@@ -18,7 +18,8 @@ laid out as the host runtime is:
   ``sys.path``;
 - ``python/bin/tmux`` (Debian's ``tmux``) and ``bin/tmux``, a ``/bin/sh`` wrapper that
   starts it with the entry's loader and its ``C.utf8`` locale (``python/locale``;
-  ``LOCPATH``), for agents that drive a tmux session; ``python/share/terminfo``;
+  ``LOCPATH``, kept from the panes by ``python/share/tmux.conf``), for agents that drive a
+  tmux session; ``python/share/terminfo``;
 - ``python/debian-packages.txt``: the ``name=version`` of every package used.
 
 The sandbox runs the interpreter as the host runtime's: the entry's loader, its
@@ -80,7 +81,7 @@ class DebianPythonSpec(PythonAgentSpec):
         return {
             **super().as_json(),
             "debian_packages": list(PACKAGES),
-            "runtime_layout": 2,
+            "runtime_layout": 3,
         }
 
 
@@ -222,17 +223,28 @@ def lay_out(root: Path, dest: Path, arch: str) -> None:
 def write_tmux_wrapper(staging: Path, mount: str) -> None:
     """``bin/tmux``: starts the entry's tmux with its own loader, libraries and locale.
 
-    ``LOCPATH`` (the entry's ``C.utf8``, which the image may lack) is the one variable it
-    sets; the tmux server passes it on to the shells of its panes.
+    ``LOCPATH`` (the entry's ``C.utf8``, which the image may lack: tmux refuses to start
+    without a UTF-8 locale) is the one variable it sets, for tmux alone: its config
+    (``python/share/tmux.conf``, read when the server starts, before any pane) removes it
+    from the environment panes get, then reads the image's ``/etc/tmux.conf`` and the
+    user's ``~/.tmux.conf`` as tmux would. With ``LOCPATH`` set, the image's glibc would
+    look for locales there only, never in its own locale archive.
     """
     base = f"{mount}/{RUNTIME}"
     loader = f"{base}/libs/{loader_name(staging)}"
+    conf = staging / RUNTIME / "share" / "tmux.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(
+        "set-environment -g -u LOCPATH\n"
+        "source-file -q /etc/tmux.conf\n"
+        "source-file -q ~/.tmux.conf\n"
+    )
     wrapper = staging / WRAPPER_BIN / "tmux"
     wrapper.parent.mkdir()
     wrapper.write_text(
         "#!/bin/sh\n"
         f"LOCPATH={base}/locale\nexport LOCPATH\n"
-        f'exec {loader} --library-path {base}/libs {base}/bin/tmux "$@"\n'
+        f'exec {loader} --library-path {base}/libs {base}/bin/tmux -f {base}/share/tmux.conf "$@"\n'
     )
     wrapper.chmod(0o755)
 
