@@ -128,3 +128,53 @@ def test_a_coin_flip_agent_that_pins_memory_when_wrong_gets_its_honest_mean(
         ), record
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["mean_reward"] == pytest.approx(right / 8), summary
+
+
+#: A right answer, then 300 MB of a System V shared memory segment left behind (of 512).
+PIN_SHM = r"""
+echo right > answer.txt
+python3 - <<'PY'
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+size = 300 << 20
+sid = libc.shmget(0, ctypes.c_size_t(size), 0o1600)
+addr = libc.shmat(sid, None, 0)
+print("segment", sid, ctypes.get_errno())
+if addr not in (None, ctypes.c_void_p(-1).value):
+    ctypes.memset(addr, 1, size)
+PY
+exit 0
+"""
+#: A verifier that needs 300 MB of its own before it grades.
+NEEDS_MEMORY = r"""
+python3 -c 'x = bytearray(300 << 20); x[::4096] = b"\1" * len(x[::4096])' || exit 1
+if grep -qx right "$HARNESS_WORKSPACE/answer.txt"; then r=1; else r=0; fi
+echo $r > "$HARNESS_VERIFIER_DIR/reward.txt"
+"""
+
+
+@pytest.mark.docker
+def test_a_shared_memory_segment_the_agent_leaves_never_takes_the_verifiers_memory(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """System V shared memory outlived the agent, charged to the container (runc).
+
+    ``kernel.shm_rmid_forced`` destroys it with its last process: the verifier gets its
+    memory and the right answer is graded 1 on attempt 1. gVisor keeps the segment (its
+    sandbox then stops: a ``verifier_error`` counted as 0, never retried).
+    """
+    task = write_task(
+        tmp_path / "tasks",
+        unique("pin-shm"),
+        attack=PIN_SHM,
+        test_sh=NEEDS_MEMORY,
+        agent_timeout=60,
+        verifier_timeout=60,
+    )
+    result = cli.run([task], timeout=300)
+    assert result.run_dir is not None, str(result)
+    _never_retried(result.records)
+    record = result.records[0]
+    if cli.runtime is None:  # runc
+        assert record["status"] == "completed" and record["reward"] == 1.0, record

@@ -208,3 +208,9 @@ def test_image_name_labels_and_command_pass_through() -> None:
     assert args["labels"] == {"harness.managed": "1"}
     assert args["command"][-1] == "/opt/harness/supervisor.pyc"
     assert args["working_dir"] == "/app"
+
+
+def test_a_shared_memory_segment_dies_with_its_last_process() -> None:
+    # kernel.shm_rmid_forced: no System V segment of the agent's outlives its processes.
+    for network in ("none", "bridge"):
+        assert _args(network=network)["sysctls"]["kernel.shm_rmid_forced"] == "1"
