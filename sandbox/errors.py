@@ -53,8 +53,10 @@ class SandboxDied(SupervisorError):
 
     The phase's own processes are the cause: memory or pids exhausted (gVisor stops the
     whole sandbox then; the local sandbox raises it when the kernel OOM-killed a process of
-    the trial's cgroup). ``role`` names the phase, so the trial is an agent or verifier
-    error, not an environment error to retry.
+    the trial's cgroup). Docker also raises it when the container ran out of memory
+    (``OOMKilled``) under a harness step after a phase, of what the phase left in its
+    memory-backed space. ``role`` names the (last) phase, so the trial is an agent or
+    verifier error, not an environment error to retry.
     """
 
     def __init__(self, message: str, role: str) -> None:
