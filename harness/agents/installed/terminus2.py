@@ -108,7 +108,7 @@ async def main(model, logs, instruction):
     environment = LocalEnvironment(Path(logs))
     agent = Terminus2(
         logs_dir=Path(logs), model_name=model, api_base=os.environ.get("OPENAI_BASE_URL"),
-        record_terminal_session=False, enable_summarize=False,
+        record_terminal_session=False,
     )
     await agent.setup(environment)
     context = AgentContext()
