@@ -39,6 +39,7 @@ from harness.tasks.paths import (
 )
 from harness.tasks.steps import Step
 from harness.tasks.task import Task
+from sandbox.docker.compose_check import compose_file_problems
 
 __all__ = [
     "TASK_TOML",
@@ -206,6 +207,10 @@ def _inspect(path: Path, root: Path | None) -> tuple[Task | None, list[TaskError
         return None, [TaskError(path, "not a directory (expected a task dir)")]
 
     problems: list[TaskError] = link_problems(path)
+    compose = path / "environment" / "docker-compose.yaml"
+    if compose.is_file() and not compose.is_symlink():
+        # Hostile input: judged by allowlist before anything (compose included) reads it.
+        problems += [TaskError(compose, line) for line in compose_file_problems(compose, path)]
     config, multi_step = _read_config(path, problems)
     steps: list[Step] = []
     instruction: str | None = ""

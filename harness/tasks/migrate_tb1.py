@@ -51,6 +51,7 @@ import yaml
 from harness.config.toml import to_toml
 from harness.tasks.tb1_output import NewTree
 from harness.tasks.tb1_source import MigrationError, load_yaml, snapshot_task
+from sandbox.docker.compose_check import compose_problems
 
 TB1_TASK_YAML = "task.yaml"
 _RUN_TESTS = "run-tests.sh"
@@ -567,6 +568,10 @@ def _write_compose(
         if context != "." and (source / context).is_dir():
             out.copy_tree(source, context, f"environment/{context}")
     text = _translate(yaml.safe_dump(converted, sort_keys=False), notes)
+    # The one check `tasks check` and a trial make: what would reach the host is refused.
+    problems = compose_problems(yaml.safe_load(text), out.root)
+    if problems:
+        raise MigrationError(f"{_COMPOSE} is refused: " + "; ".join(problems))
     out.write(f"environment/{_COMPOSE}", text)
     notes.append("docker-compose.yaml kept as environment/docker-compose.yaml (sidecars)")
 

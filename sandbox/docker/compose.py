@@ -28,10 +28,11 @@ binary, driven by python-on-whales' compose API) in a project of their own:
   (:data:`COMPOSE_ENVIRON`), so a task's compose file reads no host variable; a template
   takes its ``:-default`` or the empty string;
 - a task is untrusted input, and compose runs a sidecar with whatever the file asks:
-  :func:`sidecar_problems` refuses the keys that would hand the host to it (a bind mount,
-  ``env_file``, build context, ``secrets``/``configs`` file from outside the task dir;
-  ``privileged``, ``cap_add``, ``devices``, ``security_opt``, host namespaces,
-  ``network_mode``, ``volumes_from``), so the agent cannot read host files through one.
+  :mod:`sandbox.docker.compose_check` judges the file by allowlist, as written before
+  compose reads it and again as compose normalised it (plain project volumes, the default
+  network, read-only binds and files inside the task dir; no host device, namespace,
+  port or capability), and the harness's override resets what it can on every sidecar
+  and volume (:data:`RESET_KEYS`), so the agent cannot reach the host through one.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.docker.compose_check import compose_file_problems, compose_problems
 from sandbox.docker.hostguard import HostGuard, HostGuardUnavailable, bridge_name, refusal
 from sandbox.docker.images import ImageRequest, ImageResolver, ResolvedImage, context_hash
 from sandbox.docker.labels import MANAGED
@@ -69,82 +71,61 @@ COMPOSE_ENVIRON = (
     "DOCKER_TLS_VERIFY",
     "DOCKER_API_VERSION",
 )
+#: Keys the harness's override resets (compose's ``!reset``) on every sidecar, whatever
+#: the file says: what :mod:`sandbox.docker.compose_check` refuses, undone a second time.
+RESET_KEYS = (
+    "privileged",
+    "cap_add",
+    "devices",
+    "device_cgroup_rules",
+    "security_opt",
+    "pid",
+    "ipc",
+    "uts",
+    "userns_mode",
+    "cgroup",
+    "cgroup_parent",
+    "volumes_from",
+    "ports",
+    "runtime",
+    "isolation",
+    "sysctls",
+    "storage_opt",
+    "gpus",
+    "use_api_socket",
+    "extends",
+    "logging",
+    "container_name",
+)
+#: Keys reset on every top-level volume: compose then makes a plain ``<project>_<key>`` one.
+VOLUME_RESET_KEYS = ("driver", "driver_opts", "name", "external")
 _plugin_lock = threading.Lock()
 _plugin_dir: Path | None = None
 
 
-#: Sidecar keys that share a host namespace or weaken the container: any value is refused.
-_HOST_KEYS = ("privileged", "cap_add", "devices", "security_opt", "network_mode", "volumes_from")
-_NAMESPACE_KEYS = ("pid", "ipc", "uts", "userns_mode", "cgroup")
+@dataclass(frozen=True)
+class Tagged:
+    """A value written with a compose merge tag.
 
-
-def _inside(path: str, top: Path) -> bool:
-    """Whether ``path`` (absolute, or relative to ``top``'s environment dir) stays in ``top``."""
-    real = Path(os.path.realpath(top / "environment" / path))
-    return real == top or top in real.parents
-
-
-def _file_sources(value: Any) -> list[str]:
-    """The paths of an ``env_file`` value (a string, or a list of strings or ``{path}``)."""
-    items = value if isinstance(value, list) else [value]
-    return [
-        str(item.get("path") if isinstance(item, dict) else item)
-        for item in items
-        if item is not None
-    ]
-
-
-def sidecar_problems(data: dict[str, Any], raw: Any, task_dir: Path) -> list[str]:
-    """Why a compose file would hand the host to a sidecar (empty: it does not).
-
-    Args:
-        data: The file as compose normalised it (``config --format json``).
-        raw: The file as written (YAML): ``env_file`` is inlined by normalising.
-        task_dir: The task dir; host paths must resolve inside it.
+    ``!reset`` drops the key, ``!override`` replaces it instead of merging.
     """
-    top = Path(os.path.realpath(task_dir))
-    problems = []
-    for name, spec in (data.get("services") or {}).items():
-        if name == MAIN or not isinstance(spec, dict):
-            continue  # main's keys are never applied (the record lists them)
-        for key in _HOST_KEYS:
-            if spec.get(key) not in (None, False, "", [], {}):
-                problems.append(f"services.{name}.{key} is not allowed for a sidecar")
-        for key in _NAMESPACE_KEYS:
-            if spec.get(key) not in (None, "", "private"):
-                problems.append(f"services.{name}.{key} = {spec.get(key)!r} is not allowed")
-        for volume in spec.get("volumes") or []:
-            if isinstance(volume, dict) and volume.get("type") == "bind":
-                source = str(volume.get("source") or "")
-                if not _inside(source, top):
-                    problems.append(
-                        f"services.{name}.volumes binds {source!r}, outside the task dir"
-                    )
-        build = spec.get("build")
-        if isinstance(build, dict):
-            contexts = [build.get("context") or "."]
-            contexts += list((build.get("additional_contexts") or {}).values())
-            for context in contexts:
-                if "://" not in str(context) and not _inside(str(context), top):
-                    problems.append(
-                        f"services.{name}.build context {context!r} is outside the task dir"
-                    )
-    raw_services = raw.get("services") if isinstance(raw, dict) else None
-    for name, spec in (raw_services or {}).items():
-        if name == MAIN or not isinstance(spec, dict):
-            continue
-        for source in _file_sources(spec.get("env_file")):
-            if not _inside(source, top):
-                problems.append(f"services.{name}.env_file {source!r} is outside the task dir")
-    for section in ("secrets", "configs"):
-        for name, spec in (data.get(section) or {}).items():
-            if not isinstance(spec, dict):
-                continue
-            if spec.get("file") is not None and not _inside(str(spec["file"]), top):
-                problems.append(f"{section}.{name}.file {spec['file']!r} is outside the task dir")
-            if spec.get("environment") is not None:
-                problems.append(f"{section}.{name} reads the host's environment")
-    return problems
+
+    tag: str
+    value: Any = None
+
+
+RESET = Tagged("reset")
+
+
+def _dump(value: Any) -> str:
+    """An override file: JSON (which is YAML) with :class:`Tagged` values tagged."""
+    if isinstance(value, Tagged):
+        return f"!{value.tag} {_dump(value.value)}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {_dump(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_dump(item) for item in value) + "]"
+    return json.dumps(value)
 
 
 class ComposeError(EnvironmentStartError):
@@ -289,31 +270,34 @@ class ComposeProject:
         self.images: dict[str, str] = {}
         self.started = False
         try:
+            self._refuse_host_access(None)  # before compose reads anything the file names
             self.data = self._config()
-            self._refuse_host_access()
+            self._refuse_host_access(self.data)
         except BaseException:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         self.plan = plan(self.data)
 
-    def _refuse_host_access(self) -> None:
-        """Refuse a compose file whose sidecars would reach the host (:func:`sidecar_problems`).
+    def _refuse_host_access(self, normalised: dict[str, Any] | None) -> None:
+        """Refuse a compose file that would hand the host to a service (:mod:`compose_check`).
+
+        Args:
+            normalised: compose's reading of the file (``config``); None: the file as
+                written, judged before compose reads it (its ``env_file``, ``extends``...).
 
         Raises:
-            PermanentStartError: naming every offending key.
+            PermanentStartError: naming every offending key and how to fix it.
         """
-        import yaml
-
-        try:
-            raw = yaml.safe_load(self.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise PermanentStartError(f"{self.file}: cannot read the compose file: {exc}") from None
-        problems = sidecar_problems(self.data, raw, self.file.parent.parent)
+        task_dir = self.file.parent.parent
+        problems = (
+            compose_file_problems(self.file, task_dir)
+            if normalised is None
+            else compose_problems(normalised, task_dir, project=self.name)
+        )
         if problems:
             raise PermanentStartError(
-                f"{self.file}: a sidecar may not reach the host: "
-                + "; ".join(problems)
-                + " (a task is untrusted input: keep its files inside the task dir)"
+                f"{self.file}: refused (a task is untrusted input; a service may not reach "
+                "the host): " + "; ".join(problems)
             )
 
     def _files_client(self, *overrides: dict[str, Any]) -> Any:
@@ -321,8 +305,8 @@ class ComposeProject:
 
         files: list[str | Path] = [self.file]
         for index, override in enumerate(overrides):
-            path = self._dir / f"harness-override-{index}.json"
-            path.write_text(json.dumps(override))
+            path = self._dir / f"harness-override-{index}.yaml"
+            path.write_text(_dump(override))
             files.append(path)
         env_file = self._dir / "harness.env"
         env_file.write_text(
@@ -362,10 +346,11 @@ class ComposeProject:
 
     def _override(self) -> dict[str, Any]:
         """Labels everywhere, an internal network, content-addressed sidecar images."""
-        services: dict[str, Any] = {MAIN: {"labels": self.labels}}
+        pinned = {key: RESET for key in RESET_KEYS}
+        services: dict[str, Any] = {MAIN: {"labels": self.labels, **pinned}}
         for name in self.plan.sidecars:
             spec = self.data["services"][name] or {}
-            entry: dict[str, Any] = {"labels": self.labels}
+            entry: dict[str, Any] = {"labels": self.labels, **pinned}
             build = spec.get("build")
             if name in self.images:
                 entry["image"] = self.images[name]
@@ -375,14 +360,18 @@ class ComposeProject:
         network: dict[str, Any] = {
             "labels": self.labels,
             # Named by the harness, so its host rules exist before the bridge does.
-            "driver_opts": {"com.docker.network.bridge.name": self.bridge},
+            "driver_opts": Tagged("override", {"com.docker.network.bridge.name": self.bridge}),
+            **{key: RESET for key in ("driver", "external", "name")},
         }
         if not self.allow_internet:
             network["internal"] = True
         override: dict[str, Any] = {"services": services, "networks": {"default": network}}
         volumes = self.data.get("volumes") or {}
         if volumes:
-            override["volumes"] = {name: {"labels": self.labels} for name in volumes}
+            override["volumes"] = {
+                name: {"labels": self.labels, **{key: RESET for key in VOLUME_RESET_KEYS}}
+                for name in volumes
+            }
         return override
 
     def _sidecar_tag(self, name: str, build: dict[str, Any]) -> str:

@@ -239,8 +239,8 @@ def test_a_compose_sidecar_cannot_hand_host_files_to_the_agent(
     builds from a host context, runs privileged) and serves it to the agent over HTTP.
 
     Before, the agent printed the host file (``/etc/shadow`` in the first trial of this
-    attack). Now the task is refused before anything starts, naming each key; a sidecar
-    binding a dir inside the task still serves the agent.
+    attack). Now the task is refused before the run (exit 2), naming each key; a sidecar
+    binding a dir inside the task read-only still serves the agent.
     """
     token = f"RT-SIDECAR-{secrets.token_hex(12)}"
     (host_secret_dir / "f").write_text(token + "\n")
@@ -276,22 +276,23 @@ def test_a_compose_sidecar_cannot_hand_host_files_to_the_agent(
     (honest / "environment" / "data" / "f").write_text("in-task-file\n")
     cli = Cli(tmp_path, sandbox="docker")
     try:
-        result = cli.run([hostile, other, honest], timeout=400)
+        refused = cli.run([hostile, other], timeout=400)
+        result = cli.run([honest], timeout=400)
     finally:
         from conftest import RUN_LABEL, remove_labelled
 
         if cli.output.exists():
             for run_dir in cli.output.iterdir():
                 remove_labelled(client, f"{RUN_LABEL}={run_dir.name}")
-    assert result.run_dir is not None, str(result)
-    for name, keys in (
-        (hostile_name, ("volumes binds", "env_file")),
-        (other_name, ("privileged", "build context")),
+    # Refused before anything runs (sandbox/docker/compose_check.py), each key named.
+    assert refused.code == 2 and not refused.records, str(refused)
+    for task, keys in (
+        (hostile, ("volumes binds", "env_file")),
+        (other, ("privileged", "build context")),
     ):
-        refused = result.by_task(name)
-        assert refused["status"] == "environment_error" and refused["attempt"] == 1, refused
-        message = " ".join(error["message"] for error in refused["errors"])
-        assert all(key in message for key in keys), message
+        message = " ".join(line for line in refused.stderr.splitlines() if str(task) in line)
+        assert all(key in message for key in keys), refused.stderr
+    assert result.run_dir is not None, str(result)
     served = result.by_task(honest_name)
     assert served["status"] == "completed", served
     assert "in-task-file" in (result.evidence(served) / "agent.log").read_text()
