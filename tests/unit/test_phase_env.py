@@ -229,4 +229,3 @@ def test_the_harness_site_dir_goes_in_front_of_a_tasks_pythonpath() -> None:
     assert merged["PYTHONPATH"] == f"{TOOLS_SITE}:/task/lib"
     alone = merge_phase_env({"PATH": FIXED_PATH}, ImageEnv({}, ()), (), {"PYTHONPATH": TOOLS_SITE})
     assert alone["PYTHONPATH"] == TOOLS_SITE
-
