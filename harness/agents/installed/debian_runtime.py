@@ -81,7 +81,7 @@ class DebianPythonSpec(PythonAgentSpec):
         return {
             **super().as_json(),
             "debian_packages": list(PACKAGES),
-            "runtime_layout": 3,
+            "runtime_layout": 4,
         }
 
 
@@ -191,7 +191,11 @@ def lay_out(root: Path, dest: Path, arch: str) -> None:
         return [
             n for n in names
             if (top and (n in STDLIB_SKIP or n.startswith("config-"))) or n == "__pycache__"
+            or _escapes(Path(directory, n), root)
         ]  # fmt: skip
+
+    def escaping(directory: str, names: list[str]) -> list[str]:
+        return [n for n in names if _escapes(Path(directory, n), root)]
 
     shutil.copytree(stdlib, dest / "lib" / f"python{PYTHON_XY}", ignore=skip, symlinks=True)
     libs = dest / "libs"
@@ -202,22 +206,31 @@ def lay_out(root: Path, dest: Path, arch: str) -> None:
         for path in sorted(source.iterdir()):
             if ".so" not in path.name or (libs / path.name).exists():
                 continue
+            if _escapes(path, root):
+                continue  # a link out of the unpacked tree: never read, never kept
             if path.is_symlink() and "/" not in os.readlink(path):
                 (libs / path.name).symlink_to(os.readlink(path))
             elif path.is_file():
                 shutil.copy2(path.resolve(), libs / path.name)
     locale = root / "usr/lib/locale/C.utf8"
     if locale.is_dir():
-        shutil.copytree(locale, dest / "locale" / "C.utf8", symlinks=True)
+        shutil.copytree(locale, dest / "locale" / "C.utf8", symlinks=True, ignore=escaping)
     terminfo = root / "usr/share/terminfo"
     if terminfo.is_dir():
-        shutil.copytree(terminfo, dest / "share" / "terminfo", symlinks=True)
+        shutil.copytree(terminfo, dest / "share" / "terminfo", symlinks=True, ignore=escaping)
     try:
         loader_name(dest.parent)
     except InstallError:
         raise InstallError(
             "cannot build Debian's Python runtime: the unpacked libc6 has no dynamic loader"
         ) from None
+
+
+def _escapes(path: Path, root: Path) -> bool:
+    """Whether ``path`` is a link that resolves out of ``root`` (the unpacked packages)."""
+    if not path.is_symlink():
+        return False
+    return not path.resolve().is_relative_to(root.resolve())
 
 
 def write_tmux_wrapper(staging: Path, mount: str) -> None:
