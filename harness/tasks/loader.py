@@ -208,8 +208,9 @@ def _inspect(path: Path, root: Path | None) -> tuple[Task | None, list[TaskError
 
     problems: list[TaskError] = link_problems(path)
     compose = path / "environment" / "docker-compose.yaml"
-    if compose.is_file() and not compose.is_symlink():
-        # Hostile input: judged by allowlist before anything (compose included) reads it.
+    if compose.is_file() and path.resolve() in compose.resolve().parents:
+        # Hostile input: judged by allowlist before anything (compose included) reads it;
+        # a link leaving the task is never read (it is link_problems' refusal).
         problems += [TaskError(compose, line) for line in compose_file_problems(compose, path)]
     config, multi_step = _read_config(path, problems)
     steps: list[Step] = []

@@ -333,3 +333,26 @@ def test_a_tb1_sidecar_reaching_the_host_is_not_migrated(tmp_path: Path, host_di
     check = harness("tasks", "check", tmp_path / "out-honest" / "honest", "--sandbox", "local")
     assert "docker-compose" not in check.stderr, check.stderr
     _assert_host_untouched(host_dir, before, token, tmp_path)
+
+
+@pytest.mark.root
+def test_a_compose_file_linked_inside_the_task_is_judged_too(
+    tmp_path: Path, host_dir: Path
+) -> None:
+    """``environment/docker-compose.yaml`` a symlink to another file of the task (kept: it
+    stays inside) holding the ``driver_opts`` bind: ``tasks check`` judges the target; one
+    leaving the task is refused as a link and its target never read (no byte of it shown).
+    """
+    token, before = _plant(host_dir)
+    inside = write_task(tmp_path, unique("linked-inside"), attack=_AGENT, dockerfile="FROM x\n")
+    (inside / "compose.yaml").write_text(_variants(host_dir, "v")["bind-rw"][0])
+    (inside / "environment" / "docker-compose.yaml").symlink_to("../compose.yaml")
+    outside = write_task(tmp_path, unique("linked-out"), attack=_AGENT, dockerfile="FROM x\n")
+    (host_dir / "evil.yaml").write_text(f"{token}: [\n")
+    (outside / "environment" / "docker-compose.yaml").symlink_to(host_dir / "evil.yaml")
+    before["evil.yaml"] = (host_dir / "evil.yaml").read_bytes()
+    check = harness("tasks", "check", inside, outside, "--sandbox", "local")
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert "volumes.hostx.driver_opts" in check.stderr, check.stderr
+    assert "docker-compose.yaml" in check.stderr and token not in check.stdout + check.stderr
+    _assert_host_untouched(host_dir, before, token)
