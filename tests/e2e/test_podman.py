@@ -161,23 +161,25 @@ def _probe_task(root: Path, targets: list[str], port: int) -> Path:
         '[task]\nname = "podman/reach"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n'
         "[environment]\nallow_internet = true\n"
     )
-    # The agent tries the gateway, each host address and the metadata address, and writes
-    # which it reached (none should be).
+    # The agent tries the test's listener at the gateway, each host address, the metadata
+    # address and slirp's host address, and port 80 at those that are not the host's own
+    # (concurrent tests give the host public-like addresses with servers on 80), and
+    # writes which it reached (none should be).
     (task / "instruction.md").write_text(
         "python3 - <<'PY'\n"
         "import socket\n"
         "route = [l.split() for l in open('/proc/net/route')][1:]\n"
         "gw = [socket.inet_ntoa(bytes.fromhex(r[2])[::-1]) for r in route if r[1] == '00000000']\n"
-        f"targets = gw + {targets!r} + ['169.254.169.254', '10.0.2.2']\n"
+        "others = gw + ['169.254.169.254', '10.0.2.2']\n"
+        f"pairs = [(h, {port}) for h in others + {targets!r}] + [(h, 80) for h in others]\n"
         "reached = []\n"
-        "for host in targets:\n"
-        "    for port in (" + str(port) + ", 80):\n"
-        "        s = socket.socket(); s.settimeout(3)\n"
-        "        try:\n"
-        "            s.connect((host, port)); reached.append(f'{host}:{port}')\n"
-        "        except OSError:\n"
-        "            pass\n"
-        "        s.close()\n"
+        "for host, port in pairs:\n"
+        "    s = socket.socket(); s.settimeout(3)\n"
+        "    try:\n"
+        "        s.connect((host, port)); reached.append(f'{host}:{port}')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    s.close()\n"
         "open('reached.txt', 'w').write(' '.join(reached) or 'none')\n"
         "PY\n"
     )
@@ -210,6 +212,8 @@ def test_a_public_trial_on_rootless_podman_reaches_nothing_of_the_host(podman: s
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     (record,) = _records(work / "out")
     assert record["status"] == "completed" and record["attempt"] == 1, record
+    (reached,) = (work / "out").glob("*/trials/*/workspace/reached.txt")
+    assert reached.read_text() == "none", reached.read_text()
     assert record["reward"] == 1, record  # the agent reached none of them
     assert listener.accepted == 0
     sandbox = record["sandbox"]
@@ -225,6 +229,7 @@ def test_a_public_trial_on_rootless_podman_reaches_nothing_of_the_host(podman: s
 def test_the_doctor_on_rootless_podman_says_what_holds(podman: str) -> None:
     """Podman says it has a cgroup driver, then drops the limits: the doctor says not held."""
     done = _user().cli("doctor", "--json", docker_host=podman, timeout=300)
+    assert done.stdout.startswith("{"), done.stderr[-3000:]
     report = json.loads(done.stdout)
     rows = {row["name"]: row for row in report["guarantees"]}
     public = rows["network: public"]
