@@ -66,3 +66,38 @@ def test_an_alias_bomb_is_judged_without_expanding_it(tmp_path: Path) -> None:
 def test_the_override_resets_with_compose_tags() -> None:
     text = _dump({"services": {"kv": {"ports": RESET, "labels": {"a": "1"}}}})
     assert text == '{"services": {"kv": {"ports": !reset null, "labels": {"a": "1"}}}}'
+
+
+def test_a_trial_refuses_the_file_before_compose_reads_it(tmp_path: Path) -> None:
+    """A file changed after ``tasks check``: the trial judges it again, first as written.
+
+    ``main``'s ``env_file`` outside the task would be inlined by ``compose config`` into the
+    agent's environment; the refusal comes before compose runs (no binary is needed).
+    """
+    import pytest
+
+    from sandbox.docker.compose import ComposeProject
+    from sandbox.errors import PermanentStartError
+
+    secret = tmp_path / "host" / "secret.env"
+    secret.parent.mkdir()
+    secret.write_text("LEAKED=host-secret\n")
+    compose = tmp_path / "task" / "environment" / "docker-compose.yaml"
+    compose.parent.mkdir(parents=True)
+    compose.write_text(
+        f"services:\n  main:\n    env_file: [{secret}]\n  kv:\n    image: x\n"
+        "    volumes: [h:/h]\nvolumes:\n  h:\n    driver_opts: {type: none, o: bind, device: /}\n"
+    )
+    with pytest.raises(PermanentStartError) as refused:
+        ComposeProject(
+            compose,
+            trial_id="t",
+            labels={},
+            allow_internet=False,
+            main_image="img",
+            build_timeout_sec=None,
+            host_problem="not needed here",
+        )
+    message = str(refused.value)
+    assert "services.main.env_file" in message and "volumes.h.driver_opts" in message
+    assert "host-secret" not in message
