@@ -22,6 +22,9 @@ laid out as the host runtime is:
   tmux session; ``python/share/terminfo``;
 - ``python/debian-packages.txt``: the ``name=version`` of every package used.
 
+No link that resolves out of the unpacked packages is followed or kept: Debian's
+``sitecustomize.py`` links to ``/etc/python3.13/``, which in the sandbox is the image's.
+
 The sandbox runs the interpreter as the host runtime's: the entry's loader, its
 ``--library-path`` (an argument, never an environment variable), so the image's C library
 (glibc of another version, musl, none) and its Python are never used. The key holds the
