@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import requests
+
 import docker
 from harness.backends.tmpdir import RUN_TMP_PREFIX, remove_private_dir
 from harness.errors import UsageError
@@ -406,7 +408,7 @@ def _root_row(client: docker.DockerClient, info: dict[str, Any]) -> Guarantee:
         )
     try:
         refusal = engine_size_refusal(client, DEFAULT_IMAGE)
-    except EngineError as exc:
+    except (EngineError, requests.RequestException) as exc:
         return Guarantee("writable root", False, f"unknown: the engine's probe failed: {exc}")
     if refusal is None:
         how = f"the engine caps the layer (--storage-opt size=); no loop filesystem: {why}"
@@ -442,7 +444,7 @@ def _held_by_a_container(client: docker.DockerClient) -> dict[str, bool] | None:
             pids_limit=_PROBE_PIDS,
             labels={MANAGED: "1", KIND: "doctor-probe"},
         )
-    except EngineError:
+    except (EngineError, requests.RequestException):
         return None
     try:
         host_config = call(client.api.inspect_container, str(probe.id)).get("HostConfig") or {}
@@ -455,7 +457,7 @@ def _held_by_a_container(client: docker.DockerClient) -> dict[str, bool] | None:
     finally:
         try:
             call(probe.remove, force=True)
-        except EngineError:
+        except (EngineError, requests.RequestException):
             pass  # labelled: `harness sandbox cleanup` removes it
 
 
@@ -565,6 +567,9 @@ def doctor() -> DoctorReport:
         report.checks.append(("docker engine", "unreachable"))
         report.problems.append(str(exc))
         return report
+    # The engine answered a ping within 10 s; a probe container's create may take longer
+    # (rootless podman's vfs driver copies the image's root for each one).
+    client.api.timeout = 120
     facts = engine_facts(client)
     report.checks += [
         ("docker engine", str(facts["server_version"])),
