@@ -113,14 +113,21 @@ def test_run_refuses_them_up_front_and_skip_invalid_runs_the_rest_building_nothi
 def test_tasks_check_says_why_the_docker_backend_cannot_give_a_phase_the_internet_here(
     e2e: Any, tmp_path: Path
 ) -> None:
-    """A SWE-bench-style task (``public`` agent and verifier) where the filter cannot be had.
+    """Where the host filter cannot be had, public is still enforced; an allowlist is not.
 
     The harness's PATH without ``/usr/sbin`` (no ``iptables``), as on a host without the
-    package: the refusal names what is missing and how to fix it, not only the modes.
+    package: a SWE-bench-style task (``public`` agent and verifier) checks OK, its phases
+    filtered in each trial's own namespace, while an ``allowlist`` phase, whose proxy needs
+    the host filter, is refused naming what is missing and how to fix it.
     """
+    path = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
     swe = '[agent]\nnetwork_mode = "public"\n[verifier]\nnetwork_mode = "public"\n'
     task = e2e.make_task(tmp_path / "set", "swe", toml=swe)
-    result = e2e.run("tasks", "check", task, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+    result = e2e.run("tasks", "check", task, env=path)
+    assert result.code == 0, result
+    listed = '[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["example.com"]\n'
+    task = e2e.make_task(tmp_path / "set2", "listed", toml=listed)
+    result = e2e.run("tasks", "check", task, env=path)
     assert result.code == 2, result
     why = (
         "iptables is not installed (Debian: apt-get install iptables)"
@@ -128,8 +135,8 @@ def test_tasks_check_says_why_the_docker_backend_cannot_give_a_phase_the_interne
         else "the harness does not run as root (host firewall rules need root)"
     )
     assert (
-        f"error: {task / 'task.toml'}: the agent phase's network_mode = 'public' cannot be "
-        "enforced by the docker backend (it enforces: no-network): public and allowlist "
-        f"phases need its host egress filter, and {why}; run the harness as root on the "
-        "engine's host with iptables, or with --network none for the agent phase"
+        f"error: {task / 'task.toml'}: the agent phase's network_mode = 'allowlist' cannot be "
+        "enforced by the docker backend (it enforces: no-network, public): allowlist phases "
+        f"need its host egress filter, and {why}; run the harness as root on the engine's "
+        "host with iptables, or with --network none for the agent phase"
     ) in result.error_lines(), result
