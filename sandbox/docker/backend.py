@@ -875,9 +875,22 @@ class DockerSandbox(Sandbox):
             return None
         return {"uid": self._verifier_id[0], "gid": self._verifier_id[1]}
 
+    def _cap_files(self, payload: PhaseWire) -> None:
+        """Without a trial filesystem, no file of a root phase's past ``storage_mb``.
+
+        The engine's ``/etc/hosts``, ``/etc/hostname`` and ``/etc/resolv.conf`` are bound
+        in read-write, outside the layer's cap (engine's or watcher's), and only root
+        writes them: a hard ``RLIMIT_FSIZE`` (no phase has ``CAP_SYS_RESOURCE`` to raise it).
+        """
+        user = payload.get("user")
+        root = not isinstance(user, dict) or int(user.get("uid", 0)) == 0
+        if root and self.root_cap in (SOFT, HARD_ENGINE):
+            payload["rlimits"] = {**payload.get("rlimits", {}), "fsize": self._cap_mb << 20}
+
     def _confine_agent(self, payload: PhaseWire) -> PhaseWire:
         uid, gid = self._agent_id
         payload["user"] = {"uid": uid, "gid": gid}
+        self._cap_files(payload)
         if uid == 0:
             # Root reads what it owns: nothing of the grader's is there while it runs
             # (docs/security.md, "A root agent"); every process of the container but the
@@ -885,11 +898,6 @@ class DockerSandbox(Sandbox):
             payload["root_agent"] = {"caps": list(ROOT_AGENT_CAPS)}
             payload["kill_uid"] = False
             payload["unreadable"] = []
-            if self.root_cap in (SOFT, HARD_ENGINE):
-                # The engine's /etc/hosts, /etc/hostname, /etc/resolv.conf are bound in
-                # read-write, outside the layer's cap: no file of root's past storage_mb
-                # (it has no CAP_SYS_RESOURCE to raise the hard limit).
-                payload["rlimits"] = {**payload.get("rlimits", {}), "fsize": self._cap_mb << 20}
             return payload
         payload["unreadable"] = [
             "/tests",
@@ -931,6 +939,7 @@ class DockerSandbox(Sandbox):
             if self._verifier_id != (0, 0):
                 uid, gid = self._verifier_id
                 payload["user"] = {"uid": uid, "gid": gid}
+            self._cap_files(payload)
             template: PhaseWire = {
                 "env": {**request.agent_env, **self._net.phase_env(request.role, request.step)},
                 "cwd": self._workdir,

@@ -145,9 +145,9 @@ class Watched:
     Attributes:
         container_id: The trial's container.
         limit_bytes: Its cap.
-        on_full: Called from the watcher's thread at every poll that finds the layer at its
-            ceiling (the cap; once reached, what it held then plus :data:`GRACE_BYTES`, so
-            the phases after the stopped one can still write a little).
+        on_full: Called from the watcher's thread when a poll finds the layer at its
+            ceiling: the cap, then each time what it held at the last call plus
+            :data:`GRACE_BYTES` (the phases after the stopped one can still write a little).
         used_bytes: The last size seen.
         peak_bytes: The largest size seen.
         full: The cap was reached.
@@ -252,9 +252,10 @@ class LayerWatcher:
         entry.used_bytes, entry.seen_at = used, now
         entry.peak_bytes = max(entry.peak_bytes, used)
         if used >= entry.ceiling:
-            if not entry.full:
-                entry.full = True
-                entry.ceiling = used + GRACE_BYTES
+            # Called again only after GRACE_BYTES more: a stopped writer's layer never
+            # shrinks, and one stop is enough until something writes again.
+            entry.full = True
+            entry.ceiling = used + GRACE_BYTES
             try:
                 entry.on_full()
             except Exception:
