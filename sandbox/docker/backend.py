@@ -84,6 +84,7 @@ from sandbox.docker.rootlayer import (
 )
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
+from sandbox.docker.tmpfs_caps import inode_caps
 from sandbox.docker.trial_network import TrialNetwork
 from sandbox.docker.warm import adopt
 from sandbox.errors import (
@@ -550,6 +551,7 @@ class DockerSandbox(Sandbox):
             ),
             writable_root=True,
             storage_opt={"size": size} if size is not None else None,
+            inode_caps=inode_caps(self.client, self.runtime.base_image),
         )
         self._container = call(self.client.containers.create, **create_args(spec, site))
         if problem is None:
@@ -1476,6 +1478,8 @@ class DockerSandbox(Sandbox):
                 ),
                 "storage": self.root_cap,
                 "enforced": self._limits_enforced(),
+                # Each tmpfs's inode cap (an engine may refuse nr_inodes: tmpfs_caps.py).
+                "tmpfs_inodes": inode_caps(self.client, self.runtime.base_image),
             },
         }
 

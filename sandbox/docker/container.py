@@ -163,6 +163,7 @@ class ContainerSite:
             moved onto the trial's filesystem before start (:mod:`sandbox.docker.rootlayer`),
             ``storage_opt``, or the run's watcher (:mod:`sandbox.docker.rootcap`).
         storage_opt: The engine's own cap of the writable layer (``{"size": "<n>m"}``).
+        inode_caps: The engine takes ``nr_inodes`` on tmpfs mounts (podman 4.3 does not).
     """
 
     image: str
@@ -181,6 +182,7 @@ class ContainerSite:
     engine_runtime: str | None = None
     writable_root: bool = False
     storage_opt: Mapping[str, str] | None = None
+    inode_caps: bool = True
 
 
 def inodes(size_mb: int, span: int = INODE_SPAN) -> int:
@@ -215,36 +217,47 @@ def agent_spaces_mb(*, memory_mb: int, host_storage: bool) -> dict[str, int]:
     return {path: max(1, size * budget // charged) for path, size in wanted.items()}
 
 
-def _tmpfs(options: str, size_mb: int, mode: str, span: int = HARNESS_INODE_SPAN) -> str:
+def _tmpfs(
+    options: str, size_mb: int, mode: str, span: int = HARNESS_INODE_SPAN, *, caps: bool = True
+) -> str:
+    if not caps:  # an engine that refuses nr_inodes (sandbox.docker.tmpfs_caps)
+        return f"{options},size={size_mb}m,mode={mode}"
     return f"{options},size={size_mb}m,nr_inodes={inodes(size_mb, span)},mode={mode}"
 
 
-def tmpfs_dirs(*, image_tests: bool, host_storage: bool, memory_mb: int = 2048) -> dict[str, str]:
+def tmpfs_dirs(
+    *, image_tests: bool, host_storage: bool, memory_mb: int = 2048, inode_caps: bool = True
+) -> dict[str, str]:
     """The container's tmpfs mounts, each capped in bytes and in inodes (``nr_inodes``).
 
     The artifacts dir, which the agent writes, is a tmpfs of its own inside ``/logs``
     (the engine mounts ``/logs`` first): filling it never fills ``/logs/verifier``. The
-    spaces an unprivileged agent writes are sized by :func:`agent_spaces_mb`.
+    spaces an unprivileged agent writes are sized by :func:`agent_spaces_mb`. An engine that
+    refuses ``nr_inodes`` (``inode_caps`` False) gets the byte caps alone.
     """
     agent = agent_spaces_mb(memory_mb=memory_mb, host_storage=host_storage)
+
+    def tmpfs_of(options: str, size_mb: int, mode: str, span: int = HARNESS_INODE_SPAN) -> str:
+        return _tmpfs(options, size_mb, mode, span, caps=inode_caps)
+
     tmpfs = {
-        "/run": _tmpfs(PLAIN_OPTIONS, 16, "755"),
-        TRIAL_DIR: _tmpfs(SCRATCH_OPTIONS, 64, "711"),
-        "/logs": _tmpfs(PLAIN_OPTIONS, 64, "755"),
-        ARTIFACTS_DIR: _tmpfs(PLAIN_OPTIONS, agent[ARTIFACTS_DIR], "755", INODE_SPAN),
-        "/tests": _tmpfs(SCRATCH_OPTIONS, 256, "700"),
-        "/solution": _tmpfs(SCRATCH_OPTIONS, 256, "700"),
+        "/run": tmpfs_of(PLAIN_OPTIONS, 16, "755"),
+        TRIAL_DIR: tmpfs_of(SCRATCH_OPTIONS, 64, "711"),
+        "/logs": tmpfs_of(PLAIN_OPTIONS, 64, "755"),
+        ARTIFACTS_DIR: tmpfs_of(PLAIN_OPTIONS, agent[ARTIFACTS_DIR], "755", INODE_SPAN),
+        "/tests": tmpfs_of(SCRATCH_OPTIONS, 256, "700"),
+        "/solution": tmpfs_of(SCRATCH_OPTIONS, 256, "700"),
     }
     if image_tests:
         del tmpfs["/tests"]  # a separate verifier's image brings /tests/test.sh
     if not host_storage:
         for path in ("/tmp", "/var/tmp"):
-            tmpfs[path] = _tmpfs(SCRATCH_OPTIONS, agent[path], "1777", INODE_SPAN)
+            tmpfs[path] = tmpfs_of(SCRATCH_OPTIONS, agent[path], "1777", INODE_SPAN)
         # The engine's own /dev/shm (shm_size) has no inode cap: this one replaces it.
-        tmpfs["/dev/shm"] = _tmpfs(PLAIN_OPTIONS, agent["/dev/shm"], "1777", INODE_SPAN)
+        tmpfs["/dev/shm"] = tmpfs_of(PLAIN_OPTIONS, agent["/dev/shm"], "1777", INODE_SPAN)
         # The agent's own dirs, never in /trial's space (the grader's home, the captures).
         for path in (f"{TRIAL_DIR}/home", f"{TRIAL_DIR}/session"):
-            tmpfs[path] = _tmpfs(SCRATCH_OPTIONS, agent[path], "700", INODE_SPAN)
+            tmpfs[path] = tmpfs_of(SCRATCH_OPTIONS, agent[path], "700", INODE_SPAN)
     return tmpfs
 
 
@@ -297,6 +310,7 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
             image_tests=spec.image_tests,
             host_storage=site.host_storage,
             memory_mb=res.memory_mb,
+            inode_caps=site.inode_caps,
         ),
         "mounts": [
             *site.storage_mounts,

@@ -214,3 +214,19 @@ def test_a_shared_memory_segment_dies_with_its_last_process() -> None:
     # kernel.shm_rmid_forced: no System V segment of the agent's outlives its processes.
     for network in ("none", "bridge"):
         assert _args(network=network)["sysctls"]["kernel.shm_rmid_forced"] == "1"
+
+
+def test_an_engine_that_refuses_inode_caps_gets_byte_caps_alone() -> None:
+    from sandbox.docker.container import tmpfs_dirs
+    from sandbox.docker.tmpfs_caps import is_docker
+
+    capped = tmpfs_dirs(image_tests=False, host_storage=False, memory_mb=512)
+    plain = tmpfs_dirs(image_tests=False, host_storage=False, memory_mb=512, inode_caps=False)
+    assert set(capped) == set(plain)
+    for path, options in plain.items():
+        assert "nr_inodes" not in options and "size=" in options, path
+        assert "nr_inodes=" in capped[path], path
+        assert options == ",".join(o for o in capped[path].split(",") if "nr_inodes" not in o)
+    assert is_docker({"Components": [{"Name": "Engine"}, {"Name": "containerd"}]})
+    assert not is_docker({"Components": [{"Name": "Podman Engine"}]})
+    assert not is_docker({})
