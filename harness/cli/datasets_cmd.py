@@ -63,12 +63,12 @@ def datasets_list(
 def datasets_download(
     datasets: Annotated[
         list[str] | None,
-        typer.Argument(help="Each dataset to fetch: ORG/NAME[@REF] (Hub), NAME[@VERSION]."),
+        typer.Argument(help="Each dataset to fetch: ORG/NAME\\[@REF] (Hub), NAME\\[@VERSION]."),
     ] = None,
     task: Annotated[
         list[str] | None,
         typer.Option(
-            "--task", "-t", help="One task: ORG/NAME[@REF] (Hub), TASK or DATASET@VERSION/TASK."
+            "--task", "-t", help="One task: ORG/NAME\\[@REF] (Hub), TASK or DATASET@VERSION/TASK."
         ),
     ] = None,
     registry_path: Annotated[Path | None, _REGISTRY_PATH] = None,

@@ -140,7 +140,7 @@ def run(
         typer.Option(
             "--dataset",
             "-d",
-            help="A dataset: ORG/NAME[@REF] on Harbor Hub, or a registry's NAME[@VERSION] "
+            help="A dataset: ORG/NAME\\[@REF] on Harbor Hub, or a registry's NAME\\[@VERSION] "
             "(repeatable; docs/datasets.md).",
         ),
     ] = None,
@@ -149,7 +149,7 @@ def run(
         typer.Option(
             "--task",
             "-t",
-            help="One task: ORG/NAME[@REF] on Harbor Hub, or a registry's TASK or "
+            help="One task: ORG/NAME\\[@REF] on Harbor Hub, or a registry's TASK or "
             "DATASET@VERSION/TASK (repeatable).",
         ),
     ] = None,

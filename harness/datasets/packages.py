@@ -30,12 +30,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from harness.errors import HarnessError
+from harness.records.layout import TRAJECTORY_FILENAME
+
 #: Caps on one archive (its members, its bytes, its depth).
 MAX_MEMBERS = 100_000
 MAX_TOTAL_BYTES = 4 << 30
 MAX_FILE_BYTES = 2 << 30
 MAX_DEPTH = 64
-_SINGLE_FILES = ("task.toml", "instruction.md", "README.md", "trajectory.json")
+_SINGLE_FILES = ("task.toml", "instruction.md", "README.md", TRAJECTORY_FILENAME)
 _DIRECTORIES = ("environment", "tests", "solution", "steps")
 _IGNORED = ("__pycache__", "*.pyc", ".DS_Store", "*.swp", "*.swo", "*~")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -43,7 +46,7 @@ _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 _CHUNK = 1 << 20
 
 
-class PackageError(ValueError):
+class PackageError(HarnessError, ValueError):
     """An archive refused: the message names the member and why."""
 
 

@@ -46,8 +46,11 @@ ROOTFUL_HOST = "unix:///var/run/docker.sock"
 CAP_MB = 256
 #: What the filler tries to write: far past the cap, so an uncapped root shows at once.
 FILL_MB = 3000
-#: How far past the cap the layer may grow (what a writer adds between two polls).
-SLACK_MB = 256
+#: The most the layer may hold: the writer was stopped well short of what it tried to
+#: write. A soft cap lets a writer past the cap by what it adds between two polls, and a
+#: loaded machine (a CI run) stretches the polls: 40 to 225 MB past it alone here, up to
+#: 864 MB past it in a full parallel suite.
+STOPPED_BELOW_MB = FILL_MB * 2 // 3
 AGENT = ("--agent", "command", "--agent-cmd", "bash {instruction_file}")
 
 
@@ -148,9 +151,8 @@ def test_without_root_the_image_root_is_writable_and_a_filler_is_stopped_at_the_
     assert fill["status"] == "agent_error" and fill["attempt"] == 1, (fill, result.stderr[-3000:])
     full = [e for e in fill.get("events", []) if e["type"] == "storage_full"]
     assert full and full[0]["limit_bytes"] == CAP_MB << 20, fill.get("events")
-    # From outside: the layer on the engine's disk held about the cap at most, never what
-    # the agent tried to write.
-    assert 0 < grew[0] < (CAP_MB + SLACK_MB) << 20, grew[0] >> 20
+    # From outside: the layer on the engine's disk never held what the agent tried to write.
+    assert 0 < grew[0] < STOPPED_BELOW_MB << 20, grew[0] >> 20
     for record in (usr, fill):
         limits = record["sandbox"]["limits"]
         assert limits["storage"] == "soft", limits

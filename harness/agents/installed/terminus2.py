@@ -30,11 +30,12 @@ from harness.agents.installed.debian_runtime import (
     ensure_debian_python_agent,
 )
 from harness.agents.installed.python_agent import PythonInstalledAgent
+from harness.records.layout import TRAJECTORY_FILENAME
 from harness.tasks import Task
 from sandbox.backend import Sandbox
 
 PACKAGE = "harbor"
-TRAJECTORY = "trajectory.json"
+TRAJECTORY = TRAJECTORY_FILENAME  # Harbor names its ATIF file as the run dir does
 #: The driver's path in the trial's HOME.
 DRIVER_FILE = ".harness-terminus-2-driver.py"
 DRIVER = '''
