@@ -246,32 +246,45 @@ def test_a_public_verifier_on_a_worker_reaches_the_internet_and_nothing_of_the_c
     assert [r for ip, r in logged if ip == PUBLIC_NODE_IP and r != "cluster"] == [], logged
 
 
-def test_a_worker_that_cannot_filter_refuses_the_internet_phase_saying_why(
+def test_a_worker_that_cannot_filter_on_its_host_filters_in_the_trials_namespace(
     cluster: RayCluster, tmp_path: Path
 ) -> None:
-    """The driver's host can filter; the worker's cannot (no iptables on its PATH)."""
+    """The driver's host can filter; the worker's cannot (no iptables on its PATH).
+
+    The worker's trial then gets its public verifier through the trial's own network
+    namespace (sandbox/docker/netns_holder.py), whose rules refuse the cluster's nodes too.
+    """
     require_image(docker_client())
     cluster.nodes[1].kill()  # the worker node
     bare = f"127.0.0.{2 + len(cluster.nodes)}"
     cluster.add_node(2, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})  # alive once it returns
-    tasks = tmp_path / "tasks"
-    for name in ("raynet", "unstated"):
-        make_task(tasks, "unused", ["127.0.0.1:9"], "127.0.0.1:9", name=name)
-    out = tmp_path / "runs"
-    code, output = run(cluster, tasks, out, "rayrefused", "touch $HARNESS_WORKSPACE/ran")
-    assert code != 0, output
-    records = {r["task"]["name"]: r for r in read_run_dir(out / "rayrefused").records}
-    # The unstated public keeps the driver's plan (public), not this node's (no-network):
-    # refused too, rather than run without the network it was planned with.
-    assert sorted(records) == ["e2e/raynet", "e2e/unstated"], records
-    for record in records.values():
-        assert record["sandbox"]["node"] == bare, record["sandbox"]
-        message = " ".join(e["message"] for e in record["errors"])
-        assert "iptables is not installed" in message, record["errors"]
-        assert "gets the internet" in message, record["errors"]
-        assert not record.get("previous_attempts"), "a refusal is not retried"
-        assert record["status"] == "environment_error", record
-        assert "agent" not in record["timings"], "the agent phase ran before the refusal"
+    token = {role: f"{role}-{secrets.token_hex(6)}" for role in ("agent", "verifier")}
+    with Listener(ipv6=True) as host, PublicNet(tmp_path) as public_net:
+        public = f"{public_net.route()}:80"
+        own = [interface_ipv4("docker0") or "172.17.0.1", primary_addresses()["ipv4"]]
+        node = [f"{PUBLIC_NODE_IP}:{host.port}"]
+        targets = [public, *(f"{a}:{host.port}" for a in [*own, "GW"]), *node]
+        task = make_task(tmp_path / "tasks", token["verifier"], targets, public)
+        agent = f"python3 /opt/probe.py {token['agent']} {' '.join(targets)}"
+        out = tmp_path / "runs"
+        code, output = run(cluster, task, out, "raynetns", agent)
+        seen = public_net.seen()
+        host_got = b"\n".join(data for _kind, _peer, data in host.received).decode()
+    assert code == 0, output
+    (record,) = read_run_dir(out / "raynetns").records
+    assert record["sandbox"]["node"] == bare, record["sandbox"]
+    assert record["sandbox"]["egress"] == "namespace", record["sandbox"]
+    assert record["status"] == "completed" and record["reward"] == 1.0, record
+    assert f"{token['verifier']} {public}" in seen, seen
+    assert token["agent"] not in seen, seen
+    assert token["agent"] not in host_got and token["verifier"] not in host_got, host_got
+    evidence = out / "raynetns" / "trials" / record["id"]
+    verifier_probe = _probe((evidence / "verifier" / "probe.txt").read_text())
+    leaked = [t for t, r in verifier_probe.items() if r == "CONNECTED" and t != public]
+    assert leaked == [], f"reached from a trial on the worker: {leaked}"
+    refused = {(e.get("phase"), e.get("refused")) for e in record["events"] if "refused" in e}
+    assert ("verifier", "cluster") in refused, record["events"]
+    assert not record.get("previous_attempts"), record
 
 
 def _probe(text: str) -> dict[str, str]:
