@@ -38,11 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.docker.labels import KIND, MANAGED
+from sandbox.docker.probe import refusal
 from sandbox.docker.sdk import (
-    EngineError,
     EngineObjectMissing,
-    EngineRequestError,
     call,
     not_found,
 )
@@ -67,9 +65,6 @@ GRACE_BYTES = 64 << 20
 #: that starts between two polls at this rate overshoots by at most half what was left.
 ASSUMED_RATE = 512 << 20
 
-_lock = threading.Lock()
-_refusals: dict[str, str | None] = {}
-
 
 def engine_size_refusal(client: Any, image: str) -> str | None:
     """Whether the engine caps a container's writable layer (``storage_opt size``).
@@ -85,33 +80,7 @@ def engine_size_refusal(client: Any, image: str) -> str | None:
     Raises:
         EngineError: the engine failed otherwise (unreachable, image missing).
     """
-    key = str(getattr(client.api, "base_url", ""))
-    with _lock:
-        if key in _refusals:
-            return _refusals[key]
-    refusal: str | None = None
-    try:
-        probe = call(
-            client.containers.create,
-            image,
-            ["true"],
-            entrypoint=[],
-            network_mode="none",
-            storage_opt={"size": "2g"},
-            labels={MANAGED: "1", KIND: PROBE_KIND},
-        )
-    except EngineObjectMissing:
-        raise
-    except EngineRequestError as exc:
-        refusal = str(exc.explanation or exc)
-    else:
-        try:
-            call(probe.remove, force=True)
-        except EngineError as exc:
-            logger.warning("cannot remove the storage-opt probe container: %s", exc)
-    with _lock:
-        _refusals[key] = refusal
-    return refusal
+    return refusal(client, image, kind=PROBE_KIND, start=False, storage_opt={"size": "2g"})
 
 
 def engine_size_mb(cap_mb: int, driver: str, image_bytes: int) -> int:

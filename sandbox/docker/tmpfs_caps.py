@@ -10,18 +10,15 @@ is refused, the tmpfs mounts keep their byte caps only, and the record says so.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any
 
-from sandbox.docker.labels import KIND, MANAGED
-from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
-
-logger = logging.getLogger(__name__)
+from sandbox.docker.probe import refusal
+from sandbox.docker.sdk import call
 
 PROBE_KIND = "tmpfs-probe"
 _lock = threading.Lock()
-_answers: dict[str, bool] = {}
+_docker: dict[str, bool] = {}
 
 
 def is_docker(version: dict[str, Any]) -> bool:
@@ -38,37 +35,14 @@ def inode_caps(client: Any, image: str) -> bool:
     """
     key = str(getattr(client.api, "base_url", ""))
     with _lock:
-        if key in _answers:
-            return _answers[key]
-    answer = True
-    if not is_docker(call(client.version)):
-        try:
-            probe = call(
-                client.containers.create,
-                image,
-                ["true"],
-                entrypoint=[],
-                network_mode="none",
-                tmpfs={"/probe": "size=1m,nr_inodes=64"},
-                labels={MANAGED: "1", KIND: PROBE_KIND},
-            )
-        except EngineObjectMissing:
-            raise
-        except EngineRequestError:
-            answer = False
+        if key in _docker:
+            docker = _docker[key]
         else:
-            try:
-                call(probe.start)
-            except EngineRequestError:
-                answer = False
-            finally:
-                try:
-                    call(probe.remove, force=True)
-                except EngineError as exc:
-                    logger.warning("cannot remove the tmpfs probe container: %s", exc)
-    with _lock:
-        _answers[key] = answer
-    return answer
+            docker = _docker[key] = is_docker(call(client.version))
+    if docker:
+        return True
+    options = {"tmpfs": {"/probe": "size=1m,nr_inodes=64"}}
+    return refusal(client, image, kind=PROBE_KIND, start=True, **options) is None
 
 
 __all__ = ["PROBE_KIND", "inode_caps", "is_docker"]
