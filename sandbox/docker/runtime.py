@@ -14,6 +14,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from sandbox.docker.rootcap import (
     engine_size_refusal,
     visible_data_root,
 )
-from sandbox.docker.sdk import EngineError, EngineObjectMissing, ImageMissing, call, not_found
+from sandbox.docker.sdk import EngineError, EngineObjectMissing, ImageMissing, call
 from sandbox.docker.warm import WarmPool
 from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxError
 from sandbox.storage import StorageBudget, storage_supported
@@ -66,7 +67,17 @@ PRELOAD_PATCH = (
     "os.rename(dst + '.tmp', dst)\n"
 )
 #: The runtime volume's layout: a new one is filled when this changes.
-RUNTIME_LAYOUT = "2"
+RUNTIME_LAYOUT = "3"
+#: The empty volume whose existence says the runtime volume of the same name is filled.
+RUNTIME_READY_SUFFIX = "-ready"
+
+
+def _volume_exists(client: docker.DockerClient, name: str) -> bool:
+    try:
+        call(client.volumes.get, name)
+    except EngineObjectMissing:
+        return False
+    return True
 
 
 class DockerRuntime:
@@ -160,18 +171,46 @@ class DockerRuntime:
                         "`bash images/bootstrap-base.sh`"
                     ) from None
                 name = f"harness-python-{RUNTIME_LAYOUT}-{str(base.id).split(':')[-1][:12]}"
-                try:
-                    volume = call(self.client.volumes.get, name)
-                    # Only a volume we created and filled carries our label; one made
-                    # implicitly by `docker run -v NAME:...` is empty: replace it.
-                    if (volume.attrs.get("Labels") or {}).get(KIND) != RUNTIME_KIND:
-                        call(volume.remove, force=True)
-                        raise not_found("unlabelled runtime volume")
-                except EngineObjectMissing:
-                    self._fill_python_volume(name)
+                self._ensure_python_volume(name)
                 self._python_volume = name
                 self._arch = str(base.attrs.get("Architecture"))
             return self._python_volume, self._arch
+
+    def _ensure_python_volume(self, name: str) -> None:
+        """Make ``name`` a filled runtime volume, unless its ready marker says it is one.
+
+        The marker (an empty volume, ``NAME-ready``) is created only after the fill has
+        finished, so a fill that was interrupted (the harness killed, the engine restarted)
+        leaves a volume without it, which the next run removes and fills again instead of
+        mounting a half-copied ``/usr`` into every trial. A volume named so but not made by
+        the harness (``docker run -v NAME:...`` creates one empty) is replaced the same way.
+        """
+        ready = f"{name}{RUNTIME_READY_SUFFIX}"
+        if _volume_exists(self.client, ready):
+            return
+        try:
+            volume = call(self.client.volumes.get, name)
+        except EngineObjectMissing:
+            pass
+        else:
+            try:
+                call(volume.remove, force=True)
+            except EngineError:
+                # In use: another run is filling it right now; its marker will follow.
+                if self._wait_for_marker(ready):
+                    return
+                raise
+        self._fill_python_volume(name)
+        call(self.client.volumes.create, ready, labels={MANAGED: "1", KIND: RUNTIME_KIND})
+
+    def _wait_for_marker(self, ready: str, timeout: float = 300.0) -> bool:
+        """Whether another run's fill finishes (its marker appears) within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _volume_exists(self.client, ready):
+                return True
+            time.sleep(1.0)
+        return False
 
     def _fill_python_volume(self, name: str) -> None:
         volume = call(self.client.volumes.create, name, labels={MANAGED: "1", KIND: RUNTIME_KIND})

@@ -36,6 +36,8 @@ from conftest import BASE_IMAGE, files_containing, unique, write_task
 from support.cli import harness
 from support.tb1 import make_tb1
 
+from sandbox.docker.runtime import RUNTIME_LAYOUT, RUNTIME_READY_SUFFIX
+
 _SERVE = '["sh", "-c", "id > /hostx/WRITTEN 2>/dev/null; exec python3 -m http.server 8000"]'
 _AGENT = """for i in $(seq 1 20); do
   python3 -c "import urllib.request as u; print(u.urlopen('http://spy:8000/secret.txt',
@@ -217,9 +219,12 @@ def _plant(host: Path) -> tuple[str, dict[str, bytes]]:
 
 def _runtime_volume(client: Any) -> str:
     """The harness's supervisor runtime volume on this engine (the one task5 reached)."""
+    current = f"harness-python-{RUNTIME_LAYOUT}-"
     for volume in client.volumes.list(filters={"label": "org.harness.kind=runtime"}):
-        return str(volume.name)
-    return "harness-python-2-f31c27ee8212"
+        name = str(volume.name)
+        if name.startswith(current) and not name.endswith(RUNTIME_READY_SUFFIX):
+            return name
+    return f"{current}f31c27ee8212"
 
 
 def _tasks(parent: Path, host: Path, runtime_volume: str) -> dict[str, tuple[Path, list[str]]]:
