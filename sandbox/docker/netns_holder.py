@@ -14,17 +14,31 @@ harness (attached to it as the supervisor is), and answers each on its stdout:
   and resolvers (``/etc/resolv.conf``);
 - ``{"op": "load", "v4": ..., "v6": ...}``: ``iptables-restore`` and ``ip6tables-restore``;
 - ``{"op": "switch", "args": [...]}``: one ``iptables`` call (the phase's chain);
-- ``{"op": "counters"}``: the refusal counters, read and zeroed.
+- ``{"op": "counters"}``: the refusal counters, read and zeroed;
+- ``{"op": "forward", "listen": [[proto, port, socket], ...]}``: an ``allowlist`` trial's
+  egress proxy and DNS responder brought into the namespace. The harness serves them on
+  unix sockets in a dir of its own, bind-mounted read-only at :data:`EGRESS_MOUNT` (the
+  holder's only mount); the holder listens on the namespace's loopback (``127.0.0.1``) and
+  relays each TCP connection to its socket as it is, each UDP query (DNS) as a
+  length-prefixed query on a stream. Loopback is all an ``allowlist`` phase reaches
+  (:mod:`sandbox.docker.netns_rules`), so the proxy and the responder are reachable from
+  the trial's namespace and from nowhere else: no TCP or UDP port of the host serves them.
+  This needs ``NET_BIND_SERVICE`` (port 53, where ``resolv.conf`` sends the trial's
+  queries) and ``DAC_OVERRIDE`` (the harness's 0600 sockets, when the engine's root is
+  not the harness's user), in the holder only.
 
 Nothing in the trial can reach that process: it shares only the network namespace, not
-the pid or IPC namespace, and listens on nothing.
+the pid or IPC namespace, and listens on nothing but those relays.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from docker.types import Mount
 
 from sandbox.docker.channel import ExecChannel
 from sandbox.docker.netns_rules import (
@@ -39,8 +53,105 @@ from sandbox.errors import SandboxError
 
 #: How long one request may take (a load of every chain, or a switch).
 _TIMEOUT_SEC = 30.0
+#: Where the holder sees the harness's dir of an allowlist trial's proxy sockets.
+EGRESS_MOUNT = "/run/harness-egress"
+#: The in-namespace ports of an allowlist trial's proxy and DNS responder (loopback).
+PROXY_PORT = 3128
+DNS_PORT = 53
+#: A holder that forwards: its relays' threads (two per TCP connection) under the pids cap.
+_FORWARD_PIDS = 256
 _PROGRAM = r"""
-import json, subprocess, sys
+import json, os, socket, struct, subprocess, sys, threading
+threading.stack_size(262144)
+SLOTS = threading.BoundedSemaphore(96)
+
+def pump(src, dst):
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    try:
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+def relay(conn, path):
+    up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        up.connect(path)
+        back = threading.Thread(target=pump, args=(up, conn), daemon=True)
+        back.start()
+        pump(conn, up)
+        back.join()
+    except (OSError, RuntimeError):
+        pass
+    finally:
+        up.close()
+        conn.close()
+        SLOTS.release()
+
+def exactly(sock, size):
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise OSError("closed")
+        data += chunk
+    return data
+
+def query(udp, data, peer, path):
+    up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        up.settimeout(15)
+        up.connect(path)
+        up.sendall(struct.pack("!H", len(data)) + data)
+        (size,) = struct.unpack("!H", exactly(up, 2))
+        udp.sendto(exactly(up, size), peer)
+    except OSError:
+        pass
+    finally:
+        up.close()
+        SLOTS.release()
+
+def start(target, args):
+    try:
+        threading.Thread(target=target, args=args, daemon=True).start()
+        return True
+    except RuntimeError:
+        return False
+
+def serve_tcp(listener, path):
+    while True:
+        conn, _ = listener.accept()
+        if not (SLOTS.acquire(blocking=False) and start(relay, (conn, path))):
+            conn.close()
+
+def serve_udp(udp, path):
+    while True:
+        data, peer = udp.recvfrom(4096)
+        if SLOTS.acquire(blocking=False) and not start(query, (udp, data, peer, path)):
+            SLOTS.release()
+
+def forward(listen):
+    served = []
+    for proto, port, path in listen:
+        if proto == "tcp":
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.listen(128)
+            served.append((serve_tcp, sock, path))
+        else:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", port))
+            served.append((serve_udp, sock, path))
+    for serve, sock, path in served:
+        threading.Thread(target=serve, args=(sock, path), daemon=True).start()
+    return {"rc": 0}
 
 def run(argv, data=None):
     done = subprocess.run(argv, input=data, capture_output=True, text=True)
@@ -88,6 +199,8 @@ for line in sys.stdin:
             answer = run(["iptables"] + [str(a) for a in req["args"]])
         elif op == "counters":
             answer = run(["iptables", "-w", "-L", "-v", "-x", "-n", "-Z"])
+        elif op == "forward":
+            answer = forward(req["listen"])
         else:
             answer = {"rc": 2, "out": "unknown op %r" % (op,)}
     except Exception as exc:
@@ -98,9 +211,19 @@ for line in sys.stdin:
 
 
 def create_args(
-    image: str, *, name: str, network: str, labels: dict[str, str], dns: list[str] | None = None
+    image: str,
+    *,
+    name: str,
+    network: str,
+    labels: dict[str, str],
+    dns: list[str] | None = None,
+    egress_dir: str | None = None,
 ) -> dict[str, Any]:
-    """The keyword arguments of ``containers.create`` for a holder (pure)."""
+    """The keyword arguments of ``containers.create`` for a holder (pure).
+
+    ``egress_dir``: the harness's dir of an allowlist trial's proxy sockets, mounted
+    read-only at :data:`EGRESS_MOUNT` for the holder's relays (see the module's doc).
+    """
     args: dict[str, Any] = {
         "image": image,
         "name": name,
@@ -124,6 +247,10 @@ def create_args(
     }
     if dns:
         args["dns"] = dns
+    if egress_dir is not None:
+        args["cap_add"] = ["NET_ADMIN", "NET_BIND_SERVICE", "DAC_OVERRIDE"]
+        args["pids_limit"] = _FORWARD_PIDS
+        args["mounts"] = [Mount(EGRESS_MOUNT, egress_dir, type="bind", read_only=True)]
     return args
 
 
@@ -155,12 +282,13 @@ class NetnsHolder:
         network: str,
         labels: dict[str, str],
         dns: list[str] | None = None,
+        egress_dir: str | None = None,
     ) -> NetnsHolder:
         """Create and start a holder on ``network`` (the trial joins it later)."""
-        container = call(
-            client.containers.create,
-            **create_args(image, name=name, network=network, labels=labels, dns=dns),
+        args = create_args(
+            image, name=name, network=network, labels=labels, dns=dns, egress_dir=egress_dir
         )
+        container = call(client.containers.create, **args)
         try:
             raw = call(
                 client.api.attach_socket,
@@ -218,6 +346,16 @@ class NetnsHolder:
             self._ask({"op": "switch", "args": switch_args(chain)})
             self.chain = chain
 
+    def forward(self, listen: Sequence[tuple[str, int, str]]) -> None:
+        """Relay the namespace's ``127.0.0.1:port`` to a socket of the egress dir.
+
+        Each of ``listen`` is ``(proto, port, socket name)``; bound before this returns.
+        """
+        self._ask({
+            "op": "forward",
+            "listen": [[proto, port, f"{EGRESS_MOUNT}/{sock}"] for proto, port, sock in listen],
+        })  # fmt: skip
+
     def refusals(self) -> dict[str, int]:
         """Packets refused since the last call, by reason."""
         return parse_counters(str(self._ask({"op": "counters"}).get("out", "")))
@@ -228,4 +366,4 @@ class NetnsHolder:
         call(self.container.remove, force=True)
 
 
-__all__ = ["HolderFacts", "NetnsHolder", "create_args"]
+__all__ = ["DNS_PORT", "EGRESS_MOUNT", "PROXY_PORT", "HolderFacts", "NetnsHolder", "create_args"]

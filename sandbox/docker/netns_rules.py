@@ -18,6 +18,10 @@ replaced (:func:`switch_args`), never a round of tools. In each namespace:
   "connection" in conntrack included) carries nothing once the namespace is closed. The
   policy is ``DROP``: a namespace whose rules are not loaded yet sends nothing.
 - ``HXN-closed`` (``no-network``): loopback only, every other packet counted and rejected.
+- ``HXN-allowlist`` (``allowlist``): loopback only too, every other packet counted and
+  rejected as ``allowlist``: the phase's egress proxy and DNS responder are reached on the
+  namespace's loopback, where the holder forwards them to the harness's unix sockets
+  (:mod:`sandbox.docker.netns_holder`); the proxy judges each request by the phase's list.
 - ``HXN-public``: rejects, each by its own counted rule, the namespace's gateway and every
   address of the engine's host the harness knows, the namespace's own subnets (other
   trials, the bridge), the Ray cluster's nodes, then the private, loopback, link-local,
@@ -43,9 +47,12 @@ from dataclasses import dataclass, field
 from sandbox.docker.egress import BLOCKED_V4
 from sandbox.network_policy import NetworkMode, NetworkPolicy
 
-#: The chain of each mode a phase can be in (``allowlist`` phases are not served here yet:
-#: their proxy lives on the host filter's network).
-CHAINS: dict[str, str] = {"no-network": "HXN-closed", "public": "HXN-public"}
+#: The chain of each mode a phase can be in.
+CHAINS: dict[str, str] = {
+    "no-network": "HXN-closed",
+    "public": "HXN-public",
+    "allowlist": "HXN-allowlist",
+}
 #: Where ``OUTPUT`` sends a phase: its rule number in ``OUTPUT`` (after loopback),
 #: replaced at each switch.
 PHASE_RULE = 2
@@ -166,6 +173,14 @@ def ruleset(plan: NetPlan, facts: NetFacts) -> tuple[str, str]:
     ]
     if "public" in modes:
         v4 += _public(facts)
+    if "allowlist" in modes:
+        allowlist = CHAINS["allowlist"]
+        v4 += [
+            f'-A {allowlist} -p tcp -m comment --comment "{_COMMENT}allowlist" -j REJECT '
+            "--reject-with tcp-reset",
+            f'-A {allowlist} -m comment --comment "{_COMMENT}allowlist" -j REJECT '
+            "--reject-with icmp-port-unreachable",
+        ]
     v4.append("COMMIT")
     v6 = [
         "*filter",

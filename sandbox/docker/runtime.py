@@ -361,13 +361,10 @@ class DockerRuntime:
         info = self.engine_info()
         runtimes = info.get("Runtimes") or {}
         network = network_runtime_of(self.runtime, runtimes) is not None
-        # Per phase: no-network always; public everywhere a trial has a network (the host
-        # filter, else the trial's own namespace: trial_network.py); allowlist (its proxy
-        # behind the host filter) where the host filter can be installed (egress.py).
-        why = egress_problem(self.client) if network else None
-        public = network
-        allowlist = network and why is None
-        modes = {"no-network"} | ({"public"} if public else set())
+        # Per phase: no-network always; public and allowlist everywhere a trial has a
+        # network (the host filter and its proxy, else the trial's own namespace with the
+        # proxy relayed into it: trial_network.py).
+        modes = {"no-network"} | ({"public", "allowlist"} if network else set())
         problem = None
         if not network:
             name = self.runtime or "runc"
@@ -376,16 +373,11 @@ class DockerRuntime:
                 f"--network=none) and no {name}-net runtime is registered; run `bash "
                 "docker/start-engine.sh` to register it, or use runc"
             )
-        elif why is not None:
-            problem = (
-                "allowlist phases need its host egress filter, and "
-                f"{why}; run the harness as root on the engine's host with iptables"
-            )
         return Capacity(
             cpus=float(info.get("NCPU") or os.cpu_count() or 1),
             memory_mb=int(info.get("MemTotal") or 0) >> 20,
             network=network,
-            network_modes=frozenset(modes | ({"allowlist"} if allowlist else set())),
+            network_modes=frozenset(modes),
             network_problem=problem,
         )
 

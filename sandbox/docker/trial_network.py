@@ -27,7 +27,13 @@ get the internet is filtered inside its own network namespace instead
 (:mod:`sandbox.docker.netns_holder`, :mod:`sandbox.docker.netns_rules`): a holder container
 on the engine's default bridge owns the namespace and writes every phase's chain up front,
 the trial's container joins it with no network capability, and a switch replaces one rule.
-Its ``allowlist`` phases and compose sidecars still need the host filter and are refused
+An ``allowlist`` trial's proxy and DNS responder then listen on no network at all: the
+harness serves them on unix sockets in a 0700 dir of its own, which only the holder mounts,
+and the holder relays ``127.0.0.1:3128`` (the proxy) and ``127.0.0.1:53`` (DNS, UDP and
+TCP; the holder's ``resolv.conf``, which the trial's container shares, names it) of the
+namespace to them; an ``allowlist`` phase's chain reaches loopback alone. The proxy makes
+its connections from the harness's own network, judging each by the phase's list as on the
+host filter. Compose sidecars with the internet still need the host filter and are refused
 there before anything runs. The record's ``sandbox.egress`` says which filter held.
 
 A compose task's proxy is bound on its project's gateway, once compose made the network
@@ -47,13 +53,16 @@ containers send to the host; its counters are the trial's events too
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from sandbox.backend import SandboxSpec
 from sandbox.docker.egress import NETWORK, REASONS, EgressRun, TrialFilter
 from sandbox.docker.hostguard import HostGuard
-from sandbox.docker.netns_holder import NetnsHolder
+from sandbox.docker.netns_holder import DNS_PORT, PROXY_PORT, NetnsHolder
 from sandbox.docker.netns_rules import NetFacts, NetPlan
 from sandbox.egress_proxy import ProxyServer
 from sandbox.errors import PermanentStartError, SandboxError
@@ -85,6 +94,8 @@ class TrialNetwork:
         self._guard_events: list[dict[str, Any]] = []
         self._holder_events: list[dict[str, Any]] = []
         self._proxy: ProxyServer | None = None
+        #: A namespaced allowlist trial's dir of the proxy's sockets (the holder mounts it).
+        self._egress_dir: Path | None = None
         #: What an allowlist phase reaches without the proxy besides loopback: the
         #: compose sidecars' names and addresses.
         self._direct: tuple[str, ...] = ()
@@ -146,10 +157,20 @@ class TrialNetwork:
             SandboxError: the holder did not start or could not write the rules.
         """
         self._plan = self.plan()
-        holder = NetnsHolder.start(client, image, name=name, network="bridge", labels=labels)
+        egress_dir = self._start_namespace_proxy()
+        holder = NetnsHolder.start(
+            client, image, name=name, network="bridge", labels=labels,
+            dns=["127.0.0.1"] if egress_dir is not None else None, egress_dir=egress_dir,
+        )  # fmt: skip
         self._holder = holder
         facts = holder.facts()
         try:
+            if egress_dir is not None:
+                holder.forward([
+                    ("tcp", PROXY_PORT, "proxy.sock"),
+                    ("tcp", DNS_PORT, "dns.sock"),
+                    ("udp", DNS_PORT, "dns.sock"),
+                ])  # fmt: skip
             holder.load(
                 self._plan,
                 NetFacts(
@@ -167,6 +188,51 @@ class TrialNetwork:
             ) from exc
         return holder.network_mode
 
+    def _start_namespace_proxy(self) -> str | None:
+        """An allowlist trial's proxy on unix sockets alone, for the holder to relay.
+
+        Returns:
+            The sockets' dir (None: the trial has no allowlist phase).
+
+        Raises:
+            PermanentStartError: the proxy cannot listen there.
+        """
+        if not self.allowlist:
+            return None
+        self._egress_dir = Path(tempfile.mkdtemp(prefix="harness-egress-"))
+        self._egress_dir.chmod(0o700)
+        try:
+            self._proxy = ProxyServer(
+                self.policy("agent"), phase="agent", host=None, dns_port=None,
+                unix_path=str(self._egress_dir / "proxy.sock"),
+                dns_unix_path=str(self._egress_dir / "dns.sock"),
+                overrides=self.egress.hosts,
+            ).start()  # fmt: skip
+        except OSError as exc:
+            raise PermanentStartError(
+                f"the allowlist egress proxy cannot listen in {self._egress_dir} ({exc}); "
+                "is the temporary dir (TMPDIR) writable?"
+            ) from exc
+        return str(self._egress_dir)
+
+    def _proxy_endpoint(self) -> tuple[str, int] | None:
+        """Where the trial reaches its proxy: the holder's relay, or the proxy itself."""
+        if self._proxy is None:
+            return None
+        if self._egress_dir is not None:
+            return ("127.0.0.1", PROXY_PORT)
+        return self._proxy.address
+
+    def _dns_endpoint(self) -> tuple[str, int] | None:
+        """Where the trial reaches its DNS responder (as :meth:`_proxy_endpoint`)."""
+        if self._proxy is None:
+            return None
+        if self._egress_dir is not None:
+            return ("127.0.0.1", DNS_PORT)
+        if self._proxy.address is None or self._proxy.dns_address is None:
+            return None
+        return (self._proxy.address[0], self._proxy.dns_address[1])
+
     @property
     def allowlist(self) -> bool:
         """Whether a phase of the trial, of any step, is an ``allowlist`` (it gets a proxy)."""
@@ -183,11 +249,11 @@ class TrialNetwork:
             PermanentStartError: a host that cannot filter, or a proxy that cannot bind.
         """
         if self.namespaced:
-            if self.allowlist or self.spec.compose_file is not None:
+            if self.spec.compose_file is not None:
                 raise PermanentStartError(
-                    "an allowlist phase or compose sidecars with the internet need the host "
-                    "egress filter, which cannot be installed here; run the harness as root "
-                    "on the engine's host with iptables"
+                    "compose sidecars with the internet need the host egress filter, which "
+                    "cannot be installed here; run the harness as root on the engine's host "
+                    "with iptables"
                 )
             return
         if self.internet:
@@ -221,18 +287,20 @@ class TrialNetwork:
             ) from exc
 
     def dns(self) -> tuple[str, ...] | None:
-        """The resolvers of the container: the proxy's gateway (allowlist trials only)."""
-        if self._proxy is None or self._proxy.address is None:
+        """The resolvers of the container: the proxy's gateway (allowlist trials only).
+
+        None in a namespace: the trial's container shares its holder's ``resolv.conf``.
+        """
+        if self._egress_dir is not None or self._proxy is None or self._proxy.address is None:
             return None
         return (self._proxy.address[0],)
 
     def phase_env(self, role: str, step: int | None = None) -> dict[str, str]:
         """What a phase of ``role`` in ``step`` adds to its environment (an allowlist's proxy)."""
-        if self._proxy is None or self._proxy.address is None:
+        endpoint = self._proxy_endpoint()
+        if endpoint is None or self.policy(role, step).mode != "allowlist":
             return {}
-        if self.policy(role, step).mode != "allowlist":
-            return {}
-        host, port = self._proxy.address
+        host, port = endpoint
         url = f"http://{host}:{port}"
         env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
         no_proxy = ",".join([NO_PROXY, *self._direct])
@@ -306,6 +374,8 @@ class TrialNetwork:
         if self._holder is not None and self._plan is not None:
             self._collect_holder()
             self._phase = role
+            if self._proxy is not None:
+                self._proxy.switch(policy, role)
             self._holder.switch(self._plan.chain(role, step))
             return
         self._collect_guard()
@@ -432,11 +502,15 @@ class TrialNetwork:
                 self._filter.remove()
                 self.egress.chains.discard(self._filter.chain)
         finally:
-            if self._proxy is not None:
-                try:
-                    self._proxy.close()
-                except (OSError, RuntimeError, TimeoutError) as exc:
-                    raise SandboxError(f"the trial's egress proxy did not stop: {exc}") from exc
+            try:
+                if self._proxy is not None:
+                    try:
+                        self._proxy.close()
+                    except (OSError, RuntimeError, TimeoutError) as exc:
+                        raise SandboxError(f"the trial's egress proxy did not stop: {exc}") from exc
+            finally:
+                if self._egress_dir is not None:
+                    shutil.rmtree(self._egress_dir, ignore_errors=True)
 
     def describe(self) -> dict[str, Any]:
         """Record facts: each phase's policy as this backend enforced it."""
@@ -456,11 +530,11 @@ class TrialNetwork:
         elif self.internet:
             facts["egress"] = "host"
             facts["egress_log"] = self.egress.log_status()
-        if self._proxy is not None and self._proxy.address is not None:
-            host, port = self._proxy.address
-            facts["egress_proxy"] = f"{host}:{port}"
-            if self._proxy.dns_address is not None:
-                facts["egress_dns"] = f"{host}:{self._proxy.dns_address[1]}"
+        proxy, dns = self._proxy_endpoint(), self._dns_endpoint()
+        if proxy is not None:
+            facts["egress_proxy"] = f"{proxy[0]}:{proxy[1]}"
+        if dns is not None:
+            facts["egress_dns"] = f"{dns[0]}:{dns[1]}"
         return facts
 
 

@@ -11,6 +11,7 @@ policy; :meth:`ProxyServer.events` drains the refusals for ``Sandbox.network_eve
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -47,7 +48,8 @@ class ProxyServer:
     Args:
         policy: The first phase's policy.
         phase: Its role.
-        host: The address both listen on.
+        host: The address both listen on (None: neither listens on TCP or UDP; they are
+            served on ``unix_path`` and ``dns_unix_path`` alone).
         port: The proxy's TCP port (0: any free one).
         dns_port: The responder's port, UDP and TCP (0: any number free for both; None: no
             responder).
@@ -56,6 +58,8 @@ class ProxyServer:
         ports: The destination ports an ``allowlist`` reaches.
         unix_path: Also serve the proxy on this unix socket (mode 0600), for a forwarder
             into the sandbox's namespace as the model gateway's is.
+        dns_unix_path: Serve the responder on this unix socket too (mode 0600), as on TCP:
+            each query and answer preceded by its length in two bytes.
     """
 
     def __init__(
@@ -63,13 +67,14 @@ class ProxyServer:
         policy: NetworkPolicy,
         *,
         phase: str = "agent",
-        host: str = "127.0.0.1",
+        host: str | None = "127.0.0.1",
         port: int = 0,
         dns_port: int | None = 0,
         overrides: Mapping[str, Sequence[str]] | None = None,
         limits: ProxyLimits | None = None,
         ports: Iterable[int] = DEFAULT_PORTS,
         unix_path: str | None = None,
+        dns_unix_path: str | None = None,
     ) -> None:
         self.log = NetworkEventLog()
         self._ports = tuple(ports)
@@ -83,6 +88,7 @@ class ProxyServer:
         )
         self._host, self._port, self._dns_port = host, port, dns_port
         self._unix_path = unix_path
+        self._dns_unix_path = dns_unix_path
         self._resolver = resolver
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="egress")
@@ -108,13 +114,14 @@ class ProxyServer:
         return self
 
     async def _bind(self) -> None:
-        server = await self.proxy.serve(self._host, self._port)
-        self._closers.append(server)
-        sockname = server.sockets[0].getsockname()
-        self.address = (str(sockname[0]), int(sockname[1]))
+        if self._host is not None:
+            server = await self.proxy.serve(self._host, self._port)
+            self._closers.append(server)
+            sockname = server.sockets[0].getsockname()
+            self.address = (str(sockname[0]), int(sockname[1]))
         if self._unix_path is not None:
             self._closers.append(await self.proxy.serve_unix(self._unix_path))
-        if self._dns_port is not None:
+        if self._dns_port is not None or self._dns_unix_path is not None:
             await self._bind_dns()
 
     async def _bind_dns(self) -> None:
@@ -123,6 +130,12 @@ class ProxyServer:
             lambda: proxy.allowlist, lambda: proxy.phase, self.log, self._resolver
         )
         self.responder = responder
+        if self._dns_unix_path is not None:
+            path = self._dns_unix_path
+            self._closers.append(await asyncio.start_unix_server(responder.serve_stream, path))
+            os.chmod(path, 0o600)
+        if self._host is None or self._dns_port is None:
+            return
         loop = asyncio.get_running_loop()
         for attempt in range(_DNS_BIND_TRIES):
             transport, _protocol = await loop.create_datagram_endpoint(

@@ -112,7 +112,7 @@ def _without_root(
     assert public["holds"] and "own namespace filter" in public["how"], public
     assert why in public["how"], public
     allowlist = rows["network: allowlist"]
-    assert not allowlist["holds"] and "refused" in allowlist["how"], allowlist
+    assert allowlist["holds"] and "own namespace filter" in allowlist["how"], allowlist
     root = rows["writable root"]
     assert root["holds"] and "not root" in root["how"], root
     cap = "hard-engine" if _engine_caps_layers(host) else "soft"

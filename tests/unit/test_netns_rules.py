@@ -84,11 +84,22 @@ def test_the_plan_names_each_phases_chain_and_refuses_what_it_cannot_serve() -> 
     assert plan.chain("agent", 2) == CHAINS["no-network"]
     assert plan.chain("verifier", 2) == CHAINS["public"]  # the role's default
     assert plan.chain("judge") == CHAINS["no-network"]  # unknown: closed
-    allowlist = NetPlan({("agent", None): NetworkPolicy("allowlist", ("example.com",))})
-    with pytest.raises(ValueError, match="allowlist"):
-        ruleset(allowlist, FACTS)
-    with pytest.raises(ValueError, match="allowlist"):
-        allowlist.chain("agent")
+
+
+def test_an_allowlist_phase_reaches_loopback_alone_where_its_proxy_is_forwarded() -> None:
+    plan = NetPlan({
+        ("agent", None): NetworkPolicy("allowlist", ("example.com",)),
+        ("verifier", None): NetworkPolicy("public"),
+    })  # fmt: skip
+    assert plan.chain("agent") == CHAINS["allowlist"]
+    v4, _v6 = ruleset(plan, FACTS)
+    rules = [r for r in _rules(v4) if r.startswith(f"-A {CHAINS['allowlist']} ")]
+    # Nothing but a counted rejection: the proxy is on the namespace's loopback, which
+    # OUTPUT accepts before any phase's chain.
+    assert rules and all("-j REJECT" in r and "hx:allowlist" in r for r in rules), rules
+    assert not any("-d " in r or "--dport" in r for r in rules), rules
+    assert "-A OUTPUT -o lo -j ACCEPT" in _rules(v4)
+    assert switch_args(CHAINS["allowlist"])[-1] == "HXN-allowlist"
 
 
 def test_a_switch_replaces_one_rule_and_takes_only_phase_chains() -> None:
