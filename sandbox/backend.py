@@ -113,6 +113,10 @@ class SandboxSpec:
     #: ``isolated`` (the task's or image's user, root included, behind gVisor or a
     #: remapped user namespace) or ``allow`` (the task's or image's user anywhere).
     agent_root: Literal["never", "isolated", "allow"] = "never"
+    #: What of the agent's processes outlives its phase (``sandbox.agent_services``):
+    #: ``kill`` (all of them) or ``keep`` (those holding a listening socket, which then
+    #: answer the verifier; docs/security.md, "Services the agent leaves running").
+    agent_services: Literal["kill", "keep"] = "kill"
 
     def network_for(self, role: str, step: int | None = None) -> NetworkPolicy:
         """The network policy of a phase of ``role`` (in step ``step``, by index).
@@ -248,6 +252,16 @@ class PhaseResult:
     survivor_count: int = 0
     #: Verifier phases: how many commands it ran as the agent.
     agent_exec_calls: int | None = None
+    #: Agent phases with ``agent_services = keep``: the processes kept (each ``{pid, uid,
+    #: comm, listening}``); None when nothing was asked to be kept.
+    agent_services_kept: list[dict[str, Any]] | None = None
+    #: Verifier phases after such an agent phase: the kept processes alive when it
+    #: started (empty: none); None when nothing was kept or asked to be.
+    agent_processes_alive: list[dict[str, Any]] | None = None
+    #: Why kept processes were killed before this verifier instead ({reason, killed}).
+    agent_services_dropped: dict[str, Any] | None = None
+    #: Why the listening processes could not be found (then every process was killed).
+    agent_services_error: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PhaseResult:
@@ -268,6 +282,10 @@ class PhaseResult:
             gateway_connections=data.get("gateway_connections"),
             survivor_count=int(data.get("survivor_count") or len(data.get("survivors") or [])),
             agent_exec_calls=data.get("agent_exec_calls"),
+            agent_services_kept=data.get("agent_services_kept"),
+            agent_processes_alive=data.get("agent_processes_alive"),
+            agent_services_dropped=data.get("agent_services_dropped"),
+            agent_services_error=data.get("agent_services_error"),
         )
 
 
@@ -309,6 +327,11 @@ class PhaseWire(TypedDict, total=False):
     root_agent: dict[str, Any]
     #: The trial cgroup's ``cgroup.procs`` files, joined before the phase runs (local).
     cgroup: list[str]
+    #: Agent phases: its listening processes outlive it (``agent_services = keep``).
+    keep_listeners: bool
+    #: Verifier phases after kept services: ``{"user", "drop"}`` (supervisor's
+    #: ``kept_services.before_verifier``).
+    agent_services: dict[str, Any]
 
 
 def phase_payload(

@@ -69,6 +69,15 @@ class DockerBackend(SandboxBackend):
         self.boundary = second_boundary(config.runtime, info)
         if config.agent_root == "isolated" and self.boundary == "none":
             raise UsageError(isolated_refusal(config.runtime))
+        if config.agent_services == "keep" and config.agent_root != "never":
+            raise UsageError(
+                f"--agent-services keep with --agent-root {config.agent_root}: a root agent's "
+                "services would keep CAP_DAC_OVERRIDE and CAP_KILL beside the verifier (read "
+                "/tests, write its reward, kill it), and the container has no CAP_SYS_ADMIN "
+                "to give the verifier a mount namespace of its own; run with --agent-root "
+                "never (the services then run as the agent's unprivileged uid), or "
+                "--agent-services kill"
+            )
         if config.runtime:
             runtimes = info.get("Runtimes") or {}
             if config.runtime not in runtimes:
@@ -98,7 +107,12 @@ class DockerBackend(SandboxBackend):
 
     def make_sandbox(self, spec: SandboxSpec) -> DockerSandbox:  # noqa: D102
         sandbox = DockerSandbox(
-            replace(spec, agent_root=self.options.config.agent_root), self.runtime
+            replace(
+                spec,
+                agent_root=self.options.config.agent_root,
+                agent_services=self.options.config.agent_services,
+            ),
+            self.runtime,
         )
         sandbox.agent_boundary = self.boundary
         return sandbox

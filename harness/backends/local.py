@@ -80,6 +80,12 @@ class LocalBackend(SandboxBackend):
                 "the host's); use --sandbox docker (with --runtime runsc for isolated), or "
                 "--agent-root never"
             )
+        if config.agent_services == "keep":
+            raise UsageError(
+                "--agent-services keep: the local sandbox runs each phase in namespaces of "
+                "its own (network included), so a service the agent left running could not "
+                "answer the verifier; use --sandbox docker, or --agent-services kill"
+            )
         # Before anything is started: a refused run leaves nothing behind.
         self._cgroups = self._limits_support(config.local_limits)
         self.tmp_dir = run_tmp_dir(options.run_name)

@@ -101,6 +101,7 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         sandbox__backend=values.get("sandbox"),
         sandbox__runtime=values.get("runtime"),
         sandbox__agent_root=values.get("agent_root"),
+        sandbox__agent_services=values.get("agent_services"),
         sandbox__base_aliases=values.get("base_alias"),
         sandbox__pull=values.get("pull"),
         sandbox__force_build=values.get("force_build"),
@@ -257,6 +258,15 @@ def run(
             help="never (default): the agent is an unprivileged uid; isolated: the task's "
             "or image's user, root included, under --runtime runsc or a userns-remapped "
             "engine only; allow: that user on any runtime, as Harbor does.",
+        ),
+    ] = None,
+    agent_services: Annotated[
+        str | None,
+        typer.Option(
+            "--agent-services",
+            help="kill (default): every process the agent started dies before the tests; "
+            "keep: those holding a listening socket keep serving the tests (docker, "
+            "--agent-root never), and the record lists them.",
         ),
     ] = None,
     base_alias: Annotated[

@@ -93,6 +93,12 @@ class SandboxConfig(BaseModel):
             only behind a second boundary (``--runtime runsc`` or an engine that remaps
             user namespaces), refused elsewhere before anything runs; ``allow`` does so on
             any runtime of the docker backend (docs/security.md, "A root agent").
+        agent_services: What of the agent's processes outlives its phase
+            (``--agent-services``): ``kill`` (default) kills every one before the tests
+            arrive; ``keep`` keeps those holding a listening socket (a server the tests
+            query), each trial's record listing them (``agent_processes_alive``). Docker
+            backend with ``agent_root = "never"`` only; refused elsewhere before anything
+            runs (docs/security.md, "Services the agent leaves running").
         kwargs: Options of a plug-in backend.
     """
 
@@ -111,6 +117,7 @@ class SandboxConfig(BaseModel):
     local_limits: Literal["require", "warn"] = "require"
     require_limits: bool = False
     agent_root: Literal["never", "isolated", "allow"] = "never"
+    agent_services: Literal["kill", "keep"] = "kill"
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("expose")

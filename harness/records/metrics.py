@@ -30,7 +30,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.records.model import TrialRecord, TrialStatus, latest_by_id, tampered_verdict
+from harness.records.model import (
+    TrialRecord,
+    TrialStatus,
+    latest_by_id,
+    tampered_verdict,
+    verdict_with_agent_processes,
+)
 
 __all__ = [
     "SUMMARY_VERSION",
@@ -440,6 +446,9 @@ class Summary(BaseModel):
     Where an agent rewrote what a verifier runs (``tampering`` events, docs/grading.md), an
     extra ``tampering`` key counts ``trials``, ``events`` and ``verdicts`` (graded trials
     whose verifier ran in the agent's container after it: ``tampered_verdict``).
+    Where verdicts were taken beside services the agent left running (``agent_services =
+    keep``), an extra ``agent_services`` key counts them: ``verdicts`` (graded trials with
+    a non-empty ``agent_processes_alive``).
     """
 
     model_config = ConfigDict(extra="allow")
@@ -674,6 +683,9 @@ def summarize(
             "events": sum(tampering),
             "verdicts": verdicts,
         }
+    alive = sum(1 for r in latest if verdict_with_agent_processes(r))
+    if alive:
+        over_plan["agent_services"] = {"verdicts": alive}
     if planned is not None:
         recorded = len(latest)
         over_plan.update({"planned": planned, "recorded": recorded})

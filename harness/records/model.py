@@ -258,6 +258,16 @@ def tampered_verdict(record: TrialRecord) -> bool:
     return (record.model_extra or {}).get("tampered_verdict") is True
 
 
+def verdict_with_agent_processes(record: TrialRecord) -> bool:
+    """Whether the record's verdict was taken with the agent's processes alive.
+
+    ``agent_services = keep``: a verifier ran beside services the agent left listening
+    (the record's non-empty ``agent_processes_alive``: docs/run-dir.md).
+    """
+    alive = (record.model_extra or {}).get("agent_processes_alive")
+    return record.reward is not None and isinstance(alive, list) and bool(alive)
+
+
 def latest_by_id(records: Iterable[TrialRecord]) -> dict[str, TrialRecord]:
     """Map each trial id to its last record (later records supersede earlier ones).
 
@@ -285,4 +295,5 @@ __all__ = [
     "Usage",
     "latest_by_id",
     "tampered_verdict",
+    "verdict_with_agent_processes",
 ]

@@ -442,6 +442,9 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
             extra["root_changes"] = self.root_log.summaries
         if self.root_log.tampered_verdict and self.reward is not None:
             extra["tampered_verdict"] = True
+        if self.agent_processes_alive is not None:
+            # agent_services = keep: the verdict was taken beside these (empty: none alive).
+            extra["agent_processes_alive"] = self.agent_processes_alive
         return TrialRecord(
             id=self.plan.id,
             task=TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path)),

@@ -55,6 +55,9 @@ class TrialState:
         self.rewards: dict[str, float] = {}
         self.posture: dict[str, Any] | None = None
         self.verifier_posture: dict[str, Any] | None = None
+        #: The agent's kept services alive when a verifier started (``agent_services =
+        #: keep``; None: nothing was asked to be kept).
+        self.agent_processes_alive: list[dict[str, Any]] | None = None
         self.sandbox: Sandbox | None = None
         self.sandbox_info: dict[str, Any] = {"backend": "unknown"}
         self.evidence = settings.run_dir / (plan.evidence or trial_evidence_dir(plan.id))
@@ -127,6 +130,40 @@ class TrialState:
 
     def _phase_events(self, role: str, result: PhaseResult) -> None:
         step = {"step": self.step_name} if self.step_name is not None else {}
+        if result.agent_services_kept:
+            self.events.append(
+                {
+                    "type": "agent_services_kept",
+                    "phase": role,
+                    "detail": "processes holding a listening socket outlived the phase and "
+                    "kept running (agent_services = keep)",
+                    "processes": result.agent_services_kept,
+                    **step,
+                }
+            )
+        if result.agent_services_error is not None:
+            self.events.append(
+                {
+                    "type": "agent_services_error",
+                    "phase": role,
+                    "detail": "no listening process was kept: " + result.agent_services_error,
+                    **step,
+                }
+            )
+        if result.agent_services_dropped is not None:
+            self.events.append(
+                {
+                    "type": "agent_services_dropped",
+                    "phase": role,
+                    **result.agent_services_dropped,
+                    **step,
+                }
+            )
+        if result.agent_processes_alive is not None:
+            alive = self.agent_processes_alive or []
+            seen = {p.get("pid") for p in alive}
+            alive += [p for p in result.agent_processes_alive if p.get("pid") not in seen]
+            self.agent_processes_alive = alive
         if result.survivors:
             self.events.append(
                 {

@@ -233,6 +233,8 @@ class DockerSandbox(Sandbox):
         self._disk_promised = 0
         #: The uid of the running phase's processes (None: between phases).
         self._phase_uid: int | None = None
+        #: An agent phase ran asked to keep its listening processes (agent_services).
+        self._kept_asked = False
 
     @property
     def paths(self) -> SandboxPaths:  # noqa: D102
@@ -936,8 +938,16 @@ class DockerSandbox(Sandbox):
             payload["delete_files"] = [*payload.get("delete_files", []), *stale]
         if request.role == "agent":
             self._confine_agent(payload)
+            if self.spec.agent_services == "keep" and self._agent_id[0] != 0:
+                payload["keep_listeners"] = True
+                self._kept_asked = True
         else:
             self._prepare_grader()
+            if self._kept_asked:
+                payload["agent_services"] = {
+                    "user": {"uid": self._agent_id[0], "gid": self._agent_id[1]},
+                    "drop": self._kept_refusal(request),
+                }
             if self._verifier_id != (0, 0):
                 uid, gid = self._verifier_id
                 payload["user"] = {"uid": uid, "gid": gid}
@@ -1107,6 +1117,27 @@ class DockerSandbox(Sandbox):
                 f"the verifier runs as the agent's user (uid {self._agent_id[0]}), whose "
                 f"code could read its [verifier].env ({names}): $HARNESS_AGENT_EXEC is "
                 "refused for this task; set [verifier].user to another user"
+            )
+        return None
+
+    def _kept_refusal(self, request: PhaseRequest) -> str | None:
+        """Why the services an agent left running must die before this verifier, or None.
+
+        They run as the agent's user: a verifier of that user is theirs to signal and read
+        (``/proc/<pid>/mem``); gVisor shows every process every other one's environment,
+        the verifier's ``[verifier].env`` included.
+        """
+        agents = {self._agent_id[0], *(uid for uid, _gid in self._former_agents)}
+        if self._verifier_id[0] in agents:
+            return (
+                f"the verifier runs as the agent's user (uid {self._verifier_id[0]}), whose "
+                "services could signal it and read its memory"
+            )
+        names = ", ".join(sorted(request.confidential_env))
+        if names and self.runtime.runtime == "runsc":
+            return (
+                f"under gVisor (runsc) any process can read the verifier's environment, and "
+                f"so its [verifier].env ({names})"
             )
         return None
 
@@ -1464,6 +1495,7 @@ class DockerSandbox(Sandbox):
             **({"agent_identity": self.identity.to_json()} if self.identity is not None else {}),
             "verifier_uid": self._verifier_id[0],
             **({"workload": self.workload} if self.workload is not None else {}),
+            **({"agent_services": "keep"} if self.spec.agent_services == "keep" else {}),
             **({"gpus": self.spec.gpus} if self.spec.gpus else {}),
             "limits": {
                 "cpus": res.cpus,

@@ -47,6 +47,8 @@ START_TIMEOUT_SEC = 60
 ENTRY_MODULES = ("agent_loop",)
 #: Roots of the image's workload trees (:mod:`services`): no phase's kill touches them.
 PROTECTED: Set[int] = set()
+#: Those of them an agent phase left listening (``agent_services = keep``).
+KEPT: Set[int] = set()
 #: Signals the supervisor keeps at their defaults: stop/kill cannot be changed, SIGCHLD's
 #: default lets it wait for its children, the rest do nothing by default (or Python set them).
 _KEPT_SIGNALS = (
@@ -434,6 +436,8 @@ class Launch:
         self.init_pidfd = -1
         self.gateway: Any = None
         self._child_reaped = False
+        #: Processes of the launch its end leaves alive (listeners an agent left: KEPT).
+        self.keep: Set[int] = set()
 
     def start(self) -> None:
         """Fork the tree and wait until its program runs (or failed to start)."""
@@ -566,7 +570,7 @@ class Launch:
         if PROTECTED and self.pid not in PROTECTED:
             for service in PROTECTED:
                 found -= processes.descendants(service, entries) | {service}
-        return found
+        return found - self.keep
 
     def survivors(self, entries: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
         """The launch's processes other than its program and the harness's own helpers.

@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - inside a sandbox
     import processes  # type: ignore[no-redef,import-not-found]
 
 
-def _drain(captures: List[launch.Capture]) -> None:
+def drain_pipes(captures: List[launch.Capture]) -> None:
     """Feed the captures until every pipe is at EOF (a daemon thread's loop)."""
     open_caps = list(captures)
     while open_caps:
@@ -62,6 +62,8 @@ def start_service(req: Dict[str, Any], reaper: processes.Reaper) -> Dict[str, An
     ]
     if service.error is None:
         launch.PROTECTED.add(service.pid)
-    thread = threading.Thread(target=_drain, args=(captures,), name="service-output", daemon=True)
+    thread = threading.Thread(
+        target=drain_pipes, args=(captures,), name="service-output", daemon=True
+    )
     thread.start()
     return {"pid": service.pid, "posture": service.posture, "service_error": service.error}

@@ -34,7 +34,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 try:  # in the harness: the sandbox.inside package; inside a sandbox: siblings on sys.path
-    from sandbox.inside import confine, launch, passwd, processes, services
+    from sandbox.inside import confine, kept_services, launch, passwd, processes, services
     from sandbox.inside.agent_exec import AgentExecServer
     from sandbox.inside.forwarder import start_forwarder
     from sandbox.inside.home_seed import op_seed_home
@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - inside a sandbox
     # -I leaves our own dir off sys.path: the siblings live there (root-only).
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import confine  # type: ignore[no-redef,import-not-found]
+    import kept_services  # type: ignore[no-redef,import-not-found]
     import launch  # type: ignore[no-redef,import-not-found]
     import passwd  # type: ignore[no-redef,import-not-found]
     import processes  # type: ignore[no-redef,import-not-found]
@@ -106,6 +107,9 @@ def run_phase(
     _prepare(req)
     if req.get("entry"):
         launch.load_entry(req["entry"])
+    if req.get("agent_services") is not None:
+        # A verifier beside the services an agent left running: which (or none, killed).
+        result.update(kept_services.before_verifier(req, reaper))
     phase = launch.Launch(req, reaper, scope_root=os.getpid())
     phase.start()
     result["posture"], result["error"] = phase.posture, phase.error
@@ -146,6 +150,14 @@ def run_phase(
     # One scan of the host's processes for the record and the kill's first pass; none for
     # a phase in its own pid namespace (its own /proc and its init's pidfd say it all).
     entries = None if phase.namespaced else processes.live_entries()
+    if req.get("keep_listeners") and entries is not None:
+        # agent_services = keep: its listening processes outlive it (kept_services).
+        try:
+            kept = kept_services.keep_listeners(phase, entries, req.get("user"), reaper)
+        except (OSError, RuntimeError, ValueError) as exc:
+            kept = []
+            result["agent_services_error"] = "%s: %s" % (type(exc).__name__, exc)
+        result["agent_services_kept"] = kept
     survivors = phase.survivors(entries)
     result["survivors"] = survivors[:MAX_SURVIVORS_LISTED]
     result["survivor_count"] = len(survivors)
@@ -153,8 +165,12 @@ def run_phase(
         result["killed"] = phase.kill(entries)
     except RuntimeError as exc:
         result["error"] = result["error"] or {"type": "KillError", "message": str(exc)}
+    kept_services.adopt(phase)
     result.update(phase.outcome())
-    launch.drain(captures, time.monotonic() + launch.DRAIN_GRACE_SEC)
+    if phase.keep:
+        kept_services.drain_beside(captures)  # the kept processes still hold the pipes
+    else:
+        launch.drain(captures, time.monotonic() + launch.DRAIN_GRACE_SEC)
     phase.close()
     result["stdout_bytes"] = captures[0].total
     result["stderr_bytes"] = captures[1].total
@@ -200,15 +216,20 @@ def op_whois(req: Dict[str, Any]) -> Dict[str, Any]:
 def op_reset_dir(req: Dict[str, Any]) -> Dict[str, Any]:
     """Recreate ``path`` empty (symlink-safe removal, any depth), with owner and mode.
 
-    ``keep_dir``: a dir there (a mount point, say) stays and only its entries go.
+    ``keep_dir``: a dir there (a mount point, say) stays and only its entries go. It gets
+    its owner and mode before they go: a process still running (a service the agent left,
+    ``agent_services = keep``) can add nothing the new owner would then find there.
     """
     path = req["path"]
     parent, name = os.path.split(os.path.normpath(path))
+    owner = _owner(req.get("owner")) or (0, 0)
     fd = os.open(parent or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         if req.get("keep_dir") and os.path.isdir(path) and not os.path.islink(path):
             top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
+                os.fchown(top, owner[0], owner[1])
+                os.fchmod(top, int(req.get("mode", 0o755)))
                 for entry in os.listdir(top):
                     remove_entry(top, entry)
             finally:
@@ -218,7 +239,6 @@ def op_reset_dir(req: Dict[str, Any]) -> Dict[str, Any]:
     finally:
         os.close(fd)
     os.makedirs(path, exist_ok=True)
-    owner = _owner(req.get("owner")) or (0, 0)
     os.lchown(path, owner[0], owner[1])
     os.chmod(path, int(req.get("mode", 0o755)))
     return {}

@@ -587,8 +587,16 @@
       metric("cost_usd", "cost", usd(cost.total), cost.total, cost.measured ? measured(cost) : "not priced"),
       metric("calls", "model calls", int(calls.total), calls.total, measured(calls)),
       metric("duration", "mean trial time", secs((s.duration_sec || {}).mean), (s.duration_sec || {}).mean, "total " + secs((s.duration_sec || {}).total)),
-      tamperedVerdicts(s)
+      tamperedVerdicts(s),
+      aliveVerdicts(s)
     );
+  }
+
+  // Verdicts taken beside services the agent left running (agent_services = keep).
+  function aliveVerdicts(s) {
+    const a = s.agent_services;
+    if (!a || typeof a !== "object" || !isNum(a.verdicts) || a.verdicts <= 0) return null;
+    return h("div", { class: "warn" }, metric("agent_services_verdicts", "verdicts with agent processes alive", int(a.verdicts), a.verdicts, "agent_services = keep: the tests ran beside services the agent left running"));
   }
 
   // Verdicts a verifier gave in the agent's container after the agent changed what it runs.
@@ -804,7 +812,7 @@
       { class: "card trial-head" },
       h("h1", null, visible(String(rec.id)), " ", badge(rec.status)),
       kvTable([
-        ["reward", [h("strong", { "data-field": "reward" }, num(rec.reward)), rec.tampered_verdict === true ? h("span", { class: "warn", "data-field": "tampered-verdict" }, " taken after tampering") : null]],
+        ["reward", [h("strong", { "data-field": "reward" }, num(rec.reward)), rec.tampered_verdict === true ? h("span", { class: "warn", "data-field": "tampered-verdict" }, " taken after tampering") : null, Array.isArray(rec.agent_processes_alive) && rec.agent_processes_alive.length ? h("span", { class: "warn", "data-field": "agent-processes-alive" }, " taken with " + int(rec.agent_processes_alive.length) + " agent process(es) alive") : null]],
         ["task", [visible(plain(task.name)), task.key !== task.name ? [" (", visible(plain(task.key)), ")"] : null]],
         ["agent", [visible(plain(agent.name)), agent.model ? " \u00b7 model " + visible(plain(agent.model)) : null]],
         ["sandbox", visible(plain((rec.sandbox || {}).backend)) + ((rec.sandbox || {}).image ? " \u00b7 " + visible(plain(rec.sandbox.image)) : "")],

@@ -1,0 +1,345 @@
+"""Services the agent leaves running answer the tests, and reach nothing of grading.
+
+``--agent-services keep`` (issue 34, item 9): at the end of the agent phase the processes
+holding a listening socket survive, every other one is killed as under ``kill``; the
+verifier then runs beside them, and the record lists them (``agent_processes_alive``).
+
+Judged from outside, on docker with runc and with gVisor:
+
+- an oracle whose ``solve.sh`` starts a server in the background (its output on the
+  phase's pipes, as Terminal-Bench 2's solutions leave it) scores 1 with ``keep`` and 0
+  with ``kill``; the record lists the kept server and nothing else of the agent's;
+- a kept server that attacks grading once the verifier runs (while the verifier's own
+  client is connected to it): writes ``reward.txt`` and ``reward.json``, rewrites and reads
+  ``/tests``, opens ``/proc/<verifier>/root``, ``mem`` and ``environ``, signals the
+  verifier. Every attempt fails; the reward is the honest 0, recorded on attempt 1;
+- non-listening helpers the agent left (a detached ``sleep``, a child the listener forked
+  that closed its socket) are dead when the verifier runs;
+- under gVisor any process reads every other's environment: a task with ``[verifier].env``
+  gets its services killed before the verifier (an ``agent_services_dropped`` event), and
+  under runc keeps them, which cannot read that environment;
+- a root agent's services (``--agent-root allow``, ``isolated``) and the local sandbox are
+  refused before anything runs, naming why.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PORT = 5328
+SECRET = "tests-secret-7f3a9c"
+ENV_SECRET = "verifier-env-secret-51bd"
+
+#: A server answering each connection with a greeting; it logs every request to stdout.
+SERVER = r"""
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(16)
+while True:
+    c, _ = s.accept()
+    print("request", flush=True)
+    c.sendall(b"hello from the agent\n")
+    c.close()
+"""
+
+#: solve.sh: the server in the background, its stdio the phase's; a non-listening helper.
+SOLVE = f"""#!/bin/bash
+cat > /app/server.py <<'EOF'
+{SERVER}
+EOF
+python3 /app/server.py {PORT} &
+setsid sleep 1000 &
+until python3 -c "import socket; socket.create_connection(('127.0.0.1', {PORT}))" 2>/dev/null
+do sleep 0.1; done
+"""
+
+#: test.sh: reward 1 iff the agent's server answers; the agent's processes listed.
+QUERY_TEST = f"""
+python3 - <<'EOF'
+import json, os, socket
+try:
+    c = socket.create_connection(("127.0.0.1", {PORT}), timeout=10)
+    ok = c.recv(100).startswith(b"hello")
+except OSError:
+    ok = False
+procs = []
+for name in os.listdir("/proc"):
+    if name.isdigit():
+        try:
+            uid = os.stat("/proc/" + name).st_uid
+            comm = open("/proc/%s/comm" % name).read().strip()
+        except OSError:
+            continue
+        if uid != 0:
+            procs.append({{"pid": int(name), "uid": uid, "comm": comm}})
+open("/logs/verifier/agent_procs.json", "w").write(json.dumps(procs))
+open("/logs/verifier/reward.txt", "w").write("1" if ok else "0")
+EOF
+"""
+
+#: The attacking server: on each connection (the verifier's client is connected, so the
+#: verifier runs) it attacks grading and answers with what each attempt gave.
+ATTACKER = r"""
+import os, signal, socket, sys, time
+
+def attempt(name, fn):
+    try:
+        got = fn()
+        return "%s: SUCCEEDED %r" % (name, got)
+    except Exception as exc:
+        return "%s: denied (%s)" % (name, type(exc).__name__)
+
+def write(path, text):
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+def read(path):
+    with open(path, "rb") as fh:
+        return fh.read(200)
+
+VDIR = "/logs/verifier"
+
+def verifier_pids():
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                raw = open("/proc/%s/cmdline" % name, "rb").read()
+            except OSError:
+                continue
+            if b"/tests/test.sh" in raw or b"verifier-client" in raw:
+                found.append(int(name))
+    return found
+
+def attacks():
+    lines = []
+    pids = verifier_pids()
+    lines.append("verifier pids: %r" % pids)
+    lines.append(attempt("write reward.txt", lambda: write("/logs/verifier/reward.txt", "1")))
+    forged = "echo 1 > /logs/verifier/reward.txt\n"
+    lines.append(attempt("write reward.json", lambda: write(VDIR + "/reward.json", "1")))
+    lines.append(attempt("rewrite tests", lambda: write("/tests/check.sh", forged)))
+    lines.append(attempt("plant in tests", lambda: write("/tests/planted", "x")))
+    lines.append(attempt("read tests", lambda: read("/tests/secret.txt")))
+    lines.append(attempt("list tests", lambda: os.listdir("/tests")))
+    for pid in pids:
+        secret = "/proc/%d/root/tests/secret.txt" % pid
+        lines.append(attempt("root of %d" % pid, lambda: read(secret)))
+        lines.append(attempt("mem of %d" % pid, lambda: os.open("/proc/%d/mem" % pid, os.O_RDWR)))
+        lines.append(attempt("environ of %d" % pid, lambda: read("/proc/%d/environ" % pid)))
+    for pid in pids:
+        lines.append(attempt("kill %d" % pid, lambda: os.kill(pid, signal.SIGKILL)))
+    mine = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = open("/proc/%s/stat" % name).read()
+                zombie = stat[stat.rindex(")") + 2] == "Z"  # killed, its parent never waits
+                if os.stat("/proc/" + name).st_uid == os.getuid() and not zombie:
+                    mine.append(open("/proc/%s/comm" % name).read().strip())
+            except OSError:
+                pass
+    lines.append("my uid's processes: %r" % sorted(mine))
+    return "\n".join(lines) + "\n"
+
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(16)
+if os.fork() == 0:
+    # A helper forked from the listener that gives up its socket: not a listener.
+    s.close()
+    os.setsid()
+    time.sleep(1000)
+    os._exit(0)
+while True:
+    c, _ = s.accept()
+    c.sendall(attacks().encode())
+    c.close()
+"""
+
+ATTACK_AGENT = f"""
+cat > /app/attacker.py <<'EOF'
+{ATTACKER}
+EOF
+setsid python3 /app/attacker.py {PORT} > /dev/null 2>&1 < /dev/null &
+( setsid sleep 1001 & )
+until python3 -c "import socket; socket.create_connection(('127.0.0.1', {PORT}))" 2>/dev/null
+do sleep 0.1; done
+"""
+
+#: The honest verdict is 0 (the agent did not write answer.txt); the verifier's client
+#: connects while the verdict is written, then runs check.sh (which the attacker rewrote,
+#: if it could).
+ATTACK_TEST = f"""
+echo 0 > /logs/verifier/reward.txt
+python3 - verifier-client <<'EOF' > /logs/verifier/attack.txt
+import socket, sys
+c = socket.create_connection(("127.0.0.1", {PORT}), timeout=30)
+data = b""
+while True:
+    chunk = c.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+sys.stdout.write(data.decode())
+EOF
+bash /tests/check.sh
+test -f /app/answer.txt && echo 1 > /logs/verifier/reward.txt
+exit 0
+"""
+
+
+def _task(sec: Any, parent: Path, name: str, **kwargs: Any) -> Path:
+    task: Path = sec.write_task(parent, sec.unique(name), verifier_timeout=60, **kwargs)
+    return task
+
+
+def _alive(record: dict[str, Any]) -> list[dict[str, Any]]:
+    alive = record.get("agent_processes_alive")
+    assert isinstance(alive, list), record
+    return alive
+
+
+@pytest.mark.docker
+def test_a_server_the_oracle_left_answers_the_tests_only_with_keep(
+    cli: Any, sec: Any, tmp_path: Path
+) -> None:
+    task = _task(
+        sec,
+        tmp_path / "tasks",
+        "keep-server",
+        attack="exit 0\n",
+        test_sh=QUERY_TEST,
+        solution_files={"solve.sh": SOLVE},
+    )
+    kept = cli.run([task], agent="oracle", extra=["--agent-services", "keep"], timeout=240)
+    record = kept.records[0] if kept.records else None
+    assert record is not None, str(kept)
+    assert record["status"] == "completed" and record["attempt"] == 1, record
+    assert record["reward"] == 1.0, str(kept)
+    alive = _alive(record)
+    assert [p["comm"] for p in alive] == ["python3"], alive
+    assert f"tcp:0.0.0.0:{PORT}" in alive[0]["listening"], alive
+    assert record["sandbox"].get("agent_services") == "keep"
+    kept_events = [e for e in record["events"] if e.get("type") == "agent_services_kept"]
+    assert kept_events and kept_events[0]["processes"][0]["uid"] == alive[0]["uid"]
+    # Nothing else of the agent's ran beside the verifier: the detached sleep was killed.
+    procs = json.loads((kept.evidence(record) / "verifier" / "agent_procs.json").read_text())
+    assert [p["comm"] for p in procs] == ["python3"], procs
+    summary = json.loads((kept.run_dir / "summary.json").read_text())
+    assert summary["agent_services"] == {"verdicts": 1}, summary
+
+    killed = cli.run([task], agent="oracle", timeout=240)
+    record = killed.records[0]
+    assert record["status"] == "completed" and record["attempt"] == 1, record
+    assert record["reward"] == 0.0, str(killed)
+    assert "agent_processes_alive" not in record
+    procs = json.loads((killed.evidence(record) / "verifier" / "agent_procs.json").read_text())
+    assert procs == [], procs
+    assert "agent_services" not in json.loads((killed.run_dir / "summary.json").read_text())
+
+
+@pytest.mark.docker
+def test_a_kept_server_reaches_nothing_of_grading(
+    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
+) -> None:
+    task = _task(
+        sec,
+        tmp_path / "tasks",
+        "keep-attack",
+        attack=ATTACK_AGENT,
+        test_sh=ATTACK_TEST,
+        tests_files={"secret.txt": SECRET + "\n", "check.sh": "exit 0\n"},
+    )
+    run = cli.run([task], extra=["--agent-services", "keep"], timeout=240)
+    assert run.records, str(run)
+    record = run.records[0]
+    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
+    assert record["reward"] == 0.0, str(run)
+    evidence = run.evidence(record)
+    report = (evidence / "verifier" / "attack.txt").read_text()
+    assert "verifier pids: [" in report and "verifier pids: []" not in report, report
+    succeeded = [line for line in report.splitlines() if "SUCCEEDED" in line]
+    if docker_runtime == "runsc":
+        # gVisor shows every process every other one's environment: the verifier's holds
+        # nothing secret here (a task's [verifier].env: the next test).
+        succeeded = [line for line in succeeded if not line.startswith("environ of ")]
+    assert succeeded == [], report
+    for attack in ("write reward.txt", "write reward.json", "rewrite tests", "read tests"):
+        assert f"{attack}: denied" in report, report
+    assert "kill " in report and "mem of " in report and "root of " in report, report
+    # The listener and its own tree only: the detached sleep and the helper that gave up
+    # its socket were killed with the agent phase.
+    assert "my uid's processes: ['python3']" in report, report
+    assert sec.files_containing(run.run_dir, SECRET) == [], "the tests' secret leaked"
+    assert not (evidence / "verifier" / "reward.json").exists()
+    assert [p["comm"] for p in _alive(record)] == ["python3"]
+
+
+@pytest.mark.docker
+def test_verifier_env_is_out_of_a_kept_servers_reach(
+    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
+) -> None:
+    """runc: the environment is unreadable to the service; gVisor: the service dies first."""
+    task = _task(
+        sec,
+        tmp_path / "tasks",
+        "keep-env",
+        attack=ATTACK_AGENT,
+        test_sh=ATTACK_TEST.replace("timeout=30", "timeout=5"),
+        tests_files={"secret.txt": SECRET + "\n", "check.sh": "exit 0\n"},
+    )
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            "[verifier]\n", f'[verifier]\nenv = {{ V_SECRET = "{ENV_SECRET}" }}\n'
+        )
+    )
+    run = cli.run([task], extra=["--agent-services", "keep"], timeout=240)
+    assert run.records, str(run)
+    record = run.records[0]
+    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
+    assert record["reward"] == 0.0, str(run)
+    assert sec.files_containing(run.run_dir, ENV_SECRET) == [], "the verifier's env leaked"
+    dropped = [e for e in record["events"] if e.get("type") == "agent_services_dropped"]
+    if docker_runtime == "runsc":
+        assert dropped and "[verifier].env (V_SECRET)" in dropped[0]["reason"], record["events"]
+        assert _alive(record) == []
+    else:
+        assert not dropped, dropped
+        report = (run.evidence(record) / "verifier" / "attack.txt").read_text()
+        assert "environ of " in report and "SUCCEEDED" not in report, report
+
+
+@pytest.mark.docker
+def test_a_root_agents_services_are_refused_before_anything_runs(
+    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
+) -> None:
+    """``--agent-root allow`` on runc, ``isolated`` on gVisor."""
+    agent_root = "isolated" if docker_runtime == "runsc" else "allow"
+    task = _task(sec, tmp_path / "tasks", "keep-root", attack=ATTACK_AGENT, test_sh=ATTACK_TEST)
+    run = cli.run(
+        [task], extra=["--agent-services", "keep", "--agent-root", agent_root], timeout=120
+    )
+    assert run.code == 2, str(run)
+    assert f"--agent-services keep with --agent-root {agent_root}" in run.stderr, str(run)
+    assert "CAP_DAC_OVERRIDE" in run.stderr and "--agent-root never" in run.stderr
+    assert run.records == [], "a trial ran"
+
+
+@pytest.mark.root
+def test_the_local_sandbox_refuses_keep_before_anything_runs(sec: Any, tmp_path: Path) -> None:
+    task = _task(sec, tmp_path / "tasks", "keep-local", attack="exit 0\n")
+    cli = sec.Cli(tmp_path, sandbox="local")
+    run = cli.run([task], extra=["--agent-services", "keep"], timeout=120)
+    assert run.code == 2, str(run)
+    assert "--agent-services keep" in run.stderr and "--sandbox docker" in run.stderr
+    assert run.records == [], "a trial ran"
