@@ -24,6 +24,7 @@ from sandbox.seeding import Fixture
 
 if TYPE_CHECKING:
     from sandbox.evidence_diff import ObjectStore
+    from sandbox.sidecars import SidecarAccess
 
 #: The in-sandbox folder: every module in it is shipped flat into every sandbox.
 INSIDE_DIR = Path(__file__).with_name("inside")
@@ -651,6 +652,10 @@ class Sandbox(ABC):
 
     def storage_usage(self) -> tuple[int, int] | None:
         """(bytes used, limit) of the trial's storage, or None when it has no limit."""
+        return None
+
+    def sidecars(self) -> SidecarAccess | None:
+        """The task's compose sidecars (collect hooks, sidecar artifacts); None: none here."""
         return None
 
     def artifacts_usage(self) -> tuple[int, int] | None:

@@ -55,6 +55,7 @@ class TaskRef(BaseModel):
         key: Stable task key (unique within a task set); metrics group trials by it.
         hash: Content hash of the task directory.
         path: Where the task was loaded from.
+        version: The task package's ``[task].version`` (schema 1.4), when it says one.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -63,6 +64,7 @@ class TaskRef(BaseModel):
     key: Text
     hash: Text
     path: Text
+    version: Text | None = None
 
 
 class AgentRef(BaseModel):

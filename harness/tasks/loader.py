@@ -37,6 +37,7 @@ from harness.tasks.paths import (
     TASK_TOML,
     TEST_SCRIPT,
 )
+from harness.tasks.services import service_problems
 from harness.tasks.steps import Step
 from harness.tasks.task import Task
 from sandbox.docker.compose_check import compose_file_problems
@@ -255,6 +256,8 @@ def _check_config(path: Path, config: TaskConfig, problems: list[TaskError]) -> 
     toml_path = path / TASK_TOML
     for key, reason in config.unsupported_keys():
         problems.append(TaskError(toml_path, f"not supported: {reason}", field=key))
+    for key, message in service_problems(path, config):
+        problems.append(TaskError(toml_path, message, field=key))
     tables = {
         "environment.env": config.environment.env,
         "verifier.env": config.verifier.env,

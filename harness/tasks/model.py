@@ -29,10 +29,26 @@ from harness.tasks.network_keys import NetworkKeys
 from harness.tasks.section import NAME_PATTERN, UNSUPPORTED_KEYS, Section, User, size_to_mb
 from sandbox.storage import RESERVE_MB
 
+#: The compose service that is the agent's container.
+MAIN_SERVICE = "main"
+#: A compose service name (Harbor's and compose's rule).
+SERVICE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+#: A collect hook's ``user``: a name or id, optionally ``:group``; never an option.
+COLLECT_USER_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?"
+#: The longest collect hook ``command``.
+MAX_COLLECT_COMMAND_CHARS = 65536
+#: The most collect hooks a table may declare.
+MAX_COLLECT_HOOKS = 32
+#: A collect hook's ``timeout_sec`` is capped here when it runs.
+MAX_COLLECT_TIMEOUT_SEC = 600.0
+
 __all__ = [
+    "MAIN_SERVICE",
+    "MAX_COLLECT_TIMEOUT_SEC",
     "UNSUPPORTED_KEYS",
     "AgentSection",
     "Artifact",
+    "CollectHook",
     "EnvironmentSection",
     "HarnessSection",
     "Healthcheck",
@@ -54,11 +70,14 @@ class TaskSection(Section):
     Attributes:
         name: The task's name (Harbor uses ``org/name``); when set, it is the task's key.
         description: A one-line description.
+        version: The task package's version (schema 1.4; any non-empty string, usually
+            semantic); carried into each trial's record (``task.version``).
         authors: ``[{name, email}]`` (informational).
         keywords: Search keywords (informational).
     """
 
     name: str | None = Field(default=None, min_length=1)
+    version: str | None = Field(default=None, min_length=1, max_length=128)
     description: str | None = None
     authors: list[dict[str, str]] = Field(default_factory=list)
     keywords: list[str] = Field(default_factory=list)
@@ -141,11 +160,19 @@ class Artifact(Section):
         destination: Where it goes under the trial's ``artifacts/`` (default: the
             source's base name); a relative path without ``..``.
         exclude: Glob patterns of paths (relative to a directory source) to leave out.
+        service: The compose service whose filesystem ``source`` is in (schema 1.4); None
+            (or ``main``) is the agent's container.
     """
 
     source: str = Field(pattern=r"^/")
     destination: str | None = Field(default=None, min_length=1)
     exclude: list[str] = Field(default_factory=list)
+    service: str | None = Field(default=None, pattern=SERVICE_PATTERN)
+
+    @property
+    def sidecar(self) -> str | None:
+        """The sidecar this artifact is collected from (None: the agent's container)."""
+        return None if self.service in (None, MAIN_SERVICE) else self.service
 
     @model_validator(mode="before")
     @classmethod
@@ -179,6 +206,51 @@ class Artifact(Section):
     def target(self) -> str:
         """The path under ``artifacts/`` this artifact is copied to."""
         return self.destination or self.source.rstrip("/").rsplit("/", 1)[-1] or "root"
+
+
+class CollectHook(Section):
+    """One ``[[verifier.collect]]`` hook (schema 1.4): task code run after the agent phase.
+
+    It runs inside a compose service (``main``: the agent's container, confined like the
+    verifier) before grading, to snapshot state into files an artifact then collects
+    (:mod:`harness.trial.collect`). Every field is hostile input: the service must be one
+    of the task's, the user a plain name or id, the command one string for the service's
+    ``sh -c`` (never a host shell), its time capped when it runs.
+
+    Attributes:
+        command: Shell command, run by ``sh -c`` in the service.
+        service: The compose service it runs in (default ``main``).
+        timeout_sec: Limit for the command (capped at
+            :data:`~harness.tasks.model.MAX_COLLECT_TIMEOUT_SEC` when it runs).
+        user: The user (name or id, ``user[:group]``) in a sidecar; None is the service's
+            default user. In ``main`` hooks run as the verifier.
+    """
+
+    command: str = Field(min_length=1, max_length=MAX_COLLECT_COMMAND_CHARS)
+    service: str = Field(default=MAIN_SERVICE, pattern=SERVICE_PATTERN)
+    timeout_sec: float = Field(default=60.0, gt=0)
+    user: str | int | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\0" in value:
+            raise ValueError("command must not contain a NUL byte")
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _plain_user(cls, value: str | int | None) -> str | int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or (isinstance(value, int) and not 0 <= value < 1 << 31):
+            raise ValueError("user must be a uid in [0, 2^31) or a user name")
+        if isinstance(value, str) and not re.fullmatch(COLLECT_USER_PATTERN, value):
+            raise ValueError(
+                f"user {value[:64]!r} must be a user name or id, optionally ':group' "
+                "(letters, digits, '_', '.', '-'; not starting with '-')"
+            )
+        return value
 
 
 MIN_STORAGE_MB = RESERVE_MB
@@ -322,6 +394,7 @@ class VerifierSection(NetworkKeys):
         judges: ``[[verifier.judges]]``: judges that score the trial's final state after
             the tests (a harness extension Harbor ignores). Each table is checked as a
             judge by ``harness.judges`` (``harness tasks check``, and before a run).
+        collect: ``[[verifier.collect]]`` hooks, run after the agent, before grading.
         network_mode: The verifier phase's network, over the environment's.
         allowed_hosts: What its ``allowlist`` lets through.
     """
@@ -332,6 +405,7 @@ class VerifierSection(NetworkKeys):
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentSection | None = None
     judges: list[dict[str, Any]] = Field(default_factory=list)
+    collect: list[CollectHook] = Field(default_factory=list, max_length=MAX_COLLECT_HOOKS)
 
     @model_validator(mode="after")
     def _mode_matches_environment(self) -> VerifierSection:
@@ -412,6 +486,7 @@ class StepVerifier(NetworkKeys):
         user: The step's verifier user.
         environment_mode: As ``[verifier].environment_mode``, for this step.
         environment: As ``[verifier.environment]``, for this step.
+        collect: The step's collect hooks, run after the task's.
         network_mode: The step's verifier network, over the task's ``[verifier]``.
         allowed_hosts: What its ``allowlist`` lets through.
     """
@@ -421,6 +496,7 @@ class StepVerifier(NetworkKeys):
     user: User = None
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentSection | None = None
+    collect: list[CollectHook] = Field(default_factory=list, max_length=MAX_COLLECT_HOOKS)
 
     @property
     def mode(self) -> Literal["shared", "separate"] | None:

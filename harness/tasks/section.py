@@ -40,7 +40,6 @@ _STRICT = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=Fals
 #: Keys Harbor defines that this harness knows and does not implement, with the reason. A
 #: task using one is invalid (dropping the key would silently change what the trial means).
 UNSUPPORTED_KEYS: dict[str, str] = {
-    "verifier.collect": "[[verifier.collect]] hooks (schema 1.4) are not implemented",
     # Judges score the trial's final state (its whole transcript and last workspace), not
     # a step's: a step's judges would silently never run.
     "steps[].verifier.judges": (
@@ -138,8 +137,8 @@ def _unsupported(key: str) -> str | None:
     """Why ``key`` is refused (None: it is not).
 
     A step's key is looked up as a step's (``steps[1].verifier.judges`` →
-    ``steps[].verifier.judges``), then as the task's (``steps[1].verifier.collect`` →
-    ``verifier.collect``: steps share the task's rules).
+    ``steps[].verifier.judges``), then as the task's (``steps[1].verifier.x`` →
+    ``verifier.x``: steps share the task's rules).
     """
     as_step = re.sub(r"^steps\[\d+\]\.", "steps[].", key)
     if as_step != key and as_step in UNSUPPORTED_KEYS:
@@ -150,12 +149,19 @@ def _unsupported(key: str) -> str | None:
 #: Per model, the fields that did not exist in the first release (see ``hash_dump``).
 _NETWORK_FIELDS = ("network_mode", "allowed_hosts")
 _ADDED_FIELDS: dict[str, tuple[str, ...]] = {
-    "TaskSection": ("authors", "keywords"),
+    "TaskSection": ("authors", "keywords", "version"),
+    "Artifact": ("service",),
+    "StepVerifier": (*_NETWORK_FIELDS, "collect"),
     "TaskConfig": ("source", "multi_step_reward_strategy", "steps", "artifacts", "harness"),
     "AgentSection": _NETWORK_FIELDS,
     "StepAgent": _NETWORK_FIELDS,
-    "StepVerifier": _NETWORK_FIELDS,
-    "VerifierSection": ("environment_mode", "environment", "judges", *_NETWORK_FIELDS),
+    "VerifierSection": (
+        "environment_mode",
+        "environment",
+        "judges",
+        "collect",
+        *_NETWORK_FIELDS,
+    ),
     "EnvironmentSection": (
         *_NETWORK_FIELDS,
         "os",

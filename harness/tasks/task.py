@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.tasks.model import Artifact, Healthcheck, TaskConfig
+from harness.tasks.model import Artifact, CollectHook, Healthcheck, TaskConfig
 from harness.tasks.paths import SOLVE_SCRIPT, TEST_SCRIPT, dir_or_none, file_or_none
 from harness.tasks.steps import Step
 
@@ -65,6 +65,12 @@ class Task:
         """Paths collected after the task (or this step): the task's, then the step's."""
         extra = self.step.config.artifacts if self.step is not None else []
         return [*self.config.artifacts, *extra]
+
+    @property
+    def collect_hooks(self) -> list[CollectHook]:
+        """``[[verifier.collect]]`` hooks run before this grading: the task's, the step's."""
+        extra = self.step.config.verifier.collect if self.step is not None else []
+        return [*self.config.verifier.collect, *extra]
 
     @property
     def healthcheck(self) -> Healthcheck | None:

@@ -13,6 +13,7 @@ import fnmatch
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,9 +132,16 @@ def full_event(sandbox: Sandbox) -> EvidenceEvent | None:
 
 
 def collect_artifacts(
-    sandbox: Sandbox, artifacts: list[Artifact], dest: Path, caps: Caps
+    sandbox: Sandbox,
+    artifacts: list[Artifact],
+    dest: Path,
+    caps: Caps,
+    extra: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> list[EvidenceEvent]:
     """Collect the convention dir and ``artifacts`` into ``dest`` and write its manifest.
+
+    ``extra``, when given, places what was collected before (a sidecar's artifacts,
+    :mod:`harness.trial.collect`) into ``dest`` last and returns its manifest entries.
 
     Returns:
         Evidence events (tampering, truncation, a full artifacts dir) met on the way;
@@ -161,6 +169,9 @@ def collect_artifacts(
         entry, found = copy_artifact(sandbox, artifact, dest, caps)
         manifest.append(entry)
         events += found
+    if extra is not None:
+        dest.mkdir(parents=True, exist_ok=True)
+        manifest += extra()
     if manifest:
         dest.mkdir(parents=True, exist_ok=True)
         (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

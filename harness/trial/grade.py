@@ -27,6 +27,7 @@ from harness.records.layout import (
     WORKSPACE_MANIFEST_FILENAME,
 )
 from harness.trial.artifacts import collect_artifacts
+from harness.trial.collect import Collected, run_collection
 from harness.trial.env import grader_env
 from harness.trial.grading import read_rewards, trial_reward
 from harness.trial.separate import SeparateVerifier
@@ -66,8 +67,27 @@ class CollectAndGrade(TrialState):
         # Compact: one line per file of the workspace adds up over thousands of files.
         write_bytes_atomic(manifest, json.dumps(found, separators=(",", ":")).encode())
 
+    #: What the collect hooks and sidecar artifacts before this grading left.
+    collected: Collected | None = None
+
+    def run_collect_hooks(self) -> None:
+        """Schema 1.4's collection before grading (:mod:`harness.trial.collect`)."""
+        assert self.sandbox is not None
+        self.collected = run_collection(
+            self.sandbox,
+            self.view,
+            trial_id=self.plan.id,
+            separate=self.view.verifier_mode == "separate",
+            caps=self.caps,
+            max_output_bytes=self.settings.max_output_bytes,
+            step_index=self.step_index,
+        )
+        self.events.extend(self.collected.events)
+        self.record_events(self.collected.evidence)
+
     def grade(self) -> None:
         """Run the verifier on the task (or step) and read its rewards."""
+        self.run_collect_hooks()
         if self.view.verifier_mode == "separate":
             self.grade_separately()
             return
@@ -116,6 +136,7 @@ class CollectAndGrade(TrialState):
             agent_sandbox=self.sandbox,
             evidence=self.step_evidence / VERIFIER_DIRNAME,
             caps=self.caps,
+            collected=self.collected.files if self.collected is not None else None,
         )
         try:
             result = verifier.run()
@@ -133,8 +154,19 @@ class CollectAndGrade(TrialState):
     def artifacts(self) -> None:
         """Collect the artifacts of the task (or step) into its evidence."""
         assert self.sandbox is not None
+        dest = self.step_evidence / ARTIFACTS_DIRNAME
+        collected, self.collected = self.collected, None
+        own = [artifact for artifact in self.view.artifacts if artifact.sidecar is None]
         events = collect_artifacts(
-            self.sandbox, self.view.artifacts, self.step_evidence / ARTIFACTS_DIRNAME, self.caps
+            self.sandbox,
+            own,
+            dest,
+            self.caps,
+            extra=(
+                (lambda: collected.place(self.view.artifacts, dest))
+                if collected is not None and collected.manifest
+                else None
+            ),
         )
         self.record_events(events)
 

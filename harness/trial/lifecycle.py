@@ -447,7 +447,13 @@ class Trial(Staging, AgentPhase, CollectAndGrade, Judging):
             extra["agent_processes_alive"] = self.agent_processes_alive
         return TrialRecord(
             id=self.plan.id,
-            task=TaskRef(name=task.name, key=task.key, hash=task.hash, path=str(task.path)),
+            task=TaskRef(
+                name=task.name,
+                key=task.key,
+                hash=task.hash,
+                path=str(task.path),
+                version=task.config.task.version,
+            ),
             agent=AgentRef(model=self.settings.model, **self.settings.agent.describe()),
             sandbox=SandboxRef(backend=backend, image=image, **info),
             rollout=self.plan.rollout,

@@ -16,7 +16,9 @@ uploaded by the phase itself once the dirs are the verifier's
 from __future__ import annotations
 
 import posixpath
+import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,14 @@ class SeparateVerifier:
         agent_sandbox: Sandbox,
         evidence: Path,
         caps: Caps,
+        collected: Mapping[int, Path] | None = None,
     ) -> None:
+        """One pass; ``collected`` holds the sidecar artifacts' host copies.
+
+        By index in ``view.artifacts`` (:mod:`harness.trial.collect`); a sidecar artifact
+        without one is missing.
+        """
+        self.collected = dict(collected or {})
         self.settings = settings
         self.plan = plan
         self.view = view
@@ -162,19 +171,25 @@ class SeparateVerifier:
         the verifier phase, where an artifact bound for a scratch dir waits for it
         (:attr:`scratch_uploads`); without it, those are uploaded at once.
         """
-        moves: list[tuple[str, str, list[str]]] = []
+        moves: list[tuple[str, str, list[str], Artifact | None]] = []
         if self.agent.paths.artifacts and target.paths.artifacts:
-            moves.append((self.agent.paths.artifacts, target.paths.artifacts, []))
-        for artifact in self.view.artifacts:
-            moves.append((artifact.source, self._target_path(artifact, target), artifact.exclude))
+            moves.append((self.agent.paths.artifacts, target.paths.artifacts, [], None))
+        for declared in self.view.artifacts:
+            dest = self._target_path(declared, target)
+            moves.append((declared.source, dest, declared.exclude, declared))
         with tempfile.TemporaryDirectory(prefix="harness-transfer-") as tmp:
-            for index, (source, dest, exclude) in enumerate(moves):
+            for index, (source, dest, exclude, artifact) in enumerate(moves):
                 parent, _, name = dest.rstrip("/").rpartition("/")
                 later = hold is not None and _in_scratch(dest)
                 staged = (hold if hold is not None and later else Path(tmp)) / str(index)
                 note: dict[str, Any] = {"type": f"{owner}_input", "source": source, "dest": dest}
+                if artifact is not None and artifact.sidecar is not None:
+                    note["service"] = artifact.sidecar
                 try:
-                    copied = self._copy_out(self.agent, source, staged / (name or "root"))
+                    if artifact is not None and artifact.sidecar is not None:
+                        copied = self._from_sidecar(artifact, staged / (name or "root"))
+                    else:
+                        copied = self._copy_out(self.agent, source, staged / (name or "root"))
                     prune_excluded(copied, exclude)
                     if not copied.exists():
                         note["status"] = "missing"
@@ -197,6 +212,18 @@ class SeparateVerifier:
                 "separate verifier: no artifact could be copied in: "
                 + "; ".join(f"{n['source']}: {n.get('detail')}" for n in failed)
             )
+
+    def _from_sidecar(self, artifact: Artifact, dest: Path) -> Path:
+        """The host copy of a sidecar artifact (collected before grading), staged at ``dest``."""
+        index = next(i for i, a in enumerate(self.view.artifacts) if a is artifact)
+        copy = self.collected.get(index)
+        if copy is not None and copy.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if copy.is_dir():
+                shutil.copytree(copy, dest, symlinks=True)
+            else:
+                shutil.copyfile(copy, dest, follow_symlinks=False)
+        return dest
 
     def _target_path(self, artifact: Artifact, target: Sandbox) -> str:
         """Where an artifact goes: its own path, the workspace mapped to the target's."""

@@ -50,6 +50,7 @@ from sandbox.backend import (
 from sandbox.docker import hostguard
 from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
+from sandbox.docker.sidecar_access import DockerSidecars
 from sandbox.docker.container import (
     ARTIFACTS_DIR,
     GATEWAY_MOUNT,
@@ -103,6 +104,7 @@ from sandbox.root_changes import RootChanges
 from sandbox.root_scan import Fingerprint, baseline, scan
 from sandbox.scratch import PRIVATE_MODE, SERVICE_MODE, SHARED_MODE, park, unpark
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
+from sandbox.sidecars import SidecarAccess
 from sandbox.storage import DEFAULT_STORAGE_MB, TrialStorage
 from sandbox.storage_pool import PreparedStorage
 from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT
@@ -1353,6 +1355,11 @@ class DockerSandbox(Sandbox):
 
     def environment_env(self) -> dict[str, str]:  # noqa: D102
         return dict(self._workload_env)
+
+    def sidecars(self) -> SidecarAccess | None:  # noqa: D102
+        if self._compose is None or not self._compose.started or self._container is None:
+            return None
+        return DockerSidecars(self.client, self._compose, self._container)
 
     def image_config(self) -> ImageConfig | None:  # noqa: D102
         if self.image is None:
