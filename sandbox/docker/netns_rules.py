@@ -23,12 +23,12 @@ replaced (:func:`switch_args`), never a round of tools. In each namespace:
   namespace's loopback, where the holder forwards them to the harness's unix sockets
   (:mod:`sandbox.docker.netns_holder`); the proxy judges each request by the phase's list.
 - ``HXN-public``: rejects, each by its own counted rule, the namespace's gateway and every
-  address of the engine's host the harness knows, the namespace's own subnets (other
-  trials, the bridge), the Ray cluster's nodes, then the private, loopback, link-local,
-  CGNAT, multicast and reserved ranges and the metadata address
-  (:data:`~sandbox.docker.egress.BLOCKED_V4`); it lets through DNS to the namespace's own
-  resolvers (port 53, UDP and TCP) before those rejections and the rest of the internet
-  after them.
+  address of the engine's host (the harness's own and the engine's answer), the
+  namespace's own subnets (other trials, the bridge), the Ray cluster's nodes, then the
+  private, loopback, link-local, CGNAT, multicast and reserved ranges and the metadata
+  address (:data:`~sandbox.docker.egress.BLOCKED_V4`); it lets through DNS to the
+  namespace's own resolvers (port 53, UDP and TCP) before those rejections and the rest of
+  the internet after them.
 - IPv6: only loopback, whatever the phase (``public`` is IPv4 only, as on the host filter).
 - ``INPUT`` and ``FORWARD`` drop what was not asked for: nothing outside the namespace
   opens a connection to the trial, and it routes nothing.
@@ -93,8 +93,9 @@ class NetFacts:
     Attributes:
         gateway: The namespace's default gateway (the engine's bridge, or slirp's host).
         subnets: The namespace's on-link IPv4 subnets: the bridge other trials are on.
-        host_addresses: IPv4 addresses of the engine's host the harness knows (its own,
-            when the engine is local; the engine's host's gateway addresses otherwise).
+        host_addresses: IPv4 addresses of the engine's host: the harness's own when the
+            engine is local, and those the engine's host network holds, asked of the
+            engine (:mod:`sandbox.docker.engine_host`).
         resolvers: IPv4 resolvers of the namespace (its ``resolv.conf``): port 53 to
             these is DNS, not a private address, in a ``public`` phase.
         cluster: Ray cluster nodes, refused in every phase.

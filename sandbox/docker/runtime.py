@@ -25,6 +25,7 @@ from sandbox.backend import Capacity, CloseReport, inside_modules
 from sandbox.docker.egress import EgressRun
 from sandbox.docker.egress import problem as egress_problem
 from sandbox.docker.engine import remove_leaks
+from sandbox.docker.engine_host import engine_host_ipv4
 from sandbox.docker.images import ImageResolver
 from sandbox.docker.labels import KIND, MANAGED, RUNTIME_KIND
 from sandbox.docker.rootcap import (
@@ -309,19 +310,21 @@ class DockerRuntime:
             return self._host_filter
 
     def host_addresses(self) -> tuple[str, ...]:
-        """The IPv4 addresses of the engine's host the harness knows (none if remote)."""
-        if not engine_is_local(self.client):
-            return ()
-        return tuple(
-            sorted(
-                {
-                    str(address.address)
-                    for addresses in psutil.net_if_addrs().values()
-                    for address in addresses
-                    if address.family == socket.AF_INET
-                }
-            )
-        )
+        """The IPv4 addresses of the engine's host, as many as can be known.
+
+        Those its host network holds, asked of the engine (:mod:`sandbox.docker.engine_host`),
+        and the harness's own when the engine is local (the rootless engine's host network
+        is not the real host's).
+        """
+        own: set[str] = set()
+        if engine_is_local(self.client):
+            own = {
+                str(address.address)
+                for addresses in psutil.net_if_addrs().values()
+                for address in addresses
+                if address.family == socket.AF_INET
+            }
+        return tuple(sorted(own | set(engine_host_ipv4(self.client, self.base_image))))
 
     def engine_info(self) -> dict[str, Any]:
         """The engine's ``docker info`` answer, asked once per run."""

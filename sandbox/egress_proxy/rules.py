@@ -68,7 +68,7 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
     return None
 
 
-def _local_ipv4(fib_trie: str) -> set[Address]:
+def local_ipv4(fib_trie: str) -> set[Address]:
     """Every IPv4 address of the host in the kernel's ``/proc/net/fib_trie`` text.
 
     Each address the host owns is a ``/32 host LOCAL`` leaf of the local table, whatever
@@ -113,7 +113,7 @@ def host_addresses() -> frozenset[Address]:
     found = _first_ipv4()
     try:
         with open("/proc/net/fib_trie", encoding="ascii") as trie:
-            found |= _local_ipv4(trie.read())
+            found |= local_ipv4(trie.read())
     except OSError:
         pass  # each interface's first address only
     try:
@@ -237,6 +237,7 @@ __all__ = [
     "Allowlist",
     "forbidden",
     "host_addresses",
+    "local_ipv4",
     "normalize_name",
     "parse_ip",
 ]

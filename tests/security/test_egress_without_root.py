@@ -1,10 +1,11 @@
 """Where the harness is not root, a ``public`` phase is filtered in the trial's own namespace.
 
-The harness runs as a member of the ``docker`` group against the rootful engine, and as the
-rootless engine's own user against it (``docker/start-rootless-engine.sh``). Neither can
-install the host egress filter, so each trial's network namespace is owned by a holder
-container that writes its rules (:mod:`sandbox.docker.netns_holder`). Attacked through the
-real CLI, judged from outside:
+The harness runs as a member of the ``docker`` group against the rootful engine, as the
+rootless engine's own user against it (``docker/start-rootless-engine.sh``), and in the CI
+image with the rootful engine's socket mounted (``support.ci_image``: root, but in a
+container of its own with no network). None can install the host egress filter, so each
+trial's network namespace is owned by a holder container that writes its rules
+(:mod:`sandbox.docker.netns_holder`). Attacked through the real CLI, judged from outside:
 
 - a ``public`` agent connects, by TCP and UDP, to a host listener on ``0.0.0.0`` and ``::``
   through its namespace's gateway and the host's primary IPv4 address, to a private
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ci_image import ci_cli
 from support.net import Listener, primary_addresses
 from support.netns import PublicNet
 from support.users import (
@@ -104,19 +106,20 @@ def _record(out: Path) -> dict[str, Any]:
     return record
 
 
-@pytest.mark.parametrize("where", ["docker-group", "rootless"])
+@pytest.mark.parametrize("where", ["docker-group", "rootless", "ci-image"])
 def test_a_public_phase_without_root_reaches_the_internet_and_nothing_of_the_host(
-    where: str, public_net: PublicNet
+    where: str, public_net: PublicNet, tmp_path: Path
 ) -> None:
+    user = None
     if where == "rootless":
         host, user = rootless_engine(), user_harness(ROOTLESS_USER)
         assert host == ROOTLESS_HOST
-    else:
+    elif where == "docker-group":
         host, user = ROOTFUL_HOST, user_harness(docker_group_user())
     public = public_net.route()
     private = public_net.route(f"10.231.{secrets.randbelow(250) + 2}.{secrets.randbelow(250) + 2}")
     token = secrets.token_hex(8)
-    work = user.workdir()
+    work = user.workdir() if user is not None else tmp_path / "ci"
     with Listener(ipv6=True) as listener:
         targets: list[tuple[str, str, int]] = [
             ("public", public, 8443),
@@ -125,16 +128,17 @@ def test_a_public_phase_without_root_reaches_the_internet_and_nothing_of_the_hos
             ("docker0", "172.17.0.1", listener.port),
             ("rootless-host", "10.0.2.2", listener.port),
         ]
-        if where == "docker-group":
+        if where != "rootless":
             metadata = public_net.route("169.254.169.254", containers_only=True)
             targets.append(("metadata", metadata, 80))
         tasks = _task(work, token, targets, public)
-        user.give(work)
-        result = user.cli(
-            *run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
-                      "bash {instruction_file}"),
-            docker_host=host,
-        )  # fmt: skip
+        args = run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
+                        "bash {instruction_file}")  # fmt: skip
+        if user is None:
+            result = ci_cli(work, *args, timeout=600)
+        else:
+            user.give(work)
+            result = user.cli(*args, docker_host=host)
         host_got = [r for r in listener.received if token.encode() in r[2]]
     assert result.returncode == 0, result.stderr
     record = _record(work / "out")

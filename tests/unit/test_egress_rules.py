@@ -70,9 +70,9 @@ Local:
 
 def test_the_proxy_reads_every_ipv4_address_of_the_host_not_each_interfaces_first() -> None:
     """An interface's second address is the host's too: a rebinding target to refuse."""
-    from sandbox.egress_proxy.rules import _local_ipv4
+    from sandbox.egress_proxy.rules import local_ipv4
 
-    found = {str(address) for address in _local_ipv4(FIB_TRIE)}
+    found = {str(address) for address in local_ipv4(FIB_TRIE)}
     assert found == {"127.0.0.1", "192.0.2.2", "192.0.2.9"}, found
 
 

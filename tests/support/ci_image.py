@@ -1,0 +1,43 @@
+"""The harness CLI in the CI image, driving the host's engine as ``scripts/ci-image`` does.
+
+``harness/ci`` (``docker/harness.Dockerfile``) runs with the engine's socket mounted and
+``--network none``; the work dir (task dirs, output dirs, ``TMPDIR``, the gateway's socket
+dir) is mounted at the same path on both sides, since the engine bind-mounts those paths
+from its own host. This checkout's ``harness`` and ``sandbox`` are mounted over the
+image's copies, so the tests judge the code under test, not the image's build.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from support.docker import prerequisite_missing
+from support.users import REPO
+
+CI_IMAGE = "harness/ci:latest"
+_SITE = "/opt/harness/site"
+
+
+def require_ci_image() -> None:
+    """Fail (CI) or skip unless the CI image is built."""
+    if subprocess.run(["docker", "image", "inspect", CI_IMAGE], capture_output=True).returncode:
+        prerequisite_missing(f"the CI image {CI_IMAGE} (bash scripts/ci-image --build-only)")
+
+
+def ci_cli(work: Path, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    """``harness ARGS...`` in the CI image, ``work`` mounted at its own path."""
+    require_ci_image()
+    tmp = work / "tmp"
+    tmp.mkdir(exist_ok=True)
+    tmp.chmod(0o711)
+    return subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--label", "org.harness.managed=1",
+         "-v", "/var/run/docker.sock:/var/run/docker.sock",
+         "-v", f"{REPO / 'harness'}:{_SITE}/harness:ro",
+         "-v", f"{REPO / 'sandbox'}:{_SITE}/sandbox:ro",
+         "-v", f"{work}:{work}", "-w", str(work),
+         "-e", f"TMPDIR={tmp}", "-e", f"HARNESS_GATEWAY_DIR={tmp / 'gateway'}",
+         CI_IMAGE, *args],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
