@@ -19,6 +19,7 @@ from sandbox.host_tools import interrupted
 from sandbox.image_config import ImageConfig
 from sandbox.inside.evidence import DEFAULT_LIMITS, SPECIAL_KINDS, EvidenceEvent, Limits
 from sandbox.network_policy import NO_NETWORK, NetworkPolicy
+from sandbox.resource_policy import ResourcePolicy
 from sandbox.root_changes import RootChanges
 from sandbox.seeding import Fixture
 
@@ -118,6 +119,10 @@ class SandboxSpec:
     #: ``kill`` (all of them) or ``keep`` (those holding a listening socket, which then
     #: answer the verifier; docs/security.md, "Services the agent leaves running").
     agent_services: Literal["kill", "keep"] = "kill"
+    #: How ``resources.cpus`` and ``resources.memory_mb`` are applied
+    #: (:mod:`sandbox.resource_policy`): ``limit``, ``request``, ``guarantee``, ``ignore``.
+    cpu_policy: ResourcePolicy = "limit"
+    memory_policy: ResourcePolicy = "limit"
 
     def network_for(self, role: str, step: int | None = None) -> NetworkPolicy:
         """The network policy of a phase of ``role`` (in step ``step``, by index).

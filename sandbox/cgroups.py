@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbox.errors import SandboxError
+from sandbox.resource_policy import caps, enforced_value, reserves
 
 #: Every trial cgroup's name starts with this (then the run's label, ``@``, a token).
 NAME_PREFIX = "harness-trial@"
@@ -62,11 +63,18 @@ class CgroupError(SandboxError, OSError):
 
 @dataclass(frozen=True)
 class Limits:
-    """What one trial is given: memory (MiB, no swap), CPUs (a fraction), processes."""
+    """What one trial is given: memory (MiB, no swap), CPUs (a fraction), processes.
+
+    ``cpu_policy`` and ``memory_policy`` say how (:mod:`sandbox.resource_policy`): a cap
+    (``cpu.max``, ``memory.max``), a reservation (``cpu.weight``, ``memory.low``; on v1
+    ``cpu.shares``, ``memory.soft_limit_in_bytes``), both, or neither.
+    """
 
     memory_mb: int
     cpus: float
     pids: int
+    cpu_policy: str = "limit"
+    memory_policy: str = "limit"
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,11 @@ class Support:
     def mechanism(self) -> str | None:
         """``cgroup v2`` / ``cgroup v1`` (None: none)."""
         return f"cgroup {self.version}" if self.version else None
+
+
+def cpu_weight(cpus: float) -> int:
+    """The v2 ``cpu.weight`` of a request of ``cpus`` (100 per CPU, the kernel's range)."""
+    return min(10_000, max(1, int(cpus * 100)))
 
 
 # --------------------------------------------------------------------------- probing
@@ -302,25 +315,38 @@ class TrialCgroup:
         return os.path.join(self.dirs["unified" if self.version == "v2" else controller], name)
 
     def _limit_v2(self, limits: Limits) -> None:
-        _write(self._file("memory", "memory.max"), str(limits.memory_mb * MIB))
-        swap = self._file("memory", "memory.swap.max")
-        if os.path.exists(swap):
-            _write(swap, "0")
-            self.swap_limited = True
-        quota = max(MIN_QUOTA_US, int(limits.cpus * CPU_PERIOD_US))
-        _write(self._file("cpu", "cpu.max"), f"{quota} {CPU_PERIOD_US}")
+        size = str(limits.memory_mb * MIB)
+        if caps(limits.memory_policy):
+            _write(self._file("memory", "memory.max"), size)
+            swap = self._file("memory", "memory.swap.max")
+            if os.path.exists(swap):
+                _write(swap, "0")
+                self.swap_limited = True
+        if reserves(limits.memory_policy):
+            _write(self._file("memory", "memory.low"), size)
+        if caps(limits.cpu_policy):
+            quota = max(MIN_QUOTA_US, int(limits.cpus * CPU_PERIOD_US))
+            _write(self._file("cpu", "cpu.max"), f"{quota} {CPU_PERIOD_US}")
+        if reserves(limits.cpu_policy):
+            _write(self._file("cpu", "cpu.weight"), str(cpu_weight(limits.cpus)))
         _write(self._file("pids", "pids.max"), str(limits.pids))
 
     def _limit_v1(self, limits: Limits) -> None:
         size = str(limits.memory_mb * MIB)
-        _write(self._file("memory", "memory.limit_in_bytes"), size)
-        memsw = self._file("memory", "memory.memsw.limit_in_bytes")
-        if os.path.exists(memsw):  # memory + swap = memory: no swap at all
-            _write(memsw, size)
-            self.swap_limited = True
-        _write(self._file("cpu", "cpu.cfs_period_us"), str(CPU_PERIOD_US))
-        quota = max(MIN_QUOTA_US, int(limits.cpus * CPU_PERIOD_US))
-        _write(self._file("cpu", "cpu.cfs_quota_us"), str(quota))
+        if caps(limits.memory_policy):
+            _write(self._file("memory", "memory.limit_in_bytes"), size)
+            memsw = self._file("memory", "memory.memsw.limit_in_bytes")
+            if os.path.exists(memsw):  # memory + swap = memory: no swap at all
+                _write(memsw, size)
+                self.swap_limited = True
+        if reserves(limits.memory_policy):
+            _write(self._file("memory", "memory.soft_limit_in_bytes"), size)
+        if caps(limits.cpu_policy):
+            _write(self._file("cpu", "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+            quota = max(MIN_QUOTA_US, int(limits.cpus * CPU_PERIOD_US))
+            _write(self._file("cpu", "cpu.cfs_quota_us"), str(quota))
+        if reserves(limits.cpu_policy):
+            _write(self._file("cpu", "cpu.shares"), str(max(2, int(limits.cpus * 1024))))
         _write(self._file("pids", "pids.max"), str(limits.pids))
 
     @property
@@ -376,7 +402,7 @@ class TrialCgroup:
     def describe(self) -> dict[str, object]:
         """The limits applied and how (for the trial record)."""
         limits = self.limits
-        return {
+        found: dict[str, object] = {
             "memory_mb": limits.memory_mb if limits else None,
             "swap_mb": 0 if self.swap_limited else None,
             "cpus": limits.cpus if limits else None,
@@ -384,6 +410,16 @@ class TrialCgroup:
             "mechanism": f"cgroup {self.version}",
             "cgroup": self.name,
         }
+        if limits is not None:
+            found["policy"] = {"cpus": limits.cpu_policy, "memory_mb": limits.memory_policy}
+            found["enforced"] = {
+                "cpus": enforced_value(limits.cpu_policy, cap_held=True, reservation_held=True),
+                "memory_mb": enforced_value(
+                    limits.memory_policy, cap_held=True, reservation_held=True
+                ),
+                "pids": True,
+            }
+        return found
 
     # -- the end ---------------------------------------------------------------------------
 

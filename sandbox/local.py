@@ -540,7 +540,13 @@ class LocalSandbox(Sandbox):
             self._limits_problem = f"not enforced: {support.problem}"
             return
         res = self.spec.resources
-        limits = Limits(memory_mb=res.memory_mb, cpus=res.cpus, pids=res.pids)
+        limits = Limits(
+            memory_mb=res.memory_mb,
+            cpus=res.cpus,
+            pids=res.pids,
+            cpu_policy=self.spec.cpu_policy,
+            memory_policy=self.spec.memory_policy,
+        )
         self._cgroup = TrialCgroup.create(support, self._run_label, limits)
 
     @property

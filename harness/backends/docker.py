@@ -111,6 +111,8 @@ class DockerBackend(SandboxBackend):
                 spec,
                 agent_root=self.options.config.agent_root,
                 agent_services=self.options.config.agent_services,
+                cpu_policy=self.options.config.cpu_policy,
+                memory_policy=self.options.config.memory_policy,
             ),
             self.runtime,
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from harness.backends.agent_root import announcement
@@ -183,7 +184,11 @@ class LocalBackend(SandboxBackend):
 
     def make_sandbox(self, spec: SandboxSpec) -> LocalSandbox:  # noqa: D102
         return LocalSandbox(
-            spec,
+            replace(
+                spec,
+                cpu_policy=self.options.config.cpu_policy,
+                memory_policy=self.options.config.memory_policy,
+            ),
             identities=self._identities,
             supervisors=self._supervisors,
             tmp_dir=self.tmp_dir,

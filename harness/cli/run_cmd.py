@@ -102,6 +102,8 @@ def run_options(values: dict[str, Any]) -> dict[str, Any]:
         sandbox__runtime=values.get("runtime"),
         sandbox__agent_root=values.get("agent_root"),
         sandbox__agent_services=values.get("agent_services"),
+        sandbox__cpu_policy=values.get("cpus"),
+        sandbox__memory_policy=values.get("memory"),
         sandbox__base_aliases=values.get("base_alias"),
         sandbox__pull=values.get("pull"),
         sandbox__force_build=values.get("force_build"),
@@ -267,6 +269,22 @@ def run(
             help="kill (default): every process the agent started dies before the tests; "
             "keep: those holding a listening socket keep serving the tests (docker, "
             "--agent-root never), and the record lists them.",
+        ),
+    ] = None,
+    cpus: Annotated[
+        str | None,
+        typer.Option(
+            "--cpus",
+            help="How a task's cpus applies: limit (default, a cap), request (a weight "
+            "only), guarantee (both) or ignore; the record says what held.",
+        ),
+    ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option(
+            "--memory",
+            help="How a task's memory_mb applies: limit (default, a cap), request (a "
+            "reservation only: no cap), guarantee (both) or ignore; the record says what held.",
         ),
     ] = None,
     base_alias: Annotated[

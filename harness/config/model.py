@@ -99,6 +99,12 @@ class SandboxConfig(BaseModel):
             query), each trial's record listing them (``agent_processes_alive``). Docker
             backend with ``agent_root = "never"`` only; refused elsewhere before anything
             runs (docs/security.md, "Services the agent leaves running").
+        cpu_policy: How a task's ``cpus`` applies (``--cpus``): ``limit`` (default, a
+            cap), ``request`` (a weight only), ``guarantee`` (both) or ``ignore``, as
+            Harbor 0.22's policies; each record says what held
+            (:mod:`sandbox.resource_policy`).
+        memory_policy: How a task's ``memory_mb`` applies (``--memory``): the same four;
+            ``request`` and ``ignore`` leave a trial's memory uncapped.
         kwargs: Options of a plug-in backend.
     """
 
@@ -118,6 +124,8 @@ class SandboxConfig(BaseModel):
     require_limits: bool = False
     agent_root: Literal["never", "isolated", "allow"] = "never"
     agent_services: Literal["kill", "keep"] = "kill"
+    cpu_policy: Literal["limit", "request", "guarantee", "ignore"] = "limit"
+    memory_policy: Literal["limit", "request", "guarantee", "ignore"] = "limit"
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("expose")

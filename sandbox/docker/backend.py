@@ -50,13 +50,13 @@ from sandbox.backend import (
 from sandbox.docker import hostguard
 from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
-from sandbox.docker.sidecar_access import DockerSidecars
 from sandbox.docker.container import (
     ARTIFACTS_DIR,
     GATEWAY_MOUNT,
     ROOT_AGENT_CAPS,
     TRIAL_DIR,
     ContainerSite,
+    cpu_shares,
     create_args,
 )
 from sandbox.docker.container import (
@@ -85,6 +85,7 @@ from sandbox.docker.rootlayer import (
 )
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT, DockerRuntime
 from sandbox.docker.sdk import EngineError, EngineObjectMissing, EngineRequestError, call
+from sandbox.docker.sidecar_access import DockerSidecars
 from sandbox.docker.tmpfs_caps import inode_caps
 from sandbox.docker.trial_network import TrialNetwork
 from sandbox.docker.warm import adopt
@@ -1517,6 +1518,7 @@ class DockerSandbox(Sandbox):
                 ),
                 "storage": self.root_cap,
                 "enforced": self._limits_enforced(),
+                "policy": {"cpus": self.spec.cpu_policy, "memory_mb": self.spec.memory_policy},
                 # Each tmpfs's inode cap (an engine may refuse nr_inodes: tmpfs_caps.py).
                 "tmpfs_inodes": inode_caps(self.client, self.runtime.base_image),
             },
@@ -1525,7 +1527,7 @@ class DockerSandbox(Sandbox):
     def _limits_enforced(self) -> dict[str, bool | str]:
         """Which limits held, as the engine and the created container's configuration say."""
         res = self.spec.resources
-        held = dict.fromkeys(CGROUP_LIMITS, False)
+        held: dict[str, bool | str] = dict.fromkeys(CGROUP_LIMITS, False)
         if self._container is not None:
             host_config = self._container.attrs.get("HostConfig") or {}
             held = enforced(
@@ -1534,6 +1536,8 @@ class DockerSandbox(Sandbox):
                 memory_mb=res.memory_mb,
                 cpus=res.cpus,
                 pids=res.pids,
+                policies={"cpus": self.spec.cpu_policy, "memory_mb": self.spec.memory_policy},
+                shares=cpu_shares(res.cpus),
             )
         storage: bool | str = self._storage is not None or self.root_cap == HARD_ENGINE
         if not storage and self.root_cap == SOFT:

@@ -31,6 +31,7 @@ from sandbox.docker.egress import NETWORK as EGRESS_NETWORK
 from sandbox.docker.egress import SYSCTLS as EGRESS_SYSCTLS
 from sandbox.docker.gpus import device_requests
 from sandbox.docker.runtime import PYTHON_MOUNT, SUPERVISOR_MOUNT
+from sandbox.resource_policy import caps, reserves
 from sandbox.verifier_tools import TOOLS_MOUNT
 
 #: Where the trial's model-gateway socket dir is mounted (root-only: the agent can't open it).
@@ -268,6 +269,40 @@ def gateway_mounts(socket: Path | None) -> list[Mount]:
     return [Mount(GATEWAY_MOUNT, str(socket.parent), type="bind", read_only=True)]
 
 
+def cpu_args(policy: str, cpus: float) -> dict[str, Any]:
+    """``containers.create`` arguments for ``cpus`` under ``policy``.
+
+    A cap is ``--cpus``; a request is a weight, 1024 CPU shares per CPU (Docker's default
+    for one container), which only counts when the host's CPUs are contended.
+    """
+    found: dict[str, Any] = {}
+    if caps(policy):
+        found["nano_cpus"] = int(cpus * 1e9)
+    if reserves(policy):
+        found["cpu_shares"] = cpu_shares(cpus)
+    return found
+
+
+def cpu_shares(cpus: float) -> int:
+    """The CPU shares a request of ``cpus`` is given (at least the kernel's minimum, 2)."""
+    return max(2, int(cpus * 1024))
+
+
+def memory_args(policy: str, memory_mb: int) -> dict[str, Any]:
+    """``containers.create`` arguments for ``memory_mb`` under ``policy``.
+
+    A cap is ``--memory`` with no swap beyond it; a request is ``--memory-reservation``
+    (the soft limit the kernel reclaims down to under pressure).
+    """
+    found: dict[str, Any] = {}
+    if caps(policy):
+        found["mem_limit"] = f"{memory_mb}m"
+        found["memswap_limit"] = f"{memory_mb}m"
+    if reserves(policy):
+        found["mem_reservation"] = f"{memory_mb}m"
+    return found
+
+
 def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
     """The keyword arguments of ``containers.create`` for a trial's container.
 
@@ -324,9 +359,9 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
             ),
         ],
         "pids_limit": res.pids,
-        "mem_limit": f"{res.memory_mb}m",
-        "memswap_limit": f"{res.memory_mb}m",
-        "nano_cpus": int(res.cpus * 1e9),
+        # Each resource as the run's policy says (sandbox.resource_policy).
+        **cpu_args(spec.cpu_policy, res.cpus),
+        **memory_args(spec.memory_policy, res.memory_mb),
         "ulimits": [
             Ulimit(name="core", soft=0, hard=0),
             Ulimit(name="nofile", soft=res.nofile, hard=res.nofile),

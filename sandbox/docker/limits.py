@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sandbox.resource_policy import enforced_value
+
 #: The limits a container's cgroup enforces, in the order records list them.
 CGROUP_LIMITS = ("memory_mb", "cpus", "pids")
 
@@ -44,7 +46,7 @@ def engine_gaps(info: Mapping[str, Any]) -> dict[str, str]:
 def applied(
     host_config: Mapping[str, Any], *, memory_mb: int, cpus: float, pids: int
 ) -> dict[str, bool]:
-    """Whether the created container's configuration holds each requested limit.
+    """Whether the created container's configuration holds each requested limit (a cap).
 
     An engine that cannot apply a limit it was given drops it from the configuration
     (``Memory: 0``); a value other than the requested one is not the limit asked for.
@@ -56,6 +58,14 @@ def applied(
     }
 
 
+def reserved(host_config: Mapping[str, Any], *, memory_mb: int, shares: int) -> dict[str, bool]:
+    """Whether the configuration holds each reservation (``request``): memory, CPU shares."""
+    return {
+        "memory_mb": int(host_config.get("MemoryReservation") or 0) == memory_mb << 20,
+        "cpus": int(host_config.get("CpuShares") or 0) == shares,
+    }
+
+
 def enforced(
     info: Mapping[str, Any],
     host_config: Mapping[str, Any],
@@ -63,11 +73,28 @@ def enforced(
     memory_mb: int,
     cpus: float,
     pids: int,
-) -> dict[str, bool]:
-    """Each cgroup limit: held by the container's configuration and enforceable by the engine."""
+    policies: Mapping[str, str] | None = None,
+    shares: int = 0,
+) -> dict[str, bool | str]:
+    """Each cgroup limit as it held: True (its cap), ``"request"`` (a reservation), False.
+
+    Held by the container's configuration and enforceable by the engine; ``policies``
+    (``cpus`` and ``memory_mb`` -> :mod:`sandbox.resource_policy`'s names, default
+    ``limit``) says what was asked, ``shares`` the CPU shares a CPU request was given.
+    """
     gaps = engine_gaps(info)
     held = applied(host_config, memory_mb=memory_mb, cpus=cpus, pids=pids)
-    return {limit: held[limit] and limit not in gaps for limit in CGROUP_LIMITS}
+    kept = reserved(host_config, memory_mb=memory_mb, shares=shares)
+    found: dict[str, bool | str] = {}
+    for limit in CGROUP_LIMITS:
+        if limit in gaps:
+            found[limit] = False
+            continue
+        policy = (policies or {}).get(limit, "limit")
+        found[limit] = enforced_value(
+            policy, cap_held=held[limit], reservation_held=kept.get(limit, False)
+        )
+    return found
 
 
 def gap_line(gaps: Mapping[str, str], *, required: bool) -> str:
