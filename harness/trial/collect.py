@@ -197,7 +197,23 @@ def _main_hook(
         exit_code=result.exit_code,
         timed_out=result.timed_out,
         **facts,
+        output=_phase_output(sandbox, f"collect-{index}"),
     )
+
+
+def _phase_output(sandbox: Sandbox, name: str) -> str:
+    """The tail of a main hook's stdout and stderr (its phase's log files)."""
+    parts = []
+    for stream in ("stdout", "stderr"):
+        try:
+            data, _event = sandbox.read_file(
+                f"{sandbox.paths.logs}/{name}.{stream}", max_bytes=1 << 16
+            )
+        except Exception:  # noqa: BLE001 - best effort: the output is a courtesy
+            continue
+        if data:
+            parts.append(data.decode("utf-8", "replace"))
+    return "".join(parts)[-OUTPUT_TAIL:]
 
 
 def _sidecar_hook(
