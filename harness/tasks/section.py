@@ -39,7 +39,13 @@ _STRICT = ConfigDict(extra="allow", strict=True, frozen=True, allow_inf_nan=Fals
 
 #: Keys Harbor defines that this harness knows and does not implement, with the reason. A
 #: task using one is invalid (dropping the key would silently change what the trial means).
+_TPU = (
+    "TPUs exist only in Harbor's cloud TPU environments, on no engine the harness drives; "
+    "run this task there"
+)
 UNSUPPORTED_KEYS: dict[str, str] = {
+    "environment.tpu": _TPU,
+    "verifier.environment.tpu": _TPU,
     # Judges score the trial's final state (its whole transcript and last workspace), not
     # a step's: a step's judges would silently never run.
     "steps[].verifier.judges": (

@@ -136,3 +136,108 @@ def test_an_archive_past_the_entry_cap_stops(tmp_path: Path) -> None:
     )  # fmt: skip
     assert any(event.cap == "entries" for event in events)
     assert len(list((tmp_path / "d").iterdir())) < 10
+
+
+#: A task.toml using every key of Harbor 0.22's task schema (schema_version 1.4) that a
+#: Linux engine without a GPU can run: what `tasks check` must accept without a word.
+EVERY_KEY = """\
+schema_version = "1.4"
+source = "harbor-0.22"
+multi_step_reward_strategy = "mean"
+artifacts = [
+  "/app/out.txt",
+  { source = "/srv/state.json", destination = "state.json", exclude = ["*.tmp"], service = "db" },
+]
+
+[task]
+name = "org/every-key"
+version = "2.0.1"
+description = "Every schema 1.4 key."
+authors = [{ name = "A", email = "a@example.invalid" }]
+keywords = ["k"]
+
+[metadata]
+difficulty = "easy"
+
+[agent]
+timeout_sec = 60.0
+user = "agent"
+network_mode = "no-network"
+
+[verifier]
+timeout_sec = 60.0
+env = { MODE = "strict" }
+user = 0
+environment_mode = "separate"
+network_mode = "no-network"
+
+[[verifier.collect]]
+command = "cp /app/out.txt /logs/artifacts/"
+timeout_sec = 10
+
+[[verifier.collect]]
+service = "db"
+command = "dump > /srv/state.json"
+user = "postgres"
+
+[verifier.environment]
+docker_image = "python:3.13-slim"
+cpus = 1
+memory_mb = 1024
+network_mode = "no-network"
+
+[solution]
+env = { HINT = "x" }
+
+[environment]
+build_timeout_sec = 300.0
+os = "linux"
+cpus = 2
+memory_mb = 2048
+storage_mb = 4096
+gpus = 0
+workdir = "/app"
+env = { A = "b" }
+skills_dir = "/skills"
+network_mode = "allowlist"
+allowed_hosts = ["example.com"]
+
+[environment.healthcheck]
+command = "true"
+interval_sec = 1
+timeout_sec = 5
+start_period_sec = 0
+start_interval_sec = 1
+retries = 3
+
+[[environment.mcp_servers]]
+name = "db"
+transport = "streamable-http"
+url = "http://db:8000/mcp"
+"""
+
+
+def test_every_key_of_harbors_0_22_schema_checks_without_a_word(tmp_path: Path) -> None:
+    from harness.tasks import check_tasks
+
+    task = tmp_path / "every-key"
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "task.toml").write_text(EVERY_KEY)
+    (task / "instruction.md").write_text("Do it.\n")
+    (task / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
+    (task / "environment" / "docker-compose.yaml").write_text(
+        "services:\n  main:\n    build:\n      context: .\n  db:\n    image: postgres:16\n"
+    )
+    (task / "tests" / "Dockerfile").write_text("FROM ubuntu:24.04\nCOPY test.sh /tests/\n")
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\n")
+    tasks, problems = check_tasks([task])
+    assert problems == [], problems
+    assert tasks[0].config.unknown_keys() == []
+    assert tasks[0].config.task.version == "2.0.1"
+
+
+def test_a_tpu_is_refused_saying_why() -> None:
+    config = TaskConfig.model_validate({"environment": {"tpu": {"type": "v5e", "topology": "2x2"}}})
+    ((key, reason),) = config.unsupported_keys()
+    assert key == "environment.tpu" and "TPU" in reason
