@@ -9,7 +9,9 @@ After the agent phase and before the verifier, as Harbor 0.22 orders it:
 2. for a separate verifier, the main container is then frozen (``docker pause``), as
    Harbor stops it, so nothing left of the agent runs while the sidecars are asked;
 3. the sidecars' hooks run (``sh -c`` in the service, as its ``user``, each bounded by
-   its ``timeout_sec`` capped at :data:`~harness.tasks.model.MAX_COLLECT_TIMEOUT_SEC`);
+   its ``timeout_sec`` capped at :data:`~harness.tasks.model.MAX_COLLECT_TIMEOUT_SEC`;
+   every hook before one grading shares :data:`MAX_COLLECT_TOTAL_SEC`, and those left
+   when it is spent are skipped);
 4. the artifacts with a ``service`` are copied out of their sidecar (files and dirs only,
    no link kept or followed, the evidence caps) into a host dir the trial holds; the main
    container is thawed.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,29 @@ from sandbox.sidecars import SidecarAccess
 OUTPUT_TAIL = 2000
 #: Entries one sidecar artifact may hold.
 MAX_ENTRIES = 10_000
+#: The time every collect hook before one grading may take together; the hooks left when
+#: it is spent are skipped (a task may declare 32 hooks per table, each up to 600 s).
+MAX_COLLECT_TOTAL_SEC = 1200.0
+
+
+class Budget:
+    """The collect hooks' time before one grading: each hook's, capped, out of a total."""
+
+    def __init__(self, total: float = MAX_COLLECT_TOTAL_SEC) -> None:
+        self.left = total
+
+    def allot(self, asked: float) -> float | None:
+        """The time a hook asking ``asked`` seconds gets (None: the total is spent)."""
+        if self.left <= 0:
+            return None
+        return min(asked, MAX_COLLECT_TIMEOUT_SEC, self.left)
+
+    def spend(self, seconds: float) -> None:
+        """Count ``seconds`` a hook took."""
+        self.left -= max(0.0, seconds)
+
+
+_SPENT = f"the collect hooks' total time ({MAX_COLLECT_TOTAL_SEC:g} s) is spent"
 
 
 @dataclass
@@ -103,6 +129,7 @@ def run_collection(
 ) -> Collected:
     """Run the view's collect hooks and copy its sidecar artifacts out (best effort)."""
     done = Collected()
+    budget = Budget()
     hooks = view.collect_hooks
     step = view.step.name if view.step is not None else None
     sidecar_artifacts = [(i, a) for i, a in enumerate(view.artifacts) if a.sidecar is not None]
@@ -110,10 +137,18 @@ def run_collection(
         return done
     for index, hook in enumerate(hooks):
         if hook.service == MAIN_SERVICE:
+            timeout = budget.allot(hook.timeout_sec)
+            if timeout is None:
+                done.events.append(_hook_event(index, hook, step, status="skipped", detail=_SPENT))
+                continue
+            started = time.monotonic()
             done.events.append(
-                _main_hook(sandbox, view, hook, index, trial_id, max_output_bytes, step_index)
+                _main_hook(
+                    sandbox, view, hook, index, trial_id, max_output_bytes, step_index, timeout
+                )
                 | ({"step": step} if step is not None else {})
             )
+            budget.spend(time.monotonic() - started)
     sidecar_hooks = [(i, h) for i, h in enumerate(hooks) if h.service != MAIN_SERVICE]
     if not sidecar_hooks and not sidecar_artifacts:
         return done
@@ -135,7 +170,13 @@ def run_collection(
         )
     try:
         for index, hook in sidecar_hooks:
-            done.events.append(_sidecar_hook(access, hook, index, step))
+            timeout = budget.allot(hook.timeout_sec)
+            if timeout is None:
+                done.events.append(_hook_event(index, hook, step, status="skipped", detail=_SPENT))
+                continue
+            started = time.monotonic()
+            done.events.append(_sidecar_hook(access, hook, index, step, timeout))
+            budget.spend(time.monotonic() - started)
         if sidecar_artifacts:
             done.hold = Path(tempfile.mkdtemp(prefix="harness-sidecar-artifacts-"))
         for index, artifact in sidecar_artifacts:
@@ -167,8 +208,8 @@ def _main_hook(
     trial_id: str,
     max_output_bytes: int,
     step_index: int | None,
+    timeout: float,
 ) -> dict[str, Any]:
-    timeout = min(hook.timeout_sec, MAX_COLLECT_TIMEOUT_SEC)
     facts: dict[str, Any] = {"timeout_sec": timeout, "user": "verifier"}
     if hook.user is not None:
         facts["user_not_applied"] = str(hook.user)
@@ -217,9 +258,8 @@ def _phase_output(sandbox: Sandbox, name: str) -> str:
 
 
 def _sidecar_hook(
-    access: SidecarAccess, hook: CollectHook, index: int, step: str | None
+    access: SidecarAccess, hook: CollectHook, index: int, step: str | None, timeout: float
 ) -> dict[str, Any]:
-    timeout = min(hook.timeout_sec, MAX_COLLECT_TIMEOUT_SEC)
     user = None if hook.user is None else str(hook.user)
     try:
         result = access.run_hook(

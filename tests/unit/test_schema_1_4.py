@@ -241,3 +241,14 @@ def test_a_tpu_is_refused_saying_why() -> None:
     config = TaskConfig.model_validate({"environment": {"tpu": {"type": "v5e", "topology": "2x2"}}})
     ((key, reason),) = config.unsupported_keys()
     assert key == "environment.tpu" and "TPU" in reason
+
+
+def test_the_hooks_share_a_total_time_and_each_is_capped() -> None:
+    from harness.trial.collect import MAX_COLLECT_TOTAL_SEC, Budget
+
+    budget = Budget()
+    assert budget.allot(1e9) == MAX_COLLECT_TIMEOUT_SEC
+    budget.spend(MAX_COLLECT_TOTAL_SEC - 5)
+    assert budget.allot(60) == 5
+    budget.spend(5)
+    assert budget.allot(1) is None
