@@ -7,8 +7,9 @@ API with the argument as data:
 
 - a hook is ``sh -c COMMAND`` created as an exec in that container (the user passed as the
   exec's user, already a plain name or id), its output read into a bounded tail, waited
-  for at most its capped time; one that runs past it is left to die with the sidecar (the
-  engine kills no exec), and the result says it timed out;
+  for at most its capped time; the processes of one that runs past it (those carrying its
+  own mark in their environment: the engine kills no exec) are killed from inside the
+  sidecar, best effort, and the result says it timed out;
 - a file comes out as the engine's archive of the path, resolved inside the container's
   own root, read as a stream (never more than the caps allow, then cut) and unpacked by
   the harness into a fresh dir: regular files and dirs only, each created with
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import os
+import secrets
 import tarfile
 import threading
 from pathlib import Path, PurePosixPath
@@ -33,6 +35,8 @@ from sandbox.errors import SandboxError
 from sandbox.inside.evidence import EvidenceEvent
 from sandbox.sidecars import HookResult, SidecarAccess
 
+#: The variable each hook's processes carry (a fresh token), so a late one can be found.
+HOOK_MARK = "HARNESS_COLLECT_HOOK"
 #: Bytes of archive read past the byte cap (tar headers, skipped files) before the copy is cut.
 ARCHIVE_SLACK = 64 << 20
 
@@ -100,6 +104,7 @@ class DockerSidecars(SidecarAccess):
     ) -> HookResult:
         try:
             container = self._container_id(service)
+            token = secrets.token_hex(16)
             created = call(
                 self.client.api.exec_create,
                 container,
@@ -107,6 +112,7 @@ class DockerSidecars(SidecarAccess):
                 stdout=True,
                 stderr=True,
                 user=user or "",
+                environment={HOOK_MARK: token},
             )
             output = call(self.client.api.exec_start, created["Id"], stream=True)
         except (SandboxError, EngineError) as exc:
@@ -137,6 +143,7 @@ class DockerSidecars(SidecarAccess):
                     pass
         text = b"".join(tail)[-max_output:].decode("utf-8", "replace")
         if timed_out:
+            self._kill_marked(container, token)
             return HookResult(exit_code=None, timed_out=True, output=text)
         try:
             state = call(self.client.api.exec_inspect, created["Id"])
@@ -144,6 +151,27 @@ class DockerSidecars(SidecarAccess):
             return HookResult(exit_code=None, output=text, error=str(exc))
         code = state.get("ExitCode")
         return HookResult(exit_code=code if isinstance(code, int) else None, output=text)
+
+    def _kill_marked(self, container: str, token: str) -> None:
+        """SIGKILL, as root in the sidecar, every process whose environment holds the mark.
+
+        Best effort: a hook that cleared its environment, or an image without ``tr`` and
+        ``grep``, keeps running until the sidecar is removed with the trial.
+        """
+        script = (
+            'for p in /proc/[0-9]*; do tr "\\0" "\\n" < "$p/environ" 2>/dev/null'
+            ' | grep -qx "$1" && kill -9 "${p#/proc/}" 2>/dev/null; done; true'
+        )
+        try:
+            created = call(
+                self.client.api.exec_create,
+                container,
+                ["sh", "-c", script, "kill-hook", f"{HOOK_MARK}={token}"],
+                user="0",
+            )
+            call(self.client.api.exec_start, created["Id"])
+        except (SandboxError, EngineError):
+            pass
 
     def copy_out(  # noqa: D102
         self,

@@ -38,6 +38,15 @@ SIDECAR_TREE = (
 )
 
 
+#: A hook counting the processes still running ``sleep 100000`` (``[0]``: not itself).
+COUNT_LEFT = """
+[[verifier.collect]]
+service = "side"
+command = '''for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < "$f"; echo; done \
+| grep -c "sleep 10000[0]" > /tmp/left; true'''
+"""
+
+
 def _compose(tree: str) -> str:
     return textwrap.dedent(
         f"""\
@@ -155,16 +164,22 @@ def test_a_hook_writes_no_host_path_and_its_time_is_bounded(cli: Any, tmp_path: 
     hooks = (
         '\n[[verifier.collect]]\nservice = "side"\n'
         f'command = "touch {marker}; echo $(touch {marker}x)"\n'
-        '\n[[verifier.collect]]\nservice = "side"\ncommand = "sleep 100000"\ntimeout_sec = 2\n'
+        '\n[[verifier.collect]]\nservice = "side"\n'
+        "command = 'sleep 100000 & sleep 100000'\ntimeout_sec = 2\n"
         '\n[[verifier.collect]]\nservice = "side"\ncommand = "true"\nuser = "no-such-user"\n'
         '\n[[verifier.collect]]\nservice = "side"\ncommand = "id -u > /tmp/who"\nuser = "65534"\n'
+        # The timed-out hook's processes (its child too) are gone: none left to count.
+        + COUNT_LEFT
     )
     task = _task(
         tmp_path / "tasks",
         name,
         hooks,
         compose=_compose("exec sleep infinity"),
-        artifacts='artifacts = [{ source = "/tmp/who", service = "side" }]\n',
+        artifacts=(
+            'artifacts = [{ source = "/tmp/who", service = "side" },'
+            ' { source = "/tmp/left", service = "side" }]\n'
+        ),
     )
     run = cli.run([task], agent="nop", timeout=400)
     assert run.code == 0, run
@@ -173,9 +188,11 @@ def test_a_hook_writes_no_host_path_and_its_time_is_bounded(cli: Any, tmp_path: 
     assert record["reward"] == 1.0
     assert not marker.exists() and not Path(f"{marker}x").exists()
     hooks_seen = [e for e in record["events"] if e["type"] == "collect_hook"]
-    assert [h["index"] for h in hooks_seen] == [0, 1, 2, 3], hooks_seen
+    assert [h["index"] for h in hooks_seen] == [0, 1, 2, 3, 4], hooks_seen
     assert hooks_seen[1]["timed_out"] is True and hooks_seen[1]["status"] == "failed"
     assert hooks_seen[2]["status"] == "failed", hooks_seen[2]
     assert hooks_seen[3]["status"] == "ok", hooks_seen[3]
+    left = run.evidence(record) / "artifacts" / "left"
+    assert left.read_text().strip() == "0", left.read_text()
     who = run.evidence(record) / "artifacts" / "who"
     assert who.read_text().strip() == "65534"
