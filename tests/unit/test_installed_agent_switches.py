@@ -35,6 +35,7 @@ from harness.agents.installed.codex import Codex
 from harness.agents.installed.gemini_cli import GeminiCli
 from harness.agents.installed.mini_swe_agent import MiniSweAgent
 from harness.agents.installed.opencode import OpenCode
+from harness.agents.installed.openhands_sdk import DRIVER_FILE, OpenHandsSdk
 from harness.agents.installed.python_agent import PythonInstalledAgent
 from harness.agents.installed.qwen_code import QwenCode
 from harness.models.catalog import ModelSpec
@@ -225,6 +226,19 @@ def check_mini_swe_agent(cli: Handed) -> None:
     assert "-I" in cli.argv  # the workspace cannot steer its Python
 
 
+def check_openhands_sdk(cli: Handed) -> None:
+    """The OpenHands SDK's banner, litellm's downloads and telemetry; its driver's LLM."""
+    assert cli.env["OPENHANDS_SUPPRESS_BANNER"] == "1"
+    assert cli.env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    assert cli.env["LITELLM_OFFLINE_MODE"] == "true"
+    assert cli.env["LITELLM_TELEMETRY"] == "False"
+    assert "-I" in cli.argv and cli.argv[cli.argv.index("-I") + 3] == f"{cli.home}/{DRIVER_FILE}"
+    driver = cli.file(f"{cli.home}/{DRIVER_FILE}")
+    # The gateway's chat API with the trial token, whatever model name the SDK would route.
+    assert 'api_mode="chat"' in driver and 'os.environ["OPENAI_API_KEY"]' in driver
+    assert cli.argv[cli.argv.index("-I") + 4] == "openai/cli-script"
+
+
 def check_aider(cli: Handed) -> None:
     """aider's own config file (the only one it reads), its env file and environment."""
     config = yaml.safe_load(cli.file(option(cli.argv, "--config")))
@@ -307,6 +321,7 @@ CASES = {
     "aider": Case(Aider, "anthropic", check_aider),
     "qwen-code": Case(QwenCode, "openai", check_qwen_code),
     "cline": Case(Cline, "openai", check_cline),
+    "openhands-sdk": Case(OpenHandsSdk, "openai", check_openhands_sdk),
 }
 
 
@@ -321,6 +336,7 @@ def test_every_installed_agent_is_covered() -> None:
         "aider",
         "qwen-code",
         "cline",
+        "openhands-sdk",
     }
 
 

@@ -39,7 +39,7 @@ def test_an_unknown_name_lists_what_is_installed() -> None:
     assert "unknown sandbox backend 'nosuch'; installed: docker, local" in str(info.value)
     listed = (
         "aider, builtin, claude-code, cline, codex, command, gemini-cli, mini-swe-agent, nop, "
-        "opencode, oracle, qwen-code, replay"
+        "opencode, openhands-sdk, oracle, qwen-code, replay, terminus-2"
     )
     with pytest.raises(PluginError, match=f"unknown agent 'nosuch'.*{listed}"):
         build_agent(AgentConfig(name="nosuch"))

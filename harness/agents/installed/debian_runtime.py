@@ -78,20 +78,37 @@ _MULTIARCH = {"x86_64": ("amd64", "x86_64-linux-gnu"), "aarch64": ("arm64", "aar
 
 @dataclass(frozen=True)
 class DebianPythonSpec(PythonAgentSpec):
-    """A :class:`PythonAgentSpec` on Debian's Python (its suite and packages keyed)."""
+    """A :class:`PythonAgentSpec` on Debian's Python (its suite and packages keyed).
+
+    Attributes:
+        pypi_no_deps: Requirements installed without their declared dependencies (``pip
+            --no-deps``), after :attr:`pypi`: for a package whose declared dependencies
+            include ones with no wheel (never built here) that the agent does not import;
+            what it does import is listed in :attr:`pypi`.
+    """
+
+    pypi_no_deps: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:  # noqa: D102
+        extra = {"pypi_no_deps": list(self.pypi_no_deps)} if self.pypi_no_deps else {}
         return {
             **super().as_json(),
             "debian_packages": list(PACKAGES),
             "runtime_layout": 4,
+            **extra,
         }
 
 
-def debian_python_spec(agent: str, version: str, requirements: tuple[str, ...]) -> DebianPythonSpec:
+def debian_python_spec(
+    agent: str, version: str, requirements: tuple[str, ...], no_deps: tuple[str, ...] = ()
+) -> DebianPythonSpec:
     """The spec of an agent's entry: its pinned PyPI packages on Debian's Python."""
     return DebianPythonSpec(
-        agent=agent, version=version, pypi=requirements, runtime=f"debian-{SUITE}-python{PYTHON_XY}"
+        agent=agent,
+        version=version,
+        pypi=requirements,
+        runtime=f"debian-{SUITE}-python{PYTHON_XY}",
+        pypi_no_deps=no_deps,
     )
 
 
@@ -139,18 +156,44 @@ def ensure_debian_python_agent(cache: AgentCache, spec: DebianPythonSpec, mount:
         site = staging / RUNTIME / DIST_PACKAGES
         site.mkdir(parents=True, exist_ok=True)
         if spec_.pypi:
-            argv = [
-                sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
-                "--no-input", "--no-compile", "--only-binary=:all:",
-                "--python-version", PYTHON_XY, "--implementation", "cp",
-                "--abi", f"cp{PYTHON_XY.replace('.', '')}", "--abi", "abi3", "--abi", "none",
-                "--target", str(site), *spec_.pypi,
-            ]  # fmt: skip
-            run_fetch(spec_, argv, cwd=cache.root)
-            shutil.rmtree(site / "bin", ignore_errors=True)
+            run_fetch(spec_, _pip_argv(site, spec_.pypi), cwd=cache.root)
+        if spec.pypi_no_deps:
+            # pip --target skips (or, with --upgrade, replaces) a top-level dir that is
+            # there already, such as a namespace package's: a dir of its own, merged.
+            alone = staging / ".no-deps"
+            run_fetch(spec_, _pip_argv(alone, spec.pypi_no_deps, "--no-deps"), cwd=cache.root)
+            _merge(spec, alone, site)
+        shutil.rmtree(site / "bin", ignore_errors=True)
         compile_with_runtime(spec_, staging, mount)
 
     return cache._make(spec, fetch)  # noqa: SLF001 - the cache's own entry builder
+
+
+def _pip_argv(target: Path, requirements: tuple[str, ...], *options: str) -> list[str]:
+    """The host's pip installing wheels for CPython 3.13 (never a build) into ``target``."""
+    return [
+        sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
+        "--no-input", "--no-compile", "--only-binary=:all:",
+        "--python-version", PYTHON_XY, "--implementation", "cp",
+        "--abi", f"cp{PYTHON_XY.replace('.', '')}", "--abi", "abi3", "--abi", "none",
+        *options, "--target", str(target), *requirements,
+    ]  # fmt: skip
+
+
+def _merge(spec: InstallSpec, source: Path, dest: Path) -> None:
+    """Move the tree ``source`` into ``dest``: dirs merged, a file already there refused."""
+    for path in sorted(source.rglob("*")):
+        target = dest / path.relative_to(source)
+        if path.is_dir() and not path.is_symlink():
+            target.mkdir(exist_ok=True)
+        elif target.exists() or target.is_symlink():
+            raise InstallError(
+                f"cannot install agent {spec.agent}: {path.relative_to(source)} of its "
+                "--no-deps packages is also in its other packages"
+            )
+        else:
+            os.replace(path, target)
+    shutil.rmtree(source)
 
 
 def download_debs(spec: InstallSpec, work: Path, arch: str) -> list[Path]:
