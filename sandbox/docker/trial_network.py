@@ -53,6 +53,7 @@ containers send to the host; its counters are the trial's events too
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -72,6 +73,35 @@ PUBLIC = NetworkPolicy(mode="public")
 ROLES = ("agent", "verifier")
 #: What an ``allowlist`` phase's tools do not send through the proxy: loopback.
 NO_PROXY = "localhost,127.0.0.1,::1"
+
+
+#: A namespaced allowlist trial's socket dir: ``<prefix><harness pid>-<random>`` in TMPDIR.
+EGRESS_DIR_PREFIX = "harness-egress-"
+
+
+def remove_stale_egress_dirs(parent: Path) -> list[Path]:
+    """Remove the socket dirs under ``parent`` of harness processes that are gone.
+
+    A harness killed with SIGKILL leaves its trials' dirs behind (dead sockets); the next
+    allowlist trial on the host removes those of this user whose process is not alive.
+    """
+    removed: list[Path] = []
+    for entry in parent.glob(f"{EGRESS_DIR_PREFIX}*-*"):
+        pid = entry.name[len(EGRESS_DIR_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or entry.is_symlink() or not entry.is_dir():
+            continue
+        try:
+            if entry.stat().st_uid != os.geteuid():
+                continue
+            os.kill(int(pid), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
 
 
 class TrialNetwork:
@@ -199,7 +229,9 @@ class TrialNetwork:
         """
         if not self.allowlist:
             return None
-        self._egress_dir = Path(tempfile.mkdtemp(prefix="harness-egress-"))
+        parent = Path(tempfile.gettempdir())
+        remove_stale_egress_dirs(parent)
+        self._egress_dir = Path(tempfile.mkdtemp(prefix=f"{EGRESS_DIR_PREFIX}{os.getpid()}-"))
         self._egress_dir.chmod(0o700)
         try:
             self._proxy = ProxyServer(
@@ -538,4 +570,4 @@ class TrialNetwork:
         return facts
 
 
-__all__ = ["PUBLIC", "TrialNetwork"]
+__all__ = ["EGRESS_DIR_PREFIX", "PUBLIC", "TrialNetwork", "remove_stale_egress_dirs"]
