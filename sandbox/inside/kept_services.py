@@ -3,12 +3,17 @@
 At the end of an agent phase asked to keep them, the processes of the phase that hold a
 listening socket (:mod:`listeners`) are stopped (``SIGSTOP``: none can fork while the rest
 is killed), every other process of the phase is killed as usual, and they are adopted as
-*protected* services (:data:`launch.PROTECTED`, :data:`launch.KEPT`) and continued: later
-phase kills spare them (and whatever they fork from then on, their tree) and they die with
-the container. They keep exactly the user, capabilities and stdio they had. The phase's
-own program is never kept: it ends with its phase.
+*protected* services (:data:`launch.PROTECTED`, :data:`launch.KEPT`): later phase kills
+spare them and their tree. They keep exactly the user, capabilities and stdio they had.
+The phase's own program is never kept: it ends with its phase.
 
-Before a verifier, :func:`before_verifier` either lists what is still alive (the record's
+They run only beside a verifier. They stay stopped while the harness works between phases
+(nothing of theirs races its resets of ``/tmp`` or its uploads), are continued once the
+verifier's process exists (:func:`resume`; a fork bomb then fails the verifier's own
+forks, never the harness's start of it), and are killed when the verifier's processes are
+(:func:`end`), before its reward is read: nothing of the agent's runs after the verdict.
+
+Before a verifier, :func:`before_verifier` either lists what is alive (the record's
 ``agent_processes_alive``) or, when the harness says the verifier could not be kept out of
 their reach (its user is theirs; gVisor shows every process its environment), kills them.
 """
@@ -78,12 +83,41 @@ def keep_listeners(
 
 
 def adopt(phase: Any) -> None:
-    """After the phase's kill: its kept processes become protected services, continued."""
+    """After the phase's kill: its kept processes become protected services (stopped)."""
     if not phase.keep:
         return
     launch.PROTECTED.update(phase.keep)
     launch.KEPT.update(phase.keep)
-    _signal(phase.keep, signal.SIGCONT)
+
+
+def resume() -> None:
+    """The verifier's process exists: continue the kept services and their trees."""
+    if launch.KEPT:
+        _signal(_kept_trees(processes.live_entries()), signal.SIGCONT)
+
+
+def end(reaper: Any) -> int:
+    """Kill every kept service and its tree (stopped first: none forks meanwhile).
+
+    Returns how many signals were sent. Raises RuntimeError if some survive SIGKILL.
+    """
+    if not launch.KEPT:
+        return 0
+    roots = set(launch.KEPT)
+    launch.PROTECTED.difference_update(roots)
+    launch.KEPT.clear()
+
+    def find() -> Set[int]:
+        live = processes.live_entries()
+        alive = {e["pid"] for e in live}
+        found: Set[int] = set()
+        for root in roots:
+            if root in alive:
+                found |= processes.descendants(root, live) | {root}
+        return found
+
+    _signal(find(), signal.SIGSTOP)
+    return int(processes.kill_all(find, reaper))
 
 
 def drain_beside(captures: List[Any]) -> None:
@@ -135,16 +169,11 @@ def before_verifier(req: Dict[str, Any], reaper: Any) -> Dict[str, Any]:
     entries = processes.live_entries()
     tree = _kept_trees(entries)
     if spec.get("drop") and launch.KEPT:
-        launch.PROTECTED.difference_update(launch.KEPT)
-        launch.KEPT.clear()
-
-        def find() -> Set[int]:
-            live = processes.live_entries()
-            return {p for p in tree if any(e["pid"] == p for e in live)} | (
-                set().union(*(processes.descendants(p, live) for p in tree)) if tree else set()
-            )
-
-        killed = processes.kill_all(find, reaper)
+        try:
+            killed = end(reaper)
+        except RuntimeError as exc:
+            killed = -1
+            spec = dict(spec, drop="%s (%s)" % (spec["drop"], exc))
         return {
             "agent_processes_alive": [],
             "agent_services_dropped": {"reason": str(spec["drop"]), "killed": killed},

@@ -111,8 +111,23 @@ def run_phase(
         # A verifier beside the services an agent left running: which (or none, killed).
         result.update(kept_services.before_verifier(req, reaper))
     phase = launch.Launch(req, reaper, scope_root=os.getpid())
-    phase.start()
+    try:
+        phase.start()
+    except OSError as exc:
+        if req.get("agent_services") is None or not launch.KEPT:
+            raise
+        # The kept services hold what the verifier needs to start (pids): the agent's
+        # doing, so they go and the verifier runs without them (never an error to retry).
+        result["agent_processes_alive"] = []
+        result["agent_services_dropped"] = {
+            "reason": "the verifier could not start beside them: %s" % exc,
+            "killed": kept_services.end(reaper),
+        }
+        phase = launch.Launch(req, reaper, scope_root=os.getpid())
+        phase.start()
     result["posture"], result["error"] = phase.posture, phase.error
+    if req.get("agent_services") is not None:
+        kept_services.resume()  # they run only beside the verifier, once it exists
     timeout = req.get("timeout_sec")
     deadline = started + float(timeout) if timeout else None
     forwarder = None
@@ -166,6 +181,12 @@ def run_phase(
     except RuntimeError as exc:
         result["error"] = result["error"] or {"type": "KillError", "message": str(exc)}
     kept_services.adopt(phase)
+    if req.get("agent_services") is not None:
+        # Nothing of the agent's runs after the verdict (its reward is read next).
+        try:
+            result["agent_services_ended"] = kept_services.end(reaper)
+        except RuntimeError as exc:
+            result["error"] = result["error"] or {"type": "KillError", "message": str(exc)}
     result.update(phase.outcome())
     if phase.keep:
         kept_services.drain_beside(captures)  # the kept processes still hold the pipes

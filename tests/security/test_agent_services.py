@@ -197,6 +197,47 @@ exit 0
 """
 
 
+#: A server that takes every pid of the container (threads) as soon as the agent's
+#: program is gone: between phases the verifier could not start (an error of the
+#: machine, retried, were the server not stopped then); beside the verifier, the tests
+#: cannot fork.
+STARVER = r"""
+import os, socket, sys, threading, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(16)
+
+def starve():
+    while os.getppid() != 1:
+        time.sleep(0.01)
+    n = 0
+    while True:
+        try:
+            threading.Thread(target=time.sleep, args=(1000,), daemon=True).start()
+            n += 1
+        except RuntimeError:
+            break
+    with open("/app/starved", "w") as fh:
+        fh.write(str(n))
+
+threading.Thread(target=starve, daemon=True).start()
+while True:
+    c, _ = s.accept()
+    c.sendall(b"hello from the agent\n")
+    c.close()
+"""
+
+STARVE_AGENT = f"""
+cat > /app/starver.py <<'EOF'
+{STARVER}
+EOF
+setsid python3 /app/starver.py {PORT} > /dev/null 2>&1 < /dev/null &
+until python3 -c "import socket; socket.create_connection(('127.0.0.1', {PORT}))" 2>/dev/null
+do sleep 0.1; done
+"""
+
+
 def _task(sec: Any, parent: Path, name: str, **kwargs: Any) -> Path:
     task: Path = sec.write_task(parent, sec.unique(name), verifier_timeout=60, **kwargs)
     return task
@@ -282,6 +323,36 @@ def test_a_kept_server_reaches_nothing_of_grading(
     assert sec.files_containing(run.run_dir, SECRET) == [], "the tests' secret leaked"
     assert not (evidence / "verifier" / "reward.json").exists()
     assert [p["comm"] for p in _alive(record)] == ["python3"]
+
+
+@pytest.mark.docker
+def test_a_kept_server_taking_every_pid_leaves_its_trial_failed_on_attempt_1(
+    cli: Any, sec: Any, tmp_path: Path
+) -> None:
+    """Its honest verdict is 0 (no answer.txt): starving the verifier gains no retry."""
+    honest = QUERY_TEST.replace('"1" if ok else "0"', '"1" if os.path.exists("/app/a") else "0"')
+    # Once every pid is taken (bash's own test: no fork), the tests try to run.
+    honest = (
+        "until [ -f /app/starved ]; do :; done\n"
+        'read took < /app/starved; echo "$took" > /logs/verifier/starved\n' + honest
+    )
+    task = _task(sec, tmp_path / "tasks", "keep-starve", attack=STARVE_AGENT, test_sh=honest)
+    run = cli.run([task], extra=["--agent-services", "keep"], timeout=300)
+    assert len(run.records) == 1, str(run)
+    record = run.records[0]
+    assert record["attempt"] == 1 and record["previous_attempts"] == [], str(run)
+    assert record["status"] in ("completed", "verifier_error"), str(run)
+    assert record["reward"] in (0.0, None), str(run)
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert summary["mean_reward"] == 0.0, summary
+    # The attack ran beside the tests: they saw it done (runc: the agent's uid ran out of
+    # its RLIMIT_NPROC, root's forks went on), or it took the container down (gVisor: out
+    # of memory, the verifier's error).
+    took = run.evidence(record) / "verifier" / "starved"
+    if took.exists():
+        assert int(took.read_text()) > 0 and _alive(record), str(run)
+    else:
+        assert record["errors"][0]["type"] == "SandboxDied", str(run)
 
 
 @pytest.mark.docker
