@@ -1,0 +1,105 @@
+"""The Terminal-Bench 2 tasks issue 34's Done-when names, as far as they exist verbatim here.
+
+``tests/fixtures/tb2/named/`` holds the two found with every file byte for byte TB2's
+(``git-multibranch``, ``nginx-request-logging``: see that README; the other five named tasks'
+solutions were not found verbatim, so they are not vendored). Both are service tasks: the
+oracle, as root, installs or configures and starts ``nginx`` (and ``sshd``), and the tests
+talk to them. What holds today, on docker (runc), one run of both, ``-j 2``:
+
+- ``--agent-services keep`` is refused with a root agent before anything runs, and both
+  solutions need root, so neither can pass with ``oracle`` (Harbor's agent is root);
+- with ``--agent-root allow`` (services killed before grading) everything else matches
+  Harbor: the images build, the root solutions run, the verifier runs, and exactly the tests
+  that query the servers fail, on a refused connection; the run records the root services it
+  killed (a ``survivors`` event naming them).
+
+When root agents' services can be kept, these expectations flip to reward 1. The task images
+and alias bases are content-addressed (built once, reused by later runs).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_tb2_sample import FIXTURES, _aliases, rewards, run_sample
+
+NAMED = FIXTURES / "named"
+TASKS = ("git-multibranch", "nginx-request-logging")
+#: nginx-request-logging's tests that never connect to the server, and those that do.
+NGINX_OFFLINE = {"test_nginx_installed", "test_nginx_config_syntax", "test_nginx_config_settings"}
+NGINX_ONLINE = {
+    "test_nginx_running",
+    "test_index_page_content",
+    "test_custom_404_page",
+    "test_log_file_creation",
+    "test_log_file_format",
+}
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def aliases() -> list[str]:
+    """``--base-alias`` for the named tasks' bases (both Debian 12 targets)."""
+    return _aliases({"bookworm"})
+
+
+def named(tmp_path: Path) -> Path:
+    tasks = tmp_path / "tb2"
+    for name in TASKS:
+        shutil.copytree(NAMED / name, tasks / name)
+    return tasks
+
+
+def test_a_root_oracles_services_cannot_be_kept(
+    e2e: Any, tmp_path: Path, aliases: list[str]
+) -> None:
+    out = tmp_path / "runs"
+    result = e2e.run(
+        "run", named(tmp_path), "--agent", "oracle", "--sandbox", "docker", *aliases,
+        "--agent-root", "allow", "--agent-services", "keep", "-o", out, "--display", "none",
+        timeout=300,
+    )  # fmt: skip
+    assert result.code == 2, result
+    assert "--agent-services keep with --agent-root allow" in result.stderr, result
+    assert not out.exists() or not any(out.iterdir()), result
+
+
+def test_with_a_root_oracle_only_the_tests_that_query_its_killed_services_fail(
+    e2e: Any, tmp_path: Path, aliases: list[str]
+) -> None:
+    tasks = named(tmp_path)
+    result, records = run_sample(e2e, tasks, tmp_path / "runs", aliases, "oracle",
+                                 "--agent-root", "allow")  # fmt: skip
+    # git-multibranch's solve.sh ends with `tmux new -d ...` under `set -e`; the image has no
+    # tmux, so the oracle exits 127 (an agent error, still graded).
+    assert rewards(records) == {
+        "git-multibranch": ("agent_error", 0.0),
+        "nginx-request-logging": ("completed", 0.0),
+    }, result
+    [error] = records["git-multibranch"]["errors"]
+    assert "tmux: command not found" in error["last_error"], error
+    killed = {
+        name: " ".join(
+            p["cmdline"]
+            for event in record["events"]
+            if event["type"] == "survivors"
+            for p in event["processes"]
+        )
+        for name, record in records.items()
+    }
+    assert "sshd" in killed["git-multibranch"] and "nginx" in killed["git-multibranch"], killed
+    assert "nginx: master" in killed["nginx-request-logging"], killed
+    run_dir = e2e.only_run_dir(tmp_path / "runs")
+    ctrf = run_dir / records["nginx-request-logging"]["evidence_dir"] / "verifier" / "ctrf.json"
+    outcome = {
+        test["name"].rsplit("::", 1)[-1]: test["status"]
+        for test in json.loads(ctrf.read_text())["results"]["tests"]
+    }
+    assert outcome == {
+        **{name: "passed" for name in NGINX_OFFLINE},
+        **{name: "failed" for name in NGINX_ONLINE},
+    }, outcome
