@@ -35,6 +35,7 @@ from support.installed_agents import (
     run_agent,
     task_set,
 )
+from test_agent_musl import _run_musl, _task_set, musl_image
 from test_installed_agents import CANARY_PREFIX
 
 from harness.agents.installed.base import INSTALL_MOUNT
@@ -44,7 +45,7 @@ VERSION = "1.58.2"
 #: OpenHands imports litellm on a cold interpreter (never asserted on).
 AGENT_TIMEOUT_SEC = 900
 
-__all__ = ["listener"]  # the fixture, from tests/support/installed_agents.py
+__all__ = ["listener", "musl_image"]  # the fixtures, from tests/support and test_agent_musl
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -156,3 +157,21 @@ def test_a_provider_error_ends_the_trial_with_openhands_own_message(tmp_path: Pa
     assert "LLMBadRequestError" in error["last_error"] and message in error["last_error"]
     evidence = read_run_dir(run_dir).evidence(record)
     assert _events(evidence)[-1] == {"kind": "HarnessDriverStatus", "execution_status": "error"}
+
+
+@pytest.mark.docker
+def test_openhands_sdk_runs_on_a_musl_image_with_no_python_and_no_tmux(
+    tmp_path: Path, musl_image: str
+) -> None:
+    """The image has musl, busybox and a static bash: the entry brings Python, tmux, glibc."""
+    script = {
+        "responses": [
+            _call("terminal", {"command": "printf 'Hello, world!\\n' > hello.txt"}),
+            _call("finish", {"message": "done"}),
+        ]
+    }
+    tasks = _task_set(tmp_path, musl_image, script, api="openai-chat", memory_mb=2048)
+    record, evidence = _run_musl(tmp_path, tasks, AGENT, "OPENAI_API_KEY", libc=None)
+    assert record["sandbox"]["image"] == musl_image
+    actions = [e for e in _events(evidence) if e.get("kind") == "ActionEvent"]
+    assert [a["tool_name"] for a in actions] == ["terminal", "finish"]
