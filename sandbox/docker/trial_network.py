@@ -194,13 +194,13 @@ class TrialNetwork:
         )  # fmt: skip
         self._holder = holder
         facts = holder.facts()
+        if egress_dir is not None:
+            holder.forward([
+                ("tcp", PROXY_PORT, "proxy.sock"),
+                ("tcp", DNS_PORT, "dns.sock"),
+                ("udp", DNS_PORT, "dns.sock"),
+            ])  # fmt: skip
         try:
-            if egress_dir is not None:
-                holder.forward([
-                    ("tcp", PROXY_PORT, "proxy.sock"),
-                    ("tcp", DNS_PORT, "dns.sock"),
-                    ("udp", DNS_PORT, "dns.sock"),
-                ])  # fmt: skip
             holder.load(
                 self._plan,
                 NetFacts(
