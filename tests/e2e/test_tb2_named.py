@@ -13,8 +13,16 @@ talk to them. What holds today, on docker (runc), one run of both, ``-j 2``:
   that query the servers fail, on a refused connection; the run records the root services it
   killed (a ``survivors`` event naming them).
 
-When root agents' services can be kept, these expectations flip to reward 1. The task images
-and alias bases are content-addressed (built once, reused by later runs).
+When root agents' services can be kept, these expectations flip to reward 1.
+
+``named/git-leak-recovery`` has every file but its solution (not found verbatim): run with
+``nop`` under the default ``--agent-root never``, its tests' ``git`` commands work on the
+agent's repository (the verifier's ``safe.directory`` lists it: git 2.39 here, 2.43 in TB2's
+image, neither reads the ``<workspace>/*`` glob), so only the test of the agent's answer
+fails. Without that entry three of its five tests fail with "dubious ownership" (checked by
+turning the supervisor's repository walk off).
+
+The task images and alias bases are content-addressed (built once, reused by later runs).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from test_tb2_sample import FIXTURES, _aliases, rewards, run_sample
 
 NAMED = FIXTURES / "named"
 TASKS = ("git-multibranch", "nginx-request-logging")
+#: The named task vendored without its solution: every test but the answer's uses git.
+GIT_TASK = "git-leak-recovery"
 #: nginx-request-logging's tests that never connect to the server, and those that do.
 NGINX_OFFLINE = {"test_nginx_installed", "test_nginx_config_syntax", "test_nginx_config_settings"}
 NGINX_ONLINE = {
@@ -47,11 +57,33 @@ def aliases() -> list[str]:
     return _aliases({"bookworm"})
 
 
-def named(tmp_path: Path) -> Path:
+def named(tmp_path: Path, names: tuple[str, ...] = TASKS) -> Path:
     tasks = tmp_path / "tb2"
-    for name in TASKS:
+    for name in names:
         shutil.copytree(NAMED / name, tasks / name)
     return tasks
+
+
+def outcomes(e2e: Any, out: Path, record: dict[str, Any]) -> dict[str, str]:
+    """Each of a trial's tests (pytest's name) and its outcome, from its ``ctrf.json``."""
+    ctrf = e2e.only_run_dir(out) / record["evidence_dir"] / "verifier" / "ctrf.json"
+    tests = json.loads(ctrf.read_text())["results"]["tests"]
+    return {test["name"].rsplit("::", 1)[-1]: test["status"] for test in tests}
+
+
+def test_under_the_default_the_verifiers_git_trusts_the_agents_repository(
+    e2e: Any, tmp_path: Path, aliases: list[str]
+) -> None:
+    tasks = named(tmp_path, (GIT_TASK,))
+    result, records = run_sample(e2e, tasks, tmp_path / "runs", aliases, "nop")
+    assert rewards(records) == {GIT_TASK: ("completed", 0.0)}, result
+    assert outcomes(e2e, tmp_path / "runs", records[GIT_TASK]) == {
+        "test_flag_file_exists_and_correct": "failed",  # nop recovered nothing
+        "test_no_secrets_in_commits": "passed",
+        "test_good_commits_preserved": "passed",
+        "test_no_secrets_in_unreachable_objects": "passed",
+        "test_repository_contents_checksum": "passed",
+    }
 
 
 def test_a_root_oracles_services_cannot_be_kept(
@@ -93,12 +125,7 @@ def test_with_a_root_oracle_only_the_tests_that_query_its_killed_services_fail(
     }
     assert "sshd" in killed["git-multibranch"] and "nginx" in killed["git-multibranch"], killed
     assert "nginx: master" in killed["nginx-request-logging"], killed
-    run_dir = e2e.only_run_dir(tmp_path / "runs")
-    ctrf = run_dir / records["nginx-request-logging"]["evidence_dir"] / "verifier" / "ctrf.json"
-    outcome = {
-        test["name"].rsplit("::", 1)[-1]: test["status"]
-        for test in json.loads(ctrf.read_text())["results"]["tests"]
-    }
+    outcome = outcomes(e2e, tmp_path / "runs", records["nginx-request-logging"])
     assert outcome == {
         **{name: "passed" for name in NGINX_OFFLINE},
         **{name: "failed" for name in NGINX_ONLINE},
