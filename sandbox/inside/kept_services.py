@@ -7,11 +7,14 @@ is killed), every other process of the phase is killed as usual, and they are ad
 spare them and their tree. They keep exactly the user, capabilities and stdio they had.
 The phase's own program is never kept: it ends with its phase.
 
-They run only beside a verifier. They stay stopped while the harness works between phases
-(nothing of theirs races its resets of ``/tmp`` or its uploads), are continued once the
-verifier's process exists (:func:`resume`; a fork bomb then fails the verifier's own
-forks, never the harness's start of it), and are killed when the verifier's processes are
-(:func:`end`), before its reward is read: nothing of the agent's runs after the verdict.
+They run only during the grading phases that follow (the verifier, schema 1.4's collect
+hooks, a healthcheck: every ``verifier`` phase). They stay stopped while the harness works
+between phases (nothing of theirs races its resets of ``/tmp`` or its uploads), are
+continued once such a phase's process exists (:func:`resume`; a fork bomb then fails the
+phase's own forks, never the harness's start of it) and stopped again when its processes
+are killed (:func:`pause`), before its reward is read: nothing of the agent's runs after
+the verdict. The next agent phase (a later step, another agent of an episode) starts
+without them: they are killed first (:func:`end`). Otherwise they die with the container.
 
 Before a verifier, :func:`before_verifier` either lists what is alive (the record's
 ``agent_processes_alive``) or, when the harness says the verifier could not be kept out of
@@ -91,9 +94,25 @@ def adopt(phase: Any) -> None:
 
 
 def resume() -> None:
-    """The verifier's process exists: continue the kept services and their trees."""
+    """A grading phase's process exists: continue the kept services and their trees."""
     if launch.KEPT:
         _signal(_kept_trees(processes.live_entries()), signal.SIGCONT)
+
+
+def pause() -> None:
+    """Stop every kept service and its tree again (a grading phase is over).
+
+    Stopped top-down until a scan finds nothing new: a stopped process forks no more,
+    and a child forked meanwhile is found by the next scan. A process that left the tree
+    (a double fork) is the phase's, killed with it.
+    """
+    stopped: Set[int] = set()
+    for _ in range(1000):
+        tree = _kept_trees(processes.live_entries()) - stopped
+        if not tree:
+            return
+        _signal(tree, signal.SIGSTOP)
+        stopped |= tree
 
 
 def end(reaper: Any) -> int:

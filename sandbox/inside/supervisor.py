@@ -110,6 +110,9 @@ def run_phase(
     if req.get("agent_services") is not None:
         # A verifier beside the services an agent left running: which (or none, killed).
         result.update(kept_services.before_verifier(req, reaper))
+    if req.get("keep_listeners"):
+        # A new agent phase starts without the services an earlier one left.
+        kept_services.end(reaper)
     phase = launch.Launch(req, reaper, scope_root=os.getpid())
     try:
         phase.start()
@@ -182,11 +185,7 @@ def run_phase(
         result["error"] = result["error"] or {"type": "KillError", "message": str(exc)}
     kept_services.adopt(phase)
     if req.get("agent_services") is not None:
-        # Nothing of the agent's runs after the verdict (its reward is read next).
-        try:
-            result["agent_services_ended"] = kept_services.end(reaper)
-        except RuntimeError as exc:
-            result["error"] = result["error"] or {"type": "KillError", "message": str(exc)}
+        kept_services.pause()  # nothing of the agent's runs after the verdict
     result.update(phase.outcome())
     if phase.keep:
         kept_services.drain_beside(captures)  # the kept processes still hold the pipes

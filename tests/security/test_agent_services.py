@@ -289,6 +289,31 @@ def test_a_server_the_oracle_left_answers_the_tests_only_with_keep(
 
 
 @pytest.mark.docker
+def test_a_collect_hook_and_then_the_verifier_both_reach_the_kept_server(
+    cli: Any, sec: Any, tmp_path: Path
+) -> None:
+    """Every grading phase gets the services; between them they are stopped, not gone."""
+    task = _task(
+        sec,
+        tmp_path / "tasks",
+        "keep-hook",
+        attack="exit 0\n",
+        test_sh=QUERY_TEST,
+        solution_files={"solve.sh": SOLVE},
+    )
+    toml = task / "task.toml"
+    query = f"import socket; socket.create_connection(('127.0.0.1', {PORT})).recv(5)"
+    hook = f'\n[[verifier.collect]]\ncommand = """python3 -c "{query}" """\n'
+    toml.write_text(toml.read_text() + hook)
+    run = cli.run([task], agent="oracle", extra=["--agent-services", "keep"], timeout=240)
+    assert run.records, str(run)
+    record = run.records[0]
+    hooks = [e for e in record["events"] if e.get("type") == "collect_hook"]
+    assert [h["status"] for h in hooks] == ["ok"], hooks
+    assert record["reward"] == 1.0 and record["attempt"] == 1, str(run)
+
+
+@pytest.mark.docker
 def test_a_kept_server_reaches_nothing_of_grading(
     cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
 ) -> None:
