@@ -6,11 +6,12 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from harness.cli.display import err, out
+from harness.cli.options import takes_options
 from harness.cli.progress import make_display
 from harness.cli.run_cmd import check_display
 from harness.errors import EXIT_INTERRUPTED, UsageError
@@ -36,52 +37,29 @@ def _show(report: ExperimentReport, directory: Path, *, as_json: bool) -> None:
     err.print(f"Artifacts: {directory}", markup=False)
 
 
-def experiment(
-    config_file: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="The experiment file (experiment.toml)."),
-    ] = None,
-    set_items: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="KEY=VALUE over every arm's run config (as for harness run)."),
-    ] = None,
-    runs_per_variant: Annotated[
-        int | None,
-        typer.Option("--runs-per-variant", help="Repetitions of every arm (overrides the file)."),
-    ] = None,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option("--out-dir", help="The experiment dir (default: a new one under runs/)."),
-    ] = None,
-    report: Annotated[
-        Path | None,
-        typer.Option(
-            "--report",
-            help="Only (re)make the report of this experiment dir from its runs (e.g. after "
-            "`harness run --resume` of an arm).",
-        ),
-    ] = None,
-    display: Annotated[
-        str | None, typer.Option("--display", help="rich, plain or none (each run's progress).")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the report as JSON on stdout.")
-    ] = False,
-) -> None:
+@takes_options("experiment")
+def experiment(**values: Any) -> None:
     """Run a paired experiment: variants interleaved, pairs per task, model and repetition.
 
     Writes experiment_report.json and .txt. Exit 0 when every headline is published; 1 when
     a pair is blocked (the headline is withheld) or there is none; 2 on bad usage; 130 when
     interrupted.
     """
+    report: Path | None = values["report"]
+    config_file: Path | None = values["config_file"]
+    as_json: bool = values["as_json"]
     if report is not None:
         made = report_experiment(report)
         _show(made, report, as_json=as_json)
         raise typer.Exit(exit_code(made))
     if config_file is None:
         raise UsageError("give the experiment file with -c FILE (or --report DIR)")
-    shown = check_display(display)
-    design = load_design(config_file, sets=set_items or [], runs_per_variant=runs_per_variant)
+    shown = check_display(values["display"])
+    design = load_design(
+        config_file,
+        sets=values["set_items"] or [],
+        runs_per_variant=values["runs_per_variant"],
+    )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # from here on, Ctrl-C is the runs' to handle
 
     def events(index: int, total: int, planned: dict[str, Any]) -> RunEvents:
@@ -93,7 +71,7 @@ def experiment(
             )
         return make_display(shown, err, as_json=as_json)
 
-    outcome = run_experiment(design, out_dir=out_dir, events=events)
+    outcome = run_experiment(design, out_dir=values["out_dir"], events=events)
     if outcome.report is None:
         err.print(
             f"{outcome.stopped}\nno report: once the run is resumed, "

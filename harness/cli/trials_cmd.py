@@ -1,13 +1,12 @@
 """``harness trials`` and ``harness aggregate``: repeated runs and their spread.
 
-``harness trials`` takes every option of ``harness run`` (its parameters are ``run``'s, so
-a new run option is a trials option too) plus the number of runs, ``--out-dir``,
-``--summary-out`` and ``--retry-failed``.
+``harness trials`` takes the options of ``harness run`` but those of a single run
+(``--resume``, ``--rerun-status``, ``--run-name``), plus the number of runs, ``--out-dir``,
+``--summary-out`` and ``--retry-failed``; all are declared in :mod:`harness.cli.options`.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import signal
 import sys
@@ -17,8 +16,9 @@ from typing import Annotated, Any
 import typer
 
 from harness.cli.display import err, out
+from harness.cli.options import run_options, takes_options
 from harness.cli.progress import make_display
-from harness.cli.run_cmd import check_display, run, run_options
+from harness.cli.run_cmd import check_display
 from harness.config import RunConfig, resolve_config
 from harness.errors import EXIT_INTERRUPTED, UsageError
 from harness.experiments.retry import default_retry_dir, plan_retry, retry_config
@@ -33,23 +33,6 @@ from harness.experiments.trials import (
 )
 
 __all__ = ["aggregate_cmd", "trials"]
-
-#: ``harness run`` parameters that mean nothing for several runs.
-_NOT_FOR_TRIALS = ("resume", "rerun_status", "run_name")
-
-OutDir = Annotated[
-    Path | None,
-    typer.Option(
-        "--out-dir",
-        help="Where the runs go (trial-001, ...); default: a new dir under --output-dir.",
-    ),
-]
-SummaryOut = Annotated[
-    Path | None,
-    typer.Option(
-        "--summary-out", help=f"Where the summary goes (default: <out-dir>/{SUMMARY_FILENAME})."
-    ),
-]
 
 
 def _warn(text: str) -> None:
@@ -73,6 +56,7 @@ def _config(values: dict[str, Any], base: RunConfig | None) -> RunConfig:
     )
 
 
+@takes_options("trials")
 def trials(**values: Any) -> None:
     """Run the same config N times (sequentially) and summarize the spread of every metric.
 
@@ -129,36 +113,6 @@ def trials(**values: Any) -> None:
         err.print(f"interrupted; the runs made so far are in {outcome.parent}", markup=False)
         raise typer.Exit(EXIT_INTERRUPTED)
     raise typer.Exit(outcome.exit_code)
-
-
-def _trials_signature() -> inspect.Signature:
-    """``N``, then ``harness run``'s parameters, then the trials options."""
-    own = inspect.signature(_trials_options, eval_str=True).parameters
-    shared = [
-        param
-        for name, param in inspect.signature(run, eval_str=True).parameters.items()
-        if name not in _NOT_FOR_TRIALS
-    ]
-    return inspect.Signature([own["n"], *shared, *(p for k, p in own.items() if k != "n")])
-
-
-def _trials_options(
-    n: Annotated[int, typer.Argument(help="How many runs (1-50).", metavar="N")],
-    retry_failed: Annotated[
-        Path | None,
-        typer.Option(
-            "--retry-failed",
-            help="Rerun each failed trial of this trials_summary.json (or of the runs below "
-            "this dir) once, into a new run; exit 3 when there is none.",
-        ),
-    ] = None,
-    out_dir: OutDir = None,
-    summary_out: SummaryOut = None,
-) -> None:
-    """The parameters ``harness trials`` adds to ``harness run``'s (a signature only)."""
-
-
-trials.__signature__ = _trials_signature()  # type: ignore[attr-defined]
 
 
 def aggregate_cmd(
