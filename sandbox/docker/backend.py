@@ -950,6 +950,8 @@ class DockerSandbox(Sandbox):
                 payload["agent_services"] = {
                     "user": {"uid": self._agent_id[0], "gid": self._agent_id[1]},
                     "drop": self._kept_refusal(request),
+                    # The verifier itself (not a collect hook or a healthcheck): the last.
+                    "last": request.log_name is None,
                 }
             if self._verifier_id != (0, 0):
                 uid, gid = self._verifier_id

@@ -1,20 +1,23 @@
 """The services an agent phase leaves running (``agent_services = keep``; stdlib, 3.9).
 
 At the end of an agent phase asked to keep them, the processes of the phase that hold a
-listening socket (:mod:`listeners`) are stopped (``SIGSTOP``: none can fork while the rest
-is killed), every other process of the phase is killed as usual, and they are adopted as
-*protected* services (:data:`launch.PROTECTED`, :data:`launch.KEPT`): later phase kills
-spare them and their tree. They keep exactly the user, capabilities and stdio they had.
-The phase's own program is never kept: it ends with its phase.
+listening socket (:mod:`listeners`) are kept: every other process of the phase is killed
+as usual (those of the scan even inside a kept one's tree; what a kept one forks from
+then on is its own), and they are adopted as *protected* services
+(:data:`launch.PROTECTED`, :data:`launch.KEPT`): later phase kills spare them and their
+tree. They keep exactly the user, capabilities and stdio they had. The phase's own
+program is never kept: it ends with its phase.
 
-They run only during the grading phases that follow (the verifier, schema 1.4's collect
-hooks, a healthcheck: every ``verifier`` phase). They stay stopped while the harness works
-between phases (nothing of theirs races its resets of ``/tmp`` or its uploads), are
-continued once such a phase's process exists (:func:`resume`; a fork bomb then fails the
-phase's own forks, never the harness's start of it) and stopped again when its processes
-are killed (:func:`pause`), before its reward is read: nothing of the agent's runs after
-the verdict. The next agent phase (a later step, another agent of an episode) starts
-without them: they are killed first (:func:`end`). Otherwise they die with the container.
+They run only during the grading phases that follow (schema 1.4's collect hooks, the
+verifier: ``verifier`` phases). Once nothing else of the agent's phase is alive they are
+stopped (``SIGSTOP``, :func:`pause`; stopped earlier, gVisor would hang them up when the
+rest of their process group exits), and stay so while the harness works between phases:
+nothing of theirs races its moves and resets of ``/tmp`` or its uploads. They are
+continued once a grading phase's process exists (:func:`resume`; a fork bomb then fails
+the phase's own forks, never the harness's start of it), stopped again at its end, and
+killed at the end of the verifier (:func:`end`), before its reward is read: nothing of
+the agent's runs after the verdict. The next agent phase (a later step, another agent of
+an episode) starts without them. Otherwise they die with the container.
 
 Before a verifier, :func:`before_verifier` either lists what is alive (the record's
 ``agent_processes_alive``) or, when the harness says the verifier could not be kept out of
@@ -69,7 +72,7 @@ def _facts(
 def keep_listeners(
     phase: Any, entries: List[Dict[str, Any]], user: Optional[Dict[str, Any]], reaper: Any
 ) -> List[Dict[str, Any]]:
-    """Mark the phase's listening processes as kept (stopped until :func:`adopt`).
+    """Mark the phase's listening processes as kept (its kill spares them).
 
     ``phase`` is the agent's :class:`launch.Launch` (not in a pid namespace of its own),
     ``entries`` a scan taken after its program ended, ``user`` its user. Returns the
@@ -80,17 +83,18 @@ def keep_listeners(
     kept = set(found)
     if not kept:
         return []
-    _signal(kept, signal.SIGSTOP)
     phase.keep = kept
+    phase.doomed = candidates - kept
     return _facts(sorted(kept), entries, found)
 
 
 def adopt(phase: Any) -> None:
-    """After the phase's kill: its kept processes become protected services (stopped)."""
+    """After the phase's kill: its kept processes become protected services, stopped."""
     if not phase.keep:
         return
     launch.PROTECTED.update(phase.keep)
     launch.KEPT.update(phase.keep)
+    pause()
 
 
 def resume() -> None:

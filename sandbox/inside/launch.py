@@ -436,8 +436,11 @@ class Launch:
         self.init_pidfd = -1
         self.gateway: Any = None
         self._child_reaped = False
-        #: Processes of the launch its end leaves alive (listeners an agent left: KEPT).
+        #: Processes of the launch its end leaves alive (listeners an agent left: KEPT),
+        #: with what they fork from then on; ``doomed``: the rest when they were chosen,
+        #: killed even inside their trees.
         self.keep: Set[int] = set()
+        self.doomed: Set[int] = set()
 
     def start(self) -> None:
         """Fork the tree and wait until its program runs (or failed to start)."""
@@ -570,7 +573,12 @@ class Launch:
         if PROTECTED and self.pid not in PROTECTED:
             for service in PROTECTED:
                 found -= processes.descendants(service, entries) | {service}
-        return found - self.keep
+        if self.keep:
+            spared = set(self.keep)
+            for root in self.keep:
+                spared |= processes.descendants(root, entries)
+            found -= spared - self.doomed
+        return found
 
     def survivors(self, entries: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
         """The launch's processes other than its program and the harness's own helpers.

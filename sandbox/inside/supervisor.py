@@ -185,7 +185,15 @@ def run_phase(
         result["error"] = result["error"] or {"type": "KillError", "message": str(exc)}
     kept_services.adopt(phase)
     if req.get("agent_services") is not None:
-        kept_services.pause()  # nothing of the agent's runs after the verdict
+        # Stopped until the next grading phase; after the verifier, nothing of the agent's
+        # runs: they are killed before its reward is read.
+        try:
+            if req["agent_services"].get("last"):
+                result["agent_services_ended"] = kept_services.end(reaper)
+            else:
+                kept_services.pause()
+        except RuntimeError as exc:
+            result["error"] = result["error"] or {"type": "KillError", "message": str(exc)}
     result.update(phase.outcome())
     if phase.keep:
         kept_services.drain_beside(captures)  # the kept processes still hold the pipes

@@ -218,8 +218,9 @@ def starve():
             n += 1
         except RuntimeError:
             break
-    with open("/app/starved", "w") as fh:
+    with open("/app/starved.part", "w") as fh:
         fh.write(str(n))
+    os.rename("/app/starved.part", "/app/starved")
 
 threading.Thread(target=starve, daemon=True).start()
 while True:
