@@ -26,7 +26,11 @@ INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIG
 
 
 def run_tool(
-    argv: Sequence[str], *, timeout: float | None = None, check: bool = False
+    argv: Sequence[str],
+    *,
+    timeout: float | None = None,
+    check: bool = False,
+    input: str | None = None,  # noqa: A002 (subprocess.run's name)
 ) -> subprocess.CompletedProcess[str]:
     """Run a host tool to the end in its own session; its output is captured as text.
 
@@ -34,6 +38,7 @@ def run_tool(
         argv: The command and its arguments (never through a shell).
         timeout: Seconds before the tool is killed (``subprocess.TimeoutExpired``).
         check: Raise ``subprocess.CalledProcessError`` on a non-zero exit.
+        input: Written to the tool's stdin (None: stdin is ``/dev/null``).
 
     Returns:
         The finished process, its stdout and stderr as text.
@@ -43,7 +48,8 @@ def run_tool(
     """
     done = subprocess.run(
         list(argv),
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if input is None else None,
+        input=input,
         capture_output=True,
         text=True,
         timeout=timeout,

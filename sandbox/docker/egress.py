@@ -198,6 +198,15 @@ def _drop_chain(tool: str, chain: str, table: str = netfilter.TABLE) -> None:
         _must(tool, "-t", table, "-X", chain)
 
 
+def _batch(tool: str, commands: list[list[str]]) -> None:
+    """Apply ``commands`` in one atomic ``TOOL-restore`` (:func:`netfilter.restore`)."""
+    if not commands:
+        return
+    result = netfilter.restore(tool, commands)
+    if result.returncode != 0:
+        raise SandboxError(f"{tool}-restore of {len(commands)} rules: {failure_detail(result)}")
+
+
 def _comment(text: str) -> list[str]:
     return ["-m", "comment", "--comment", f"{TAG}:{text}"]
 
@@ -1018,43 +1027,46 @@ class TrialFilter:
             _must("iptables", "-t", "nat", "-I", "PREROUTING", "1", *redirect)
 
     def install(self) -> None:
-        """Create the chain (closed) and its dispatch rule (and IPv6's, by MAC address)."""
+        """Create the chain (closed) and its dispatch rule (and IPv6's, by MAC address).
+
+        Each table's chain and dispatch rule are written by one ``iptables-restore``
+        (:func:`netfilter.restore`): one process and one atomic commit per table, so the
+        dispatch rule never points at a chain that is only partly written.
+        """
         chain = self.chain
         self._claim_file = _claim(chain)  # before the chain exists: no sweep may take it
-        _drop_chain("iptables", chain)
-        _must("iptables", "-N", chain)
+        rules: list[list[str]] = []
         if self.kind == "E":
-            for rule in self._closed_rules():
-                _must("iptables", "-A", chain, *rule)
+            rules += self._closed_rules()
         self.closed = self.kind == "E"
         self.only_proxy = False
-        for rule in self._proxy_rules():
-            _must("iptables", "-A", chain, *rule)
+        rules += self._proxy_rules()
         if self.proxy is not None and self.source is not None:
             self._redirect()
         for address in self.cluster:
-            for rule in self._refuse(["-d", f"{address}/32"], f"cluster:{address}/32"):
-                _must("iptables", "-A", chain, *rule)
-        for rule in self._refuse(["-m", "addrtype", "--dst-type", "LOCAL"], "host"):
-            _must("iptables", "-A", chain, *rule)
+            rules += self._refuse(["-d", f"{address}/32"], f"cluster:{address}/32")
+        rules += self._refuse(["-m", "addrtype", "--dst-type", "LOCAL"], "host")
         for server in _resolv_nameservers():
             for proto in ("udp", "tcp"):
-                _must("iptables", "-A", chain, "-d", f"{server}/32", "-p", proto,
-                      "--dport", "53", *_comment("dns"), "-j", "RETURN")  # fmt: skip
+                rules.append(["-d", f"{server}/32", "-p", proto, "--dport", "53",
+                              *_comment("dns"), "-j", "RETURN"])  # fmt: skip
         for cidr, name in blocked_ranges():
-            for rule in self._refuse(["-d", cidr], f"{name}:{cidr}"):
-                _must("iptables", "-A", chain, *rule)
+            rules += self._refuse(["-d", cidr], f"{name}:{cidr}")
         if self.log is not None:
             self._logged = self.log.register(chain)
         if self.v6:
             # No phase gets IPv6 on docker: the chain drops every packet, counted as
             # this trial's (a container reaches IPv6 only by a raw frame of its own).
-            _drop_chain("ip6tables", chain)
-            _must("ip6tables", "-N", chain)
-            for rule in self._refuse([], "ipv6:::/0"):
-                _must("ip6tables", "-A", chain, *rule)
-            _must("ip6tables", "-I", DISPATCH, "1", *self._dispatch_v6())
-        _must("iptables", "-I", DISPATCH, "1", *self._dispatch())
+            _batch("ip6tables", [
+                [f":{chain}"],
+                *(["-A", chain, *rule] for rule in self._refuse([], "ipv6:::/0")),
+                ["-I", DISPATCH, "1", *self._dispatch_v6()],
+            ])  # fmt: skip
+        _batch("iptables", [
+            [f":{chain}"],
+            *(["-A", chain, *rule] for rule in rules),
+            ["-I", DISPATCH, "1", *self._dispatch()],
+        ])  # fmt: skip
         if self.kind == "C":
             _delete_rule("iptables", "INPUT", self._input_jump())
             _must("iptables", "-I", "INPUT", "1", *self._input_jump())
@@ -1076,36 +1088,40 @@ class TrialFilter:
         self._redirect()
 
     def open(self) -> None:
-        """Let the trial through its chain (a ``public`` phase is about to start)."""
+        """Let the trial through its chain (a ``public`` phase is about to start).
+
+        Every change of a switch is one ``iptables-restore`` (one process, one commit).
+        """
+        commands: list[list[str]] = []
         if self.only_proxy:
-            for rule in self._allowlist_rules():
-                _delete_rule("iptables", self.chain, rule)
-            self.only_proxy = False
+            commands += (["-D", self.chain, *rule] for rule in self._allowlist_rules())
         if self.closed:
-            for rule in self._closed_rules():
-                _delete_rule("iptables", self.chain, rule)
-            self.closed = False
+            commands += (["-D", self.chain, *rule] for rule in self._closed_rules())
+        _batch("iptables", commands)
+        self.only_proxy = self.closed = False
 
     def restrict(self) -> None:
         """Let the trial reach its egress proxy only (an ``allowlist`` phase is next)."""
         if self.proxy is None:
             raise SandboxError("an allowlist phase needs the trial's egress proxy")
+        commands: list[list[str]] = []
         if not self.only_proxy:
             closed = len(self._closed_rules()) if self.closed else 0
-            position = 1 + closed + len(self._proxy_rules())
-            for rule in reversed(self._allowlist_rules()):
-                _must("iptables", "-I", self.chain, str(position), *rule)
-            self.only_proxy = True
+            position = str(1 + closed + len(self._proxy_rules()))
+            commands += (
+                ["-I", self.chain, position, *rule] for rule in reversed(self._allowlist_rules())
+            )
         if self.closed:
-            for rule in self._closed_rules():
-                _delete_rule("iptables", self.chain, rule)
-            self.closed = False
+            commands += (["-D", self.chain, *rule] for rule in self._closed_rules())
+        _batch("iptables", commands)
+        self.only_proxy, self.closed = True, False
 
     def close(self) -> None:
         """Drop everything from the trial (a ``no-network`` phase is about to start)."""
         if not self.closed:
-            for rule in reversed(self._closed_rules()):
-                _must("iptables", "-I", self.chain, "1", *rule)
+            _batch("iptables", [
+                ["-I", self.chain, "1", *rule] for rule in reversed(self._closed_rules())
+            ])  # fmt: skip
             self.closed = True
 
     def collect(self, phase: str) -> None:
@@ -1132,10 +1148,10 @@ class TrialFilter:
             self.events.append(event)
 
     def _collect_counters(self, tool: str, phase: str) -> None:
-        listing = _ipt(tool, "-S", self.chain, "-v")
+        # Listed, then zeroed, by one call.
+        listing = _ipt(tool, "-S", self.chain, "-v", "-Z")
         if listing.returncode != 0:
             return
-        _ipt(tool, "-Z", self.chain)
         for line in listing.stdout.splitlines():
             comment = re.search(rf"--comment \"?{TAG}:([^\" ]+)\"?", line)
             counts = re.search(r"-c (\d+) (\d+)", line)
@@ -1171,9 +1187,31 @@ class TrialFilter:
             if self._claim_file is not None:  # a chain left behind is a sweep's to remove
                 self._claim_file.unlink(missing_ok=True)
 
+    def _remove_batched(self) -> bool:
+        """A plain trial's chains and dispatch rules deleted by one restore per table.
+
+        Whether that held; when not (a rule of it is missing or doubled, or the chain has
+        other references), nothing changed in that table and :meth:`_remove` finds and
+        deletes every rule that names the chain, one by one.
+        """
+        if self.kind != "E" or self.proxy is not None or self.source is None:
+            return False
+        chain = self.chain
+        batches = []
+        if self.v6:
+            batches.append(("ip6tables", self._dispatch_v6()))
+        batches.append(("iptables", self._dispatch()))  # last: _remove looks for it first
+        for tool, dispatch in batches:
+            commands = [["-D", DISPATCH, *dispatch], ["-F", chain], ["-X", chain]]
+            if netfilter.restore(tool, commands).returncode != 0:
+                return False
+        return True
+
     def _remove(self) -> None:
         if self.log is not None:
             self.log.unregister(self.chain)
+        if self._remove_batched():
+            return
         if _ipt("iptables", "-S", self.chain).returncode != 0:
             return
         if self.kind == "C" or self.source is not None:
