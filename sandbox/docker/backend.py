@@ -365,6 +365,7 @@ class DockerSandbox(Sandbox):
             warm = self._take_warm(volume_name, config)
             if warm is not None:
                 assert self.runtime.warm is not None
+                self._net.adopt(warm._net)
                 adopt(self, warm, self.runtime.warm, self._name(spec.trial_id))
             else:
                 labels = self._labels(spec.trial_id)
@@ -462,14 +463,14 @@ class DockerSandbox(Sandbox):
 
         A trial with a gateway socket, sidecars, GPUs or an ``allowlist`` phase (its
         container's resolver is its own egress proxy) has per-trial mounts or networks
-        that cannot be made ahead.
+        that cannot be made ahead. A warm container's network namespace (its holder, with
+        every phase's rules) or its closed chain of the host filter is made with it
+        (:meth:`TrialNetwork.ready`) and taken over with it (:meth:`TrialNetwork.adopt`).
         """
         spec = self.spec
         if spec.gateway_socket is not None or spec.compose_file is not None or spec.gpus:
             return None
         if spec.agent_mounts or self._net.allowlist:  # an allowlist's proxy is per trial
-            return None
-        if self._net.namespaced:  # its namespace's holder is per trial
             return None
         return (
             self.image,
@@ -503,8 +504,18 @@ class DockerSandbox(Sandbox):
             spare.image, spare._workdir = image, workdir
             spare.agent_boundary = self.agent_boundary
             try:
-                spare._boot(self._name("warm"), spare._labels("warm"), volume_name)
+                name, labels = self._name("warm"), spare._labels("warm")
+                if spare._net.namespaced:  # its own namespace, made ahead with it
+                    spare._network = spare._net.start_holder(
+                        self.client,
+                        self.runtime.base_image,
+                        name=f"{name}-net",
+                        labels=labels,
+                        host_addresses=self.runtime.host_addresses(),
+                    )
+                spare._boot(name, labels, volume_name)
                 spare._setup(config)
+                spare._net.ready(spare._container)
             except BaseException:
                 spare.stop()
                 raise

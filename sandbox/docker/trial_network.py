@@ -218,6 +218,25 @@ class TrialNetwork:
             ) from exc
         return holder.network_mode
 
+    def ready(self, container: Any) -> None:
+        """Make ahead what the first phase of ``container`` needs: its closed host chain.
+
+        Called for a warm container (:mod:`sandbox.docker.warm`) once it runs, so that the
+        trial that takes it switches an installed chain instead of writing one.
+        """
+        if self.internet and not self.namespaced and self.spec.compose_file is None:
+            self._filter_of(container)
+
+    def adopt(self, warm: TrialNetwork) -> None:
+        """Take over the namespace (its holder and rules) or the chain ``warm`` made ahead.
+
+        ``warm`` is a warm container's network of the same shape (the same policies: they
+        share the warm pool's key); it owns nothing afterwards.
+        """
+        self._holder, warm._holder = warm._holder, None
+        self._plan, warm._plan = warm._plan, None
+        self._filter, warm._filter = warm._filter, None
+
     def _start_namespace_proxy(self) -> str | None:
         """An allowlist trial's proxy on unix sockets alone, for the holder to relay.
 
