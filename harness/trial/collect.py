@@ -26,6 +26,7 @@ Harbor); its hooks still run before it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -179,9 +180,14 @@ def run_collection(
             budget.spend(time.monotonic() - started)
         if sidecar_artifacts:
             done.hold = Path(tempfile.mkdtemp(prefix="harness-sidecar-artifacts-"))
+        left = _Left(caps.total_bytes, MAX_ENTRIES)
         for index, artifact in sidecar_artifacts:
             done.manifest_indices.append(index)
-            done.manifest.append(_copy(access, artifact, index, done, caps))
+            if left.spent():
+                done.manifest.append(_entry(artifact, type=None, status="failed", detail=_CAP))
+                done.evidence.append(EvidenceEvent("limit", artifact.source, _CAP, "total_bytes"))
+                continue
+            done.manifest.append(_copy(access, artifact, index, done, caps, left))
     finally:
         if frozen:
             access.thaw_main()
@@ -189,6 +195,34 @@ def run_collection(
 
 
 _NONE = "this sandbox has no compose sidecars"
+_CAP = "the sidecar artifacts' share of the evidence cap is spent (not copied)"
+
+
+@dataclass
+class _Left:
+    """What the sidecar artifacts of one collection may still copy, all of them together.
+
+    One evidence cap for them all: a task listing the same sidecar dir under many
+    destinations never multiplies it.
+    """
+
+    total: int
+    entries: int
+
+    def spent(self) -> bool:
+        """Whether nothing more may be copied."""
+        return self.total <= 0 or self.entries <= 0
+
+    def take(self, tree: Path) -> None:
+        """Count what was copied into ``tree`` (the harness's own: files and dirs only)."""
+        if not tree.is_dir():
+            self.total -= tree.lstat().st_size
+            self.entries -= 1
+            return
+        for dirpath, dirs, files in os.walk(tree):
+            self.entries -= len(dirs) + len(files)
+            for name in files:
+                self.total -= os.lstat(os.path.join(dirpath, name)).st_size
 
 
 def _entry(artifact: Artifact, **facts: Any) -> dict[str, Any]:
@@ -283,7 +317,7 @@ def _sidecar_hook(
 
 
 def _copy(
-    access: SidecarAccess, artifact: Artifact, index: int, done: Collected, caps: Caps
+    access: SidecarAccess, artifact: Artifact, index: int, done: Collected, caps: Caps, left: _Left
 ) -> dict[str, Any]:
     assert done.hold is not None and artifact.sidecar is not None
     staged = done.hold / str(index)
@@ -293,11 +327,15 @@ def _copy(
             artifact.source,
             staged,
             max_file_bytes=caps.file_bytes,
-            max_total_bytes=caps.total_bytes,
-            max_entries=MAX_ENTRIES,
+            max_total_bytes=left.total,
+            max_entries=left.entries,
         )
     except Exception as exc:  # noqa: BLE001 - best effort, as in Harbor
+        if staged.exists():
+            left.take(staged)
         return _entry(artifact, type=None, status="failed", detail=str(exc)[:OUTPUT_TAIL])
+    if staged.exists():
+        left.take(staged)
     done.evidence += events
     if not staged.exists():
         if events:  # a link, a device...: nothing of it is copied
