@@ -85,7 +85,11 @@ class Collected:
     hold: Path | None = None
 
     def place(self, artifacts: list[Artifact], dest: Path) -> list[dict[str, Any]]:
-        """Move the copies into the trial's ``artifacts/`` (never over what is there)."""
+        """Move the copies into the trial's ``artifacts/`` (never over what is there).
+
+        What is there is the agent's (its ``/logs/artifacts``): a destination, or a parent
+        of one, it already holds is a ``failed`` entry, never an error of the trial.
+        """
         entries = []
         for index, entry in zip(self.manifest_indices, self.manifest, strict=True):
             copy = self.files.get(index)
@@ -94,8 +98,12 @@ class Collected:
                 if target.exists() or target.is_symlink():
                     entry = {**entry, "status": "failed", "detail": "destination already taken"}
                 else:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.move(str(copy), target)
+                    try:
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.move(str(copy), target)
+                    except OSError as exc:  # the agent's own artifacts hold a parent (a file)
+                        detail = f"destination already taken: {exc.strerror or exc}"
+                        entry = {**entry, "status": "failed", "detail": detail}
             entries.append(entry)
         self.discard()
         return entries
