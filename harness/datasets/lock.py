@@ -29,6 +29,7 @@ from harness.datasets.inputs import (
     check_task_path,
     check_text,
 )
+from harness.datasets.metrics import DeclaredMetric
 from harness.datasets.model import DatasetError
 from harness.records.layout import DATASETS_LOCK_FILENAME
 
@@ -147,6 +148,7 @@ class DatasetsLock(BaseModel):
         registry: Where the registry was read (path, URL, ``repo:URL``), if any.
         datasets: The ``NAME@VERSION`` of each dataset asked for.
         tasks: Every task, in run order.
+        metrics: The metrics the datasets declare (a script's pinned by its digest).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -155,6 +157,7 @@ class DatasetsLock(BaseModel):
     registry: str | None = None
     datasets: list[str] = Field(default_factory=list)
     tasks: list[LockedTask] = Field(default_factory=list)
+    metrics: list[DeclaredMetric] = Field(default_factory=list, max_length=64)
 
     @field_validator("lock_version")
     @classmethod

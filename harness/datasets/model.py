@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -87,6 +88,8 @@ class Dataset(BaseModel):
         version: Its version (``2.0``, or ``head``).
         description: What it is.
         tasks: Its tasks.
+        metrics: Its ``metrics`` as the registry has them, unchecked: read by
+            :func:`harness.datasets.metrics.parse_declared`.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -95,6 +98,7 @@ class Dataset(BaseModel):
     version: str = "head"
     description: str = ""
     tasks: list[RegistryTask] = Field(default_factory=list)
+    metrics: Any = None
 
     @field_validator("version", mode="before")
     @classmethod

@@ -26,6 +26,7 @@ from harness.datasets.cache import TaskCache, key, write_json_atomic
 from harness.datasets.hub import Hub, TaskVersion, is_hub_ref, parse_ref
 from harness.datasets.inputs import check_git_url, check_ref
 from harness.datasets.lock import DatasetsLock, LockedTask, read_lock
+from harness.datasets.metrics import DeclaredMetric, parse_declared, store_script, unique_names
 from harness.datasets.model import Dataset, DatasetError, Registry, RegistryTask, is_full_sha
 from harness.datasets.packages import PackageError, package_digest, unpack
 
@@ -243,12 +244,14 @@ def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
     locked: list[LockedTask] = []
     sources: list[str] = []
     labels: list[str] = []
+    metrics: list[DeclaredMetric] = []
     if names or specs or config.repo is not None or not (hub_names or hub_specs):
         registry, chosen, picked, told = _from_registry(config, names, specs, cache)
         warnings += told
         sources.append(registry.source)
         labels += [d.ref for d in chosen]
         locked += _pin_all(picked, cache, warnings)
+        metrics += _declared_metrics(config, registry, chosen, cache, warnings)
     known: dict[tuple[str, str], TaskVersion] = {}
     if hub_names or hub_specs:
         hub = Hub(config.hub_url)
@@ -301,12 +304,50 @@ def resolve(config: DatasetsConfig, cache: TaskCache | None = None) -> Resolved:
             unique.append(task)
     if not unique:
         raise DatasetError(f"{', '.join(labels) or 'the selection'} has no tasks")
-    lock = DatasetsLock(registry=" + ".join(sources), datasets=labels, tasks=unique)
+    lock = DatasetsLock(
+        registry=" + ".join(sources),
+        datasets=labels,
+        tasks=unique,
+        metrics=unique_names(metrics),
+    )
     resolved = materialize(lock, cache, hub_url=config.hub_url, known=known)
     resolved.warnings[:0] = warnings
     for line in warnings:
         logger.warning("warning: %s", line)
     return resolved
+
+
+def _declared_metrics(
+    config: DatasetsConfig,
+    registry: Registry,
+    chosen: Sequence[Dataset],
+    cache: TaskCache,
+    warnings: list[str],
+) -> list[DeclaredMetric]:
+    """The metrics the chosen datasets declare, scripts kept in the cache by digest.
+
+    A script path is read from a local registry's own dir only; a declaration that cannot
+    be used is told and kept with its error (the summary records it), never run.
+    """
+    where = config.registry_path
+    if where is None and (config.registry_url or "").startswith("file://"):
+        where = (config.registry_url or "").removeprefix("file://")
+    base = Path(where).absolute().parent if where is not None and config.repo is None else None
+    found: list[DeclaredMetric] = []
+    for dataset in chosen:
+        declared = parse_declared(
+            dataset.metrics,
+            dataset=dataset.ref,
+            where=f"registry {registry.source}: {dataset.ref}",
+            base=base,
+        )
+        for metric, data in declared:
+            if data is not None:
+                store_script(cache, data)
+            if metric.error is not None:
+                warnings.append(f"metric not computed: {metric.error}")
+            found.append(metric)
+    return found
 
 
 def _tag_moved(url: str, name: str, ref: str, digest: str, cache: TaskCache) -> list[str]:

@@ -24,9 +24,10 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 from harness.config import RunConfig, save_config
 from harness.datasets import write_lock
@@ -43,6 +44,7 @@ from harness.records.layout import (
 from harness.records.metrics import Summary, summarize
 from harness.records.model import tampered_verdict
 from harness.records.status import RunState, StatusWriter
+from harness.runner import dataset_metrics
 from harness.runner.events import RunEvents, RunOutcome, RunStart
 from harness.runner.faults import DiskGuard, Halt, Halting, disk_error, disk_halt
 from harness.runner.interrupts import Interrupts
@@ -194,6 +196,33 @@ def _unwritable(prepared: PreparedRun, error: OSError) -> str:
     return halt.message(recorded, len(prepared.plans), prepared.run_dir)
 
 
+def _dataset_metrics(
+    prepared: PreparedRun,
+    records: list[TrialRecord],
+    log: Callable[[str], None],
+    events: RunEvents,
+    *,
+    interrupted: bool,
+) -> dict[str, Any]:
+    """The datasets' declared metrics (a script's in a sandbox); errors recorded.
+
+    An interrupted run runs no script (the user asked it to stop); its built-ins still come.
+    """
+    if prepared.datasets_lock is None or not prepared.datasets_lock.metrics:
+        return {}
+    events.message("computing the datasets' metrics")
+    return dataset_metrics.compute(
+        prepared.datasets_lock,
+        records,
+        prepared.plans,
+        task_datasets=prepared.task_datasets,
+        config=prepared.config,
+        run_name=prepared.name,
+        log=log,
+        run_scripts=not interrupted,
+    )
+
+
 def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, events: RunEvents) -> RunOutcome:
     """A resume that finds every planned trial done: tidy up, rewrite, summarize.
 
@@ -225,6 +254,7 @@ def _nothing_to_resume(prepared: PreparedRun, run_dir: Path, events: RunEvents) 
             interrupted=False,
             invocation=invocation,
             planned_tasks=planned_per_task(prepared.plans),
+            dataset_metrics=_dataset_metrics(prepared, records, log, events, interrupted=False),
         )
         log(f"resume: nothing to resume, all {len(records)} trials are done")
     finally:
@@ -558,6 +588,7 @@ class Invocation:
                 interrupted=self.interrupted,
                 invocation=self.number,
                 planned_tasks=planned_per_task(self.prepared.plans),
+                dataset_metrics=self._dataset_metrics(records),
             )
         except OSError as exc:
             if not self.disk.write_failed(exc, self.run_dir / SUMMARY_FILENAME):
@@ -569,6 +600,11 @@ class Invocation:
                 planned=len(self.prepared.plans),
                 planned_tasks=planned_per_task(self.prepared.plans),
             )
+
+    def _dataset_metrics(self, records: list[TrialRecord]) -> dict[str, Any]:
+        return _dataset_metrics(
+            self.prepared, records, self.log, self.events, interrupted=self.interrupted
+        )
 
     def _exit_code(self, records: list[TrialRecord], summary: Summary, halt: Halt | None) -> int:
         if halt is not None:

@@ -85,6 +85,8 @@ class PreparedRun:
     env: EnvSetup | None = None
     #: The dataset tasks' pins, written into the run dir as ``datasets.lock.json``.
     datasets_lock: DatasetsLock | None = None
+    #: Task key → the ``NAME@VERSION`` of the dataset it came from (its metrics count it).
+    task_datasets: dict[str, str] = field(default_factory=dict)
     lock: FileLock | None = field(default=None, repr=False)
     #: The run's name held on this host (:func:`~harness.runner.rundir.hold_run_name`).
     name_lock: FileLock | None = field(default=None, repr=False)
@@ -325,6 +327,7 @@ def prepare_run(
         skipped=list(skipped),
         env=env,
         datasets_lock=fetched.lock if fetched else None,
+        task_datasets=_task_datasets(fetched, chosen),
         lock=lock,
         name_lock=name_lock,
     )
@@ -337,6 +340,17 @@ def _dataset_tasks(config: RunConfig, resume_dir: Path | None) -> Resolved | Non
     if resume_dir is not None and lock_path(resume_dir).is_file():
         return materialize(read_lock(resume_dir), hub_url=config.tasks.datasets.hub_url)
     return resolve(config.tasks.datasets)
+
+
+def _task_datasets(fetched: Resolved | None, tasks: list[Task]) -> dict[str, str]:
+    """Task key → the dataset its cached dir was fetched for (dataset tasks only)."""
+    if fetched is None:
+        return {}
+    pairs = zip(fetched.task_dirs, fetched.lock.tasks, strict=True)
+    by_dir = {Path(d).resolve(): t.dataset for d, t in pairs}
+    return {
+        task.key: by_dir[task.path.resolve()] for task in tasks if task.path.resolve() in by_dir
+    }
 
 
 def _dataset_label(fetched: Resolved) -> str:

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -338,12 +339,15 @@ def write_summary(
     interrupted: bool,
     invocation: int,
     planned_tasks: Mapping[str, int] | None = None,
+    dataset_metrics: Mapping[str, Any] | None = None,
 ) -> Summary:
     """Summarize the records over the plan and write ``summary.json`` atomically.
 
     ``planned`` is the denominator (``planned_tasks``, task key → its planned trials, per
     task): ``unrecorded`` (and the older ``pending``) counts the planned trials without a
     record, and the headline figures count them, and every ungraded trial, as 0.
+    ``dataset_metrics`` (:mod:`harness.runner.dataset_metrics`) goes in as it is, when
+    the run's datasets declare any.
     """
     summary = summarize(
         records, threshold=config.threshold, planned=planned, planned_tasks=planned_tasks
@@ -356,6 +360,7 @@ def write_summary(
             "pending": summary.unrecorded,
             "invocation": invocation,
             **summary.model_dump(mode="json"),
+            **({"dataset_metrics": dict(dataset_metrics)} if dataset_metrics else {}),
         },
     )
     return summary
