@@ -98,12 +98,17 @@ def copy_artifact(
             return entry, found
         entry["type"] = "directory" if staged.is_dir() else "file"
         prune_excluded(staged, artifact.exclude)
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(staged), target)
+        try:
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(staged), target)
+        except OSError as exc:  # the agent's convention dir holds a parent (a file)
+            detail = f"destination already taken: {exc.strerror or exc}"
+            entry.update(status="failed", detail=detail)
+            return entry, found
         entry["status"] = "ok"
         if found:
             entry["events"] = [event.as_dict() for event in found]

@@ -70,3 +70,33 @@ def test_an_agent_file_on_a_sidecar_artifacts_path_keeps_the_manifest(
     by_dest = {entry["destination"]: entry for entry in manifest}
     assert by_dest["x/y"]["status"] == "failed", manifest
     assert by_dest["z"]["status"] == "ok", manifest
+
+
+MAIN_AGENT = 'echo agent > "$HARNESS_ARTIFACTS_DIR/x"; echo mine > /app/out.txt\n'
+
+
+@pytest.mark.docker
+def test_an_agent_file_on_a_main_artifacts_path_keeps_the_manifest(
+    cli: Any, tmp_path: Path
+) -> None:
+    """The same with a task artifact of the agent's container (no sidecar)."""
+    name = unique("rt-main-place")
+    task = write_task(
+        tmp_path / "tasks",
+        name,
+        attack=MAIN_AGENT,
+        dockerfile=f"FROM {BASE_IMAGE}\nWORKDIR /app\n",
+        verifier_timeout=60,
+    )
+    toml = task / "task.toml"
+    toml.write_text(
+        'artifacts = [{ source = "/app/out.txt", destination = "x/y" }]\n' + toml.read_text()
+    )
+    run = cli.run([task], timeout=400)
+    record = run.by_task(name)
+    assert record["status"] == "completed" and record["attempt"] == 1, record
+    artifacts = run.evidence(record) / "artifacts"
+    assert (artifacts / "x").read_text() == "agent\n"
+    manifest = json.loads((artifacts / "manifest.json").read_text())
+    by_dest = {entry["destination"]: entry for entry in manifest}
+    assert by_dest["x/y"]["status"] == "failed", manifest
