@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.records import TrialRecord
+from harness.records.metrics import Summary
 from harness.runner import RunOutcome
 from harness.tasks import Task
 from sandbox.pathnames import escape
@@ -103,8 +104,27 @@ def print_summary(console: Console, outcome: RunOutcome) -> None:
         shown = f"{total.total:.4f}" if name == "cost_usd" else f"{total.total:,}"
         partial = "" if total.measured == total.of else f" ({total.measured}/{total.of} measured)"
         totals.add_row(label, shown + partial)
+    for name, shown in dataset_metric_rows(summary):
+        # Text, not markup: an error quotes what the dataset's script or registry chose.
+        totals.add_row(Text(f"dataset metric {name}"), Text(escape(shown)))
     totals.add_row("run dir", str(outcome.run_dir))
     console.print(totals)
+
+
+def dataset_metric_rows(summary: Summary) -> list[tuple[str, str]]:
+    """``(name, shown)`` per dataset metric of the summary: its value, over which trials."""
+    found = (summary.model_extra or {}).get("dataset_metrics")
+    rows: list[tuple[str, str]] = []
+    for name, metric in (found if isinstance(found, dict) else {}).items():
+        value = metric.get("value")
+        if isinstance(value, dict):
+            shown = ", ".join(f"{key}={_num(number)}" for key, number in value.items())
+        else:
+            shown = _num(value) if value is not None else "-"
+        seen = f"{metric.get('trials_counted')} trials, {metric.get('graded')} graded"
+        error = metric.get("error")
+        rows.append((str(name), f"{shown} ({seen})" + (f"; error: {error}" if error else "")))
+    return rows
 
 
 def print_task_list(console: Console, tasks: Sequence[Task]) -> None:

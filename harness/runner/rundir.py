@@ -352,6 +352,10 @@ def write_summary(
     summary = summarize(
         records, threshold=config.threshold, planned=planned, planned_tasks=planned_tasks
     )
+    if dataset_metrics:  # an extra key, as ``tampering`` is
+        summary = Summary.model_validate(
+            {**summary.model_dump(), "dataset_metrics": dict(dataset_metrics)}
+        )
     write_json_atomic(
         run_dir / SUMMARY_FILENAME,
         {
@@ -360,7 +364,6 @@ def write_summary(
             "pending": summary.unrecorded,
             "invocation": invocation,
             **summary.model_dump(mode="json"),
-            **({"dataset_metrics": dict(dataset_metrics)} if dataset_metrics else {}),
         },
     )
     return summary

@@ -329,3 +329,21 @@ def test_an_interrupted_run_runs_no_script_but_computes_its_builtins(tmp_path: P
     )
     assert out["mean"]["value"] == 1.0
     assert out["s"]["value"] is None and "interrupted" in out["s"]["error"]
+
+
+def test_the_end_of_run_table_shows_each_metric_over_its_trials() -> None:
+    from harness.cli.display import dataset_metric_rows
+    from harness.records.metrics import Summary, summarize
+
+    summary = summarize([], planned=2).model_dump()
+    summary["dataset_metrics"] = {
+        "mean": {"value": 0.5, "trials_counted": 2, "graded": 1, "error": None},
+        "s": {"value": {"a": 1.0}, "trials_counted": 2, "graded": 1, "error": None},
+        "bad": {"value": None, "trials_counted": 2, "graded": 1, "error": "[red]x"},
+    }
+    rows = dataset_metric_rows(Summary.model_validate(summary))
+    assert rows == [
+        ("mean", "0.500 (2 trials, 1 graded)"),
+        ("s", "a=1.000 (2 trials, 1 graded)"),
+        ("bad", "- (2 trials, 1 graded); error: [red]x"),
+    ]

@@ -588,8 +588,27 @@
       metric("calls", "model calls", int(calls.total), calls.total, measured(calls)),
       metric("duration", "mean trial time", secs((s.duration_sec || {}).mean), (s.duration_sec || {}).mean, "total " + secs((s.duration_sec || {}).total)),
       tamperedVerdicts(s),
-      aliveVerdicts(s)
+      aliveVerdicts(s),
+      datasetMetrics(s)
     );
+  }
+
+  // The metrics the run's datasets declare (summary.json's dataset_metrics): each with the
+  // trials it counted, and its error when it has no value.
+  function datasetMetrics(s) {
+    const d = s.dataset_metrics;
+    if (!d || typeof d !== "object") return null;
+    return Object.entries(d).slice(0, 64).map(([name, m]) => {
+      if (!m || typeof m !== "object") return null;
+      const v = m.value;
+      const shown = isNum(v)
+        ? num(v)
+        : v && typeof v === "object"
+          ? Object.entries(v).slice(0, 8).map(([k, x]) => plain(k) + " " + num(x)).join(" \u00b7 ")
+          : DASH;
+      const sub = (m.error ? "error: " + plain(m.error) + " \u00b7 " : "") + plain(m.source) + " over " + int(m.trials_counted) + " trials, " + int(m.graded) + " graded";
+      return metric("dataset_metric:" + plain(name), "dataset metric " + plain(name), shown, isNum(v) ? v : null, sub);
+    });
   }
 
   // Verdicts taken beside services the agent left running (agent_services = keep).
