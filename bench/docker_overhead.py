@@ -17,6 +17,17 @@ Measures, in one run and against the same image (``harness/base:bookworm``):
     (``total - agent``) against the floor, target <= 0.25x (the warm pool starts the next
     trial's container while the agent runs).
 
+(f) issue 35's item 8, "back to the floor, with every feature on", with the default
+    ``public`` policy and the writable root on (the trivial task's defaults): a no-op
+    trial <= 1.3x the floor, and ``-j 4`` throughput >= 90% of the bare containers' at
+    ``-j 4`` (PASS/MISS each), with who ran it (root, a docker-group user), the engine
+    (rootful, rootless) and the posture the records say held (``sandbox.egress``: the host
+    filter or the trial's own namespace; the writable root's cap; warm containers).
+
+``--as-user NAME`` runs the whole measurement as that user (``runuser``, from its venv of
+``tests/support/users.py``, against this checkout's code), ``--docker-host URL`` against
+that engine: a docker-group user's run and a rootless engine's are the same script.
+
 When the ratio misses the target (or with ``--profile always``) it also profiles where the
 time goes: every Docker API call and supervisor op of a few real trials, tagged by trial phase
 (prepare/reset/execute/collect/grade/cleanup), and a replay of the trial container's own create
@@ -26,6 +37,9 @@ Usage::
 
     .venv/bin/python bench/docker_overhead.py                  # 30 trials
     .venv/bin/python bench/docker_overhead.py --trials 60 --profile always
+    .venv/bin/python bench/docker_overhead.py --as-user harness-docker
+    .venv/bin/python bench/docker_overhead.py --as-user harness-rootless \
+        --docker-host unix:///run/harness-rootless/docker.sock
 
 Writes a JSON file (default ``bench/results/docker_overhead.json``) and prints a table.
 """
@@ -36,9 +50,12 @@ import argparse
 import json
 import math
 import os
+import pwd
 import re
 import secrets
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -76,6 +93,9 @@ TARGET_SPEEDUP = 2.0
 SLOW_AGENT_SEC = 1.0
 SLOW_TARGET_RATIO = 0.25
 THROUGHPUT_CONCURRENCY = 4
+#: Issue 35 item 8: a no-op trial against the floor, and -j 4 against bare containers at -j 4.
+ITEM8_RATIO = 1.3
+ITEM8_THROUGHPUT_SHARE = 0.90
 BENCH_LABEL = "org.harness.bench"
 
 
@@ -551,6 +571,79 @@ def print_profile(profile: dict[str, Any]) -> None:
         print(f"    {variant:<50}" + "".join(f"{v[c]:>11.1f}" for c in cols))
 
 
+def posture(records: list[Any]) -> dict[str, dict[str, int]]:
+    """What the records say held, counted over trials: egress filter, root cap, warm."""
+    counts: dict[str, dict[str, int]] = {"egress": {}, "storage": {}, "warm": {}}
+    for record in records:
+        sandbox = record.sandbox.model_dump()
+        for key, value in (
+            ("egress", sandbox.get("egress", "none")),
+            ("storage", (sandbox.get("limits") or {}).get("storage") or "read-only"),
+            ("warm", str(bool(sandbox.get("warm"))).lower()),
+        ):
+            counts[key][str(value)] = counts[key].get(str(value), 0) + 1
+    return counts
+
+
+def who(client: docker.DockerClient) -> dict[str, Any]:
+    """Who runs the bench, against which engine (rootful or rootless)."""
+    uid = os.geteuid()
+    groups = set(os.getgroups())
+    try:
+        import grp
+
+        docker_gid = grp.getgrnam("docker").gr_gid
+    except KeyError:
+        docker_gid = None
+    options = " ".join(client.info().get("SecurityOptions") or [])
+    return {
+        "user": pwd.getpwuid(uid).pw_name,
+        "uid": uid,
+        "docker_group": docker_gid in groups,
+        "docker_host": os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+        "engine_rootless": "rootless" in options,
+    }
+
+
+def as_user(user: str, argv: list[str], out: Path) -> int:
+    """Run this script as ``user``, with its JSON copied to ``out``.
+
+    From the user's venv of tests/support/users.py (made if missing), for its dependencies:
+    the script imports this checkout's harness ahead of the venv's own.
+    """
+    home = Path(pwd.getpwnam(user).pw_dir)
+    venv = home / "venv"
+    if not (venv / "bin" / "python").exists():
+        sys.path.insert(0, str(REPO / "tests"))
+        from support.users import user_harness  # type: ignore[import-not-found]
+
+        venv = user_harness(user).venv
+    tmp = home / "tmp"
+    tmp.mkdir(exist_ok=True)
+    shutil.chown(tmp, user, user)
+    theirs = tmp / f"docker_overhead-{secrets.token_hex(4)}.json"
+    env = {
+        "HOME": str(home),
+        "PATH": f"{venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "TMPDIR": str(tmp),
+        "LANG": "C.UTF-8",
+        "DOCKER_HOST": os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+    }
+    done = subprocess.run(
+        ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items())]
+        + [f"{venv}/bin/python", str(Path(__file__).resolve()), *argv]
+        + ["--out", str(theirs)],
+        cwd=str(home),
+        check=False,
+    )
+    if done.returncode == 0:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(theirs, out)
+        print(f"copied to {out}")
+    theirs.unlink(missing_ok=True)
+    return done.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -583,7 +676,31 @@ def main(argv: list[str] | None = None) -> int:
         default=10,
         help="traced trials / knob iterations (default 10)",
     )
+    parser.add_argument(
+        "--as-user",
+        default=None,
+        help="run as this user (e.g. harness-docker, harness-rootless), from its own venv",
+    )
+    parser.add_argument(
+        "--docker-host",
+        default=None,
+        help="the engine's DOCKER_HOST (e.g. unix:///run/harness-rootless/docker.sock)",
+    )
     args = parser.parse_args(argv)
+    if args.docker_host:
+        os.environ["DOCKER_HOST"] = args.docker_host
+    if args.as_user:
+        raw = list(sys.argv[1:] if argv is None else argv)
+        forwarded: list[str] = []
+        skip = False
+        for arg in raw:  # everything but --as-user and --out (the user writes its own)
+            if skip:
+                skip = False
+            elif arg in ("--as-user", "--out"):
+                skip = True
+            elif not arg.startswith(("--as-user=", "--out=")):
+                forwarded.append(arg)
+        return as_user(args.as_user, forwarded, args.out)
     if args.trials < 1 or args.warmup < 0 or (args.k is not None and args.k < 1):
         parser.error("--trials and --k must be >= 1, --warmup >= 0")
     k = args.k or math.ceil(args.trials / THROUGHPUT_CONCURRENCY)
@@ -591,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
 
     client = connect()
     info = machine_info(client)
+    info["who"] = who(client)
     date = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="bench-docker-overhead-") as tmp:
         tmpdir = Path(tmp)
@@ -636,6 +754,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = total_ms["median"] / floor_ms["median"]
         passed = ratio <= TARGET_RATIO
         speedup = tp[THROUGHPUT_CONCURRENCY]["trials_per_sec"] / tp[1]["trials_per_sec"]
+        share = tp[THROUGHPUT_CONCURRENCY]["trials_per_sec"] / bare[THROUGHPUT_CONCURRENCY]
+        held = posture(records + r["records"])
         result: dict[str, Any] = {
             "date": date,
             "machine": info,
@@ -667,6 +787,19 @@ def main(argv: list[str] | None = None) -> int:
                 "ratio_overhead_to_floor": slow_phases["overhead (total - agent)"]["median"]
                 / floor_ms["median"],
                 "target_ratio": SLOW_TARGET_RATIO,
+            },
+            "item8": {
+                "who": info["who"],
+                "posture": held,
+                "ratio_trial_to_floor": ratio,
+                "target_ratio": ITEM8_RATIO,
+                "ratio_met": ratio <= ITEM8_RATIO,
+                "throughput_share_of_bare_at_c4": share,
+                "target_share": ITEM8_THROUGHPUT_SHARE,
+                "share_met": share >= ITEM8_THROUGHPUT_SHARE,
+                "loadavg": [info["loadavg"], info["loadavg_at_end"]]
+                if "loadavg" in info
+                else [info["loadavg_at_end"]],
             },
             "throughput": {
                 "concurrency_1": tp[1],
@@ -727,6 +860,34 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"    ratio overhead/floor (medians): {slow_ratio:.2f}x  "
             f"[target <= {SLOW_TARGET_RATIO:g}x: {verdict}]"
+        )
+
+        me = info["who"]
+        runner = "root" if me["uid"] == 0 else f"{me['user']} (uid {me['uid']}"
+        if me["uid"] != 0:
+            runner += ", docker group)" if me["docker_group"] else ")"
+        engine_kind = "rootless" if me["engine_rootless"] else "rootful"
+        print(
+            f"(f) issue 35 item 8, as {runner} on the {engine_kind} engine at "
+            f"{me['docker_host']} (load {' '.join(f'{x:.1f}' for x in info['loadavg_at_end'])}):"
+        )
+        print(
+            "      posture held: "
+            + "; ".join(
+                f"{key} " + ", ".join(f"{v}={n}" for v, n in sorted(vals.items()))
+                for key, vals in held.items()
+            )
+        )
+        verdict = "PASS" if ratio <= ITEM8_RATIO else "MISS"
+        print(
+            f"      no-op trial / floor (medians): {ratio:.2f}x  "
+            f"[target <= {ITEM8_RATIO:g}x: {verdict}]"
+        )
+        verdict = "PASS" if share >= ITEM8_THROUGHPUT_SHARE else "MISS"
+        print(
+            f"      -j {THROUGHPUT_CONCURRENCY} throughput / bare containers' at "
+            f"-j {THROUGHPUT_CONCURRENCY}: {share:.0%}  "
+            f"[target >= {ITEM8_THROUGHPUT_SHARE:.0%}: {verdict}]"
         )
 
         if args.profile == "always" or (args.profile == "auto" and not passed):
