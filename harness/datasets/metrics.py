@@ -268,6 +268,35 @@ def _declared(
     return metric, data
 
 
+def local_dataset_metric(task_set: Path) -> tuple[DeclaredMetric, bytes | None] | None:
+    """A local task set's own ``metric.py`` (Harbor's dataset dir), as a ``uv-script``.
+
+    ``task_set`` is a dir of task dirs (not a task dir itself); its metric is declared by a
+    :data:`METRIC_FILENAME` at its root, read as :func:`read_script` reads one (a link, a
+    FIFO or an oversized file is kept as the metric's error). Its dataset is
+    ``<dir name>@local``.
+
+    Returns:
+        None when ``task_set`` is a task dir, or has no ``metric.py`` at all.
+    """
+    if (task_set / "task.toml").exists() or not os.path.lexists(task_set / METRIC_FILENAME):
+        return None
+    dataset = check_text(f"{task_set.name or 'tasks'}@local"[:200], "dataset")
+    where = f"task set {task_set}"
+    try:
+        data = read_script(task_set, METRIC_FILENAME, where)
+    except DatasetError as exc:
+        return _refused(SCRIPT_METRIC, dataset, str(exc)), None
+    metric = DeclaredMetric(
+        name=SCRIPT_METRIC,
+        type="uv-script",
+        dataset=dataset,
+        script_digest=script_digest(data),
+        script_path=METRIC_FILENAME,
+    )
+    return metric, data
+
+
 def unique_names(metrics: Sequence[DeclaredMetric]) -> list[DeclaredMetric]:
     """The metrics, each name made unique in the run (``mean``, ``mean#2``...).
 
@@ -346,6 +375,7 @@ __all__ = [
     "builtin_value",
     "cached_script",
     "check_metric_name",
+    "local_dataset_metric",
     "parse_declared",
     "read_script",
     "script_digest",

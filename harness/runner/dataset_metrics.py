@@ -1,8 +1,9 @@
 """A run's dataset metrics: Harbor's built-ins, and a dataset's ``metric.py`` in a sandbox.
 
-The metrics the run's datasets declare (pinned in ``datasets.lock.json``,
-:mod:`harness.datasets.metrics`) are computed once the trials are done, over every planned
-trial of the dataset, and go into ``summary.json`` as ``dataset_metrics``::
+The metrics the run's datasets declare (pinned in ``datasets.lock.json``, or a local task
+set's ``metric.py``: :mod:`harness.datasets.metrics`) are computed once the trials are
+done, over every planned trial of the dataset, and go into ``summary.json`` as
+``dataset_metrics``::
 
     {"mean": {"type": "mean", "source": "builtin", "dataset": "d@1", "value": 0.5,
               "trials_counted": 4, "graded": 3, "ungraded": 1, "error": null}}
@@ -35,7 +36,6 @@ from typing import Any
 from harness.backends.registry import open_backend
 from harness.config import RunConfig, SandboxConfig
 from harness.datasets.cache import TaskCache
-from harness.datasets.lock import DatasetsLock
 from harness.datasets.metrics import (
     SCRIPT_METRIC,
     DeclaredMetric,
@@ -220,7 +220,7 @@ def run_script(config: RunConfig, run_name: str, script: bytes, rows: Rows) -> d
 
 
 def compute(
-    lock: DatasetsLock | None,
+    metrics: Sequence[DeclaredMetric],
     records: Sequence[TrialRecord],
     plans: Sequence[TrialPlan],
     *,
@@ -234,7 +234,8 @@ def compute(
     """``summary.json``'s ``dataset_metrics``: each declared metric, or why it has none.
 
     Args:
-        lock: The run's datasets lock (None or no metrics: ``{}``).
+        metrics: The metrics the run's datasets declare (its lock's, and a local task
+            set's ``metric.py``).
         records: The run's records (the latest per trial counts).
         plans: The run's planned trials.
         task_datasets: Task key → the ``NAME@VERSION`` it came from: a metric counts the
@@ -246,11 +247,11 @@ def compute(
         run_scripts: False: a script metric's ``error`` says it did not run (an
             interrupted run).
     """
-    if lock is None or not lock.metrics:
+    if not metrics:
         return {}
     cache = cache or TaskCache()
     out: dict[str, dict[str, Any]] = {}
-    for metric in lock.metrics:
+    for metric in metrics:
         dataset = metric.dataset
 
         def mine(key: str, dataset: str = dataset) -> bool:

@@ -208,11 +208,11 @@ def _dataset_metrics(
 
     An interrupted run runs no script (the user asked it to stop); its built-ins still come.
     """
-    if prepared.datasets_lock is None or not prepared.datasets_lock.metrics:
+    if not prepared.dataset_metrics:
         return {}
     events.message("computing the datasets' metrics")
     return dataset_metrics.compute(
-        prepared.datasets_lock,
+        prepared.dataset_metrics,
         records,
         prepared.plans,
         task_datasets=prepared.task_datasets,

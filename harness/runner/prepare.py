@@ -25,7 +25,14 @@ from harness.backends.base import SandboxBackend
 from harness.backends.registry import SANDBOXES, open_backend
 from harness.config import RunConfig
 from harness.datasets import DatasetsLock, Resolved, materialize, read_lock, resolve
+from harness.datasets.cache import TaskCache
 from harness.datasets.lock import lock_path
+from harness.datasets.metrics import (
+    DeclaredMetric,
+    local_dataset_metric,
+    store_script,
+    unique_names,
+)
 from harness.episodes.run import EnvSetup
 from harness.errors import CorruptRecordError, ResumeError, UsageError
 from harness.executors.base import TrialExecutor
@@ -87,6 +94,9 @@ class PreparedRun:
     datasets_lock: DatasetsLock | None = None
     #: Task key → the ``NAME@VERSION`` of the dataset it came from (its metrics count it).
     task_datasets: dict[str, str] = field(default_factory=dict)
+    #: The metrics the datasets declare: the lock's, then each local task set's
+    #: ``metric.py`` (``harness.datasets.metrics``), computed into ``summary.json``.
+    dataset_metrics: list[DeclaredMetric] = field(default_factory=list)
     lock: FileLock | None = field(default=None, repr=False)
     #: The run's name held on this host (:func:`~harness.runner.rundir.hold_run_name`).
     name_lock: FileLock | None = field(default=None, repr=False)
@@ -327,7 +337,10 @@ def prepare_run(
         skipped=list(skipped),
         env=env,
         datasets_lock=fetched.lock if fetched else None,
-        task_datasets=_task_datasets(fetched, chosen),
+        task_datasets={**_local_task_sets(paths, chosen), **_task_datasets(fetched, chosen)},
+        dataset_metrics=unique_names(
+            [*(fetched.lock.metrics if fetched else []), *_local_metrics(paths)]
+        ),
         lock=lock,
         name_lock=name_lock,
     )
@@ -340,6 +353,35 @@ def _dataset_tasks(config: RunConfig, resume_dir: Path | None) -> Resolved | Non
     if resume_dir is not None and lock_path(resume_dir).is_file():
         return materialize(read_lock(resume_dir), hub_url=config.tasks.datasets.hub_url)
     return resolve(config.tasks.datasets)
+
+
+def _local_metrics(paths: Sequence[Path]) -> list[DeclaredMetric]:
+    """Each local task set's ``metric.py``, its script kept in the cache by digest."""
+    found = []
+    for path in paths:
+        declared = local_dataset_metric(path)
+        if declared is None:
+            continue
+        metric, data = declared
+        if data is not None:
+            store_script(TaskCache(), data)
+        found.append(metric)
+    return found
+
+
+def _local_task_sets(paths: Sequence[Path], tasks: list[Task]) -> dict[str, str]:
+    """Task key → ``<set>@local`` for the tasks of a local task set with a ``metric.py``."""
+    sets = {
+        path.resolve(): metric.dataset
+        for path in paths
+        if (declared := local_dataset_metric(path)) is not None
+        for metric in [declared[0]]
+    }
+    return {
+        task.key: sets[task.path.resolve().parent]
+        for task in tasks
+        if task.path.resolve().parent in sets
+    }
 
 
 def _task_datasets(fetched: Resolved | None, tasks: list[Task]) -> dict[str, str]:

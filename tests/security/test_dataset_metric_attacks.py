@@ -315,3 +315,35 @@ def test_a_run_whose_metric_scripts_misbehave_writes_its_summary_and_every_recor
     }
     assert metrics["nan"]["value"] is None and "finite" in metrics["nan"]["error"]
     assert metrics["fails"]["value"] is None and "exit 2" in metrics["fails"]["error"]
+
+
+@pytest.mark.root
+def test_a_task_sets_metric_py_linked_to_a_host_file_is_never_read_or_run(tmp_path: Path) -> None:
+    secret = tmp_path / "host-secret.py"
+    token = "HOST-SECRET-" + secrets.token_hex(8)
+    secret.write_text(f"# {token}\nopen('/tmp/ran', 'w')\n")
+    task_set = tmp_path / "set"
+    task = task_set / "alpha"
+    (task / "tests").mkdir(parents=True)
+    (task / "task.toml").write_text('[task]\nname = "m/alpha"\n\n[agent]\ntimeout_sec = 30\n')
+    (task / "instruction.md").write_text("Nothing to do.\n")
+    (task / "tests" / "test.sh").write_text(
+        '#!/bin/bash\necho 1 > "$HARNESS_VERIFIER_DIR/reward.txt"\n'
+    )
+    (task / "tests" / "test.sh").chmod(0o755)
+    (task_set / "metric.py").symlink_to(secret)
+    output = tmp_path / "runs"
+    env = {"HARNESS_CACHE_DIR": str(tmp_path / "cache")}
+    done = harness("run", task_set, "--agent", "nop", "--sandbox", "local", "-o", output, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [run_dir] = list(output.iterdir())
+    metric = json.loads((run_dir / "summary.json").read_text())["dataset_metrics"]["uv-script"]
+    assert metric["value"] is None and "link" in metric["error"]
+    assert metric["dataset"] == "set@local" and metric["trials_counted"] == 1
+    leaked = [p for p in run_dir.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    cached = [
+        p
+        for p in (tmp_path / "cache").rglob("*")
+        if p.is_file() and token.encode() in p.read_bytes()
+    ]
+    assert leaked == [] and cached == []

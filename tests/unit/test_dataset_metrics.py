@@ -25,6 +25,7 @@ from harness.datasets.metrics import (
     DeclaredMetric,
     builtin_value,
     cached_script,
+    local_dataset_metric,
     parse_declared,
     script_digest,
     store_script,
@@ -282,7 +283,7 @@ def test_compute_records_each_metric_and_which_trials_it_saw(tmp_path: Path) -> 
         ]
     )
     out = compute(
-        lock,
+        lock.metrics,
         records,
         plans,
         task_datasets={"a": "d@1", "b": "d@1"},
@@ -304,7 +305,7 @@ def test_compute_records_each_metric_and_which_trials_it_saw(tmp_path: Path) -> 
     assert (
         out["gone"]["source"] == "script" and "not in this machine's cache" in out["gone"]["error"]
     )
-    assert compute(None, records, plans, task_datasets={}, config=CONFIG, run_name="r") == {}
+    assert compute([], records, plans, task_datasets={}, config=CONFIG, run_name="r") == {}
 
 
 def test_an_interrupted_run_runs_no_script_but_computes_its_builtins(tmp_path: Path) -> None:
@@ -318,7 +319,7 @@ def test_an_interrupted_run_runs_no_script_but_computes_its_builtins(tmp_path: P
         ]
     )
     out = compute(
-        lock,
+        lock.metrics,
         [_record(plans[0], "completed", reward=1.0)],
         plans,
         task_datasets={"a": "d@1"},
@@ -347,3 +348,27 @@ def test_the_end_of_run_table_shows_each_metric_over_its_trials() -> None:
         ("s", "a=1.000 (2 trials, 1 graded)"),
         ("bad", "- (2 trials, 1 graded); error: [red]x"),
     ]
+
+
+def test_a_local_task_sets_metric_py_is_its_dataset_metric(tmp_path: Path) -> None:
+    (tmp_path / "set" / "t").mkdir(parents=True)
+    (tmp_path / "set" / "t" / "task.toml").write_text("")
+    assert local_dataset_metric(tmp_path / "set") is None
+    assert local_dataset_metric(tmp_path / "set" / "t") is None
+    (tmp_path / "set" / "metric.py").write_bytes(SCRIPT)
+    (tmp_path / "set" / "t" / "metric.py").write_bytes(SCRIPT)
+    assert local_dataset_metric(tmp_path / "set" / "t") is None  # a task dir's is its own file
+    found = local_dataset_metric(tmp_path / "set")
+    assert found is not None
+    metric, data = found
+    assert (metric.name, metric.type, metric.dataset, data) == (
+        "uv-script",
+        "uv-script",
+        "set@local",
+        SCRIPT,
+    )
+    (tmp_path / "set" / "metric.py").unlink()
+    (tmp_path / "set" / "metric.py").symlink_to(tmp_path / "set" / "t" / "metric.py")
+    found = local_dataset_metric(tmp_path / "set")
+    assert found is not None and found[1] is None
+    assert found[0].error is not None and "link" in found[0].error
