@@ -115,6 +115,8 @@ class RunRow(BaseModel):
         cost_usd: Total cost (None: not priced or not measured).
         category_scores: Category → share of its trials that did not fail.
         failures: The failed trials.
+        dataset_metrics: The numbers of its ``summary.json``'s ``dataset_metrics``: a
+            metric's value by its name, or each of its values as ``NAME.KEY``.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -146,6 +148,41 @@ class RunRow(BaseModel):
     cost_usd: float | None
     category_scores: dict[str, float] = Field(default_factory=dict)
     failures: list[Failure] = Field(default_factory=list)
+    dataset_metrics: dict[str, float] = Field(default_factory=dict)
+
+
+#: The most dataset metric values a run row takes from a run's ``summary.json``.
+MAX_DATASET_VALUES = 64
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def dataset_metric_values(run_dir: Path) -> dict[str, float]:
+    """The numbers of a run's ``summary.json``'s ``dataset_metrics`` (see :class:`RunRow`).
+
+    The run dir may be anyone's: the summary is read by the run-dir reader (capped, beneath
+    the run dir), and only string names and finite numbers are taken, at most
+    :data:`MAX_DATASET_VALUES` of them, names cut to 130 characters.
+    """
+    data = read_summary(run_dir)
+    found = data.get("dataset_metrics") if data is not None else None
+    values: dict[str, float] = {}
+    for name, metric in (found if isinstance(found, dict) else {}).items():
+        value = metric.get("value") if isinstance(metric, dict) else None
+        pairs = value.items() if isinstance(value, dict) else [("", value)]
+        for key, raw in pairs:
+            number = _number(raw)
+            if number is None or not isinstance(key, str):
+                continue
+            label = f"{name}.{key}" if key else str(name)
+            values[label[:130]] = number
+            if len(values) >= MAX_DATASET_VALUES:
+                return values
+    return values
 
 
 def is_run_dir(path: Path) -> bool:
@@ -295,4 +332,5 @@ def run_row(run_dir: Path, index: int) -> RunRow:
         cost_usd=usage.cost_usd,
         category_scores=_category_scores(records, threshold),
         failures=_failures(records, threshold),
+        dataset_metrics=dataset_metric_values(Path(run_dir)),
     )

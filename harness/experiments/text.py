@@ -94,6 +94,8 @@ def trials_text(summary: TrialsSummary, *, path: str | None = None) -> str:
     ]
     if summary.category_scores:
         lines += ["", *stats_table(summary.category_scores, "category score")]
+    if summary.dataset_metrics:
+        lines += ["", *stats_table(summary.dataset_metrics, "dataset metric")]
     failures = _failures(summary)
     if failures:
         lines += ["", "failed trials (errored, ungraded or below the threshold):", *failures]

@@ -16,6 +16,7 @@ the same dirs, found in the same (sorted) order, give the same summary byte for 
      "counts": {"trials": S, "graded": S, "ungraded": S, "failed": S, "errored": S,
                 "tampered": S},
      "category_scores": {"<category>": S},
+     "dataset_metrics": {"<metric>": S, "<metric>.<key>": S},
      "runs": [<one row per run, see runs.RunRow>],
      "warnings": ["..."]}
 
@@ -108,6 +109,8 @@ class TrialsSummary(BaseModel):
         metrics: Metric → :class:`~.stats.Stats` over the runs.
         counts: Count → :class:`~.stats.Stats` over the runs.
         category_scores: Category → :class:`~.stats.Stats` over the runs that ran it.
+        dataset_metrics: A dataset metric's value (``NAME`` or ``NAME.KEY``, as
+            :class:`~.runs.RunRow` has it) → :class:`~.stats.Stats` over the runs.
         runs: One row per run.
         warnings: Mixed identities, values left out.
         retry_of: For a ``--retry-failed`` summary: the source and the trials rerun.
@@ -125,6 +128,7 @@ class TrialsSummary(BaseModel):
     metrics: dict[str, Stats]
     counts: dict[str, Stats]
     category_scores: dict[str, Stats] = Field(default_factory=dict)
+    dataset_metrics: dict[str, Stats] = Field(default_factory=dict)
     runs: list[RunRow]
     warnings: list[str] = Field(default_factory=list)
     retry_of: dict[str, Any] | None = None
@@ -168,6 +172,7 @@ def summarize_rows(
     _mixed(rows, note)
     dumped = [row.model_dump() for row in rows]
     categories = sorted({name for row in rows for name in row.category_scores})
+    datasets = sorted({name for row in rows for name in row.dataset_metrics})
     first = rows[0] if rows else None
     return TrialsSummary(
         n_trials=len(rows),
@@ -183,6 +188,14 @@ def summarize_rows(
                 (row.category_scores.get(name) for row in rows), name=f"category {name}", warn=note
             )
             for name in categories
+        },
+        dataset_metrics={
+            name: describe(
+                (row.dataset_metrics.get(name) for row in rows),
+                name=f"dataset metric {name}",
+                warn=note,
+            )
+            for name in datasets
         },
         runs=list(rows),
         warnings=warnings,

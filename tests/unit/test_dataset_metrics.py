@@ -372,3 +372,35 @@ def test_a_local_task_sets_metric_py_is_its_dataset_metric(tmp_path: Path) -> No
     found = local_dataset_metric(tmp_path / "set")
     assert found is not None and found[1] is None
     assert found[0].error is not None and "link" in found[0].error
+
+
+def test_harness_trials_takes_only_finite_numbers_from_a_forged_summary(tmp_path: Path) -> None:
+    from harness.experiments.runs import MAX_DATASET_VALUES, RunRow, dataset_metric_values
+    from harness.experiments.trials import summarize_rows
+
+    forged = {
+        "mean": {"value": 0.5},
+        "acc": {"value": {"accuracy": 1, "bad": "x", "flag": True}},
+        "nan": {"value": None, "error": "metric.json: a is not a finite number"},
+        "weird": "not an object",
+        **{f"m{i}": {"value": i} for i in range(100)},
+    }
+    (tmp_path / "summary.json").write_text(json.dumps({"dataset_metrics": forged}))
+    values = dataset_metric_values(tmp_path)
+    assert len(values) == MAX_DATASET_VALUES
+    assert values["mean"] == 0.5 and values["acc.accuracy"] == 1.0
+    assert "acc.bad" not in values and "acc.flag" not in values and "nan" not in values
+
+    def row(index: int, metrics: dict[str, float]) -> RunRow:
+        return RunRow.model_construct(
+            index=index, run_dir="/r", name="r", created_at=None, model=None, agent="nop",
+            harness_version=None, taskset_digest="d", threshold=1.0, trials=1, graded=1,
+            failed=0, errored=0, mean_reward=1.0, success_rate=1.0, pass_at_1=1.0,
+            median_trial_duration_s=None, tokens=None, cost_usd=None, category_scores={},
+            failures=[], dataset_metrics=metrics, interrupted=False, tampered=0, ungraded=0,
+            graded_mean_reward=None, graded_success_rate=None, graded_pass_at_1=None,
+        )  # fmt: skip
+
+    summary = summarize_rows([row(1, {"mean": 0.5}), row(2, {"mean": 1.0, "acc.accuracy": 1.0})])
+    assert summary.dataset_metrics["mean"].mean == 0.75 and summary.dataset_metrics["mean"].n == 2
+    assert summary.dataset_metrics["acc.accuracy"].n == 1
