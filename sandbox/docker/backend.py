@@ -1141,7 +1141,8 @@ class DockerSandbox(Sandbox):
 
         They run as the agent's user: a verifier of that user is theirs to signal and read
         (``/proc/<pid>/mem``); gVisor shows every process every other one's environment,
-        the verifier's ``[verifier].env`` included.
+        the verifier's ``[verifier].env`` included; and they share the container's network,
+        which is the verifier's while it runs.
         """
         agents = {self._agent_id[0], *(uid for uid, _gid in self._former_agents)}
         if self._verifier_id[0] in agents:
@@ -1154,6 +1155,18 @@ class DockerSandbox(Sandbox):
             return (
                 f"under gVisor (runsc) any process can read the verifier's environment, and "
                 f"so its [verifier].env ({names})"
+            )
+        # The container's network is the running phase's: beside a verifier that reaches
+        # more than the agent did, the services would get it too.
+        mine = self.spec.network_for("agent", request.step)
+        theirs = self.spec.network_for("verifier", request.step)
+        if theirs.internet and (theirs.mode, set(theirs.allowed_hosts)) != (
+            mine.mode,
+            set(mine.allowed_hosts),
+        ):
+            return (
+                f"the verifier's network ({theirs.mode}) is not the agent's ({mine.mode}): "
+                "the services would reach what the agent phase could not"
             )
         return None
 

@@ -382,6 +382,34 @@ def test_a_kept_server_taking_every_pid_leaves_its_trial_failed_on_attempt_1(
 
 
 @pytest.mark.docker
+def test_a_verifier_with_more_network_than_the_agent_runs_without_the_services(
+    cli: Any, sec: Any, tmp_path: Path
+) -> None:
+    """The container's network is the running phase's: a kept server would get the
+    verifier's ``public`` while the agent phase had ``no-network``; it dies first."""
+    task = _task(
+        sec,
+        tmp_path / "tasks",
+        "keep-net",
+        attack="exit 0\n",
+        test_sh=QUERY_TEST,
+        solution_files={"solve.sh": SOLVE},
+    )
+    toml = task / "task.toml"
+    text = toml.read_text().replace("allow_internet = false\n", "")
+    text = text.replace("[agent]\n", '[agent]\nnetwork_mode = "no-network"\n')
+    toml.write_text(text.replace("[verifier]\n", '[verifier]\nnetwork_mode = "public"\n'))
+    run = cli.run([task], agent="oracle", extra=["--agent-services", "keep"], timeout=240)
+    assert run.records, str(run)
+    record = run.records[0]
+    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
+    assert record["reward"] == 0.0, str(run)  # nothing answered the tests
+    assert _alive(record) == []
+    dropped = [e for e in record["events"] if e.get("type") == "agent_services_dropped"]
+    assert dropped and "network (public) is not the agent's (no-network)" in dropped[0]["reason"]
+
+
+@pytest.mark.docker
 def test_verifier_env_is_out_of_a_kept_servers_reach(
     cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
 ) -> None:
