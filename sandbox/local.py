@@ -838,12 +838,11 @@ class LocalSandbox(Sandbox):
             path.mkdir(mode=0o700)
             os.lchown(path, *owner)
         os.lchown(self.fs / "exec", *owner)
-        # git accepts the agent's repositories (docs/grading.md): the workspace, and each
-        # repository under it by name, since git before 2.46 reads no ``<dir>/*``.
+        # git accepts the agent's repositories whose config can run nothing, each by name
+        # (docs/grading.md); never ``<dir>/*``, which would trust every repository below.
         workspace, view = os.path.realpath(self.fs / "workspace"), self.paths.workspace
-        repos, _cut = git_repos.find(workspace)
-        safe = [view, f"{view}/*"]
-        safe += [view + repo[len(workspace) :] for repo in repos if repo != workspace]
+        repos, _refused, _cut = git_repos.trusted(workspace)
+        safe = [view + repo[len(workspace) :] for repo in repos]
         home_seed.seed(str(grader / "home"), None, *owner, safe)
 
     def reset_verifier_dir(self) -> None:  # noqa: D102

@@ -1214,7 +1214,9 @@ class DockerSandbox(Sandbox):
         self._batch(
             [
                 *({"op": "reset_dir", "path": p, "owner": owner, "mode": 0o700} for p in paths),
-                self._seed_home_op(f"{_TRIAL}/grader/home", owner, git_safe=True),
+                # A kept service (the agent's uid, or root behind Landlock) could rewrite a
+                # vetted repository's config while the tests run: none is trusted then.
+                self._seed_home_op(f"{_TRIAL}/grader/home", owner, git_safe=not self._kept_asked),
             ]
         )
 
@@ -1224,7 +1226,7 @@ class DockerSandbox(Sandbox):
         """The image's dotfiles for ``owner`` into ``home`` (:mod:`sandbox.inside.home_seed`).
 
         Never from a dir the agent writes. ``git_safe``: the verifier's ``git`` accepts the
-        agent's workspace (docs/grading.md).
+        agent's repositories whose config can run nothing (docs/grading.md).
         """
         workspace = self._workdir
         return {
@@ -1232,8 +1234,8 @@ class DockerSandbox(Sandbox):
             "home": home,
             "owner": owner,
             "deny": [workspace, _TRIAL, "/tmp", "/var/tmp", "/dev/shm", "/logs"],
-            "git_safe_directories": [workspace, f"{workspace}/*"] if git_safe else [],
-            # git before 2.46 reads no glob: each repository under the workspace by name.
+            # Each vetted repository by name (never ``<workspace>/*``: git 2.46 and later
+            # would trust every repository below, its config's commands included).
             "git_safe_walk": [workspace] if git_safe else [],
         }
 

@@ -20,20 +20,71 @@ The dir names are the agent's: an entry becomes a quoted ``.gitconfig`` value
 bytes that are not UTF-8) is skipped, never written, so a name cannot add a line of config
 (``core.fsmonitor``) to the verifier's git.
 
+Trust is given to a repository only once it is vetted (:func:`vet`): ownership is not what
+makes another user's repository dangerous, its config is (CVE-2022-24765). A repository
+whose ``config`` (or ``config.worktree``) sets a key outside :data:`SAFE_KEYS` (so no
+``core.fsmonitor``, ``core.hooksPath``, ``core.sshCommand``, pager, editor, filter, diff or
+merge driver, credential helper, alias, include...), holds a hook, is a linked worktree or
+submodule (a gitfile, ``commondir``: its config lives elsewhere), or cannot be read plainly
+(a link, an oversized file, a line this parser does not understand) stays untrusted, and
+the verifier's git refuses it as git refuses any repository of another user.
+
 Stdlib-only, Python >= 3.9 (it runs in the supervisor).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections import deque
-from typing import Deque, List, Optional, Set, Tuple
+from typing import Deque, Dict, FrozenSet, List, Optional, Set, Tuple
 
 MAX_DEPTH = 6
 MAX_ENTRIES = 100_000
 MAX_REPOS = 256
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+#: A repository config larger than this is not read: the repository stays untrusted.
+MAX_CONFIG_BYTES = 256 * 1024
+
+#: The config keys a vetted repository may set, as ``section.key`` (no subsection) or
+#: ``section.*.key`` (any subsection): data git reads, never a command it runs, a file it
+#: includes or a place it redirects to. Everything else makes the repository untrusted.
+_SAFE_TABLE = """
+core: repositoryformatversion filemode bare logallrefupdates ignorecase precomposeunicode
+core: symlinks autocrlf eol safecrlf quotepath compression loosecompression bigfilethreshold
+core: sharedrepository abbrev checkstat trustctime splitindex untrackedcache commentchar
+core: commentstring whitespace sparsecheckout sparsecheckoutcone multipackindex preloadindex
+core: warnambiguousrefs packedgitlimit packedgitwindowsize deltabasecachelimit protecthfs
+core: protectntfs
+remote.*: url pushurl fetch push mirror tagopt prune prunetags skipdefaultupdate
+remote.*: skipfetchall promisor partialclonefilter
+branch.*: remote merge rebase pushremote description
+submodule.*: url active branch ignore shallow
+user: name email
+init: defaultbranch
+extensions: objectformat worktreeconfig refstorage noop
+gc: auto autopacklimit autodetach pruneexpire
+receive: denycurrentbranch denynonfastforwards denydeletes
+pull: rebase ff
+push: default autosetupremote
+fetch: prune
+merge: ff conflictstyle
+diff: renames algorithm mnemonicprefix noprefix renamelimit
+rerere: enabled
+index: version
+status: showuntrackedfiles
+advice: detachedhead
+color: ui
+"""
+SAFE_KEYS: FrozenSet[str] = frozenset(
+    f"{section}.{key}"
+    for section, keys in (line.split(":") for line in _SAFE_TABLE.strip().splitlines())
+    for key in keys.split()
+)
+_HEADER = re.compile(r'\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\\n]|\\.)*)")?\s*\](.*)$')
+_KEY = re.compile(r"([A-Za-z][A-Za-z0-9-]*)\s*(?:=.*)?$")
 
 
 def config_value(path: str) -> Optional[str]:
@@ -129,3 +180,145 @@ def find(root: str) -> Tuple[List[str], bool]:
     finally:
         os.close(top_fd)
     return repos[:MAX_REPOS], truncated
+
+
+def _config_keys(text: str) -> Tuple[Optional[List[str]], str]:
+    """The ``section[.*].key`` names a git config sets (lowercased), or None and why not.
+
+    Conservative: a line this does not understand (a continuation, a header it cannot
+    read) answers None, which leaves the repository untrusted.
+    """
+    keys: List[str] = []
+    section: Optional[str] = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line.endswith("\\"):
+            return None, f"line {number} continues on the next (not read)"
+        if line.startswith("["):
+            header = _HEADER.match(line)
+            if header is None:
+                return None, f"line {number}: a section header not understood"
+            name, sub, rest = header.group(1).lower(), header.group(2), header.group(3).strip()
+            if "." in name:  # [section.subsection], the old spelling
+                section = name.split(".", 1)[0] + ".*"
+            else:
+                section = name if sub is None else name + ".*"
+            line = rest
+        if not line or line[0] in "#;":
+            continue
+        key = _KEY.match(line)
+        if key is None or section is None:
+            return None, f"line {number}: not a key this parser reads"
+        keys.append(f"{section}.{key.group(1).lower()}")
+    return keys, ""
+
+
+def _read_small(dir_fd: int, name: str) -> Tuple[Optional[bytes], str]:
+    """A regular file's bytes (``O_NOFOLLOW``), b"" when absent, or None and why not."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return b"", ""
+    except OSError as exc:
+        return None, f"{name}: {exc.strerror or exc}"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"{name} is not a regular file"
+        if info.st_size > MAX_CONFIG_BYTES:
+            return None, f"{name} is larger than {MAX_CONFIG_BYTES} bytes"
+        data = os.read(fd, MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            return None, f"{name} is larger than {MAX_CONFIG_BYTES} bytes"
+        return data, ""
+    finally:
+        os.close(fd)
+
+
+def _vet_gitdir(gitdir_fd: int) -> Optional[str]:
+    """Why the git dir open at ``gitdir_fd`` is not safe to trust, or None."""
+    for name in ("commondir", "gitdir"):
+        try:
+            os.stat(name, dir_fd=gitdir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            pass
+        return f"a linked worktree ({name}): its config lives elsewhere"
+    for name in ("config", "config.worktree"):
+        data, why = _read_small(gitdir_fd, name)
+        if data is None:
+            return why
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"{name} is not UTF-8"
+        keys, why = _config_keys(text)
+        if keys is None:
+            return f"{name}: {why}"
+        for key in keys:
+            parts = key.split(".")
+            if key not in SAFE_KEYS:
+                shown = key if len(parts) == 2 else ".".join((parts[0], "<name>", parts[-1]))
+                return f"{name} sets {shown}, which is not vetted (it may run a command)"
+    try:
+        hooks_fd = os.open("hooks", _DIR_FLAGS, dir_fd=gitdir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"hooks: {exc.strerror or exc}"
+    try:
+        with os.scandir(hooks_fd) as it:
+            for count, entry in enumerate(it):
+                if count >= 1000:
+                    return "hooks/ holds more than 1000 entries"
+                if not (entry.name.endswith(".sample") and entry.is_file(follow_symlinks=False)):
+                    return f"a hook: hooks/{entry.name}"
+    except OSError as exc:
+        return f"hooks: {exc.strerror or exc}"
+    finally:
+        os.close(hooks_fd)
+    return None
+
+
+def vet(repo: str) -> Optional[str]:
+    """Why the repository at ``repo`` (a path :func:`find` gave) stays untrusted, or None.
+
+    ``repo`` holds ``.git`` (a dir; a gitfile is refused) or is a bare repository. Every
+    open is ``O_NOFOLLOW`` from the parent's fd, so a link swapped in is never read.
+    """
+    try:
+        top_fd = os.open(repo, _DIR_FLAGS)
+    except OSError as exc:
+        return f"not opened: {exc.strerror or exc}"
+    try:
+        try:
+            info = os.stat(".git", dir_fd=top_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return _vet_gitdir(top_fd)  # a bare repository: its dir is the git dir
+        if not stat.S_ISDIR(info.st_mode):
+            return "its .git is a gitfile or a link: the git dir lives elsewhere"
+        try:
+            gitdir_fd = os.open(".git", _DIR_FLAGS, dir_fd=top_fd)
+        except OSError as exc:
+            return f".git not opened: {exc.strerror or exc}"
+        try:
+            return _vet_gitdir(gitdir_fd)
+        finally:
+            os.close(gitdir_fd)
+    finally:
+        os.close(top_fd)
+
+
+def trusted(root: str) -> Tuple[List[str], List[Dict[str, str]], bool]:
+    """The vetted repositories at and under ``root``, the others with why, and truncation."""
+    repos, cut = find(root)
+    safe: List[str] = []
+    refused: List[Dict[str, str]] = []
+    for repo in repos:
+        why = vet(repo)
+        if why is None:
+            safe.append(repo)
+        else:
+            refused.append({"path": repo, "why": why})
+    return safe, refused, cut

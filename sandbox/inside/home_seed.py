@@ -294,21 +294,24 @@ def op_seed_home(req: Dict[str, Any]) -> Dict[str, Any]:
 
     Request keys: ``home``; ``owner``; ``deny`` (dirs never seeded from);
     ``git_safe_directories`` (written to HOME's ``.gitconfig`` after the copy);
-    ``git_safe_walk`` (dirs whose repositories, found by :func:`git_repos.find`, are
-    written there too).
+    ``git_safe_walk`` (dirs whose repositories, found and vetted by
+    :func:`git_repos.trusted`, are written there too; a repository whose config could run
+    a command is not).
     Result: ``source`` (the dir copied, or None), ``files``, ``bytes``, ``truncated``,
     ``skipped`` (up to 50 ``{path, why}``), and with a walk ``git_repos`` ``{found,
-    truncated}``.
+    trusted, untrusted (up to 50 {path, why}), truncated}``.
     """
     uid, gid = int(req["owner"]["uid"]), int(req["owner"]["gid"])
     deny = [str(d) for d in req.get("deny") or []]
     dirs = [str(d) for d in req.get("git_safe_directories") or []]
     walked: Optional[Dict[str, Any]] = None
     for top in req.get("git_safe_walk") or []:
-        repos, cut = git_repos.find(str(top))
+        repos, refused, cut = git_repos.trusted(str(top))
         dirs += [repo for repo in repos if repo not in dirs]
-        walked = walked or {"found": 0, "truncated": False}
-        walked["found"] += len(repos)
+        walked = walked or {"found": 0, "trusted": 0, "untrusted": [], "truncated": False}
+        walked["found"] += len(repos) + len(refused)
+        walked["trusted"] += len(repos)
+        walked["untrusted"] = (walked["untrusted"] + refused)[:50]
         walked["truncated"] = walked["truncated"] or cut
     result = seed(str(req["home"]), source_home(uid, deny), uid, gid, dirs)
     if walked is not None:

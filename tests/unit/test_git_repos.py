@@ -157,3 +157,122 @@ def test_a_dir_name_never_adds_config_to_the_verifiers_git(git: None, tmp_path: 
     assert "core.fsmonitor" not in listed.stdout, listed.stdout
     _git(home, "status", "--porcelain", cwd=plain)
     assert not marker.exists()
+
+
+def _agents_repo(ws: Path, *config: tuple[str, str]) -> Path:
+    """A repository as the agent leaves it: init, a commit, its config keys, owned by it."""
+    _init(ws)
+    env = {"HOME": str(ws.parent), "PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1"}
+    (ws / "f").write_text("x")
+    for argv in (
+        ["config", "user.name", "agent"],
+        ["config", "user.email", "agent@example.com"],
+        ["remote", "add", "origin", "https://example.com/r.git"],
+        ["add", "f"],
+        ["commit", "-qm", "one"],
+        *(["config", key, value] for key, value in config),
+    ):
+        done = subprocess.run(["git", *argv], cwd=ws, env=env, capture_output=True, timeout=60)
+        assert done.returncode == 0, done
+    return ws
+
+
+def _give_away(ws: Path) -> None:
+    for top, dirs, files in os.walk(ws):
+        for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
+            os.lchown(name, OTHER_UID, OTHER_UID)
+
+
+def test_an_ordinary_repository_is_vetted_and_trusted(git: None, tmp_path: Path) -> None:
+    repo = _agents_repo(tmp_path / "app")
+    assert git_repos.vet(str(repo)) is None
+    safe, refused, _ = git_repos.trusted(str(tmp_path / "app"))
+    assert safe == [os.path.realpath(repo)] and refused == []
+
+
+#: Config that runs a command (or names a file git would include) as whoever runs git.
+HOSTILE_CONFIG = {
+    "fsmonitor": ("core.fsmonitor", "touch {marker}"),
+    "hooks-path": ("core.hooksPath", "/tmp/hooks"),
+    "pager": ("core.pager", "touch {marker}; cat"),
+    "ssh": ("core.sshCommand", "touch {marker}"),
+    "external-diff": ("diff.external", "touch {marker}"),
+    "textconv": ("diff.evil.textconv", "touch {marker}; cat"),
+    "filter": ("filter.evil.clean", "touch {marker}; cat"),
+    "merge-driver": ("merge.evil.driver", "touch {marker}"),
+    "credential": ("credential.helper", "!touch {marker}"),
+    "alias": ("alias.st", "!touch {marker}"),
+    "include": ("include.path", "/tmp/evil.gitconfig"),
+    "include-if": ("includeIf.gitdir:/.path", "/tmp/evil.gitconfig"),
+    "upload-pack": ("remote.origin.uploadpack", "touch {marker}"),
+    "submodule-update": ("submodule.x.update", "!touch {marker}"),
+    "worktree": ("core.worktree", "/etc"),
+    "trailer": ("trailer.x.command", "touch {marker}"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_CONFIG))
+def test_a_repository_whose_config_can_run_a_command_is_not_trusted(
+    git: None, tmp_path: Path, case: str
+) -> None:
+    """Attack: the agent's repository config names a command; root's git must refuse it.
+
+    From outside: the repository is left out of the entries, root's git refuses it as
+    another user's ("dubious ownership") and the marker the command would write never
+    appears.
+    """
+    if os.geteuid() != 0:
+        prerequisite_missing("root (to give the repository another owner)")
+    marker = tmp_path / "ran"
+    key, value = HOSTILE_CONFIG[case]
+    ws = tmp_path / "app"
+    repo = _agents_repo(ws, (key, value.format(marker=marker)))
+    (repo / "f").write_text("changed")
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil merge=evil\n")
+    _give_away(ws)
+    why = git_repos.vet(str(repo))
+    assert why is not None and "not vetted" in why, why
+    home = tmp_path / "home"
+    home.mkdir()
+    seeded = home_seed.op_seed_home(
+        {
+            "home": str(home),
+            "owner": {"uid": 0, "gid": 0},
+            "deny": ["/"],
+            "git_safe_walk": [str(ws)],
+        }
+    )
+    assert seeded["git_repos"]["trusted"] == 0, seeded
+    assert seeded["git_repos"]["untrusted"][0]["path"] == os.path.realpath(repo)
+    for argv in (["status", "--porcelain"], ["diff"], ["log", "-p"], ["st"], ["fetch"]):
+        done = _git(home, *argv, cwd=repo)
+        assert done.returncode != 0, (argv, done)
+    assert not marker.exists()
+
+
+def test_hooks_gitfiles_links_and_unread_config_are_not_trusted(git: None, tmp_path: Path) -> None:
+    hooked = _agents_repo(tmp_path / "hooked")
+    (hooked / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\ntouch ran\n")
+    assert "a hook" in (git_repos.vet(str(hooked)) or "")
+    sub = tmp_path / "gitfile"
+    sub.mkdir()
+    (sub / ".git").write_text(f"gitdir: {hooked}/.git\n")
+    assert "gitfile" in (git_repos.vet(str(sub)) or "")
+    linked = _agents_repo(tmp_path / "linked")
+    config = linked / ".git" / "config"
+    config.rename(linked / ".git" / "real-config")
+    config.symlink_to(linked / ".git" / "real-config")
+    assert "not a regular file" in (git_repos.vet(str(linked)) or "") or "Too many" in (
+        git_repos.vet(str(linked)) or ""
+    )
+    continued = _agents_repo(tmp_path / "continued")
+    with (continued / ".git" / "config").open("a") as out:
+        out.write("[user]\n\tname = a \\\n\tfsmonitor\n")
+    assert "continues" in (git_repos.vet(str(continued)) or "")
+    worktree = _agents_repo(tmp_path / "worktree")
+    (worktree / ".git" / "commondir").write_text("../../elsewhere\n")
+    assert "linked worktree" in (git_repos.vet(str(worktree)) or "")
+    big = _agents_repo(tmp_path / "big")
+    with (big / ".git" / "config").open("a") as out:
+        out.write("# " + "x" * git_repos.MAX_CONFIG_BYTES + "\n")
+    assert "larger" in (git_repos.vet(str(big)) or "")
