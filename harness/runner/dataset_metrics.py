@@ -15,8 +15,9 @@ headline's); ``graded`` and ``ungraded`` say how many of the counted trials had 
 
 A script is the dataset's code, never run on the host: it runs as an agent phase of a
 sandbox of its own on the run's backend (docker and local; any other backend's run uses
-the local sandbox), with no network, :data:`SCRIPT_CPUS` CPU, :data:`SCRIPT_MEMORY_MB`
-MB, :data:`SCRIPT_PIDS` processes, :data:`SCRIPT_TIMEOUT_SEC` seconds and
+the local sandbox, which runs none unless the harness is root: without root it is no
+boundary), with no network, :data:`SCRIPT_CPUS` CPU, :data:`SCRIPT_MEMORY_MB` MB,
+:data:`SCRIPT_PIDS` processes, :data:`SCRIPT_TIMEOUT_SEC` seconds and
 :data:`SCRIPT_OUTPUT_BYTES` of captured output, as ``python3 metric.py -i rewards.jsonl
 -o metric.json`` (Harbor's arguments). It sees only its own file and ``rewards.jsonl``.
 ``metric.json`` is read without following a link, at most :data:`MAX_RESULT_BYTES`, and
@@ -46,6 +47,7 @@ from harness.datasets.metrics import (
 from harness.records.model import TrialRecord, latest_by_id
 from harness.trial.settings import TrialPlan
 from sandbox.backend import PhaseRequest, Resources, SandboxSpec
+from sandbox.local import is_root
 
 #: The backends a metric script runs on as the run did; any other: ``local``.
 SCRIPT_BACKENDS = ("docker", "local")
@@ -157,6 +159,11 @@ def run_script(config: RunConfig, run_name: str, script: bytes, rows: Rows) -> d
         MetricScriptError: The sandbox could not run it, or it gave no usable value.
     """
     chosen = script_config(config)
+    if chosen.sandbox.backend == "local" and not is_root():
+        raise MetricScriptError(
+            "the local sandbox is not a security boundary without root, and a metric script "
+            "is the dataset's code: it did not run (run as root, or with --sandbox docker)"
+        )
     try:
         backend = open_backend(chosen, run_name)
     except Exception as exc:  # a plug-in's own error types too: the summary still comes

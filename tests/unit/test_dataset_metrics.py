@@ -404,3 +404,18 @@ def test_harness_trials_takes_only_finite_numbers_from_a_forged_summary(tmp_path
     summary = summarize_rows([row(1, {"mean": 0.5}), row(2, {"mean": 1.0, "acc.accuracy": 1.0})])
     assert summary.dataset_metrics["mean"].mean == 0.75 and summary.dataset_metrics["mean"].n == 2
     assert summary.dataset_metrics["acc.accuracy"].n == 1
+
+
+def test_without_root_the_local_sandbox_runs_no_metric_script(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from harness.runner import dataset_metrics
+
+    def boom(*_args: object) -> None:
+        raise AssertionError("no backend may be opened")
+
+    monkeypatch.setattr(dataset_metrics, "is_root", lambda: False)
+    monkeypatch.setattr(dataset_metrics, "open_backend", boom)
+    config = RunConfig(paths=["/t"], agent="nop", sandbox="local")
+    with pytest.raises(MetricScriptError, match="not a security boundary"):
+        dataset_metrics.run_script(config, "r", SCRIPT, [None])
