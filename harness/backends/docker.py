@@ -38,6 +38,7 @@ from sandbox.docker.engine import (
 from sandbox.docker.gpus import gpu_probe
 from sandbox.docker.images import ImageResolver, parse_aliases
 from sandbox.docker.labels import MANAGED, RUN
+from sandbox.docker.landlock_wall import landlock_refusal
 from sandbox.docker.limits import engine_gaps, gap_line
 from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
@@ -70,14 +71,10 @@ class DockerBackend(SandboxBackend):
         if config.agent_root == "isolated" and self.boundary == "none":
             raise UsageError(isolated_refusal(config.runtime))
         if config.agent_services == "keep" and config.agent_root != "never":
-            raise UsageError(
-                f"--agent-services keep with --agent-root {config.agent_root}: a root agent's "
-                "services would keep CAP_DAC_OVERRIDE and CAP_KILL beside the verifier (read "
-                "/tests, write its reward, kill it), and the container has no CAP_SYS_ADMIN "
-                "to give the verifier a mount namespace of its own; run with --agent-root "
-                "never (the services then run as the agent's unprivileged uid), or "
-                "--agent-services kill"
-            )
+            # Its processes run walled in by Landlock (sandbox.inside.landlock), or not at all.
+            refused = landlock_refusal(config.runtime, config.agent_root, info)
+            if refused is not None:
+                raise UsageError(refused)
         if config.runtime:
             runtimes = info.get("Runtimes") or {}
             if config.runtime not in runtimes:

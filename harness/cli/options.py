@@ -503,8 +503,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         key="sandbox.agent_services",
         metavar="MODE",
         doc="`kill` (default): every process the agent started dies before the tests; "
-        "`keep`: those holding a listening socket keep serving the tests (docker, "
-        "`--agent-root never`), and the record lists them.",
+        "`keep`: those holding a listening socket keep serving the tests (docker; a root "
+        "agent's in a Landlock domain, runc only), and the record lists them.",
     ),
     Option(
         "cpus",

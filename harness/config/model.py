@@ -97,8 +97,9 @@ class SandboxConfig(BaseModel):
             (``--agent-services``): ``kill`` (default) kills every one before the tests
             arrive; ``keep`` keeps those holding a listening socket (a server the tests
             query), each trial's record listing them (``agent_processes_alive``). Docker
-            backend with ``agent_root = "never"`` only; refused elsewhere before anything
-            runs (docs/security.md, "Services the agent leaves running").
+            backend only; a root agent's (``agent_root`` ``allow``/``isolated``) run in a
+            Landlock domain, on runc only; refused elsewhere before anything runs
+            (docs/security.md, "Services the agent leaves running").
         cpu_policy: How a task's ``cpus`` applies (``--cpus``): ``limit`` (default, a
             cap), ``request`` (a weight only), ``guarantee`` (both) or ``ignore``, as
             Harbor 0.22's policies; each record says what held

@@ -914,6 +914,8 @@ class DockerSandbox(Sandbox):
             # (docs/security.md, "A root agent"); every process of the container but the
             # services is the phase's (kill_uid 0 would name the supervisor itself).
             payload["root_agent"] = {"caps": list(ROOT_AGENT_CAPS)}
+            if self._landlocked():
+                payload["root_agent"]["landlock"] = self._landlock_spec()
             payload["kill_uid"] = False
             payload["unreadable"] = []
             return payload
@@ -952,7 +954,9 @@ class DockerSandbox(Sandbox):
             payload["delete_files"] = [*payload.get("delete_files", []), *stale]
         if request.role == "agent":
             self._confine_agent(payload)
-            if self.spec.agent_services == "keep" and self._agent_id[0] != 0:
+            if self.spec.agent_services == "keep" and (
+                self._agent_id[0] != 0 or self._landlocked()
+            ):
                 payload["keep_listeners"] = True
                 self._kept_asked = True
         else:
@@ -1136,6 +1140,23 @@ class DockerSandbox(Sandbox):
             )
         return None
 
+    def _landlocked(self) -> bool:
+        """A root agent whose services are kept: its phases run in a Landlock domain."""
+        return self.spec.agent_services == "keep" and self._agent_id[0] == 0
+
+    def _landlock_spec(self) -> dict[str, list[str]]:
+        """What of ``/`` a walled root agent may not touch: the grader's and the harness's.
+
+        The agent's own dirs inside them are granted back; of ``/trial``, what is there when
+        the phase starts (its home, session, instruction) but the harness's logs and the
+        grader's home. ``/opt``'s harness mounts are read-only binds of the harness's code,
+        granted with ``/opt`` (docs/security.md).
+        """
+        deny = ["/tests", "/logs", f"{_TRIAL}/logs", f"{_TRIAL}/grader"]
+        if not self._solution_readable:
+            deny.append("/solution")
+        return {"deny": deny, "grant": ["/logs/agent", ARTIFACTS_DIR]}
+
     def _kept_refusal(self, request: PhaseRequest) -> str | None:
         """Why the services an agent left running must die before this verifier, or None.
 
@@ -1145,7 +1166,8 @@ class DockerSandbox(Sandbox):
         which is the verifier's while it runs.
         """
         agents = {self._agent_id[0], *(uid for uid, _gid in self._former_agents)}
-        if self._verifier_id[0] in agents:
+        # A root agent's are walled in by Landlock, whatever the verifier's uid.
+        if self._verifier_id[0] in agents and not (self._landlocked() and not self._former_agents):
             return (
                 f"the verifier runs as the agent's user (uid {self._verifier_id[0]}), whose "
                 "services could signal it and read its memory"
@@ -1531,7 +1553,14 @@ class DockerSandbox(Sandbox):
             **({"agent_identity": self.identity.to_json()} if self.identity is not None else {}),
             "verifier_uid": self._verifier_id[0],
             **({"workload": self.workload} if self.workload is not None else {}),
-            **({"agent_services": "keep"} if self.spec.agent_services == "keep" else {}),
+            **(
+                {
+                    "agent_services": "keep",
+                    "agent_services_wall": "landlock" if self._landlocked() else "uid",
+                }
+                if self.spec.agent_services == "keep"
+                else {}
+            ),
             **({"gpus": self.spec.gpus} if self.spec.gpus else {}),
             "limits": {
                 "cpus": res.cpus,

@@ -24,8 +24,9 @@ import stat
 from typing import Any, Dict, List, Optional, Set
 
 try:  # in the harness: the sandbox.inside package; inside a sandbox: a sibling on sys.path
-    from sandbox.inside import syscall_filter
+    from sandbox.inside import landlock, syscall_filter
 except ImportError:  # pragma: no cover - inside a sandbox
+    import landlock  # type: ignore[no-redef,import-not-found]
     import syscall_filter  # type: ignore[no-redef,import-not-found]
 
 PR_SET_PDEATHSIG = 1
@@ -301,10 +302,19 @@ def confine_root(spec: Dict[str, Any]) -> Dict[str, Any]:
     # What the container gave us, cut to the mask (a cap the container lacks stays absent).
     held = int(read_status().get("CapPrm", "0"), 16)
     set_capabilities(held & mask)
+    walled = None
+    if spec.get("landlock") is not None:
+        # Its kept services outlive the phase beside the verifier (landlock's doc).
+        try:
+            walled = landlock.wall(spec["landlock"])
+        except OSError as exc:
+            raise PostureError("no Landlock wall for a root agent: %s" % exc) from None
     install_filter()
     posture = verify_root(mask)
     posture["dropped"] = False
     posture["root_agent"] = True
+    if walled is not None:
+        posture["landlock"] = {"abi": walled["abi"], "scoped": walled["scoped"]}
     posture["kept_caps"] = sorted(n for n in names if (held & mask) >> CAP_NUMBERS[n] & 1)
     return posture
 

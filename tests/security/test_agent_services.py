@@ -18,8 +18,8 @@ Judged from outside, on docker with runc and with gVisor:
 - under gVisor any process reads every other's environment: a task with ``[verifier].env``
   gets its services killed before the verifier (an ``agent_services_dropped`` event), and
   under runc keeps them, which cannot read that environment;
-- a root agent's services (``--agent-root allow``, ``isolated``) and the local sandbox are
-  refused before anything runs, naming why.
+- the local sandbox is refused before anything runs, naming why (a root agent's services:
+  ``test_agent_services_root.py``).
 """
 
 from __future__ import annotations
@@ -442,22 +442,6 @@ def test_verifier_env_is_out_of_a_kept_servers_reach(
         assert not dropped, dropped
         report = (run.evidence(record) / "verifier" / "attack.txt").read_text()
         assert "environ of " in report and "SUCCEEDED" not in report, report
-
-
-@pytest.mark.docker
-def test_a_root_agents_services_are_refused_before_anything_runs(
-    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
-) -> None:
-    """``--agent-root allow`` on runc, ``isolated`` on gVisor."""
-    agent_root = "isolated" if docker_runtime == "runsc" else "allow"
-    task = _task(sec, tmp_path / "tasks", "keep-root", attack=ATTACK_AGENT, test_sh=ATTACK_TEST)
-    run = cli.run(
-        [task], extra=["--agent-services", "keep", "--agent-root", agent_root], timeout=120
-    )
-    assert run.code == 2, str(run)
-    assert f"--agent-services keep with --agent-root {agent_root}" in run.stderr, str(run)
-    assert "CAP_DAC_OVERRIDE" in run.stderr and "--agent-root never" in run.stderr
-    assert run.records == [], "a trial ran"
 
 
 @pytest.mark.root
