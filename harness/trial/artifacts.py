@@ -70,10 +70,23 @@ def _inside(dest: Path, rel: str) -> Path | None:
     return dest.joinpath(*parts)
 
 
+def tree_bytes(path: Path) -> int:
+    """The bytes of the regular files at or below ``path`` (no link followed)."""
+    if path.is_symlink() or not path.exists():
+        return 0
+    if not path.is_dir():
+        return path.lstat().st_size if path.is_file() else 0
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def copy_artifact(
     sandbox: Sandbox, artifact: Artifact, dest: Path, caps: Caps
 ) -> tuple[dict[str, Any], list[EvidenceEvent]]:
-    """Copy one artifact to ``dest``; return its manifest entry and evidence events."""
+    """Copy one artifact to ``dest``; return its manifest entry and evidence events.
+
+    The entry's ``bytes`` (not for the manifest) is what was kept, so that a collection can
+    share one total cap among its artifacts (:func:`collect_artifacts`).
+    """
     with tempfile.TemporaryDirectory(prefix="harness-artifact-") as tmp:
         staged = Path(tmp) / "out"
         entry: dict[str, Any] = {"source": artifact.source, "destination": artifact.target}
@@ -98,6 +111,7 @@ def copy_artifact(
             return entry, found
         entry["type"] = "directory" if staged.is_dir() else "file"
         prune_excluded(staged, artifact.exclude)
+        entry["bytes"] = tree_bytes(staged)
         try:
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
@@ -154,6 +168,9 @@ def collect_artifacts(
     """
     manifest: list[dict[str, Any]] = []
     events: list[EvidenceEvent] = []
+    # One total cap for the whole collection: a task listing one large path many times
+    # never multiplies what reaches the run dir.
+    left = caps.total_bytes
     convention = sandbox.paths.artifacts
     if convention:
         full = full_event(sandbox)
@@ -165,13 +182,25 @@ def collect_artifacts(
                 convention, staged, max_file_bytes=caps.file_bytes, max_total_bytes=caps.total_bytes
             )
             if staged.is_dir() and any(staged.iterdir()):
+                left -= tree_bytes(staged)
                 dest.mkdir(parents=True, exist_ok=True)
                 shutil.copytree(staged, dest, dirs_exist_ok=True, symlinks=True)
                 manifest.append(
                     {"source": convention, "destination": ".", "type": "directory", "status": "ok"}
                 )
     for artifact in artifacts:
-        entry, found = copy_artifact(sandbox, artifact, dest, caps)
+        if left <= 0:
+            detail = f"not copied: the collection's {caps.total_bytes} bytes are spent"
+            manifest.append(
+                {"source": artifact.source, "destination": artifact.target, "type": None}
+                | {"status": "failed", "detail": detail}
+            )
+            events.append(EvidenceEvent("limit", artifact.source, detail, "artifacts_bytes"))
+            continue
+        entry, found = copy_artifact(
+            sandbox, artifact, dest, Caps(min(caps.file_bytes, left), left)
+        )
+        left -= int(entry.pop("bytes", 0))
         manifest.append(entry)
         events += found
     if extra is not None:
