@@ -6,14 +6,17 @@ solutions were not found verbatim, so they are not vendored). Both are service t
 oracle, as root, installs or configures and starts ``nginx`` (and ``sshd``), and the tests
 talk to them. What holds today, on docker (runc), one run of both, ``-j 2``:
 
-- ``--agent-services keep`` is refused with a root agent before anything runs, and both
-  solutions need root, so neither can pass with ``oracle`` (Harbor's agent is root);
-- with ``--agent-root allow`` (services killed before grading) everything else matches
+- with ``--agent-root allow --agent-services keep`` (runc) ``nginx-request-logging`` scores 1
+  with ``oracle`` (Harbor's agent is root): the root nginx its solution starts is kept
+  through grading, walled in by Landlock (the record's ``agent_services_wall``), and the
+  tests query it. ``git-multibranch``'s solution stops at ``mkdir /git``: the wall grants
+  no new entry of ``/`` (it would have to grant ``/`` itself, and so ``/tests``);
+- under gVisor (``--runtime runsc --agent-root isolated``), which has no Landlock, ``keep``
+  with a root agent is refused before anything runs;
+- with ``--agent-root allow`` alone (services killed before grading) everything else matches
   Harbor: the images build, the root solutions run, the verifier runs, and exactly the tests
   that query the servers fail, on a refused connection; the run records the root services it
   killed (a ``survivors`` event naming them).
-
-When root agents' services can be kept, these expectations flip to reward 1.
 
 ``named/git-leak-recovery`` has every file but its solution (not found verbatim): run with
 ``nop`` under the default ``--agent-root never``, its tests' ``git`` commands work on the
@@ -86,17 +89,50 @@ def test_under_the_default_the_verifiers_git_trusts_the_agents_repository(
     }
 
 
-def test_a_root_oracles_services_cannot_be_kept(
+def test_a_root_oracles_services_are_kept_and_answer_the_tests(
     e2e: Any, tmp_path: Path, aliases: list[str]
 ) -> None:
+    """runc: every process of the root oracle's phase is walled in by Landlock.
+
+    nginx-request-logging scores 1. git-multibranch's solution makes ``/git``, a new entry
+    of ``/``, which the wall never grants (a grant on ``/`` would grant ``/tests``): it
+    stops there, before its servers start.
+    """
+    tasks = named(tmp_path)
+    result, records = run_sample(e2e, tasks, tmp_path / "runs", aliases, "oracle",
+                                 "--agent-root", "allow", "--agent-services", "keep")  # fmt: skip
+    assert rewards(records) == {
+        "git-multibranch": ("agent_error", 0.0),
+        "nginx-request-logging": ("completed", 1.0),
+    }, result
+    [error] = records["git-multibranch"]["errors"]
+    assert (
+        "mkdir: cannot create directory \u2018/git\u2019: Permission denied" in error["last_error"]
+    ), error
+    nginx = records["nginx-request-logging"]
+    assert nginx["attempt"] == 1, nginx
+    assert nginx["sandbox"]["agent_services_wall"] == "landlock", nginx["sandbox"]
+    alive = nginx["agent_processes_alive"]
+    # The root master and its www-data workers (they inherit its listening socket).
+    assert {(p["comm"], p["uid"]) for p in alive} == {("nginx", 0), ("nginx", 33)}, alive
+    outcome = outcomes(e2e, tmp_path / "runs", nginx)
+    assert set(outcome.values()) == {"passed"}, outcome
+
+
+def test_gvisor_refuses_a_root_oracles_kept_services(
+    e2e: Any, tmp_path: Path, aliases: list[str]
+) -> None:
+    """runsc has no Landlock: ``--agent-root isolated`` with ``keep`` runs nothing."""
     out = tmp_path / "runs"
     result = e2e.run(
         "run", named(tmp_path), "--agent", "oracle", "--sandbox", "docker", *aliases,
-        "--agent-root", "allow", "--agent-services", "keep", "-o", out, "--display", "none",
+        "--runtime", "runsc", "--agent-root", "isolated", "--agent-services", "keep",
+        "-o", out, "--display", "none",
         timeout=300,
     )  # fmt: skip
     assert result.code == 2, result
-    assert "--agent-services keep with --agent-root allow" in result.stderr, result
+    assert "--agent-services keep with --agent-root isolated" in result.stderr, result
+    assert "gVisor (runsc) has no Landlock" in result.stderr, result
     assert not out.exists() or not any(out.iterdir()), result
 
 
