@@ -47,6 +47,7 @@ from harness.datasets.metrics import (
 from harness.records.model import TrialRecord, latest_by_id
 from harness.trial.settings import TrialPlan
 from sandbox.backend import PhaseRequest, Resources, SandboxSpec
+from sandbox.errors import HarnessError
 from sandbox.local import is_root
 
 #: The backends a metric script runs on as the run did; any other: ``local``.
@@ -65,7 +66,7 @@ _MAX_ERROR = 1024
 Rows = list[dict[str, float] | None]
 
 
-class MetricScriptError(Exception):
+class MetricScriptError(HarnessError):
     """A metric script gave no usable value: why, on one line (recorded, never raised on)."""
 
 
