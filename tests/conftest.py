@@ -1,6 +1,7 @@
 """Shared fixtures: the ``root`` marker, canaries, task dirs, local sandboxes, small filesystems.
 
-Tests marked ``@pytest.mark.root`` skip only when not running as root (CI runs as root).
+Tests marked ``@pytest.mark.root`` need root (CI runs as root): without it they skip, or fail
+under ``HARNESS_REQUIRE_DOCKER=1`` (``support.docker.prerequisite_missing``).
 Local sandboxes get their own uid range (so a uid sweep can never touch anything else) and
 the system ``python3``, exactly as the supervisor runs inside a task image.
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+from support.docker import prerequisite_missing
 from support.workers import uid_base
 
 from harness.tasks import Task, load_task
@@ -106,7 +108,7 @@ def shared_scope(path: str) -> str:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("root") is not None and not IS_ROOT:
-        pytest.skip("needs root: the local sandbox drops privileges only when started as root")
+        prerequisite_missing("root: the local sandbox drops privileges only when started as root")
 
 
 def live_procs_of(uids: range) -> list[psutil.Process]:

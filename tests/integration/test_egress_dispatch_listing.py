@@ -15,18 +15,18 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+from support.docker import prerequisite_missing
 
 from sandbox.docker import egress
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.skipif(shutil.which("iptables") is None, reason="needs iptables"),
-]
+pytestmark = pytest.mark.root
 
 
 @pytest.fixture
 def dispatch(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A dispatch chain name nobody else uses (not made: a test makes it if it needs it)."""
+    if shutil.which("iptables") is None:
+        prerequisite_missing("iptables")
     chain = f"HXT-{os.getpid()}"
     monkeypatch.setattr(egress, "DISPATCH", chain)
     yield chain

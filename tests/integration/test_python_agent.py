@@ -24,9 +24,9 @@ from harness.runner.plan import plan_trials
 from harness.tasks import load_tasks
 from harness.trial import TrialSettings, run_trial
 from sandbox.credentials import CredentialStore
-from sandbox.local import IdentityPool, LocalSandbox, SupervisorPool, is_root
+from sandbox.local import IdentityPool, LocalSandbox, SupervisorPool
 
-pytestmark = pytest.mark.skipif(not is_root(), reason="the local sandbox drops privileges as root")
+pytestmark = pytest.mark.root
 
 AGENT_MODULE = '''
 import json

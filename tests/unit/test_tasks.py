@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.docker import prerequisite_missing
 
 from harness.tasks import (
     Task,
@@ -530,7 +531,7 @@ def test_hash_does_not_follow_symlinks(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_fifo_is_never_opened(tmp_path: Path) -> None:
     if not hasattr(os, "mkfifo"):
-        pytest.skip("no fifos on this platform")
+        prerequisite_missing("os.mkfifo (fifos on this platform)")
     task_dir = make_task(tmp_path)
     os.mkfifo(task_dir / "pipe")
     assert len(load_task(task_dir).hash) == 64  # would hang if it were read

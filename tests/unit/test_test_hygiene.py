@@ -1,0 +1,86 @@
+"""The test suite's own rules, read from its source with ``ast`` (nothing is imported).
+
+A test that cannot run skips only through ``support.docker.prerequisite_missing`` (or a helper
+built on it, such as ``requires_docker`` or the ``root`` marker), which names what is missing
+and fails instead of skipping under ``HARNESS_REQUIRE_DOCKER=1`` (CI), so a missing
+prerequisite can never turn CI green. Hence no test module calls ``pytest.skip``,
+``pytest.importorskip`` or ``pytest.xfail``, marks a test ``skip``, ``skipif`` or ``xfail``,
+or uses ``unittest``'s skips; ``tests/support/docker.py``, which holds the one sanctioned
+``pytest.skip``, is the exception. Task fixtures (``tests/fixtures/``) are data run inside a
+sandbox, not tests of this repository, and are not read.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+#: The one module that may skip: it holds ``prerequisite_missing``.
+SANCTIONED = TESTS / "support" / "docker.py"
+#: Attribute names that skip or expect failure, on ``pytest``, ``pytest.mark`` or ``unittest``.
+BARE = frozenset({"skip", "skipif", "importorskip", "xfail", "skipTest", "skipIf", "skipUnless"})
+
+
+def _modules() -> list[Path]:
+    return sorted(
+        path
+        for path in TESTS.rglob("*.py")
+        if "fixtures" not in path.relative_to(TESTS).parts and path != SANCTIONED
+    )
+
+
+def bare_skips(source: str) -> list[tuple[int, str]]:
+    """Each (line, spelling) in ``source`` that skips or xfails without ``prerequisite_missing``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in BARE:
+            found.append((node.lineno, f"{ast.unparse(node.value)}.{node.attr}"))
+        elif isinstance(node, ast.ImportFrom) and node.module in ("pytest", "unittest"):
+            found += [(node.lineno, f"from {node.module} import {alias.name}")
+                      for alias in node.names if alias.name in BARE]  # fmt: skip
+    return found
+
+
+def test_every_skip_goes_through_prerequisite_missing() -> None:
+    offenders = [
+        f"{path.relative_to(TESTS.parent)}:{line}: {spelling}"
+        for path in _modules()
+        for line, spelling in bare_skips(path.read_text())
+    ]
+    assert not offenders, (
+        "bare skips (call support.docker.prerequisite_missing(reason) instead, or mark the "
+        "test @pytest.mark.root for root):\n" + "\n".join(offenders)
+    )
+
+
+def test_the_rule_sees_each_spelling_of_a_skip() -> None:
+    source = """
+import pytest, unittest
+from pytest import skip
+pytestmark = pytest.mark.skipif(True, reason="x")
+@pytest.mark.skip(reason="x")
+def test_a():
+    pytest.skip("x")
+@pytest.mark.xfail
+def test_b():
+    pytest.importorskip("x")
+    pytest.xfail("x")
+class T(unittest.TestCase):
+    @unittest.skipIf(True, "x")
+    def test_c(self):
+        self.skipTest("x")
+"""
+    spellings = sorted({spelling for _line, spelling in bare_skips(source)})
+    assert spellings == [
+        "from pytest import skip",
+        "pytest.importorskip",
+        "pytest.mark.skip",
+        "pytest.mark.skipif",
+        "pytest.mark.xfail",
+        "pytest.skip",
+        "pytest.xfail",
+        "self.skipTest",
+        "unittest.skipIf",
+    ]
+    assert bare_skips("prerequisite_missing('iptables')\nskipped = 1\nx.skips\n") == []
