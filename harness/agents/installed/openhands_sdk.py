@@ -29,17 +29,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from harness.agents.installed.base import INSTALL_MOUNT
-from harness.agents.installed.cache import AgentCache, CacheEntry, InstallError, Platform
+from harness.agents.installed.debian_agent import DebianPythonAgent
 from harness.agents.installed.debian_runtime import (
-    WRAPPER_BIN,
     DebianPythonSpec,
     debian_python_spec,
-    ensure_debian_python_agent,
 )
-from harness.agents.installed.python_agent import PythonInstalledAgent
-from harness.tasks import Task
-from sandbox.backend import Sandbox
 
 PACKAGE = "openhands-sdk"
 TOOLS_PACKAGE = "openhands-tools"
@@ -141,7 +135,7 @@ if __name__ == "__main__":
 '''
 
 
-class OpenHandsSdk(PythonInstalledAgent):
+class OpenHandsSdk(DebianPythonAgent):
     """OpenHands (PyPI openhands-sdk), its own tools in the sandbox, litellm to the gateway."""
 
     name = "openhands-sdk"
@@ -159,43 +153,9 @@ class OpenHandsSdk(PythonInstalledAgent):
             no_deps=(f"{TOOLS_PACKAGE}=={self.version}",),
         )
 
-    def install(self) -> CacheEntry:  # noqa: D102
-        if self.entry is None:
-            if self.platform.libc != Platform.host().libc:
-                raise InstallError(
-                    f"{self.name}: agent.kwargs.libc = {self.platform.libc!r} is not supported: "
-                    "its runtime is Debian's glibc Python with its own loader, which runs on "
-                    "a musl image as it is: drop agent.kwargs.libc."
-                )
-            spec = self.install_spec()
-            entry = ensure_debian_python_agent(self.cache or AgentCache(), spec, INSTALL_MOUNT)
-            self.check_planned(entry)
-            self.entry = entry
-        return self.entry
-
-    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
-        return {DRIVER_FILE: DRIVER}
-
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
-        assert self.model is not None
-        return [
-            *self.python(),
-            f"{sandbox.paths.home}/{DRIVER_FILE}",
-            f"openai/{self.model.upstream}",
-            f"{INSTALL_MOUNT}/{WRAPPER_BIN}",
-            self.log_path(sandbox, self.step_name(task)),
-            task.instruction,
-        ]
-
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
-        return {
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "LITELLM_TELEMETRY": "False",
-            "LITELLM_OFFLINE_MODE": "true",
-            "OPENHANDS_SUPPRESS_BANNER": "1",
-            "TERM": "xterm-256color",
-            "NO_COLOR": "1",
-        }
+    driver_file: ClassVar[str] = DRIVER_FILE
+    driver: ClassVar[str] = DRIVER
+    extra_env: ClassVar[Mapping[str, str]] = {"OPENHANDS_SUPPRESS_BANNER": "1"}
 
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
         return convert_events(log, model=self.model_id)

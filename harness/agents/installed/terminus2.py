@@ -18,18 +18,10 @@ trajectory is Harbor's own ATIF (``trajectory.json``), kept as it wrote it under
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from harness.agents.installed.base import INSTALL_MOUNT
-from harness.agents.installed.cache import AgentCache, CacheEntry, InstallError, Platform
-from harness.agents.installed.debian_runtime import (
-    WRAPPER_BIN,
-    DebianPythonSpec,
-    debian_python_spec,
-    ensure_debian_python_agent,
-)
-from harness.agents.installed.python_agent import PythonInstalledAgent
+from harness.agents.installed.debian_agent import DebianPythonAgent
 from harness.records.layout import TRAJECTORY_FILENAME
 from harness.tasks import Task
 from sandbox.backend import Sandbox
@@ -125,7 +117,7 @@ if __name__ == "__main__":
 '''
 
 
-class Terminus2(PythonInstalledAgent):
+class Terminus2(DebianPythonAgent):
     """Harbor's Terminus-2, its tmux session through the entry's tmux, litellm to the gateway."""
 
     name = "terminus-2"
@@ -135,45 +127,11 @@ class Terminus2(PythonInstalledAgent):
     pypi_package: ClassVar[str] = PACKAGE
     log_file: ClassVar[str] = TRAJECTORY
 
-    def install_spec(self) -> DebianPythonSpec:  # noqa: D102
-        return debian_python_spec(self.name, self.version, (f"{PACKAGE}=={self.version}",))
+    driver_file: ClassVar[str] = DRIVER_FILE
+    driver: ClassVar[str] = DRIVER
 
-    def install(self) -> CacheEntry:  # noqa: D102
-        if self.entry is None:
-            if self.platform.libc != Platform.host().libc:
-                raise InstallError(
-                    f"{self.name}: agent.kwargs.libc = {self.platform.libc!r} is not supported: "
-                    "its runtime is Debian's glibc Python with its own loader, which runs on "
-                    "a musl image as it is: drop agent.kwargs.libc."
-                )
-            spec = self.install_spec()
-            entry = ensure_debian_python_agent(self.cache or AgentCache(), spec, INSTALL_MOUNT)
-            self.check_planned(entry)
-            self.entry = entry
-        return self.entry
-
-    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
-        return {DRIVER_FILE: DRIVER}
-
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
-        assert self.model is not None
-        return [
-            *self.python(),
-            f"{sandbox.paths.home}/{DRIVER_FILE}",
-            f"openai/{self.model.upstream}",
-            f"{INSTALL_MOUNT}/{WRAPPER_BIN}",
-            self.log_dir(sandbox, self.step_name(task)),
-            task.instruction,
-        ]
-
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
-        return {
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "LITELLM_TELEMETRY": "False",
-            "LITELLM_OFFLINE_MODE": "true",
-            "TERM": "xterm-256color",
-            "NO_COLOR": "1",
-        }
+    def log_arg(self, task: Task, sandbox: Sandbox) -> str:  # noqa: D102
+        return self.log_dir(sandbox, self.step_name(task))  # Harbor writes into a dir
 
     def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
         return convert_atif("\n".join(log), model=self.model_id)
