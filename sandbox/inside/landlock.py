@@ -168,7 +168,8 @@ def wall(spec: Dict[str, Any]) -> Dict[str, Any]:
             finally:
                 os.close(fd)
             granted.append(path)
-        if _LIBC.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        args = [ctypes.c_ulong(arg) for arg in (1, 0, 0, 0)]
+        if _LIBC.prctl(38, *args) != 0:  # PR_SET_NO_NEW_PRIVS
             code = ctypes.get_errno()
             raise OSError(code, "PR_SET_NO_NEW_PRIVS: %s" % os.strerror(code))
         _call("restrict_self", ruleset, 0)
