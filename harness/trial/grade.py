@@ -99,6 +99,8 @@ class CollectAndGrade(TrialState):
         with _merged(self.view.test_dirs) as tests:
             sandbox.put_dir(tests, paths.tests, agent_readable=False)
         timeout = self.view.verifier_timeout_sec
+        if any(e.get("type") == "agent_services_kept" for e in self.events):
+            self.root_log.before_verifier(sandbox)  # its services may change them meanwhile
         result = sandbox.run_phase(
             PhaseRequest(
                 role="verifier",
@@ -113,8 +115,11 @@ class CollectAndGrade(TrialState):
             )
         )
         self.verifier_posture = result.posture
-        # Its verdict follows the agent's tampering; its own installs are not the next agent's.
-        self.root_log.after_verifier(sandbox)
+        # Its verdict follows the agent's tampering; its own installs are not the next agent's,
+        # but beside a root agent's kept services (Landlock leaves them the root) nobody can
+        # tell whose a change is: it is the agent's.
+        beside = any(p.get("uid") == 0 for p in result.agent_processes_alive or [])
+        self.root_log.after_verifier(sandbox, self.step_name, beside_agent=beside)
         self.clock.add("verifier", result.process_sec or result.duration_sec)
         self.clock.add("verifier_phase", result.duration_sec)
         self._phase_events("verifier", result)

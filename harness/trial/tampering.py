@@ -16,7 +16,10 @@ search-path variables and of its ``ld.so.conf``), else a generic one. The events
 bounded: one per path for the first :data:`MAX_TAMPERING_EVENTS` (files before the dirs
 made to hold them), then one per top dir with its count.
 A verifier that runs in the agent's container after such an event gives a verdict taken
-after tampering: the record says so (``tampered_verdict``). ``[verifier].environment_mode =
+after tampering: the record says so (``tampered_verdict``). A verifier that ran beside a
+root agent's kept services (``agent_services = keep``) shares the root with them: what
+changed in it while the verifier ran is classified as an agent phase's is (events with
+``phase`` ``verifier``), and such an event marks that verdict too. ``[verifier].environment_mode =
 "separate"`` is the defence: a separate verifier never sees the agent's root
 (docs/grading.md).
 """
@@ -210,6 +213,7 @@ def tampering_events(
     *,
     extra: PathPatterns | None = None,
     expected: PathPatterns | None = None,
+    phase: str = "agent",
 ) -> list[dict[str, Any]]:
     """The ``tampering`` events of a phase's changes, bounded.
 
@@ -224,7 +228,7 @@ def tampering_events(
         if reason is not None:
             flagged.append((change.kind == "added" and change.type == "dir", change, reason))
     flagged.sort(key=lambda item: item[0])  # stable: by path within each
-    events = [_event(change, reason, step) for _dir, change, reason in flagged]
+    events = [_event(change, reason, step, phase) for _dir, change, reason in flagged]
     del events[MAX_TAMPERING_EVENTS:]
     groups: dict[str, int] = {}
     left = 0
@@ -260,13 +264,20 @@ def tampering_events(
     return events
 
 
-def _event(change: RootChange, reason: str, step: str | None) -> dict[str, Any]:
+def _event(
+    change: RootChange, reason: str, step: str | None, phase: str = "agent"
+) -> dict[str, Any]:
+    who = (
+        "the agent"
+        if phase == "agent"
+        else "the agent's kept services (or the verifier beside them)"
+    )
     return {
         "type": "tampering",
-        "phase": "agent",
+        "phase": phase,
         "path": change.path,
         "kind": change.kind,
-        "detail": f"the agent {change.kind} {reason}: a verifier in this container reads it",
+        "detail": f"{who} {change.kind} {reason}: a verifier in this container reads it",
         **({"step": step} if step is not None else {}),
     }
 
@@ -379,7 +390,7 @@ class RootChangeLog:
             self.events.append({"type": "root_changes_error", "detail": detail})
             return None
 
-    def after_agent(self, sandbox: Sandbox, step: str | None) -> None:
+    def after_agent(self, sandbox: Sandbox, step: str | None, phase: str = "agent") -> None:
         """Record what the agent phase just ended changed, and mark its tampering."""
         listing = self._listing(sandbox)
         if listing is None:
@@ -394,7 +405,9 @@ class RootChangeLog:
         env = phase_env(sandbox)
         dirs = tuple(part for part in env.get("PATH", "").split(":") if part)
         extra = trial_trees(sandbox, env)
-        events = tampering_events(changes, dirs, step, extra=extra, expected=self.expected)
+        events = tampering_events(
+            changes, dirs, step, extra=extra, expected=self.expected, phase=phase
+        )
         if changes.truncated:
             # Changes past the listing's bounds are unseen: one of them may be tampering.
             events.append(
@@ -411,6 +424,8 @@ class RootChangeLog:
         write_changes(self.evidence, changes, step)
         tampered = sum(1 if e.get("path") else int(e.get("count", 0)) for e in events)
         entry = summary(changes, tampered)
+        if phase != "agent":
+            entry["phase"] = phase
         if step is not None:
             entry["step"] = step
         self.summaries.append(entry)
@@ -421,8 +436,28 @@ class RootChangeLog:
         if listing is not None:
             fresh_changes(listing, self._seen)
 
-    def after_verifier(self, sandbox: Sandbox) -> None:
-        """A verifier in the agent's container ran: its verdict follows any tampering."""
+    def before_verifier(self, sandbox: Sandbox) -> None:
+        """Note the bind-mounted name files before a verifier the agent's services may join."""
+        self.before_agent(sandbox)
+
+    def after_verifier(
+        self, sandbox: Sandbox, step: str | None = None, *, beside_agent: bool = False
+    ) -> None:
+        """A verifier in the agent's container ran: its verdict follows any tampering.
+
+        Args:
+            sandbox: The agent's sandbox.
+            step: The step the verifier graded (multi-step tasks).
+            beside_agent: A root agent's kept services ran beside it: what changed in the
+                root meanwhile may be theirs, and is classified as an agent phase's changes
+                are (its tampering marks this verdict too); otherwise it is the verifier's
+                own (its installs).
+        """
+        if beside_agent:
+            self.after_agent(sandbox, step, phase="verifier")
+            self.tampered_verdict = self.tampered_verdict or self.tampered
+            return
+        self._mounted = {}
         self.tampered_verdict = self.tampered_verdict or self.tampered
         self.after_grader(sandbox)
 
