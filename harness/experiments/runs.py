@@ -29,6 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.api import RunResults, load_run
+from harness.datasets.metrics import check_metric_name
 from harness.errors import UsageError
 from harness.records import TrialRecord
 from harness.records.layout import CONFIG_FILENAME, TRIALS_FILENAME
@@ -161,12 +162,21 @@ def _number(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _metric_name(name: object) -> bool:
+    try:
+        check_metric_name(name)  # type: ignore[arg-type]
+    except ValueError:
+        return False
+    return True
+
+
 def dataset_metric_values(run_dir: Path) -> dict[str, float]:
     """The numbers of a run's ``summary.json``'s ``dataset_metrics`` (see :class:`RunRow`).
 
     The run dir may be anyone's: the summary is read by the run-dir reader (capped, beneath
-    the run dir), and only string names and finite numbers are taken, at most
-    :data:`MAX_DATASET_VALUES` of them, names cut to 130 characters.
+    the run dir), and only finite numbers under names a run writes are taken (a metric's
+    name and a value's key as :func:`~harness.datasets.metrics.check_metric_name` allows
+    them: no control character reaches a terminal), at most :data:`MAX_DATASET_VALUES`.
     """
     data = read_summary(run_dir)
     found = data.get("dataset_metrics") if data is not None else None
@@ -174,9 +184,11 @@ def dataset_metric_values(run_dir: Path) -> dict[str, float]:
     for name, metric in (found if isinstance(found, dict) else {}).items():
         value = metric.get("value") if isinstance(metric, dict) else None
         pairs = value.items() if isinstance(value, dict) else [("", value)]
+        if not _metric_name(name):
+            continue
         for key, raw in pairs:
             number = _number(raw)
-            if number is None or not isinstance(key, str):
+            if number is None or not isinstance(key, str) or (key and not _metric_name(key)):
                 continue
             label = f"{name}.{key}" if key else str(name)
             values[label[:130]] = number
