@@ -524,7 +524,8 @@ class DockerSandbox(Sandbox):
         return pool.take(
             key,
             make,
-            lambda warm: warm._channel is not None and warm._channel.idle(),
+            # Its network's rules must refuse the Ray nodes known now (given per trial).
+            lambda warm: warm._channel is not None and warm._channel.idle() and warm._net.current(),
             upcoming=self.spec.upcoming,
         )
 

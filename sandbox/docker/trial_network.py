@@ -129,6 +129,9 @@ class TrialNetwork:
         #: What an allowlist phase reaches without the proxy besides loopback: the
         #: compose sidecars' names and addresses.
         self._direct: tuple[str, ...] = ()
+        #: The Ray cluster's nodes the namespace's or the chain's rules refuse (None: no
+        #: rules written yet).
+        self._cluster: tuple[str, ...] | None = None
 
     def policy(self, role: str, step: int | None = None) -> NetworkPolicy:
         """The network of a phase of ``role`` in ``step`` (``allow_internet`` without any).
@@ -187,6 +190,7 @@ class TrialNetwork:
             SandboxError: the holder did not start or could not write the rules.
         """
         self._plan = self.plan()
+        self._cluster = self.egress.cluster
         egress_dir = self._start_namespace_proxy()
         holder = NetnsHolder.start(
             client, image, name=name, network="bridge", labels=labels,
@@ -208,7 +212,7 @@ class TrialNetwork:
                     subnets=facts.subnets,
                     host_addresses=host_addresses,
                     resolvers=facts.resolvers,
-                    cluster=self.egress.cluster,
+                    cluster=self._cluster,
                 ),
             )
         except SandboxError as exc:
@@ -236,6 +240,15 @@ class TrialNetwork:
         self._holder, warm._holder = warm._holder, None
         self._plan, warm._plan = warm._plan, None
         self._filter, warm._filter = warm._filter, None
+        self._cluster, warm._cluster = warm._cluster, None
+
+    def current(self) -> bool:
+        """Whether the rules written so far refuse the Ray cluster's nodes as known now.
+
+        A Ray worker gives the nodes before each trial (:attr:`EgressRun.cluster`); a warm
+        container's rules written before a node joined are not the next trial's.
+        """
+        return self._cluster is None or self._cluster == self.egress.cluster
 
     def _start_namespace_proxy(self) -> str | None:
         """An allowlist trial's proxy on unix sockets alone, for the holder to relay.
@@ -457,10 +470,11 @@ class TrialNetwork:
             address = str(endpoint.get("IPAddress") or "")
             if not address:
                 raise PermanentStartError(f"the trial container has no address on {NETWORK}")
+            self._cluster = self.egress.cluster
             self._filter = TrialFilter(
                 kind="E", key=str(container.name), bridge=self.egress.bridge, source=address,
                 mac=str(endpoint.get("MacAddress") or "") or None, log=self.egress.log,
-                cluster=self.egress.cluster,
+                cluster=self._cluster,
             )  # fmt: skip
             if self._proxy is not None:
                 self._filter.proxy = self._proxy_ports()
