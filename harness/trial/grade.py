@@ -99,7 +99,8 @@ class CollectAndGrade(TrialState):
         with _merged(self.view.test_dirs) as tests:
             sandbox.put_dir(tests, paths.tests, agent_readable=False)
         timeout = self.view.verifier_timeout_sec
-        if any(e.get("type") == "agent_services_kept" for e in self.events):
+        root_kept = self._root_services_kept()
+        if root_kept:
             self.root_log.before_verifier(sandbox)  # its services may change them meanwhile
         result = sandbox.run_phase(
             PhaseRequest(
@@ -118,7 +119,9 @@ class CollectAndGrade(TrialState):
         # Its verdict follows the agent's tampering; its own installs are not the next agent's,
         # but beside a root agent's kept services (Landlock leaves them the root) nobody can
         # tell whose a change is: it is the agent's.
-        beside = any(p.get("uid") == 0 for p in result.agent_processes_alive or [])
+        # (Kept at the agent phase's end counts: one may change the root during a collect
+        # hook and exit before the verifier starts.)
+        beside = root_kept or any(p.get("uid") == 0 for p in result.agent_processes_alive or [])
         self.root_log.after_verifier(sandbox, self.step_name, beside_agent=beside)
         self.clock.add("verifier", result.process_sec or result.duration_sec)
         self.clock.add("verifier_phase", result.duration_sec)
@@ -130,6 +133,15 @@ class CollectAndGrade(TrialState):
         _raise_for(result, timeout)
         self.reward, self.rewards, events = read_rewards(sandbox)
         self.record_events(events)
+
+    def _root_services_kept(self) -> bool:
+        """This step's agent phase left root processes running (``agent_services = keep``)."""
+        return any(
+            e.get("type") == "agent_services_kept"
+            and e.get("step") == self.step_name
+            and any(isinstance(p, dict) and p.get("uid") == 0 for p in e.get("processes") or [])
+            for e in self.events
+        )
 
     def grade_separately(self) -> None:
         """Grade in a fresh container built from ``tests/``, given only the artifacts."""
