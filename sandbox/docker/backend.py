@@ -753,6 +753,9 @@ class DockerSandbox(Sandbox):
             (f"{_TRIAL}/logs", root, 0o700),
             ("/logs/verifier", root, 0o755),
             (ARTIFACTS_DIR, agent, 0o755),
+            # A walled root agent is granted /logs/agent by name, which must exist when its
+            # phase starts (Harbor's agents write their logs there; /logs is denied whole).
+            *((("/logs/agent", agent, 0o755),) if self._landlocked() else ()),
         ):
             # keep_dir: home and session may be mount points (the trial's filesystem).
             self._call(

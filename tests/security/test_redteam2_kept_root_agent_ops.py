@@ -32,6 +32,7 @@ op mkdir-usr-local mkdir -p /usr/local/share/rt2/deep
 op chown-opt sh -c 'mkdir -p /opt/rt2 && chown rt2user /opt/rt2 && chmod 0750 /opt/rt2'
 op home sh -c 'echo x > "$HOME/rt2" && echo x > /root/rt2'
 op artifacts sh -c 'mkdir -p /logs/artifacts/rt2 && echo x > /logs/artifacts/rt2/f'
+op agent-logs sh -c 'echo x > /logs/agent/rt2'
 op var-lib sh -c 'mkdir -p /var/lib/rt2 && echo x > /var/lib/rt2/state'
 op tmp sh -c 'echo x > /tmp/rt2 && mv /tmp/rt2 /var/tmp/rt2'
 op cross-dir-rename sh -c 'echo x > /tmp/rt2b && mv /tmp/rt2b /usr/local/share/rt2/moved'
@@ -64,6 +65,7 @@ EXPECTED = {
     "chown-opt": "ok",
     "home": "ok",
     "artifacts": "ok",
+    "agent-logs": "ok",
     "var-lib": "ok",
     "tmp": "ok",
     "cross-dir-rename": "ok",
