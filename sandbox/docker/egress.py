@@ -865,8 +865,8 @@ class Swept(NamedTuple):
 def sweep(client: Any, run: str | None = None, *, shared: bool = False) -> Swept:
     """Remove trial chains whose container is gone, and everything when no run holds it.
 
-    Called by ``remove_leaks`` after the containers are gone; a no-op where the rules
-    cannot exist (not root, no ``iptables``).
+    Called by ``remove_leaks`` after the containers are gone; a no-op where this process
+    cannot manage them (not root, no ``iptables``, no ``CAP_NET_ADMIN``, a remote engine).
 
     Args:
         client: The engine's client.
@@ -877,6 +877,10 @@ def sweep(client: Any, run: str | None = None, *, shared: bool = False) -> Swept
             not remove them at its end says to run it).
     """
     if os.geteuid() != 0 or shutil.which("iptables") is None:
+        return Swept([], [], [])
+    # Root in a container without CAP_NET_ADMIN (the CI image), or an engine elsewhere:
+    # whatever rules exist are not this process's to read or remove.
+    if problem(client) is not None:
         return Swept([], [], [])
     if _ipt("iptables", "-S", DISPATCH).returncode != 0 and _network(client) is None:
         return Swept([], [], [])
