@@ -84,3 +84,20 @@ class T(unittest.TestCase):
         "unittest.skipIf",
     ]
     assert bare_skips("prerequisite_missing('iptables')\nskipped = 1\nx.skips\n") == []
+
+
+def test_every_test_module_has_a_basename_of_its_own() -> None:
+    """The test dirs are not packages: two ``test_x.py`` in two dirs cannot both be collected.
+
+    pytest imports each by its basename ("import file mismatch"), so the second one's
+    tests never run in a run that collects both (CI's serial part stopped at collection).
+    """
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in _modules():
+        if not path.name.startswith("test_"):
+            continue
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(TESTS)} and {path.relative_to(TESTS)}")
+        seen.setdefault(path.name, path)
+    assert clashes == [], "rename one of each: " + "; ".join(clashes)
