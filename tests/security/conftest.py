@@ -460,9 +460,8 @@ class ApiRun:
 
 @pytest.fixture
 def api(client: Any, docker_runtime: str | None, tmp_path: Path) -> Iterator[ApiRun]:
-    """Trials through the Python API on the real docker backend (``_sandbox_factory``)."""
-    from harness.run import _sandbox_factory
-
+    """Trials through the Python API on the real docker backend (opened as a run opens it)."""
+    from harness.backends.registry import open_backend
     from harness.config import RunConfig
 
     run_dir = tmp_path / "api-run"
@@ -475,8 +474,9 @@ def api(client: Any, docker_runtime: str | None, tmp_path: Path) -> Iterator[Api
         sandbox="docker",
         runtime=docker_runtime,
     )
-    make_sandbox, runtime = _sandbox_factory(config, label)
-    yield ApiRun(client, run_dir, make_sandbox, runtime, label)
+    runtime = open_backend(config, label)
+    runtime.start()
+    yield ApiRun(client, run_dir, runtime.make_sandbox, runtime, label)
     runtime.close()
     remove_labelled(client, f"{RUN_LABEL}={label}")
 
