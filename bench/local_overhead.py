@@ -134,9 +134,9 @@ def profile_pieces(n: int) -> dict[str, Any]:
     """Time the building blocks of a trial in isolation (all in milliseconds)."""
     import psutil
 
-    from sandbox import processes
     from sandbox.backend import SUPERVISOR_PATH, SupervisorSession
     from sandbox.environment import FIXED_PATH
+    from sandbox.inside import processes
 
     out: dict[str, Any] = {}
     py = sys.executable

@@ -12,7 +12,7 @@ functions:
                record, sort the planned trials into kept / rerun / missing;
 * ``compact``: ``TrialStore.compact(snapshot)`` — repair the torn line and keep one line
                per trial, atomically, from the snapshot (no second read);
-* ``summary``: ``harness.metrics.summarize`` over the latest records (pass@k, per-task
+* ``summary``: ``harness.records.metrics.summarize`` over the latest records (pass@k, per-task
                variance, bootstrap intervals over the 2,000 tasks).
 
 Baseline, measured in the same run: ``json.loads`` of every line of the same file (the
@@ -57,7 +57,6 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere
 
 from measure import host_info  # noqa: E402
 
-from harness.metrics import summarize  # noqa: E402
 from harness.records import (  # noqa: E402
     AgentRef,
     AttemptSummary,
@@ -69,6 +68,7 @@ from harness.records import (  # noqa: E402
     TrialStore,
     Usage,
 )
+from harness.records.metrics import summarize  # noqa: E402
 from harness.runner.plan import plan_trials  # noqa: E402
 from harness.runner.resume import read_for_resume  # noqa: E402
 from harness.tasks import Task  # noqa: E402
