@@ -14,9 +14,6 @@ The public API::
 See ``docs/`` for the architecture, the config, the run dir and writing plug-ins.
 """
 
-import sys
-
-from harness import legacy_run as _legacy_run
 from harness._version import __version__
 from harness.agents import Agent, AgentContext, HarnessAgent, SandboxAgent
 from harness.api import RunResults, check, load_run, resume, run
@@ -41,9 +38,6 @@ from harness.errors import (
 )
 from harness.records import TrialRecord, TrialStatus
 from harness.runner import RunEvents, RunOutcome, RunStart
-
-# 0.1's module harness.run stays importable; the attribute harness.run stays the function.
-sys.modules.setdefault(f"{__name__}.run", _legacy_run)
 
 __all__ = [
     "Agent",

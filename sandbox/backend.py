@@ -303,7 +303,7 @@ class UserWire(TypedDict):
 
 
 class PhaseWire(TypedDict, total=False):
-    """A phase request on the supervisor's wire (``op = "run"``); see ``sandbox.supervisor``.
+    """A phase request on the supervisor's wire (``op = "run"``; :mod:`sandbox.inside.supervisor`).
 
     The backends fill the keys they own: ``user``, ``unreadable``, ``namespaces`` (local),
     ``agent_exec`` (verifier phases), ``prepare_dirs``/``delete_files``.

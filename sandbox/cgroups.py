@@ -5,8 +5,8 @@ Every trial of the local sandbox gets a cgroup of its own, named for its run
 its first phase and kills (``cgroup.kill``, or freeze + SIGKILL on cgroup v1) and removes at
 its end. Each launch of a phase — the agent, the verifier, every command the verifier runs as
 the agent — joins it in the launcher's forked child before anything of the phase runs
-(:func:`sandbox.launch.join_cgroups`), so every process of the trial, detached or not, is
-counted and limited, and dies with it.
+(:func:`sandbox.inside.launch.join_cgroups`), so every process of the trial, detached or
+not, is counted and limited, and dies with it.
 
 Two shapes of the cgroup tree, probed at the start of a run (:func:`probe`):
 

@@ -10,8 +10,8 @@ stored once; the trial's ``workspace/`` dir holds hard links
 to the changed files only, so it reads like today's copy minus the seed's unchanged
 files. ``--evidence none`` keeps the manifest only; ``--evidence full`` is the full copy.
 
-The walk is the evidence walk (:func:`sandbox.evidence.walk_tree`): by dir fd, O_NOFOLLOW,
-regular files only, capped; everything refused is an event, as with a full copy.
+The walk is the evidence walk (:func:`sandbox.inside.evidence.walk_tree`): by dir fd,
+O_NOFOLLOW, regular files only, capped; everything refused is an event, as with a full copy.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ MANIFEST_NAME = "workspace.manifest.json"
 #: The run's content store, under the run dir.
 OBJECTS_DIR = "objects"
 #: Entries a manifest lists at most by default (unchanged files cost a line each, no
-#: bytes): the walk's ``max_entries`` cap (:class:`sandbox.evidence.Limits`).
+#: bytes): the walk's ``max_entries`` cap (:class:`sandbox.inside.evidence.Limits`).
 MAX_MANIFEST_ENTRIES = DEFAULT_LIMITS.max_entries
 
 

@@ -7,7 +7,7 @@ The paths are named in :mod:`harness.records.layout`. Layout (see ``docs/run-dir
       trials.jsonl       trial records (the latest record of an id wins); compacted to one
                          line per trial, atomically, when an invocation starts and ends
       summary.json       metrics over the latest record of each planned trial
-      status.json        live state for other processes (harness.status)
+      status.json        live state for other processes (harness.records.status)
       run.lock           held by the invocation working on the run dir
       logs/invocation_N/eval.log, logs/latest -> invocation_N, eval.log -> logs/latest/eval.log
                          one log per invocation (the first run is 1, each ``--resume`` adds

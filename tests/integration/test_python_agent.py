@@ -15,11 +15,11 @@ import pytest
 from support.workers import uid_base
 
 from harness.config import AgentConfig, BudgetConfig
-from harness.model_access import start_gateway
 from harness.models.catalog import ModelSpec
 from harness.models.selection import ModelChoice
 from harness.plugins import build_agent
 from harness.records import TrialStatus
+from harness.runner.model_access import start_gateway
 from harness.runner.plan import plan_trials
 from harness.tasks import load_tasks
 from harness.trial import TrialSettings, run_trial

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from support.net import Listener, bridge_gateway
 
-from harness.agents.base import Agent, AgentCommand
 from harness.agents.builtin import CommandAgent
+from harness.agents.kinds import AgentCommand, SandboxAgent
 from harness.records import TrialStore
 
 AGENT_UID = 65532
@@ -608,7 +608,7 @@ PY
 # ===================================================================== evidence integrity
 
 
-class _TamperAgent(Agent):
+class _TamperAgent(SandboxAgent):
     """Writes no transcript: replaces session.jsonl with a symlink or FIFO instead."""
 
     name = "tamper"

@@ -29,11 +29,12 @@ The rules: ``sandbox/`` never imports ``harness/``; ``sandbox/inside/`` (the cod
 every sandbox, run there on Python 3.9) imports only the standard library and itself; no
 import cycle between modules; no module imports another package's private name; and the
 packages form a layered graph, no package-level cycle, where only the public facade
-``harness/__init__.py`` may import anything (and the old paths in ``ALLOWED_UPWARD_IMPORTS``,
-re-exports nothing of ours imports, may import what moved above them); and no module of
-ours imports a shim: a module that only re-exports (an old import path, a public face such
-as ``harness.plugins``), which serves callers outside ``harness/`` and ``sandbox/``; nor the
-facade itself.
+``harness/__init__.py`` may import anything; no re-export shim: a module that only
+re-exports (a docstring, imports and ``__all__``) is a package's ``__init__.py`` or one of
+the ``PUBLIC_FACES``, and no module installs a module under another name in
+``sys.modules``; no module of ours imports a public face, which serves callers outside
+``harness/`` and ``sandbox/``, nor the facade itself; and ``harness/``'s root holds at most
+``MAX_HARNESS_ROOT_MODULES`` modules, the rest living in the packages.
 ``tests/unit/test_architecture.py`` is the one place these rules are written down;
 docs/architecture.md explains them.
 """
@@ -55,24 +56,14 @@ ROOTS = ("harness", "sandbox")
 FACADE = "harness"
 #: The in-sandbox code: stdlib-only, shipped as files into every sandbox.
 INSIDE = "sandbox.inside"
-#: Imports (importer module, imported module) left out of the package graph, each with its
-#: reason: an old import path kept as a re-export after its code moved up. The importer must
-#: be a leaf that no module of ours imports (test_allowed_upward_imports_are_leaves).
-ALLOWED_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
-    ("harness.episodes.prepare", "harness.runner.env_check"): (
-        "the env check moved to runner/ (issue 23); its old path re-exports it"
-    ),
+#: Modules, other than a package's ``__init__.py``, that only re-export, each with its
+#: reason: a documented public face. Any other such module is a shim, and there are none.
+PUBLIC_FACES: dict[str, str] = {
+    "harness.plugins": "the registries' public face, for plug-in authors (docs/plugins.md)",
 }
-#: Old import paths that hold code of their own (so they are not found as pure re-exports).
-OLD_PATHS_WITH_CODE: dict[str, str] = {
-    "harness.legacy_run": "harness 0.1's module harness.run (registered by the facade)",
-}
-#: Imports of a shim by a module of ours, each with its reason.
-SHIM_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
-    ("harness", "harness.legacy_run"): (
-        "the facade registers 0.1's harness.run module; importing it is how it does that"
-    ),
-}
+#: The most modules (``.py`` files, ``__init__``, ``__main__`` and ``_version`` included)
+#: directly in ``harness/``: the root is the public API; everything else is in a package.
+MAX_HARNESS_ROOT_MODULES = 9
 #: Standard modules newer than Python 3.9, which the in-sandbox code must still run on.
 NOT_ON_PY39 = frozenset({"tomllib"})
 
@@ -230,10 +221,7 @@ def module_graph() -> dict[str, dict[str, list[Import]]]:
 
 
 def package_graph() -> dict[str, dict[str, list[Import]]]:
-    """Package -> imported package -> the statements.
-
-    The facade's own imports are left out, and so are the ``ALLOWED_UPWARD_IMPORTS``.
-    """
+    """Package -> imported package -> the statements; the facade's own imports left out."""
     graph: dict[str, dict[str, list[Import]]] = {}
     for importer, targets in module_graph().items():
         if importer == FACADE:
@@ -242,7 +230,7 @@ def package_graph() -> dict[str, dict[str, list[Import]]]:
             a, b = package_of(importer), package_of(target)
             graph.setdefault(a, {})
             graph.setdefault(b, {})
-            if a != b and (importer, target) not in ALLOWED_UPWARD_IMPORTS:
+            if a != b:
                 graph[a].setdefault(b, []).extend(imps)
     return graph
 
@@ -418,14 +406,12 @@ def test_no_module_imports_another_packages_private_name() -> None:
 def test_packages_form_layers_without_cycles() -> None:
     graph = package_graph()
     cycles = describe_cycles(graph, "package")
-    allowed = "".join(f"\n  {a} -> {b}: {why}" for (a, b), why in ALLOWED_UPWARD_IMPORTS.items())
     assert not cycles, (
         "The top-level subpackages must form layers (a graph without cycles); only the "
         f"facade {FACADE}/__init__.py may import from every package. Package cycles:\n"
         + cycles
         + "\nFix: the arrow that runs up is the wrong one: move the shared code into the "
         "lower package, or invert the dependency (the upper package passes a callable in)."
-        + (f"\nAllowed exceptions:{allowed}" if allowed else "")
     )
 
 
@@ -445,59 +431,113 @@ def _is_reexport_only(path: Path) -> bool:
     return True
 
 
-@cache
-def shims() -> dict[str, str]:
-    """The modules that only re-export (old import paths, public faces), each with its docstring.
-
-    A package's ``__init__.py`` is not one: it is the package's own public face, and its
-    modules import their siblings. ``harness.legacy_run``, 0.1's ``harness.run`` module kept
-    importable, has code of its own; it is an old path all the same, listed by name.
-    """
-    found = {
-        name: ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+def reexport_only() -> dict[str, Path]:
+    """The modules, other than packages' ``__init__.py``, whose body only re-exports."""
+    return {
+        name: path
         for name, path in modules().items()
         if path.name != "__init__.py" and _is_reexport_only(path)
     }
-    found.update(OLD_PATHS_WITH_CODE)
-    return found
 
 
-def test_the_shims_are_found() -> None:
-    # Not vacuous: the old paths of issue 23's moves are among them, and every module whose
-    # docstring says it moved is one (a shim that grew code would escape the rule below).
-    found = shims()
-    assert {"harness.transcript", "harness.engine", "sandbox.evidence", "harness.plugins"} <= set(
-        found
+def test_no_module_is_a_reexport_shim() -> None:
+    # A module that moved is imported from its new home, everywhere; its old path is deleted,
+    # not kept as a re-export (nor as a module that says it moved and grew code of its own).
+    found = reexport_only()
+    assert set(PUBLIC_FACES) <= set(found), (
+        f"PUBLIC_FACES names modules that are not pure re-exports (or gone): "
+        f"{sorted(set(PUBLIC_FACES) - set(found))}"
     )
-    said_moved = [
+    shims = sorted(name for name in found if name not in PUBLIC_FACES)
+    said_moved = sorted(
         name
         for name, path in modules().items()
         if (doc := ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))))
-        and ("Moved to" in doc or "re-exported here" in doc)
-    ]
-    assert said_moved and not [name for name in said_moved if name not in found], (
-        "these modules say they moved but hold code of their own: keep an old path a pure "
-        f"re-export (docstring, imports, __all__): {[n for n in said_moved if n not in found]}"
+        and re.search(r"[Mm]oved to :mod:|re-exported here|re-exports its|this path stays", doc)
+    )
+    assert not shims and not said_moved, (
+        f"re-export shims (a docstring, imports and __all__ only): {shims}; modules whose "
+        f"docstring says they moved: {said_moved}\nFix: delete the old path and import the "
+        "names from their home everywhere (harness/, sandbox/, tests/, bench/, docs/); a "
+        "documented public face goes in PUBLIC_FACES."
     )
 
 
-def test_no_module_of_ours_imports_a_shim() -> None:
-    # The shims serve external callers only; our own code imports the new homes, so a shim
-    # can be dropped or changed without touching the harness, and never closes a cycle.
-    found = shims()
+def _installs_modules(path: Path) -> Iterator[int]:
+    """The lines of ``path`` writing ``sys.modules[...]`` / ``sys.modules.setdefault(...)``.
+
+    A key that is a constant naming no module of ours (``"sitecustomize"``) is left out.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+    def ours(key: ast.expr) -> bool:
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            return key.value.split(".")[0] in ROOTS
+        return True  # computed: f"{__name__}.run", a variable
+
+    def is_sys_modules(node: ast.expr) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "modules"
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if (
+                    isinstance(target, ast.Subscript)
+                    and is_sys_modules(target.value)
+                    and ours(target.slice)
+                ):
+                    yield node.lineno
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("setdefault", "update", "__setitem__")
+            and is_sys_modules(node.func.value)
+            and (not node.args or ours(node.args[0]))
+        ):
+            yield node.lineno
+
+
+def test_no_module_installs_a_module_under_another_name() -> None:
+    # sys.modules["harness.run"] = legacy was how an old path outlived its file; a module's
+    # name is its file's.
+    bad = [
+        f"{path.relative_to(REPO)}:{line}"
+        for path in modules().values()
+        for line in _installs_modules(path)
+    ]
+    assert not bad, (
+        "modules write sys.modules (an old import path kept alive under another name): "
+        + ", ".join(bad)
+        + "\nFix: delete the alias; callers import the module by its own name."
+    )
+
+
+def test_the_harness_root_holds_few_modules() -> None:
+    # The root is the public API (the facade, api, errors, plugins) and the ground floor
+    # that every package needs; a concept's code lives in its package.
+    root = sorted(path.name for path in (REPO / "harness").glob("*.py"))
+    assert len(root) <= MAX_HARNESS_ROOT_MODULES, (
+        f"harness/ holds {len(root)} modules at its root, more than "
+        f"{MAX_HARNESS_ROOT_MODULES}: {root}\nFix: move the module into the package of its "
+        "concept (and its row in docs/architecture.md's module map), with no shim left behind."
+    )
+
+
+def test_no_module_of_ours_imports_a_public_face() -> None:
+    # A public face (harness.plugins) imports every concept's registry; our own code imports
+    # the registry it needs, so a face never closes a cycle.
     uses = [*all_imports(), *(u for m, p in modules().items() for u in _attribute_uses(m, p))]
     bad = dict.fromkeys(
         f"{imp.where()}  ({imp.target} only re-exports)"
         for imp in uses
-        if imp.target in found
-        and imp.target != imp.importer
-        and (imp.importer, imp.target) not in SHIM_IMPORTS_ALLOWED
+        if imp.target in PUBLIC_FACES and imp.target != imp.importer
     )
     assert not bad, (
-        "A module of ours imports an old import path or a public face that only re-exports "
-        "(those serve callers outside harness/ and sandbox/):\n  "
+        "A module of ours imports a public face that only re-exports (it serves callers "
+        "outside harness/ and sandbox/):\n  "
         + "\n  ".join(bad)
-        + "\nFix: import the name from the module the shim re-exports it from (its new home)."
+        + "\nFix: import the name from the module the face re-exports it from."
     )
 
 
@@ -515,22 +555,6 @@ def test_no_module_of_ours_imports_the_facade() -> None:
         + "\nFix: import from the module that defines the name: harness._version for "
         "__version__, harness.api for run/resume/load_run/check, else the name's package."
     )
-
-
-def test_allowed_upward_imports_are_leaves() -> None:
-    # An allowed upward import stays harmless only while its importer is a re-export that no
-    # module of ours imports (so it can close no cycle), and while the import still exists.
-    graph = module_graph()
-    for importer, target in ALLOWED_UPWARD_IMPORTS:
-        assert target in graph.get(importer, {}), (
-            f"ALLOWED_UPWARD_IMPORTS lists {importer} -> {target}, which no longer exists: "
-            "remove the entry"
-        )
-        users = sorted(m for m, targets in graph.items() if importer in targets)
-        assert not users, (
-            f"{importer} is an allowed upward import (an old path's re-export) but "
-            f"{', '.join(users)} import it: import {target} instead"
-        )
 
 
 def _map_rows() -> list[set[str]]:
@@ -553,7 +577,7 @@ def _map_rows() -> list[set[str]]:
 
 def test_the_module_map_names_real_modules_from_the_ground_floor_up() -> None:
     # docs/architecture.md says its map goes from the ground floor up: nothing in a row
-    # imports a later row. The old paths (shims) and the facade stand apart.
+    # imports a later row. The public faces and the facade stand apart.
     rows = _map_rows()
     assert len(rows) > 20
 
@@ -565,11 +589,10 @@ def test_the_module_map_names_real_modules_from_the_ground_floor_up() -> None:
             module = module.rpartition(".")[0]
         return None
 
-    found = shims()
     later = [
         f"{importer} (row {row_of(importer)}) imports {target} (row {row_of(target)})"
         for importer, targets in module_graph().items()
-        if importer not in found and importer != FACADE
+        if importer not in PUBLIC_FACES and importer != FACADE
         for target in targets
         if (a := row_of(importer)) is not None and (b := row_of(target)) is not None and b > a
     ]

@@ -12,10 +12,10 @@ import docker
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.config import SandboxConfig
 from harness.errors import EXIT_ENGINE_OUTAGE
+from harness.records.status import RunState
 from harness.runner.events import RunEvents
 from harness.runner.faults import Halting
 from harness.runner.outage import DETAIL_CHARS, detail, wait_words, watch_engine
-from harness.status import RunState
 from sandbox.backend import CloseReport, Sandbox, SandboxSpec
 from sandbox.docker.engine import ping
 

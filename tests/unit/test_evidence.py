@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import pytest
 
-from sandbox.evidence import EvidenceEvent, copy_file, copy_tree, read_file
+from sandbox.inside.evidence import EvidenceEvent, copy_file, copy_tree, read_file
 
 T = TypeVar("T")
 

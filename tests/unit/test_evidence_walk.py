@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.evidence import FD_WINDOW, EvidenceEvent, Limits, copy_tree, walk_tree
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
+from sandbox.inside.evidence import FD_WINDOW, EvidenceEvent, Limits, copy_tree, walk_tree
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -128,7 +128,7 @@ def test_the_walk_runs_under_an_fd_limit_below_the_tree_width(root: Path) -> Non
     script = (
         "import resource, sys\n"
         "from pathlib import Path\n"
-        "from sandbox.evidence import copy_tree, Limits\n"
+        "from sandbox.inside.evidence import copy_tree, Limits\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (24, 24))\n"
         "ev = copy_tree(Path(sys.argv[1]), 'ws', Path(sys.argv[2]), max_file_bytes=10,\n"
         "               max_total_bytes=100, limits=Limits(max_depth=400, max_path_bytes=3000))\n"

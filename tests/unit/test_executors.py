@@ -22,9 +22,9 @@ from harness.executors.ray.jobs import BridgeAddress, TrialJob, TrialResult, pac
 from harness.executors.ray.worker import materialize_task
 from harness.plugins import EXECUTORS, open_executor
 from harness.records import TrialRecord, TrialStore
+from harness.records.status import RunState
 from harness.runner.faults import DiskGuard, Halting
 from harness.runner.scheduler import NotRun, TrialRunner
-from harness.status import RunState
 from harness.tasks import Task, load_task
 from harness.tasks.env_templates import env_tables, resolve_task_env
 from harness.trial import TrialPlan, TrialSettings

@@ -18,8 +18,8 @@ from harness.gateway import Limits
 from harness.gateway.limits import MIB, Hold, Meter, parse_cost
 from harness.gateway.recorder import CallRecorder, capped_json, dumps
 from harness.gateway.usage import StreamUsage
-from harness.model_access import gateway_limits
 from harness.models.catalog import ModelSpec
+from harness.runner.model_access import gateway_limits
 
 MODEL = ModelSpec("openai", "m", "m", "openai-chat")
 

@@ -24,7 +24,7 @@ from harness.gateway.policy import (
 from harness.gateway.recorder import CallRecorder
 from harness.gateway.usage import CallUsage
 from harness.models.catalog import ModelSpec, Prices
-from harness.transcript import usage_from_model_calls
+from harness.records.transcript import usage_from_model_calls
 
 MODEL = ModelSpec("openai", "m", "m", "openai-chat", prices=Prices(input=1.0, output=2.0))
 

@@ -10,8 +10,8 @@ from rich.console import Console
 
 from harness.cli.progress import PlainDisplay, QuietDisplay, RichDisplay, make_display
 from harness.records import AgentRef, SandboxRef, TaskRef, TrialError, TrialRecord, TrialStatus
+from harness.records.status import RunState
 from harness.runner import RunStart
-from harness.status import RunState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

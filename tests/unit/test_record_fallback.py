@@ -19,14 +19,14 @@ import pytest
 from harness.agents.nop import NopAgent
 from harness.config import RetryConfig
 from harness.records import TrialRecord, TrialStatus, TrialStore
+from harness.records.status import RunState
 from harness.runner.resume import plan_resume
 from harness.runner.scheduler import ATTEMPT_RAISED, RECORD_NOT_WRITTEN, AgentGate, TrialRunner
-from harness.status import RunState
 from harness.tasks import Task
 from harness.trial import TrialPlan, TrialSettings, run_trial
 from sandbox.backend import PhaseRequest, PhaseResult, SandboxSpec
-from sandbox.evidence import EvidenceEvent
 from sandbox.fake import FakeSandbox, ok_result
+from sandbox.inside.evidence import EvidenceEvent
 
 RETRY = RetryConfig(max_retries=3, backoff_sec=0.01, backoff_max_sec=0.02, jitter=0.0)
 

@@ -25,8 +25,8 @@ from harness.records import (
     TrialStatus,
     TrialStore,
 )
+from harness.records.status import RunState
 from harness.runner.scheduler import AgentGate, NotRun, TrialRunner
-from harness.status import RunState
 from harness.tasks import Task
 from harness.trial import TrialPlan, TrialSettings
 from sandbox.backend import PhaseRequest, PhaseResult, SandboxSpec

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.records import AgentRef, SandboxRef, TaskRef, TrialRecord, TrialStatus
-from harness.status import RunState, StatusWriter, read_status
+from harness.records.status import RunState, StatusWriter, read_status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

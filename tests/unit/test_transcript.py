@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from harness.transcript import (
+from harness.records.transcript import (
     ModelCallUsage,
     derive_transcript,
     read_jsonl,

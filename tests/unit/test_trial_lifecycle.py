@@ -14,8 +14,8 @@ from harness.tasks import Task
 from harness.trial import TrialPlan, TrialSettings, run_trial
 from sandbox.backend import PhaseRequest, PhaseResult, Sandbox, SandboxSpec
 from sandbox.errors import CLEANUP_FAILED, RUN_AND_CLEANUP_FAILED
-from sandbox.evidence import EvidenceEvent
 from sandbox.fake import FakeSandbox, ok_result
+from sandbox.inside.evidence import EvidenceEvent
 
 
 class RecordingFake(FakeSandbox):
