@@ -4,6 +4,10 @@ No process runs: each phase is answered by a handler you pass in, which may read
 the fake filesystem (e.g. a verifier handler writes ``reward.txt``). Every call is logged in
 ``calls`` so tests can assert the lifecycle order, and every phase with the network policy
 it got (its step's: ``SandboxSpec.network_for``) in ``phases``.
+
+Apart from running no process, it keeps the Sandbox contract that :mod:`sandbox.testing`
+checks (tests/conformance/test_fake.py): fixtures are checked before anything is seeded,
+``put_dir`` replaces the dir, and a path that climbs out with ``..`` is refused.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from sandbox.backend import (
     SandboxPaths,
     SandboxSpec,
 )
+from sandbox.errors import SandboxError
 from sandbox.inside.evidence import EvidenceEvent
 from sandbox.network_policy import NetworkPolicy
+from sandbox.seeding import check_fixture_path
 
 PhaseHandler = Callable[[PhaseRequest, "FakeSandbox"], PhaseResult]
 
@@ -39,6 +45,17 @@ def ok_result(exit_code: int = 0, **fields: object) -> PhaseResult:
     }
     base.update(fields)
     return PhaseResult(**base)  # type: ignore[arg-type]
+
+
+def _key(path: str) -> str:
+    """An in-sandbox path as the fake's files are keyed: normalized, never climbing out.
+
+    Raises:
+        SandboxError: the path has a ``..`` component (a real backend refuses it too).
+    """
+    if ".." in path.split("/"):
+        raise SandboxError(f"path {path} climbs out with '..'")
+    return posixpath.normpath(path)
 
 
 def _default_handler(request: PhaseRequest, sandbox: FakeSandbox) -> PhaseResult:
@@ -79,20 +96,23 @@ class FakeSandbox(Sandbox):
 
     def start(self) -> None:  # noqa: D102
         self._call("start")
+        for name in self.spec.fixtures:
+            check_fixture_path(name)  # every path, before anything is seeded
         self.started = True
         for name, fixture in self.spec.fixtures.items():
             data = fixture[0] if isinstance(fixture, tuple) else fixture
-            self.files[posixpath.join(self.paths.workspace, name)] = data
+            self.files[_key(posixpath.join(self.paths.workspace, name))] = data
 
     def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:  # noqa: D102
         self._call(f"put_file:{dest}")
-        self.files[dest] = data
+        self.files[_key(dest)] = data
 
     def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:  # noqa: D102
         self._call(f"put_dir:{dest}")
+        self._clear(dest)
         for path in sorted(src.rglob("*")):
             if path.is_file() and not path.is_symlink():
-                self.files[posixpath.join(dest, path.relative_to(src).as_posix())] = (
+                self.files[_key(posixpath.join(dest, path.relative_to(src).as_posix()))] = (
                     path.read_bytes()
                 )
 
@@ -100,15 +120,19 @@ class FakeSandbox(Sandbox):
         self._call(f"upload:{dest}")
         for path in sorted(src.rglob("*")):
             if path.is_file() and not path.is_symlink():
-                self.files[posixpath.join(dest, path.relative_to(src).as_posix())] = (
+                self.files[_key(posixpath.join(dest, path.relative_to(src).as_posix()))] = (
                     path.read_bytes()
                 )
 
-    def reset_dir(self, path: str) -> None:  # noqa: D102
-        self._call(f"reset_dir:{path}")
-        prefix = path.rstrip("/") + "/"
+    def _clear(self, path: str) -> None:
+        """Remove the dir ``path`` and everything below it."""
+        prefix = _key(path).rstrip("/") + "/"
         for name in [n for n in self.files if n.startswith(prefix)]:
             del self.files[name]
+
+    def reset_dir(self, path: str) -> None:  # noqa: D102
+        self._call(f"reset_dir:{path}")
+        self._clear(path)
 
     def new_agent_user(self) -> tuple[int, int] | None:  # noqa: D102
         self._call("new_agent_user")
@@ -124,14 +148,13 @@ class FakeSandbox(Sandbox):
 
     def reset_verifier_dir(self) -> None:  # noqa: D102
         self._call("reset_verifier_dir")
-        prefix = self.paths.verifier + "/"
-        for name in [n for n in self.files if n.startswith(prefix)]:
-            del self.files[name]
+        self._clear(self.paths.verifier)
 
     def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:  # noqa: D102
-        if path not in self.files:
+        key = _key(path)
+        if key not in self.files:
             return None, EvidenceEvent("missing", path)
-        data = self.files[path]
+        data = self.files[key]
         if len(data) > max_bytes:
             return None, EvidenceEvent("too_large", path)
         return data, None
@@ -140,9 +163,10 @@ class FakeSandbox(Sandbox):
         self, path: str, dest: Path, *, max_file_bytes: int, max_total_bytes: int
     ) -> list[EvidenceEvent]:
         self._call(f"copy_out:{path}")
-        prefix = path.rstrip("/") + "/"
+        key = _key(path)
+        prefix = key.rstrip("/") + "/"
         for name, data in self.files.items():
-            if name == path:
+            if name == key:
                 target = dest
             elif name.startswith(prefix):
                 target = dest / name[len(prefix) :]
