@@ -56,6 +56,8 @@ ROOTS = ("harness", "sandbox")
 FACADE = "harness"
 #: The in-sandbox code: stdlib-only, shipped as files into every sandbox.
 INSIDE = "sandbox.inside"
+#: The Sandbox contract kit: pytest checks a backend's tests run; the product never imports it.
+TESTING = "sandbox.testing"
 #: Modules, other than a package's ``__init__.py``, that only re-export, each with its
 #: reason: a documented public face. Any other such module is a shim, and there are none.
 PUBLIC_FACES: dict[str, str] = {
@@ -329,6 +331,30 @@ def test_sandbox_never_imports_harness() -> None:
         + "\n  ".join(bad)
         + "\nFix: move what sandbox needs into sandbox/ (harness may re-export it), or pass "
         "it in from harness as an argument."
+    )
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_nothing_but_tests_imports_the_contract_kit() -> None:
+    # sandbox/testing/ imports pytest and runs checks over a backend: it serves test
+    # modules (ours in tests/conformance/, a plug-in's own), never harness/ or sandbox/.
+    kit = [imp for imp in all_imports() if _within(imp.importer, TESTING)]
+    assert kit, f"{TESTING} imports nothing: the check below would be vacuous"
+    bad = [
+        imp.where()
+        for imp in all_imports()
+        if imp.target is not None
+        and _within(imp.target, TESTING)
+        and not _within(imp.importer, TESTING)
+    ]
+    assert not bad, (
+        f"{TESTING} (the contract kit, which needs pytest) is imported by the product:\n  "
+        + "\n  ".join(bad)
+        + "\nFix: import what the code needs from the module the kit takes it from "
+        "(sandbox.backend, sandbox.errors, ...); only tests subclass the kit."
     )
 
 
