@@ -17,6 +17,8 @@ from sandbox.storage import release_leftovers
 
 RUN_TMP_PREFIX = "harness-run-"
 """A run's temp dir is ``$TMPDIR/harness-run-<run name>/``."""
+NODE_DIR_PREFIX = "harness-ray-"
+"""A run's dir on a Ray node: ``$TMPDIR/harness-ray-<run name>/`` (tasks, trial scratch)."""
 
 
 def run_tmp_dir(run_name: str) -> Path:
@@ -90,6 +92,7 @@ def remove_private_dir(path: Path) -> list[str]:
 
 
 __all__ = [
+    "NODE_DIR_PREFIX",
     "RUN_TMP_PREFIX",
     "ensure_private_dir",
     "fresh_private_dir",

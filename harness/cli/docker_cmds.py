@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness import admin
+from harness.backends import admin
 from harness.cli.display import err, out
 
 images_app = typer.Typer(help="Build, list and prune task images.", no_args_is_help=True)

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 
 from pydantic import BaseModel
 
-from harness.failpoints import kill_point
+from harness.records.failpoints import kill_point
 
 
 def fsync_dir(directory: Path) -> None:

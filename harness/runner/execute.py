@@ -32,9 +32,9 @@ from typing import Any
 from harness.config import RunConfig, save_config
 from harness.datasets import write_lock
 from harness.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_ERRORS, DiskFull
-from harness.failpoints import kill_point
 from harness.gateway import Gateway
 from harness.records import TrialRecord, TrialStore, latest_by_id
+from harness.records.failpoints import kill_point
 from harness.records.layout import (
     CONFIG_FILENAME,
     LOG_FILENAME,

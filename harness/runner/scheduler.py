@@ -36,7 +36,6 @@ from datetime import UTC, datetime
 from harness.config import RetryConfig
 from harness.episodes.records import failure_errors, with_history
 from harness.errors import HarnessError, TrialCancelled
-from harness.failpoints import fail_point
 from harness.records import (
     AgentRef,
     AttemptSummary,
@@ -47,6 +46,7 @@ from harness.records import (
     TrialStatus,
     TrialStore,
 )
+from harness.records.failpoints import fail_point
 from harness.records.layout import ATTEMPTS_DIRNAME, attempt_evidence_dir, trial_evidence_dir
 from harness.records.status import RunState
 from harness.runner.faults import DiskGuard, Halting, disk_error

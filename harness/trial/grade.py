@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from harness.errors import VerifierError
-from harness.failpoints import kill_point
 from harness.records.atomic import write_bytes_atomic
+from harness.records.failpoints import kill_point
 from harness.records.layout import (
     AGENT_LOG_FILENAME,
     AGENT_STDERR_LOG_FILENAME,

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from harness.errors import agent_fault
-from harness.failpoints import kill_point
 from harness.gateway import TrialUsage
 from harness.records import (
     AgentRef,
@@ -29,6 +28,7 @@ from harness.records import (
     TrialStatus,
     Usage,
 )
+from harness.records.failpoints import kill_point
 from harness.records.layout import SESSION_FILENAME, STEPS_DIRNAME
 from harness.records.transcript import write_transcript
 from harness.tasks import Task

@@ -65,7 +65,7 @@ PUBLIC_FACES: dict[str, str] = {
 }
 #: The most modules (``.py`` files, ``__init__``, ``__main__`` and ``_version`` included)
 #: directly in ``harness/``: the root is the public API; everything else is in a package.
-MAX_HARNESS_ROOT_MODULES = 9
+MAX_HARNESS_ROOT_MODULES = 7
 #: Standard modules newer than Python 3.9, which the in-sandbox code must still run on.
 NOT_ON_PY39 = frozenset({"tomllib"})
 

@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.backends.tmpdir import NODE_DIR_PREFIX
 from harness.models.catalog import ModelSpec
-
-NODE_DIR_PREFIX = "harness-ray-"
-"""A run's dir on a node: ``$TMPDIR/harness-ray-<run name>/`` (tasks, trial scratch)."""
 
 
 def node_run_dir(run_name: str) -> Path:
@@ -126,7 +124,6 @@ def unpack_dir(data: bytes, target: Path) -> None:
 
 
 __all__ = [
-    "NODE_DIR_PREFIX",
     "BridgeAddress",
     "TrialJob",
     "TrialResult",

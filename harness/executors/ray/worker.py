@@ -26,11 +26,10 @@ from filelock import FileLock
 from harness.agents.registry import build_agent
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.registry import SANDBOXES
-from harness.backends.tmpdir import remove_tree
+from harness.backends.tmpdir import NODE_DIR_PREFIX, remove_tree
 from harness.config import RunConfig
 from harness.errors import TaskError
 from harness.executors.ray.jobs import (
-    NODE_DIR_PREFIX,
     TrialJob,
     TrialResult,
     node_run_dir,

@@ -17,9 +17,8 @@ from typing import Any
 import requests
 
 import docker
-from harness.backends.tmpdir import RUN_TMP_PREFIX, remove_private_dir
+from harness.backends.tmpdir import NODE_DIR_PREFIX, RUN_TMP_PREFIX, remove_private_dir
 from harness.errors import UsageError
-from harness.executors.ray.jobs import NODE_DIR_PREFIX
 from harness.gateway.sockets import remove_stale_socket_dirs
 from harness.tasks import load_tasks
 from sandbox import cgroups
