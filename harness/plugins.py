@@ -32,7 +32,6 @@ from harness.backends.registry import SANDBOXES, SANDBOXES_GROUP, open_backend
 from harness.episodes.registry import ENVS, ENVS_GROUP, env_class
 from harness.executors.registry import EXECUTORS, EXECUTORS_GROUP, open_executor
 from harness.registry import Plugin, PluginInfo, Registry, subclass_of
-from harness.registry import T as T  # Registry's type variable: defined here before the move
 
 __all__ = [
     "AGENTS",
