@@ -1,9 +1,10 @@
 """The run dir's ``datasets.lock.json``: exactly which tasks a dataset run ran.
 
-It names the registry, the datasets and versions asked for, and for each task its source
-(git URL, the commit it resolved to, path) and content hash. ``--resume`` and ``harness run
---from-lock RUN_DIR`` rerun those tasks, from the cache or fetched again, and refuse one
-whose content hash differs.
+It names the registry, the datasets and versions asked for, for each task its source
+(git URL, the commit it resolved to, path) and content hash, and the SHA-256 of each
+metric script (a registry's, and a local task set's ``metric.py``: it is written for a
+run of such a set too). ``--resume`` and ``harness run --from-lock RUN_DIR`` rerun those
+tasks, from the cache or fetched again, and refuse one whose content hash differs.
 
 A lock comes with a run dir, which may be someone else's: every field is checked when it
 is read (:mod:`harness.datasets.inputs`: a full commit id, a relative path, a plain git
@@ -29,11 +30,14 @@ from harness.datasets.inputs import (
     check_task_path,
     check_text,
 )
-from harness.datasets.metrics import DeclaredMetric
+from harness.datasets.metrics import DeclaredMetric, LocalMetricPin
 from harness.datasets.model import DatasetError
 from harness.records.layout import DATASETS_LOCK_FILENAME
+from sandbox.beneath import read_beneath
 
 LOCK_VERSION = 1
+#: The largest lock read (100,000 tasks of a few hundred bytes each).
+MAX_LOCK_BYTES = 64 << 20
 #: A task's recorded content: :func:`harness.datasets.cache.tree_digest`.
 _CONTENT_HASH = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
@@ -149,6 +153,7 @@ class DatasetsLock(BaseModel):
         datasets: The ``NAME@VERSION`` of each dataset asked for.
         tasks: Every task, in run order.
         metrics: The metrics the datasets declare (a script's pinned by its digest).
+        local_metrics: Each local task set's ``metric.py``, pinned by its digest.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -158,6 +163,7 @@ class DatasetsLock(BaseModel):
     datasets: list[str] = Field(default_factory=list)
     tasks: list[LockedTask] = Field(default_factory=list)
     metrics: list[DeclaredMetric] = Field(default_factory=list, max_length=64)
+    local_metrics: list[LocalMetricPin] = Field(default_factory=list, max_length=64)
 
     @field_validator("lock_version")
     @classmethod
@@ -190,14 +196,22 @@ def read_lock(where: Path) -> DatasetsLock:
         DatasetError: There is none, or it is not a valid lock.
     """
     path = lock_path(where)
-    if not path.is_file():
+    # A run dir's lock is read beneath it, never through a link (the run dir may be anyone's).
+    read = (
+        read_beneath(where, DATASETS_LOCK_FILENAME, MAX_LOCK_BYTES + 1)
+        if Path(where).is_dir()
+        else read_beneath(path.parent, path.name, MAX_LOCK_BYTES + 1)
+    )
+    if read is None:
         raise DatasetError(
-            f"{where} has no {DATASETS_LOCK_FILENAME}: give the run dir of a dataset run "
-            "(harness run -d NAME@VERSION) or a lock file"
+            f"{where} has no {DATASETS_LOCK_FILENAME} (a regular file, not a link): give the "
+            "run dir of a dataset run (harness run -d NAME@VERSION) or a lock file"
         )
+    if read.size > MAX_LOCK_BYTES:
+        raise DatasetError(f"{path} is larger than {MAX_LOCK_BYTES} bytes: not a datasets lock")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(read.data)
+    except ValueError as exc:
         raise DatasetError(f"{path} is not a valid datasets lock: {exc}") from None
     try:
         lock = DatasetsLock.model_validate(data)

@@ -15,7 +15,12 @@ What is checked before anything is used (a registry may come from anyone):
   registry read from a URL cannot name a file of this machine), at most
   :data:`MAX_SCRIPT_BYTES`;
 - the script is kept in the cache by its SHA-256 and pinned in the lock by it
-  (:class:`DeclaredMetric`), so a resumed run computes the same script or says it cannot.
+  (:class:`DeclaredMetric`), so a resumed run computes the same script or says it cannot;
+- a local task set's ``metric.py`` is pinned by its SHA-256 too (:class:`LocalMetricPin`,
+  the lock's ``local_metrics``): a resumed or ``--from-lock`` run whose set holds another
+  script is refused (:func:`check_local_pin`). A pin read from a run dir names only the
+  set it belongs to and the digest; the script read is always the set's own
+  :data:`METRIC_FILENAME`, beneath it, without links.
 
 The built-ins (:func:`builtin_value`) follow Harbor's: over every trial the metric counts,
 a trial without a reward counting 0, one aggregate per reward key.
@@ -53,6 +58,7 @@ MAX_SCRIPT_BYTES = 256 << 10
 MAX_NAME = 64
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@:+-]*\Z")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MAX_ERROR = 1024
 
 MetricType = Literal["mean", "sum", "min", "max", "uv-script"]
@@ -297,6 +303,130 @@ def local_dataset_metric(task_set: Path) -> tuple[DeclaredMetric, bytes | None] 
     return metric, data
 
 
+class MetricPinError(DatasetError):
+    """A local task set's ``metric.py`` is not the script its run (or lock) pinned."""
+
+
+class LocalMetricPin(BaseModel):
+    """A local task set's ``metric.py`` as a run pins it (``datasets.lock.json``).
+
+    A run dir may come from anyone: every field is checked when the lock is read, and
+    none is ever opened. The task set is matched against the run's own task paths; the
+    script is always that set's :data:`METRIC_FILENAME`, read beneath it without links.
+
+    Attributes:
+        task_set: The task set's absolute path, as the run named it.
+        script_path: :data:`METRIC_FILENAME` (nothing else is a local set's metric).
+        script_digest: ``sha256:<hex>`` of the script the run started with; None when
+            the set's ``metric.py`` could not be used then (a link, too large...).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_set: str
+    script_path: str = METRIC_FILENAME
+    script_digest: str | None = None
+
+    @field_validator("task_set")
+    @classmethod
+    def _task_set(cls, value: str) -> str:
+        parts = value.split("/")
+        if (
+            not value.startswith("/")
+            or len(value) > 4096
+            or _CONTROL.search(value)
+            or any(part in (".", "..") for part in parts)
+        ):
+            raise ValueError(
+                f"task set {value[:80]!r} is not an absolute path without '.' or '..' parts "
+                "or control characters"
+            )
+        return value
+
+    @field_validator("script_path")
+    @classmethod
+    def _script_path(cls, value: str) -> str:
+        if value != METRIC_FILENAME:
+            raise ValueError(
+                f"script path {value[:80]!r} is not {METRIC_FILENAME!r}: a local task set's "
+                f"metric is its own {METRIC_FILENAME}, never another file"
+            )
+        return value
+
+    @field_validator("script_digest")
+    @classmethod
+    def _digest(cls, value: str | None) -> str | None:
+        if value is not None and not _DIGEST.match(value):
+            raise ValueError(f"script digest {value[:80]!r} is not sha256:<64 hex digits>")
+        return value
+
+
+def local_pin(task_set: Path, metric: DeclaredMetric) -> LocalMetricPin:
+    """The pin of a local task set's metric (:func:`local_dataset_metric`'s)."""
+    return LocalMetricPin(task_set=task_set_key(task_set), script_digest=metric.script_digest)
+
+
+def task_set_key(task_set: Path) -> str:
+    """A task set's path as a pin names it: absolute, normalised, links not followed."""
+    return os.path.normpath(os.path.abspath(task_set))
+
+
+def check_local_pin(
+    task_set: Path,
+    metric: DeclaredMetric | None,
+    pin: LocalMetricPin,
+    *,
+    where: str,
+    fix: str,
+) -> None:
+    """Refuse a local task set whose ``metric.py`` is not the script ``pin`` names.
+
+    Args:
+        task_set: The task set.
+        metric: Its metric now (:func:`local_dataset_metric`), None when it has no
+            ``metric.py`` any more.
+        pin: What the run (or lock) pinned for it.
+        where: The lock, for the message.
+        fix: What the user does instead, for the message.
+
+    Raises:
+        MetricPinError: The script now is not the pinned one (changed, gone, or usable
+            only now or only then).
+    """
+    now = None if metric is None else metric.script_digest
+    if metric is not None and now == pin.script_digest:
+        return
+    if metric is None:
+        state = f"has no {METRIC_FILENAME} any more"
+    elif now is None:
+        state = f"has a {METRIC_FILENAME} that cannot be used ({metric.error})"
+    else:
+        state = f"has a {METRIC_FILENAME} of content {now}"
+    started = (
+        f"content {pin.script_digest}"
+        if pin.script_digest is not None
+        else f"a {METRIC_FILENAME} that could not be used"
+    )
+    raise MetricPinError(
+        f"task set {task_set} {state}, but {where} pinned {started}; a dataset metric is "
+        f"computed by the script its run started with: put that {METRIC_FILENAME} back, "
+        f"or {fix}"
+    )
+
+
+def unpinned_metric(metric: DeclaredMetric, where: str) -> DeclaredMetric:
+    """A local task set's metric its resumed run did not pin: kept with why, never run."""
+    return metric.model_copy(
+        update={
+            "error": (
+                f"{where} pinned no {METRIC_FILENAME} for this task set when the run "
+                "started (added since, or the run predates pins): not computed; start a "
+                "new run to compute it"
+            )[:_MAX_ERROR]
+        }
+    )
+
+
 def unique_names(metrics: Sequence[DeclaredMetric]) -> list[DeclaredMetric]:
     """The metrics, each name made unique in the run (``mean``, ``mean#2``...).
 
@@ -370,15 +500,21 @@ __all__ = [
     "METRIC_FILENAME",
     "SCRIPT_METRIC",
     "DeclaredMetric",
+    "LocalMetricPin",
+    "MetricPinError",
     "MetricType",
     "MetricValue",
     "builtin_value",
     "cached_script",
+    "check_local_pin",
     "check_metric_name",
     "local_dataset_metric",
+    "local_pin",
     "parse_declared",
     "read_script",
     "script_digest",
     "store_script",
+    "task_set_key",
     "unique_names",
+    "unpinned_metric",
 ]

@@ -29,9 +29,14 @@ from harness.datasets.cache import TaskCache
 from harness.datasets.lock import lock_path
 from harness.datasets.metrics import (
     DeclaredMetric,
+    LocalMetricPin,
+    check_local_pin,
     local_dataset_metric,
+    local_pin,
     store_script,
+    task_set_key,
     unique_names,
+    unpinned_metric,
 )
 from harness.episodes.run import EnvSetup
 from harness.errors import CorruptRecordError, ResumeError, UsageError
@@ -40,6 +45,7 @@ from harness.executors.registry import open_executor
 from harness.judges import JudgePanel, build_panel
 from harness.models.selection import ModelChoice
 from harness.records import StoreSnapshot
+from harness.records.layout import DATASETS_LOCK_FILENAME
 from harness.runner.env_check import (
     check_tasks,
     is_single,
@@ -241,6 +247,7 @@ def prepare_run(
     """
     paths = [Path(p) for p in config.tasks.paths]
     fetched = _dataset_tasks(config, resume_dir)
+    local_metrics, local_pins = _local_metrics(paths, config, resume_dir)
     tasks, skipped = load_runnable_tasks(
         paths + (fetched.task_dirs if fetched else []), skip_invalid=config.tasks.skip_invalid
     )
@@ -336,11 +343,9 @@ def prepare_run(
         judges=judges,
         skipped=list(skipped),
         env=env,
-        datasets_lock=fetched.lock if fetched else None,
+        datasets_lock=_run_lock(fetched, local_pins),
         task_datasets={**_local_task_sets(paths, chosen), **_task_datasets(fetched, chosen)},
-        dataset_metrics=unique_names(
-            [*(fetched.lock.metrics if fetched else []), *_local_metrics(paths)]
-        ),
+        dataset_metrics=unique_names([*(fetched.lock.metrics if fetched else []), *local_metrics]),
         lock=lock,
         name_lock=name_lock,
     )
@@ -351,22 +356,80 @@ def _dataset_tasks(config: RunConfig, resume_dir: Path | None) -> Resolved | Non
     if not config.tasks.datasets.wanted:
         return None
     if resume_dir is not None and lock_path(resume_dir).is_file():
-        return materialize(read_lock(resume_dir), hub_url=config.tasks.datasets.hub_url)
-    return resolve(config.tasks.datasets)
+        fetched = materialize(read_lock(resume_dir), hub_url=config.tasks.datasets.hub_url)
+    else:
+        fetched = resolve(config.tasks.datasets)
+    if not fetched.task_dirs and not config.tasks.paths:
+        raise UsageError(
+            "the datasets give no task (a lock of a run of local task sets pins only their "
+            "metric.py): give the task sets' paths too, or a dataset run's lock"
+        )
+    return fetched
 
 
-def _local_metrics(paths: Sequence[Path]) -> list[DeclaredMetric]:
-    """Each local task set's ``metric.py``, its script kept in the cache by digest."""
-    found = []
+def _local_metrics(
+    paths: Sequence[Path], config: RunConfig, resume_dir: Path | None
+) -> tuple[list[DeclaredMetric], list[LocalMetricPin]]:
+    """Each local task set's ``metric.py``, checked against its pin; the run's pins.
+
+    A new run pins each set's script by its digest (the lock's ``local_metrics``), its
+    script kept in the cache. A resume checks each against the run dir's pins, and
+    ``--from-lock`` against the lock's: a script that is not the pinned one (changed, gone,
+    a link now) refuses the run. A resumed run's set that its run did not pin keeps its
+    metric with why, and its script never runs.
+
+    Raises:
+        MetricPinError: A set's ``metric.py`` is not the script pinned for it.
+        DatasetError: The run dir's (or ``--from-lock``'s) lock is not a valid lock.
+    """
+    if not paths:
+        return [], []
+    pinned, where, fix = _local_pins(config, resume_dir)
+    metrics: list[DeclaredMetric] = []
+    pins: list[LocalMetricPin] = []
     for path in paths:
         declared = local_dataset_metric(path)
+        pin = None if pinned is None else pinned.get(task_set_key(path))
+        if pin is not None:
+            now = None if declared is None else declared[0]
+            check_local_pin(path, now, pin, where=where, fix=fix)
         if declared is None:
             continue
         metric, data = declared
+        if pin is None and resume_dir is not None:
+            metrics.append(unpinned_metric(metric, where))
+            continue
         if data is not None:
             store_script(TaskCache(), data)
-        found.append(metric)
-    return found
+        metrics.append(metric)
+        pins.append(pin or local_pin(path, metric))
+    return metrics, pins
+
+
+def _local_pins(
+    config: RunConfig, resume_dir: Path | None
+) -> tuple[dict[str, LocalMetricPin] | None, str, str]:
+    """The local sets' pins to hold the run to (None: a new run's own), where, the fix."""
+    if resume_dir is not None:
+        where = str(Path(resume_dir) / DATASETS_LOCK_FILENAME)
+        found = read_lock(resume_dir).local_metrics if os.path.lexists(where) else []
+        return {pin.task_set: pin for pin in found}, where, "start a new run"
+    from_lock = config.tasks.datasets.from_lock
+    if from_lock is not None:
+        found = read_lock(Path(from_lock)).local_metrics
+        return (
+            {pin.task_set: pin for pin in found},
+            f"the lock {from_lock}",
+            "run without --from-lock",
+        )
+    return None, "", ""
+
+
+def _run_lock(fetched: Resolved | None, pins: list[LocalMetricPin]) -> DatasetsLock | None:
+    """What a new run writes as ``datasets.lock.json``: its dataset tasks and its pins."""
+    if fetched is None:
+        return DatasetsLock(local_metrics=pins) if pins else None
+    return fetched.lock.model_copy(update={"local_metrics": pins})
 
 
 def _local_task_sets(paths: Sequence[Path], tasks: list[Task]) -> dict[str, str]:

@@ -23,13 +23,18 @@ from harness.datasets.metrics import (
     MAX_METRICS,
     MAX_SCRIPT_BYTES,
     DeclaredMetric,
+    LocalMetricPin,
+    MetricPinError,
     builtin_value,
     cached_script,
+    check_local_pin,
     local_dataset_metric,
+    local_pin,
     parse_declared,
     script_digest,
     store_script,
     unique_names,
+    unpinned_metric,
 )
 from harness.datasets.model import DatasetError
 from harness.records import AgentRef, SandboxRef, TaskRef, TrialRecord, TrialStatus
@@ -196,6 +201,54 @@ def test_a_lock_pins_the_metrics_and_refuses_a_forged_one(tmp_path: Path) -> Non
         (tmp_path / "datasets.lock.json").write_text(json.dumps(forged))
         with pytest.raises(DatasetError, match=r"metrics\[0\]"):
             read_lock(tmp_path)
+
+
+def test_a_lock_pins_a_local_sets_metric_py_and_refuses_a_forged_pin(tmp_path: Path) -> None:
+    (tmp_path / "set" / "t").mkdir(parents=True)
+    (tmp_path / "set" / "t" / "task.toml").write_text("")
+    (tmp_path / "set" / "metric.py").write_bytes(SCRIPT)
+    found = local_dataset_metric(tmp_path / "set")
+    assert found is not None
+    pin = local_pin(tmp_path / "set", found[0])
+    assert pin == LocalMetricPin(
+        task_set=str(tmp_path / "set"), script_digest=script_digest(SCRIPT)
+    )
+    write_lock(DatasetsLock(local_metrics=[pin]), tmp_path)
+    assert read_lock(tmp_path).local_metrics == [pin]
+    data = json.loads((tmp_path / "datasets.lock.json").read_text())
+    for field, value in [
+        ("script_path", "../metric.py"),
+        ("script_path", "/etc/passwd"),
+        ("script_path", "other.py"),
+        ("task_set", "set"),
+        ("task_set", f"{tmp_path}/set/../x"),
+        ("task_set", f"{tmp_path}/set\n"),
+        ("script_digest", "sha256:nope"),
+    ]:
+        forged = json.loads(json.dumps(data))
+        forged["local_metrics"][0][field] = value
+        (tmp_path / "datasets.lock.json").write_text(json.dumps(forged))
+        with pytest.raises(DatasetError, match=rf"local_metrics\[0\]\.{field}"):
+            read_lock(tmp_path)
+
+
+def test_a_local_metric_py_other_than_its_pin_is_refused_saying_how_to_fix_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "metric.py").write_bytes(SCRIPT)
+    found = local_dataset_metric(tmp_path / "set")
+    assert found is not None
+    pin = local_pin(tmp_path / "set", found[0])
+    check_local_pin(tmp_path / "set", found[0], pin, where="L", fix="start a new run")
+    (tmp_path / "set" / "metric.py").write_bytes(b"print('other')\n")
+    changed = local_dataset_metric(tmp_path / "set")
+    assert changed is not None
+    with pytest.raises(MetricPinError, match="put that metric.py back, or start a new run"):
+        check_local_pin(tmp_path / "set", changed[0], pin, where="L", fix="start a new run")
+    with pytest.raises(MetricPinError, match="has no metric.py any more"):
+        check_local_pin(tmp_path / "set", None, pin, where="L", fix="start a new run")
+    assert "pinned no metric.py" in str(unpinned_metric(found[0], "L").error)
 
 
 # --------------------------------------------------------------------------- a script's answer
