@@ -43,6 +43,7 @@ from sandbox.docker.limits import engine_gaps, gap_line
 from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
 from sandbox.docker.sdk import call
+from sandbox.docker.warm import spares_for
 from sandbox.errors import EngineUnavailable
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class DockerBackend(SandboxBackend):
             runtime=config.runtime,
             run_label=options.run_name,
             tmp_dir=self.tmp_dir,
-            spares=min(options.concurrency, 4),
+            spares=spares_for(options.concurrency),
             compose_host_access=config.compose_host_access,
         )
         self._pinger = pinger(client)

@@ -28,6 +28,20 @@ from sandbox.docker.sdk import call
 
 T = TypeVar("T")
 
+#: The most warm containers a run keeps, whatever its ``-j``.
+MAX_SPARES = 4
+
+
+def spares_for(concurrency: int) -> int:
+    """How many containers a run of ``-j concurrency`` makes ahead: one more than ``-j``.
+
+    Making one (create, start, the supervisor's boot, its setup and network) takes longer
+    than a short trial runs, so a trial that waits for the only one being made waits for
+    most of a make; two made at once, on an engine that serves them side by side, halve
+    that wait at ``-j 1`` (``bench/docker_overhead.py`` (f)). Capped at :data:`MAX_SPARES`.
+    """
+    return min(concurrency + 1, MAX_SPARES)
+
 
 class WarmPool(Generic[T]):
     """Containers made ahead, by shape; and the run's background removals.

@@ -6,7 +6,7 @@ import itertools
 import threading
 from collections.abc import Callable
 
-from sandbox.docker.warm import WarmPool
+from sandbox.docker.warm import MAX_SPARES, WarmPool, spares_for
 
 
 class Maker:
@@ -64,3 +64,9 @@ def test_tasks_sharing_a_shape_share_warm_containers_and_a_change_wastes_at_most
     maker, taken = _run("AAAABBBB")
     assert sum(t is not None for t in taken) == 4  # A's last two, B's last two
     assert [d[0] for d in maker.disposed] == ["A"]  # the one A made before B came
+
+
+def test_a_run_makes_one_container_more_than_its_j_ahead_and_never_more_than_four() -> None:
+    """At ``-j 1`` two are made at once: a trial never waits for the whole of one make."""
+    assert [spares_for(j) for j in (1, 2, 3, 4, 8)] == [2, 3, 4, 4, 4]
+    assert spares_for(64) == MAX_SPARES
