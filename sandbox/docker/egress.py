@@ -64,6 +64,7 @@ import fcntl
 import hashlib
 import ipaddress
 import json
+import logging
 import os
 import re
 import shlex
@@ -79,6 +80,8 @@ from typing import Any, NamedTuple
 from sandbox.docker import netfilter, nflog
 from sandbox.errors import PermanentStartError, SandboxError
 from sandbox.host_tools import failure_detail, run_tool
+
+logger = logging.getLogger(__name__)
 
 #: The harness's filtered network, its Linux bridge and the label that finds it.
 NETWORK = "hx-egress"
@@ -103,6 +106,11 @@ _TIMEOUT_SEC = 30
 #: How long the last run's teardown waits for containers the engine is still removing (and
 #: for endpoints it has yet to release) before it leaves the network to the next one.
 SETTLE_SEC = 30.0
+#: How long a run's end retries a removal the engine refuses with no container attached:
+#: the engine releases a removed container's endpoint a moment after its removal; past
+#: this, it counts an endpoint no container has, which only its restart clears, and the
+#: run leaves the network to the next one instead of waiting :data:`SETTLE_SEC`.
+STALE_GRACE_SEC = 3.0
 _SETTLE_POLL_SEC = 0.25
 #: Container states that end in the container's removal without anyone's further request.
 _GOING = frozenset({"removing", "dead"})
@@ -716,7 +724,13 @@ class EgressRun:
             self._ready = True
 
     def close(self) -> list[str]:
-        """Give the filter back; the last live run removes the network and the rules."""
+        """Give the filter back; the last live run removes the network and the rules.
+
+        Where the engine counts an endpoint on the network that no container has (see
+        :class:`StaleEndpoint`), the network and the rules stay for the next run, which
+        uses them as they are, and a warning says what clears it: no run's end waits for
+        what only a restart of the engine mends, nor calls the run's cleanup failed.
+        """
         with self._lock:
             if not self._held:
                 return []
@@ -724,7 +738,11 @@ class EgressRun:
         try:
             with _locked():
                 self._holder.unlink(missing_ok=True)
-                return _teardown_if_unused(self.client)
+                try:
+                    return _teardown_if_unused(self.client, stale_grace=STALE_GRACE_SEC)
+                except StaleEndpoint as exc:
+                    logger.warning("%s", exc)
+                    return []
         finally:
             if self.log is not None:
                 self.log.close()
@@ -781,15 +799,30 @@ def _only_stale_endpoints(client: Any, network: Any, deadline: float) -> bool:
     return True
 
 
-def _remove_network(client: Any, network: Any) -> bool:
+class StaleEndpoint(SandboxError):
+    """The engine counts an endpoint on the network that no container has.
+
+    Its own ``network rm`` fails the same way; only a restart of the engine clears it.
+    """
+
+
+def _remove_network(client: Any, network: Any, *, stale_grace: float | None = None) -> bool:
     """Remove the filtered network unless a live container holds it; whether it is gone.
 
+    Args:
+        client: The engine's client.
+        network: The filtered network.
+        stale_grace: How long a removal refused with no container attached is retried
+            before :class:`StaleEndpoint` (None: :data:`SETTLE_SEC`, as any refusal).
+
     Raises:
+        StaleEndpoint: refused with no container attached past ``stale_grace``.
         SandboxError: the engine still refuses to remove it after :data:`SETTLE_SEC`.
     """
     from sandbox.docker.sdk import EngineObjectMissing, EngineRequestError, call
 
     deadline = time.monotonic() + SETTLE_SEC
+    unattached_since: float | None = None
     while True:
         try:
             call(network.reload)
@@ -804,13 +837,20 @@ def _remove_network(client: Any, network: Any) -> bool:
             return True
         except EngineRequestError as exc:
             # The engine releases a removed container's endpoint a moment after the removal.
-            if time.monotonic() >= deadline:
-                raise SandboxError(_unremovable(network, exc)) from exc
+            now = time.monotonic()
+            if now >= deadline:
+                raise _unremovable(network, exc) from exc
+            if stale_grace is not None and not (network.attrs.get("Containers") or {}):
+                unattached_since = now if unattached_since is None else unattached_since
+                if now - unattached_since >= stale_grace:
+                    raise _unremovable(network, exc) from exc
+            else:
+                unattached_since = None
         time.sleep(_SETTLE_POLL_SEC)
 
 
-def _unremovable(network: Any, exc: Exception) -> str:
-    """Why the network stays, and what removes it."""
+def _unremovable(network: Any, exc: Exception) -> SandboxError:
+    """Why the network stays, and what removes it (:class:`StaleEndpoint`: a restart)."""
     from sandbox.docker.sdk import EngineError, call
 
     try:
@@ -821,27 +861,31 @@ def _unremovable(network: Any, exc: Exception) -> str:
     if not attached:
         # The engine counts an endpoint no container has: its store lost the endpoint's
         # removal. Nothing but its restart resets the count (its own `network rm` fails).
-        return (
+        return StaleEndpoint(
             f"the {NETWORK} network could not be removed ({exc}) though no container is "
             "attached to it: the engine still counts an endpoint of a removed container, "
             "which only a restart of the engine clears; restart the docker engine, then run "
             "`harness sandbox cleanup`"
         )
-    return (
+    return SandboxError(
         f"the {NETWORK} network could not be removed ({exc}); run "
         "`harness sandbox cleanup` once no run uses this engine"
     )
 
 
-def _teardown_if_unused(client: Any) -> list[str]:
-    """Remove the network and every rule when no live run holds them (under the lock)."""
+def _teardown_if_unused(client: Any, *, stale_grace: float | None = None) -> list[str]:
+    """Remove the network and every rule when no live run holds them (under the lock).
+
+    Raises:
+        StaleEndpoint: see :func:`_remove_network` (``stale_grace``); the rules stay too.
+    """
     bridge = bridge_of(client)
     if _holders(bridge):
         return []
     network = _network(client)
     removed: list[str] = []
     if network is not None:
-        if not _remove_network(client, network):
+        if not _remove_network(client, network, stale_grace=stale_grace):
             return []
         removed.append(f"network {NETWORK}")
     if any(Path("/sys/class/net").glob("hxc*")):

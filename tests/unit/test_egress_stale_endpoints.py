@@ -147,3 +147,27 @@ def test_a_live_container_keeps_the_network_without_a_wait() -> None:
     network = Network({"c" * 64: {"Name": "harness-run-live"}})
     assert _remove_network(client, network) is False
     assert not network.removed and client.api.looks == 1
+
+
+def test_at_a_runs_end_an_endpoint_no_container_has_is_left_after_a_short_grace() -> None:
+    """A run's end does not wait out the settling time for what only a restart mends."""
+    network = Network({}, refusals=10**9)
+    started = time.monotonic()
+    with pytest.raises(egress.StaleEndpoint, match="restart the docker engine"):
+        _remove_network(Client(alive=set()), network, stale_grace=0.05)
+    assert time.monotonic() - started < egress.SETTLE_SEC  # the grace, not the settling
+    assert not network.removed
+
+
+def test_at_a_runs_end_an_endpoint_released_a_moment_late_still_goes() -> None:
+    network = Network({}, refusals=3)
+    assert _remove_network(Client(alive=set()), network, stale_grace=0.5) is True
+    assert network.removed
+
+
+def test_at_a_runs_end_an_attached_endpoint_is_not_taken_for_a_stale_one() -> None:
+    """An endpoint the engine lists (a container it is removing) gets the settling time."""
+    network = Network({"a" * 64: {"Name": "harness-run-t1"}}, refusals=10**9)
+    with pytest.raises(SandboxError) as info:
+        _remove_network(Client(alive=set()), network, stale_grace=0.0)
+    assert not isinstance(info.value, egress.StaleEndpoint)
