@@ -33,6 +33,7 @@ def _show(result: RegradeOutcome, *, as_json: bool) -> None:
             "run_dir": str(result.run.run_dir),
             "source": str(result.source),
             "changes": result.changes,
+            "dataset_metric_changes": result.metrics,
             **result.run.summary.model_dump(mode="json"),
         }
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
@@ -50,6 +51,17 @@ def _show(result: RegradeOutcome, *, as_json: bool) -> None:
             f"{note}",
             markup=False,
         )
+    for metric in result.metrics:  # names a run writes (checked), numbers or absent
+        if metric["before"] != metric["after"]:
+            out.print(
+                f"  dataset metric {metric['metric']}: {_number(metric['before'])} -> "
+                f"{_number(metric['after'])}",
+                markup=False,
+            )
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def regrade_cmd(

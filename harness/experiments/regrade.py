@@ -14,6 +14,13 @@ The new run dir names its source: its ``config.toml`` has ``agent.kwargs.source`
 record's ``agent.source``, and ``regrade.json`` lists, per trial, the source's reward and
 status beside the new ones, and the tasks whose content changed since the source ran
 (regrading after fixing a test is what this is for).
+
+The regrade's ``summary.json`` is its own: the datasets' declared metrics are computed
+anew over the regraded trials' rewards, as any run computes them (a ``metric.py`` in a
+sandbox), and nothing is carried over from the source. ``regrade.json``'s
+``dataset_metrics`` puts each number of the source's beside the regrade's, and says why a
+number the source had has none in the regrade (the metric's error, or a dataset that no
+longer declares it).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +36,23 @@ from harness import api  # called as api.run: one seam to stand a run in for (te
 from harness.config import AgentConfig, RunConfig, load_saved_config, resolve_config
 from harness.config.judges import JudgeSpec
 from harness.errors import UsageError
+from harness.experiments.runs import dataset_metric_values
 from harness.records import TrialRecord
 from harness.records.atomic import write_bytes_atomic
 from harness.records.layout import SESSION_FILENAME, WORKSPACE_DIRNAME, trial_evidence_dir
+from harness.records.run import read_summary
 from harness.records.workspace import damaged, workspace_kept
 from harness.runner import RunEvents, RunOutcome
 from sandbox.beneath import is_dir_beneath, is_file_beneath, safe_relative
 
-__all__ = ["REGRADE_FILENAME", "RegradeOutcome", "not_regradable", "regrade", "regrade_config"]
+__all__ = [
+    "REGRADE_FILENAME",
+    "RegradeOutcome",
+    "metric_changes",
+    "not_regradable",
+    "regrade",
+    "regrade_config",
+]
 
 REGRADE_FILENAME = "regrade.json"
 """What a regrade run dir says about its source and the changes."""
@@ -50,11 +66,13 @@ class RegradeOutcome:
         run: The regrade run's outcome.
         source: The source run dir.
         changes: Per regraded trial: ``{trial_id, task, before, after}``.
+        metrics: Per dataset metric value of either run: ``{metric, before, after, reason}``.
     """
 
     run: RunOutcome
     source: Path
     changes: list[dict[str, Any]]
+    metrics: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _merge_judges(old: Sequence[JudgeSpec], new: Sequence[JudgeSpec]) -> list[JudgeSpec]:
@@ -171,12 +189,48 @@ def regrade(
         }
         for record in outcome.records
     ]
+    metrics = metric_changes(source, outcome.run_dir)
     data = {
         "source": str(source),
         "source_name": source.name,
         "trials": changes,
         "not_regraded": left_out,
+        "dataset_metrics": metrics,
     }
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     write_bytes_atomic(outcome.run_dir / REGRADE_FILENAME, text.encode())
-    return RegradeOutcome(outcome, source, changes)
+    return RegradeOutcome(outcome, source, changes, metrics)
+
+
+def metric_changes(source: Path, regraded: Path) -> list[dict[str, Any]]:
+    """Each dataset metric value of the source beside the regrade's, and why one has none.
+
+    The source may be anyone's run dir: its values are taken as
+    :func:`~harness.experiments.runs.dataset_metric_values` takes them (finite numbers
+    under names a run writes, capped). A value the regrade has not gets a ``reason``: its
+    metric's error in the regrade's summary, or that the dataset does not declare it now.
+    """
+    before = dataset_metric_values(source)
+    after = dataset_metric_values(regraded)
+    summary = read_summary(regraded) or {}
+    entries = summary.get("dataset_metrics")
+    entries = entries if isinstance(entries, dict) else {}
+    found = []
+    for name in sorted({*before, *after}):
+        reason = None
+        if name not in after:
+            entry = entries.get(name) or next(
+                (v for k, v in entries.items() if isinstance(k, str) and name.startswith(f"{k}.")),
+                None,
+            )
+            error = entry.get("error") if isinstance(entry, dict) else None
+            reason = (
+                str(error)[:1024]
+                if error
+                else "the dataset declares no such metric now (its metric.py or registry "
+                "entry is gone or renamed): not computed in the regrade"
+            )
+        found.append(
+            {"metric": name, "before": before.get(name), "after": after.get(name), "reason": reason}
+        )
+    return found

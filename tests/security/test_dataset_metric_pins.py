@@ -258,6 +258,11 @@ def test_a_regrade_computes_its_dataset_metric_over_the_new_rewards_and_pins_its
         "error": None,
     }
     assert (source / "summary.json").read_bytes() == before  # the source keeps its record
+    regrade = json.loads((regraded / "regrade.json").read_text())
+    assert regrade["dataset_metrics"] == [
+        {"metric": "uv-script.solved", "before": 0.0, "after": 2.0, "reason": None}
+    ]
+    assert "dataset metric uv-script.solved: 0 -> 2" in done.stdout
     pins = json.loads((regraded / "datasets.lock.json").read_text())["local_metrics"]
     assert [p["script_digest"] for p in pins] == [_digest(HONEST)]
     (task_set / "metric.py").write_text(SWAPPED)
@@ -265,3 +270,23 @@ def test_a_regrade_computes_its_dataset_metric_over_the_new_rewards_and_pins_its
     assert done.returncode == 2, done.stdout + done.stderr
     assert "pinned" in done.stderr
     assert "swapped" not in (regraded / "summary.json").read_text()
+
+
+@pytest.mark.root
+def test_a_regrade_whose_dataset_lost_its_metric_py_keeps_no_number_and_says_why(
+    local_runs: Runs, tmp_path: Path
+) -> None:
+    task_set = _task_set(tmp_path, reward=0)
+    source = _first_run(local_runs, task_set)
+    for name in ("alpha", "beta"):
+        _set_reward(task_set, name, 1)
+    (task_set / "metric.py").unlink()
+    done = local_runs("regrade", source, *local_runs.backend)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [regraded] = [d for d in local_runs.run_dirs() if d != source]
+    assert _summary(regraded)["mean_reward"] == 1.0
+    assert "dataset_metrics" not in _summary(regraded)  # no number over the old rewards
+    [change] = json.loads((regraded / "regrade.json").read_text())["dataset_metrics"]
+    assert change["metric"] == "uv-script.solved"
+    assert (change["before"], change["after"]) == (0.0, None)
+    assert "declares no such metric now" in change["reason"]
