@@ -4,6 +4,10 @@ Tests marked ``@pytest.mark.root`` need root (CI runs as root): without it they 
 under ``HARNESS_REQUIRE_DOCKER=1`` (``support.docker.prerequisite_missing``).
 Local sandboxes get their own uid range (so a uid sweep can never touch anything else) and
 the system ``python3``, exactly as the supervisor runs inside a task image.
+
+A test module's ``from conftest import ...`` means its own directory's ``conftest.py`` (the
+nearest one up the tree), whichever files one pytest command names
+(:func:`pytest_collectstart`).
 """
 
 from __future__ import annotations
@@ -104,6 +108,29 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def shared_scope(path: str) -> str:
     """The unit a worker takes whole: the module, or the group it shares a resource with."""
     return "ray" if Path(path).name.startswith("test_ray_") else path
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """Before a test module is imported, ``conftest`` names its own directory's conftest.
+
+    Every ``conftest.py`` outside a package is imported as the one module name ``conftest``:
+    ``sys.modules["conftest"]`` holds whichever pytest loaded last, and pytest loads the
+    conftests of every path on its command line before collecting any. So with
+    ``tests/security/x.py tests/e2e/y.py`` named together, ``x``'s ``from conftest import``
+    would find e2e's conftest and fail to collect. Pointing the name at the nearest conftest of
+    the module's own directory, just before the module is imported, makes the import mean
+    the same whatever else the command names (tests/unit/test_test_hygiene.py checks it).
+    """
+    if not isinstance(collector, pytest.Module):
+        return
+    manager = collector.config.pluginmanager
+    for directory in collector.path.parents:
+        own = manager.get_plugin(str(directory / "conftest.py"))
+        if own is not None:
+            sys.modules["conftest"] = own
+            return
+        if directory == collector.config.rootpath:
+            return
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -8,11 +8,16 @@ prerequisite can never turn CI green. Hence no test module calls ``pytest.skip``
 or uses ``unittest``'s skips; ``tests/support/docker.py``, which holds the one sanctioned
 ``pytest.skip``, is the exception. Task fixtures (``tests/fixtures/``) are data run inside a
 sandbox, not tests of this repository, and are not read.
+
+One rule is checked by running pytest itself: one command may name test files of every test
+dir together, and each module's ``from conftest import`` still finds its own dir's conftest.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -101,3 +106,39 @@ def test_every_test_module_has_a_basename_of_its_own() -> None:
             clashes.append(f"{seen[path.name].relative_to(TESTS)} and {path.relative_to(TESTS)}")
         seen.setdefault(path.name, path)
     assert clashes == [], "rename one of each: " + "; ".join(clashes)
+
+
+def _imports_a_conftest(path: Path) -> bool:
+    return any(
+        isinstance(node, ast.ImportFrom) and node.module == "conftest" and not node.level
+        for node in ast.walk(ast.parse(path.read_text()))
+    )
+
+
+def test_one_command_collects_test_files_of_every_dir_together() -> None:
+    """``pytest tests/security/x.py tests/e2e/y.py`` collects both, without an import error.
+
+    Every ``conftest.py`` is the one module ``conftest`` (the dirs are not packages), and
+    pytest loads the conftests of all named paths first, so a module's ``from conftest
+    import`` would find the last dir's conftest, not its own (the root conftest's
+    ``pytest_collectstart`` points it at the module's own). Named here: from each test dir,
+    its first module and every module that imports from a conftest, the dirs in reverse so
+    that no dir's conftest is the last one loaded by chance of order.
+    """
+    named: list[Path] = []
+    for directory in sorted((d for d in TESTS.iterdir() if d.is_dir()), reverse=True):
+        tests = sorted(directory.glob("test_*.py"))
+        if directory.name == "fixtures" or not tests:
+            continue
+        named += [path for path in tests if path == tests[0] or _imports_a_conftest(path)]
+    dirs = {path.parent.name for path in named}
+    assert {"e2e", "security", "unit"} <= dirs, dirs
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         *(str(path.relative_to(TESTS.parent)) for path in named)],
+        cwd=TESTS.parent, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    collected = {line.split("::", 1)[0] for line in done.stdout.splitlines() if "::" in line}
+    missing = {str(path.relative_to(TESTS.parent)) for path in named} - collected
+    assert not missing, f"named but nothing collected: {sorted(missing)}"
