@@ -82,6 +82,7 @@ import docker  # noqa: E402
 from harness.config import RunConfig  # noqa: E402
 from harness.runner import RunEvents, execute_run, prepare_run  # noqa: E402
 from sandbox.docker.backend import DockerSandbox  # noqa: E402
+from sandbox.docker.egress import NETWORK as EGRESS_NETWORK  # noqa: E402
 from sandbox.docker.engine import connect, engine_facts  # noqa: E402
 
 TASK_DIR = BENCH_DIR / "tasks" / "trivial"
@@ -476,6 +477,11 @@ def profile_knobs(client: docker.DockerClient, captured: dict[str, Any], n: int)
     command is a sleep, so the variants without the runtime's mount start too)."""
     base = dict(captured)
     image, _ = base.pop("image"), base.pop("command")
+    # The trial's filtered network went with the run that made it: the default bridge
+    # stands in (the filter's own cost is the trial's, measured in the phases above).
+    for key in ("network", "network_mode"):
+        if base.get(key) == EGRESS_NETWORK:
+            base[key] = "bridge"
     command = ["sleep", "infinity"]
     base["stdin_open"] = False
     out: dict[str, Any] = {}
