@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from typing_extensions import override
+
 from harness.agents.command import CommandAgent
 from harness.agents.kinds import AgentCommand, SandboxAgent
 from harness.errors import AgentConfigError, UsageError
@@ -34,7 +36,8 @@ class BuiltinAgent(SandboxAgent):
             )
         self.max_turns = max_turns
 
-    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:  # noqa: D102
+    @override
+    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:
         if self.model is None:
             raise UsageError("the builtin agent has no model; select one with --model")
         api = "anthropic-messages" if self.model.api == "anthropic-messages" else "openai-chat"
@@ -66,7 +69,8 @@ class BuiltinAgent(SandboxAgent):
                 return str(error) if error else None
         return None
 
-    def describe(self) -> dict[str, Any]:  # noqa: D102
+    @override
+    def describe(self) -> dict[str, Any]:
         return {"name": self.name, "max_turns": self.max_turns}
 
 

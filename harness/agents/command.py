@@ -5,6 +5,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from typing_extensions import override
+
 from harness.agents.kinds import AgentCommand, SandboxAgent, reject_options
 from harness.config import AgentConfig
 from harness.errors import AgentConfigError
@@ -53,14 +55,16 @@ class CommandAgent(SandboxAgent):
         reject_options(config.name, list(config.kwargs))
         return cls(config.cmd)
 
-    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:  # noqa: D102
+    @override
+    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:
         values = {
             "instruction_file": sandbox.paths.instruction,
             "workspace": sandbox.paths.workspace,
         }
         return AgentCommand([p.format_map(values) for p in self.argv], stdin=task.instruction)
 
-    def describe(self) -> dict[str, Any]:  # noqa: D102
+    @override
+    def describe(self) -> dict[str, Any]:
         return {"name": self.name, "command": self.command_line}
 
 

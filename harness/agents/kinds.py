@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from typing_extensions import override
+
 from harness.config import AgentConfig
 from harness.errors import AgentConfigError
 from harness.tasks import Task
@@ -162,7 +164,8 @@ class SandboxAgent(Agent):
         """The agent's own message for a failed run (e.g. from its session), if it has one."""
         return None
 
-    def run_by(self, runner: AgentRunner) -> None:  # noqa: D102
+    @override
+    def run_by(self, runner: AgentRunner) -> None:
         runner.run_in_sandbox(self)
 
     def gateway_socket(self, socket: Path) -> Path | None:
@@ -179,7 +182,8 @@ class HarnessAgent(Agent):
     def run(self, context: AgentContext) -> None:
         """Solve the task: ``context.exec(...)`` in the sandbox, ``context.chat(...)``."""
 
-    def run_by(self, runner: AgentRunner) -> None:  # noqa: D102
+    @override
+    def run_by(self, runner: AgentRunner) -> None:
         runner.run_in_harness(self)
 
     def gateway_socket(self, socket: Path) -> Path | None:

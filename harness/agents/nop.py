@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from harness.agents.kinds import AgentCommand, SandboxAgent
 from harness.tasks import Task
 from sandbox.backend import Sandbox
@@ -12,7 +14,8 @@ class NopAgent(SandboxAgent):
 
     name = "nop"
 
-    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:  # noqa: D102
+    @override
+    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:
         return AgentCommand(["true"])
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from harness.agents.kinds import AgentCommand, SandboxAgent
 from harness.errors import AgentConfigError
 from harness.tasks import Task
@@ -13,7 +15,8 @@ class OracleAgent(SandboxAgent):
 
     name = "oracle"
 
-    def check(self, task: Task) -> None:  # noqa: D102
+    @override
+    def check(self, task: Task) -> None:
         # A multi-step task needs every step's solution; a step (its view) its own.
         for view in [task] if task.step is not None else task.views():
             if view.solve_script is None or view.solution_dir is None:
@@ -23,13 +26,15 @@ class OracleAgent(SandboxAgent):
                     "(the oracle agent needs it)"
                 )
 
-    def prepare(self, task: Task, sandbox: Sandbox) -> None:  # noqa: D102
+    @override
+    def prepare(self, task: Task, sandbox: Sandbox) -> None:
         self.check(task)
         assert task.solution_dir is not None
         # The solution enters only this trial's sandbox, and only for the oracle.
         sandbox.put_dir(task.solution_dir, sandbox.paths.solution, agent_readable=True)
 
-    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:  # noqa: D102
+    @override
+    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:
         env = {"DEBIAN_FRONTEND": "noninteractive", **task.config.solution.env}
         return AgentCommand(["bash", f"{sandbox.paths.solution}/solve.sh"], env=env)
 

@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Any
 
+from typing_extensions import override
+
 from harness.agents.context import AgentContext
 from harness.agents.kinds import HarnessAgent, reject_command, reject_options
 from harness.config import AgentConfig
@@ -58,9 +60,11 @@ class PythonAgent(HarnessAgent):
         reject_options(config.name, list(config.kwargs))
         return cls(config.name)
 
-    def run(self, context: AgentContext) -> None:  # noqa: D102
+    @override
+    def run(self, context: AgentContext) -> None:
         instance: Any = self.cls()
         instance.run(context)
 
-    def describe(self) -> dict[str, Any]:  # noqa: D102
+    @override
+    def describe(self) -> dict[str, Any]:
         return {"name": self.name, "import_path": self.spec.removeprefix(PREFIX)}

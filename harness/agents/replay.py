@@ -18,6 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from harness.agents.kinds import AgentCommand, SandboxAgent
 from harness.errors import AgentConfigError, AgentRunError
 from harness.records.layout import SESSION_FILENAME, TRIALS_DIRNAME, trial_evidence_dir
@@ -95,11 +97,13 @@ class ReplayAgent(SandboxAgent):
             )
         return self.source / relative
 
-    def check(self, task: Task) -> None:  # noqa: D102
+    @override
+    def check(self, task: Task) -> None:
         if not (self.source / TRIALS_DIRNAME).is_dir():
             raise AgentConfigError(f"replay: {self.source} holds no trials/ evidence to replay")
 
-    def prepare(self, task: Task, sandbox: Sandbox) -> None:  # noqa: D102
+    @override
+    def prepare(self, task: Task, sandbox: Sandbox) -> None:
         evidence = self._evidence(sandbox.spec.trial_id)
         seed = task.path / WORKSPACE_DIRNAME
         with final_workspace(evidence, seed) as workspace:
@@ -118,9 +122,11 @@ class ReplayAgent(SandboxAgent):
                     agent_readable=True,
                 )
 
-    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:  # noqa: D102
+    @override
+    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:
         paths = sandbox.paths
         return AgentCommand(["python3", "-c", RESTORE_SCRIPT, paths.solution, paths.workspace])
 
-    def describe(self) -> dict[str, Any]:  # noqa: D102
+    @override
+    def describe(self) -> dict[str, Any]:
         return {"name": self.name, "source": str(self.source)}

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from typing_extensions import override
+
 from harness.backends.agent_root import announcement
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.tmpdir import (
@@ -103,7 +105,8 @@ class DockerBackend(SandboxBackend):
         self._gpu_answers: dict[int, str | None] = {}
         self._capacity: Capacity | None = None
 
-    def make_sandbox(self, spec: SandboxSpec) -> DockerSandbox:  # noqa: D102
+    @override
+    def make_sandbox(self, spec: SandboxSpec) -> DockerSandbox:
         sandbox = DockerSandbox(
             replace(
                 spec,

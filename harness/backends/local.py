@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from typing_extensions import override
+
 from harness.backends.agent_root import announcement
 from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.tmpdir import (
@@ -182,7 +184,8 @@ class LocalBackend(SandboxBackend):
                 problems.append(f"{where}: [verifier].user = root: {ROOT_VERIFIER_REFUSED}")
         return problems
 
-    def make_sandbox(self, spec: SandboxSpec) -> LocalSandbox:  # noqa: D102
+    @override
+    def make_sandbox(self, spec: SandboxSpec) -> LocalSandbox:
         return LocalSandbox(
             replace(
                 spec,

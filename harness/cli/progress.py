@@ -26,6 +26,7 @@ from rich.progress import (
 )
 from rich.table import Table
 from rich.text import Text
+from typing_extensions import override
 
 from harness.cli.display import progress_line
 from harness.records import TrialRecord
@@ -63,24 +64,29 @@ class QuietDisplay(RunEvents):
     def __init__(self, console: Console) -> None:
         self.console = console
 
-    def warning(self, text: str) -> None:  # noqa: D102
+    @override
+    def warning(self, text: str) -> None:
         self.console.print(Text.assemble(("warning:", "yellow"), " ", text))
 
 
 class PlainDisplay(QuietDisplay):
     """``--display plain``: one line per finished trial, retry and message."""
 
-    def run_started(self, start: RunStart) -> None:  # noqa: D102
+    @override
+    def run_started(self, start: RunStart) -> None:
         for line in _start_lines(start):
             self.console.print(line, markup=False)
 
-    def retrying(self, record: TrialRecord, delay: float) -> None:  # noqa: D102
+    @override
+    def retrying(self, record: TrialRecord, delay: float) -> None:
         self.console.print(_retry_line(record, delay), markup=False)
 
-    def trial_finished(self, record: TrialRecord, done: int, total: int) -> None:  # noqa: D102
+    @override
+    def trial_finished(self, record: TrialRecord, done: int, total: int) -> None:
         self.console.print(progress_line(record, done, total), markup=False)
 
-    def message(self, text: str) -> None:  # noqa: D102
+    @override
+    def message(self, text: str) -> None:
         self.console.print(Text(text, style="yellow"))
 
 
@@ -117,7 +123,8 @@ class RichDisplay(PlainDisplay):
         )
         self._task_id = self._bar.add_task("trials", total=1, completed=0)
 
-    def run_started(self, start: RunStart) -> None:  # noqa: D102
+    @override
+    def run_started(self, start: RunStart) -> None:
         super().run_started(start)
         self._start = start
         self._bar.update(self._task_id, total=start.planned, completed=start.state.done)
@@ -126,12 +133,14 @@ class RichDisplay(PlainDisplay):
         )
         self._live.start()
 
-    def trial_finished(self, record: TrialRecord, done: int, total: int) -> None:  # noqa: D102
+    @override
+    def trial_finished(self, record: TrialRecord, done: int, total: int) -> None:
         self._bar.update(self._task_id, completed=done, total=total)
         if not record.ok:
             self.console.print(progress_line(record, done, total), markup=False)
 
-    def run_finished(self, outcome: RunOutcome) -> None:  # noqa: D102
+    @override
+    def run_finished(self, outcome: RunOutcome) -> None:
         live, self._live = self._live, None
         if live is not None:
             live.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from pydantic import Field
+from typing_extensions import override
 
 from harness.episodes.env import Agents, Env, EnvParams
 from harness.episodes.records import Episode, Trace
@@ -16,7 +17,8 @@ class SingleEnv(Env):
 
     id = "single"
 
-    def run(self, task: Task, agents: Agents) -> None:  # noqa: D102
+    @override
+    def run(self, task: Task, agents: Agents) -> None:
         agents.agent.run(task)
 
 
@@ -39,7 +41,8 @@ class BestOfNEnv(Env):
     id = "best-of-n"
     Params = BestOfNParams
 
-    def run(self, task: Task, agents: Agents) -> None:  # noqa: D102
+    @override
+    def run(self, task: Task, agents: Agents) -> None:
         params = self.params
         assert isinstance(params, BestOfNParams)
         failures: list[BaseException] = []
@@ -61,7 +64,8 @@ class BestOfNEnv(Env):
         if failures:
             raise failures[0]
 
-    def finalize(self, task: Task, episode: Episode) -> None:  # noqa: D102
+    @override
+    def finalize(self, task: Task, episode: Episode) -> None:
         params = self.params
         assert isinstance(params, BestOfNParams)
         traces = episode.by_role("agent")

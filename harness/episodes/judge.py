@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from typing_extensions import override
+
 from harness.config import AgentConfig
 from harness.episodes.env import Agents, Env, EnvParams
 from harness.episodes.records import Episode
@@ -68,7 +70,8 @@ class JudgeEnv(Env):
             raise UsageError(f"{task.name}: no rubric at {self._params.rubric_file}")
         return text
 
-    def check(self, task: Task) -> None:  # noqa: D102
+    @override
+    def check(self, task: Task) -> None:
         # Beneath the task dir, no link followed, at most MAX_TASK_TEXT_BYTES (else TaskError).
         if read_task_text(task.path, self._params.rubric_file, MAX_TASK_TEXT_BYTES) is None:
             raise UsageError(
@@ -76,7 +79,8 @@ class JudgeEnv(Env):
                 "the task dir (set env.rubric_file to another path)"
             )
 
-    def run(self, task: Task, agents: Agents) -> None:  # noqa: D102
+    @override
+    def run(self, task: Task, agents: Agents) -> None:
         params = self._params
         rubric = self.rubric(task)
 
@@ -96,7 +100,8 @@ class JudgeEnv(Env):
 
         agents.solver.run(task, after=judge, keep_access=params.mode == "shared")
 
-    def finalize(self, task: Task, episode: Episode) -> None:  # noqa: D102
+    @override
+    def finalize(self, task: Task, episode: Episode) -> None:
         params = self._params
         solver = episode.by_role("solver")
         judges = episode.by_role("judge")

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from harness.errors import AgentRunError, EnvError
 from harness.gateway import Gateway
 from harness.records import TrialStatus
@@ -65,10 +67,12 @@ class EpisodeTrial(Trial):
         self.turns = 0
 
     @property
-    def last_agent_phase(self) -> bool:  # noqa: D102
+    @override
+    def last_agent_phase(self) -> bool:
         return self.final_phase and super().last_agent_phase
 
-    def execute(self) -> None:  # noqa: D102
+    @override
+    def execute(self) -> None:
         if self.drive is None:
             super().execute()
             return
@@ -108,7 +112,8 @@ class EpisodeTrial(Trial):
         assert self.sandbox is not None
         return f"{self.sandbox.paths.session}/reply-{self.turns}.txt"
 
-    def agent_phase_env(self, extra: dict[str, str]) -> dict[str, str]:  # noqa: D102
+    @override
+    def agent_phase_env(self, extra: dict[str, str]) -> dict[str, str]:
         if self.turns:
             extra = {"HARNESS_REPLY_FILE": self._reply_path(), **extra}
         return super().agent_phase_env(extra)
@@ -131,7 +136,8 @@ class EpisodeTrial(Trial):
                 text = str(event["content"])
         return text
 
-    def artifacts(self) -> None:  # noqa: D102
+    @override
+    def artifacts(self) -> None:
         super().artifacts()
         if self.after is not None:
             try:
@@ -139,7 +145,8 @@ class EpisodeTrial(Trial):
             except Exception as exc:  # the env's code: the episode's error, not the agent's
                 self.env_error = exc
 
-    def dispose(self) -> None:  # noqa: D102
+    @override
+    def dispose(self) -> None:
         self.final_phase = True
         super().dispose()
 
@@ -274,7 +281,8 @@ class JudgeTrial(EpisodeTrial):
             (Path(fresh) / JUDGE_HOME / "tmp" / ".keep").write_bytes(b"")
             sandbox.upload(Path(fresh), verdict_dir, owner="agent")
 
-    def agent_phase_env(self, extra: dict[str, str]) -> dict[str, str]:  # noqa: D102
+    @override
+    def agent_phase_env(self, extra: dict[str, str]) -> dict[str, str]:
         assert self.sandbox is not None
         judge_dir = f"{self.sandbox.paths.home}/{VERDICT_DIR}"
         return super().agent_phase_env(
@@ -320,7 +328,8 @@ class JudgeTrial(EpisodeTrial):
     def judge(self) -> None:
         """Nothing: the task's judges score the solver's graded trial, not this verdict."""
 
-    def cleanup_steps(self) -> list[CleanupStep]:  # noqa: D102
+    @override
+    def cleanup_steps(self) -> list[CleanupStep]:
         steps = super().cleanup_steps()
         if self.mode == "shared":  # the solver's sandbox: the solver's trial removes it
             return [step for step in steps if step.name != "remove_root"]

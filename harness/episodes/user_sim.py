@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field
+from typing_extensions import override
 
 from harness.episodes.env import Agents, Env, EnvParams
 from harness.episodes.records import Episode, Trace
@@ -98,7 +99,8 @@ class UserSimEnv(Env):
         assert isinstance(self.params, UserSimParams)
         return self.params
 
-    def check(self, task: Task) -> None:  # noqa: D102
+    @override
+    def check(self, task: Task) -> None:
         # Beneath the task dir, no link followed, at most MAX_TASK_TEXT_BYTES (else TaskError).
         if read_task_text(task.path, self._params.goal_file, MAX_TASK_TEXT_BYTES) is None:
             raise UsageError(
@@ -106,7 +108,8 @@ class UserSimEnv(Env):
                 f"{self._params.goal_file} in the task dir (or set env.goal_file)"
             )
 
-    def run(self, task: Task, agents: Agents) -> None:  # noqa: D102
+    @override
+    def run(self, task: Task, agents: Agents) -> None:
         context = agents.context
         gateway = context.settings.gateway
         if gateway is None:
@@ -153,7 +156,8 @@ class UserSimEnv(Env):
                 )
             )
 
-    def finalize(self, task: Task, episode: Episode) -> None:  # noqa: D102
+    @override
+    def finalize(self, task: Task, episode: Episode) -> None:
         assistant = episode.by_role("assistant")
         if assistant:
             episode.reward, episode.rewards = assistant[0].reward, dict(assistant[0].rewards)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from harness.executors.base import TrialExecutor
 from harness.records import TrialRecord
 from harness.trial import TrialPlan, TrialSettings, run_trial
@@ -17,9 +19,8 @@ class LocalExecutor(TrialExecutor):
 
     runs_episodes = True
 
-    def run_attempt(  # noqa: D102
-        self, plan: TrialPlan, settings: TrialSettings, attempt: int
-    ) -> TrialRecord:
+    @override
+    def run_attempt(self, plan: TrialPlan, settings: TrialSettings, attempt: int) -> TrialRecord:
         if settings.attempt is not None:
             return settings.attempt(plan, settings, attempt)
         return run_trial(plan, settings, attempt=attempt)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from harness.errors import UsageError
 from harness.gateway import gemini
 from harness.gateway.faux_match import When, parse_when
@@ -209,11 +211,13 @@ class FauxProvider(Provider):
         self._lock = threading.Lock()
         self._counter = 0
 
-    def open_trial(self, trial_id: str, task_name: str) -> None:  # noqa: D102
+    @override
+    def open_trial(self, trial_id: str, task_name: str) -> None:
         with self._lock:
             self._queues[trial_id] = _Queue(task_name, self.script.queue_for(task_name))
 
-    def close_trial(self, trial_id: str) -> None:  # noqa: D102
+    @override
+    def close_trial(self, trial_id: str) -> None:
         with self._lock:
             self._queues.pop(trial_id, None)
 
@@ -244,7 +248,8 @@ class FauxProvider(Provider):
             queue.answered += 1
             return head, {"turn": queue.answered}, seq
 
-    async def send(self, call: ProviderCall) -> ProviderReply:  # noqa: D102
+    @override
+    async def send(self, call: ProviderCall) -> ProviderReply:
         response, note, seq = self._take(call)
         if response is None:
             message = (

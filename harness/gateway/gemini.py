@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import httpx
+from typing_extensions import override
 
 from harness.errors import ProviderError
 from harness.gateway.policy import CALL_METHODS, READ_METHODS, Refused, method_not_allowed
@@ -262,7 +263,8 @@ class GoogleProvider(Provider):
         method = "streamGenerateContent?alt=sse" if stream else "generateContent"
         return f"{self.base_url}{PREFIX}/{self.spec.upstream}:{method}"
 
-    async def send(self, call: ProviderCall) -> ProviderReply:  # noqa: D102
+    @override
+    async def send(self, call: ProviderCall) -> ProviderReply:
         if call.api != GEMINI_API:
             raise ProviderError(f"{self.spec.id} speaks only the Gemini API, not {call.api}")
         headers = {"content-type": "application/json", **self._auth}
@@ -303,7 +305,8 @@ class GoogleProvider(Provider):
             first = False
         yield b"[]" if first else b"]"
 
-    async def aclose(self) -> None:  # noqa: D102
+    @override
+    async def aclose(self) -> None:
         await self._client.aclose()
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from typing_extensions import override
 
 from harness.errors import ProviderError
 from harness.models.catalog import ModelSpec, default_base_url
@@ -123,7 +124,8 @@ class HTTPProvider(Provider):
             return self.base_url + path.removeprefix("/v1")
         return self.base_url + path
 
-    async def send(self, call: ProviderCall) -> ProviderReply:  # noqa: D102
+    @override
+    async def send(self, call: ProviderCall) -> ProviderReply:
         headers = {k: v for k, v in call.headers.items() if k in PASSTHROUGH_HEADERS}
         if call.api == "anthropic-messages":
             headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
@@ -148,7 +150,8 @@ class HTTPProvider(Provider):
             response, content_type, call.max_response_bytes, self.spec.provider
         )
 
-    async def aclose(self) -> None:  # noqa: D102
+    @override
+    async def aclose(self) -> None:
         await self._client.aclose()
 
 

@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+from typing_extensions import override
+
 from harness.errors import ProviderError
 from harness.gateway.providers import Provider, ProviderCall, ProviderReply
 
@@ -389,16 +391,20 @@ class ResponsesOverChat(Provider):
         self.serves = serves
         self.apis = serves | {"openai-responses"}
 
-    def open_trial(self, trial_id: str, task_name: str) -> None:  # noqa: D102
+    @override
+    def open_trial(self, trial_id: str, task_name: str) -> None:
         self.inner.open_trial(trial_id, task_name)
 
-    def close_trial(self, trial_id: str) -> None:  # noqa: D102
+    @override
+    def close_trial(self, trial_id: str) -> None:
         self.inner.close_trial(trial_id)
 
-    async def aclose(self) -> None:  # noqa: D102
+    @override
+    async def aclose(self) -> None:
         await self.inner.aclose()
 
-    async def send(self, call: ProviderCall) -> ProviderReply:  # noqa: D102
+    @override
+    async def send(self, call: ProviderCall) -> ProviderReply:
         if call.api != "openai-responses" or "openai-responses" in self.serves:
             return await self.inner.send(call)
         custom = custom_tools(call.body)

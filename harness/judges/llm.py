@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
+from typing_extensions import override
 
 from harness.judges.base import Judge, JudgeInput, JudgeOptions, ModelRequest, Verdict
 from harness.judges.evidence import WorkspaceFile
@@ -142,7 +143,8 @@ class LlmJudge(Judge):
         assert isinstance(self.options, LlmOptions)
         return self.options
 
-    def models(self) -> list[str]:  # noqa: D102
+    @override
+    def models(self) -> list[str]:
         return [self._options.model]
 
     def _judged(self, trial: JudgeInput) -> str:
@@ -192,7 +194,8 @@ class LlmJudge(Judge):
         reasoning = found.get("reasoning")
         return float(score), reasoning if isinstance(reasoning, str) else None
 
-    def score(self, trial: JudgeInput) -> Verdict:  # noqa: D102
+    @override
+    def score(self, trial: JudgeInput) -> Verdict:
         options = self._options
         if trial.models is None:
             raise self.fail("no model access was set up for this run")

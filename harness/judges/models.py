@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from typing_extensions import override
+
 from harness.gateway import Budget, Gateway, make_provider
-from harness.judges.base import ModelReply, ModelRequest
+from harness.judges.base import ModelAccess, ModelReply, ModelRequest
 from harness.models.catalog import ModelCatalog, ModelSpec
 from harness.models.selection import select_model
 from sandbox.credentials import CredentialStore
@@ -21,7 +23,7 @@ from sandbox.credentials import CredentialStore
 __all__ = ["JudgeModels"]
 
 
-class JudgeModels:
+class JudgeModels(ModelAccess):
     """:class:`~harness.judges.base.ModelAccess` over the run's catalog and credentials.
 
     Args:
@@ -61,13 +63,16 @@ class JudgeModels:
         assert choice is not None
         return choice.spec
 
-    def api(self, model: str) -> str:  # noqa: D102
+    @override
+    def api(self, model: str) -> str:
         return self.spec(model).api
 
-    def upstream(self, model: str) -> str:  # noqa: D102
+    @override
+    def upstream(self, model: str) -> str:
         return self.spec(model).upstream
 
-    def call(self, request: ModelRequest) -> ModelReply:  # noqa: D102
+    @override
+    def call(self, request: ModelRequest) -> ModelReply:
         spec = self.spec(request.model)
         budget = request.budget
         gateway = Gateway(

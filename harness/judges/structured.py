@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from pydantic import Field
+from typing_extensions import override
 
 from harness.judges.base import Judge, JudgeInput, JudgeOptions, Verdict
 from harness.judges.evidence import WorkspaceFile
@@ -92,7 +93,8 @@ class StructuredOutputJudge(Judge):
         found, problem = parse_json_object(answer)
         return found, "final answer", problem
 
-    def score(self, trial: JudgeInput) -> Verdict:  # noqa: D102
+    @override
+    def score(self, trial: JudgeInput) -> Verdict:
         options = self.options
         assert isinstance(options, StructuredOptions)
         found, source, problem = self._answer(trial)

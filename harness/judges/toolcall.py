@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field
+from typing_extensions import override
 
 from harness.judges.base import Judge, JudgeInput, JudgeOptions, Verdict
 from harness.judges.structured import same_json
@@ -63,7 +64,8 @@ class ToolCallJudge(Judge):
             for key, value in options.arguments.items()
         )
 
-    def score(self, trial: JudgeInput) -> Verdict:  # noqa: D102
+    @override
+    def score(self, trial: JudgeInput) -> Verdict:
         options = self.options
         assert isinstance(options, ToolCallOptions)
         try:

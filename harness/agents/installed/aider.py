@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.python_agent import PythonInstalledAgent
 from harness.tasks import Task
 from sandbox.backend import Sandbox
@@ -71,10 +73,12 @@ class Aider(PythonInstalledAgent):
     pypi_package: ClassVar[str] = PACKAGE
     log_file: ClassVar[str] = CHAT_HISTORY
 
-    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:
         return {CONFIG_FILE: CONFIG, ENV_FILE: "# Written by the harness: no variables.\n"}
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    @override
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
         assert self.model is not None
         provider = "anthropic" if self.model.provider == "anthropic" else "openai"
         home = sandbox.paths.home
@@ -101,7 +105,8 @@ class Aider(PythonInstalledAgent):
             as_message(task.instruction),
         ]
 
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
         return {
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no cost map download at import
             "AIDER_ANALYTICS": "false",
@@ -109,7 +114,8 @@ class Aider(PythonInstalledAgent):
             "TERM": "dumb",
         }
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_chat_history(log, model=self.model_id)
 
 

@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.cache import (
     AgentCache,
     CacheEntry,
@@ -286,7 +288,8 @@ class InstalledAgent(SandboxAgent):
         for rel, text in self.home_files(task, sandbox).items():
             sandbox.put_file(f"{sandbox.paths.home}/{rel}", text.encode(), agent_readable=True)
 
-    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:  # noqa: D102
+    @override
+    def command(self, task: Task, sandbox: Sandbox) -> AgentCommand:
         if self.model is None:
             raise UsageError(f"--agent {self.name} has no model; select one with --model")
         # stdin stays empty (never the instruction): CLIs that read it would append it.
@@ -387,7 +390,8 @@ class InstalledAgent(SandboxAgent):
             return f"{error} (after {note})" if error else note
         return error
 
-    def describe(self) -> dict[str, Any]:  # noqa: D102
+    @override
+    def describe(self) -> dict[str, Any]:
         facts: dict[str, Any] = {"name": self.name, "version": self.version}
         if self.entry is not None:
             facts["install"] = self.entry.describe()

@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.base import InstalledAgent
 from harness.agents.installed.cache import Platform
 from harness.tasks import Task
@@ -36,14 +38,16 @@ class ClaudeCode(InstalledAgent):
     providers: ClassVar[tuple[str, ...]] = ("anthropic", "faux")
     npm_package: ClassVar[str] = PACKAGE
 
-    def programs(self) -> tuple[str, ...]:  # noqa: D102
+    @override
+    def programs(self) -> tuple[str, ...]:
         return (self.executable(),)
 
     def executable(self) -> str:
         """The native executable of the host's platform, inside the sandbox."""
         return self.bin_path(f"npm/node_modules/{native_package(self.platform)}/claude")
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    @override
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
         assert self.model is not None
         return [
             self.executable(),
@@ -60,7 +64,8 @@ class ClaudeCode(InstalledAgent):
             task.instruction,
         ]
 
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
         assert self.model is not None
         return {
             "DISABLE_TELEMETRY": "1",
@@ -85,7 +90,8 @@ class ClaudeCode(InstalledAgent):
         """Its per-session JSONL transcripts (``~/.claude/projects``)."""
         return {"claude-projects": f"{sandbox.paths.home}/.claude/projects"}
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_stream_json(log, model=self.model_id)
 
 

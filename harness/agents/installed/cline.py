@@ -23,6 +23,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.base import InstalledAgent
 from harness.agents.installed.cache import CacheEntry, InstallError, Platform
 from harness.tasks import Task
@@ -68,21 +70,25 @@ class Cline(InstalledAgent):
             )
         return super().install()
 
-    def programs(self) -> tuple[str, ...]:  # noqa: D102
+    @override
+    def programs(self) -> tuple[str, ...]:
         return (self.executable(),)
 
     def executable(self) -> str:
         """The native executable of the host's platform, inside the sandbox."""
         return self.bin_path(f"npm/node_modules/{native_package(self.platform)}/bin/cline")
 
-    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:
         return {SETTINGS_FILE: json.dumps(SETTINGS, indent=2) + "\n"}
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    @override
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
         assert self.model is not None
         return ["/bin/sh", "-c", LAUNCH, self.executable(), self.model.upstream, task.instruction]
 
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
         return {
             "CLINE_GLOBAL_SETTINGS_PATH": f"{sandbox.paths.home}/{SETTINGS_FILE}",
             "CLINE_SESSION_BACKEND_MODE": "local",
@@ -94,7 +100,8 @@ class Cline(InstalledAgent):
         data = f"{sandbox.paths.home}/.cline/data"
         return {"cline-sessions": f"{data}/sessions", "cline-logs": f"{data}/logs"}
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_json_events(log, model=self.model_id)
 
 

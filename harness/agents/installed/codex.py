@@ -18,6 +18,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.base import InstalledAgent
 from harness.agents.installed.cache import Platform
 from harness.tasks import Task
@@ -75,7 +77,8 @@ class Codex(InstalledAgent):
     providers: ClassVar[tuple[str, ...]] = ("openai", "faux")
     npm_package: ClassVar[str] = PACKAGE
 
-    def programs(self) -> tuple[str, ...]:  # noqa: D102
+    @override
+    def programs(self) -> tuple[str, ...]:
         return (self.executable(),)
 
     def executable(self) -> str:
@@ -84,14 +87,17 @@ class Codex(InstalledAgent):
         triple = f"{plat.arch}-unknown-linux-musl"
         return self.bin_path(f"npm/node_modules/{native_package(plat)}/vendor/{triple}/bin/codex")
 
-    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:
         return {CONFIG_FILE: CONFIG}
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    @override
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
         assert self.model is not None
         return ["/bin/sh", "-c", LAUNCH, self.executable(), self.model.upstream, task.instruction]
 
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
         return {
             "CODEX_HOME": f"{sandbox.paths.home}/.codex",
             "CODEX_NON_INTERACTIVE": "1",
@@ -102,7 +108,8 @@ class Codex(InstalledAgent):
         """Its rollout JSONL files (``$CODEX_HOME/sessions``)."""
         return {"codex-sessions": f"{sandbox.paths.home}/.codex/sessions"}
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_exec_json(log, model=self.model_id)
 
 

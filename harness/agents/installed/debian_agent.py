@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.base import INSTALL_MOUNT
 from harness.agents.installed.cache import AgentCache, CacheEntry, InstallError, Platform
 from harness.agents.installed.debian_runtime import (
@@ -45,12 +47,14 @@ class DebianPythonAgent(PythonInstalledAgent):
     #: Variables of the agent's own beside :data:`LITELLM_ENV`.
     extra_env: ClassVar[Mapping[str, str]] = {}
 
-    def install_spec(self) -> DebianPythonSpec:  # noqa: D102
+    @override
+    def install_spec(self) -> DebianPythonSpec:
         return debian_python_spec(
             self.name, self.version, (f"{self.pypi_package}=={self.version}",)
         )
 
-    def install(self) -> CacheEntry:  # noqa: D102
+    @override
+    def install(self) -> CacheEntry:
         if self.entry is None:
             if self.platform.libc != Platform.host().libc:
                 raise InstallError(
@@ -64,14 +68,16 @@ class DebianPythonAgent(PythonInstalledAgent):
             self.entry = entry
         return self.entry
 
-    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:
         return {self.driver_file: self.driver}
 
     def log_arg(self, task: Task, sandbox: Sandbox) -> str:
         """Where the driver writes the agent's log: its file (the default) or its dir."""
         return self.log_path(sandbox, self.step_name(task))
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    @override
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
         assert self.model is not None
         return [
             *self.python(),
@@ -82,5 +88,6 @@ class DebianPythonAgent(PythonInstalledAgent):
             task.instruction,
         ]
 
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
         return {**LITELLM_ENV, **self.extra_env}

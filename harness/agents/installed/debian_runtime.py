@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from harness.agents.installed.cache import (
     FETCH_TIMEOUT_SEC,
     AgentCache,
@@ -89,7 +91,8 @@ class DebianPythonSpec(PythonAgentSpec):
 
     pypi_no_deps: tuple[str, ...] = ()
 
-    def as_json(self) -> dict[str, Any]:  # noqa: D102
+    @override
+    def as_json(self) -> dict[str, Any]:
         extra = {"pypi_no_deps": list(self.pypi_no_deps)} if self.pypi_no_deps else {}
         return {
             **super().as_json(),

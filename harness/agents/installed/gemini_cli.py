@@ -26,6 +26,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.base import INSTALL_MOUNT, InstalledAgent
 from harness.agents.installed.cache import NODE_WHEEL_VERSION, InstallSpec
 from harness.tasks import Task
@@ -100,10 +102,12 @@ class GeminiCli(InstalledAgent):
         """Node (PyPI's wheel for :attr:`platform`) and the CLI's bundle."""
         return (NODE, self.bin_path(f"npm/node_modules/{PACKAGE}/bundle/gemini.js"))
 
-    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:
         return {SETTINGS_FILE: json.dumps(SETTINGS, indent=2) + "\n"}
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    @override
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
         assert self.model is not None
         launch = LAUNCH
         if self.platform.libc == "musl":
@@ -125,7 +129,8 @@ class GeminiCli(InstalledAgent):
             self.model.upstream,
         ]
 
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
         return {
             "GEMINI_CLI_TRUST_WORKSPACE": "true",
             # Its restart-in-a-child-process dance (for a larger heap) is not needed.
@@ -140,7 +145,8 @@ class GeminiCli(InstalledAgent):
         """Its chat and log files (``~/.gemini/tmp``)."""
         return {"gemini-tmp": f"{sandbox.paths.home}/.gemini/tmp"}
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_stream_json(log, model=self.model_id)
 
 

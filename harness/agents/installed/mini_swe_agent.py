@@ -21,6 +21,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.python_agent import PythonInstalledAgent
 from harness.tasks import Task
 from sandbox.backend import Sandbox
@@ -46,7 +48,8 @@ class MiniSweAgent(PythonInstalledAgent):
         prefix = "anthropic" if self.model.provider == "anthropic" else "openai"
         return f"{prefix}/{self.model.upstream}"
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    @override
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
         return [
             *self.python(),
             "-m",
@@ -63,7 +66,8 @@ class MiniSweAgent(PythonInstalledAgent):
             self.log_path(sandbox, self.step_name(task)),
         ]
 
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
         home = sandbox.paths.home
         return {
             "MSWEA_CONFIGURED": "true",  # no first-run setup prompt
@@ -79,7 +83,8 @@ class MiniSweAgent(PythonInstalledAgent):
             "TERM": "dumb",
         }
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_trajectory("\n".join(log), model=self.model_id)
 
 

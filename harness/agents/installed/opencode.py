@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.base import InstalledAgent
 from harness.agents.installed.cache import Platform
 from harness.tasks import Task
@@ -64,7 +66,8 @@ class OpenCode(InstalledAgent):
     providers: ClassVar[tuple[str, ...]] = ("openai", "faux")
     npm_package: ClassVar[str] = PACKAGE
 
-    def programs(self) -> tuple[str, ...]:  # noqa: D102
+    @override
+    def programs(self) -> tuple[str, ...]:
         return (self.executable(),)
 
     def executable(self) -> str:
@@ -73,11 +76,13 @@ class OpenCode(InstalledAgent):
         package = native_package(plat, baseline=not host_has_avx2())
         return self.bin_path(f"npm/node_modules/{package}/bin/opencode")
 
-    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:
         assert self.model is not None
         return {CONFIG_FILE: json.dumps(config(self.model.upstream), indent=2) + "\n"}
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    @override
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
         assert self.model is not None
         return [
             self.executable(),
@@ -90,7 +95,8 @@ class OpenCode(InstalledAgent):
             task.instruction,
         ]
 
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
         return {
             "OPENCODE_CONFIG": f"{sandbox.paths.home}/{CONFIG_FILE}",
             "OPENCODE_DISABLE_AUTOUPDATE": "1",
@@ -106,7 +112,8 @@ class OpenCode(InstalledAgent):
         """Its data dir: its log and session store (``~/.local/share/opencode``)."""
         return {"opencode-data": f"{sandbox.paths.home}/.local/share/opencode"}
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_json_events(log, model=self.model_id)
 
 

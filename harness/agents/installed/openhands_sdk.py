@@ -29,6 +29,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.debian_agent import DebianPythonAgent
 from harness.agents.installed.debian_runtime import (
     DebianPythonSpec,
@@ -145,7 +147,8 @@ class OpenHandsSdk(DebianPythonAgent):
     pypi_package: ClassVar[str] = PACKAGE
     log_file: ClassVar[str] = EVENTS
 
-    def install_spec(self) -> DebianPythonSpec:  # noqa: D102
+    @override
+    def install_spec(self) -> DebianPythonSpec:
         return debian_python_spec(
             self.name,
             self.version,
@@ -157,7 +160,8 @@ class OpenHandsSdk(DebianPythonAgent):
     driver: ClassVar[str] = DRIVER
     extra_env: ClassVar[Mapping[str, str]] = {"OPENHANDS_SUPPRESS_BANNER": "1"}
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_events(log, model=self.model_id)
 
 

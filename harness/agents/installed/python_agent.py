@@ -15,6 +15,8 @@ import logging
 from pathlib import Path
 from typing import ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.base import AGENT_LOGS, INSTALL_MOUNT, InstalledAgent
 from harness.agents.installed.cache import AgentCache, CacheEntry, InstallError, Platform
 from harness.agents.installed.python_runtime import (
@@ -40,10 +42,12 @@ class PythonInstalledAgent(InstalledAgent):
     #: The log file's name in :data:`LOG_DIR`.
     log_file: ClassVar[str] = ""
 
-    def install_spec(self) -> PythonAgentSpec:  # noqa: D102
+    @override
+    def install_spec(self) -> PythonAgentSpec:
         return python_agent_spec(self.name, self.version, (f"{self.pypi_package}=={self.version}",))
 
-    def install(self) -> CacheEntry:  # noqa: D102
+    @override
+    def install(self) -> CacheEntry:
         if self.entry is None:
             host = Platform.host().libc
             if self.platform.libc != host:
@@ -82,7 +86,8 @@ class PythonInstalledAgent(InstalledAgent):
         """The step of ``task`` the CLI runs for (None: a task without steps)."""
         return task.step.name if task.step is not None else None
 
-    def log_dirs(self, sandbox: Sandbox) -> dict[str, str]:  # noqa: D102
+    @override
+    def log_dirs(self, sandbox: Sandbox) -> dict[str, str]:
         return {self.name: f"{sandbox.paths.home}/{LOG_DIR}"}
 
     def converted_log(self, evidence: Path, step: str | None) -> Path:

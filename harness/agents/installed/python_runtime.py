@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import override
+
 from harness.agents.installed.cache import (
     FETCH_TIMEOUT_SEC,
     AgentCache,
@@ -122,7 +124,8 @@ class PythonAgentSpec(InstallSpec):
 
     runtime: str = ""
 
-    def as_json(self) -> dict[str, Any]:  # noqa: D102
+    @override
+    def as_json(self) -> dict[str, Any]:
         return {**super().as_json(), "runtime": self.runtime, "runtime_layout": 2}
 
 

@@ -25,6 +25,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.base import INSTALL_MOUNT, InstalledAgent
 from harness.agents.installed.cache import NODE_WHEEL_VERSION, InstallSpec
 from harness.agents.installed.claude_code import convert_stream_json
@@ -83,7 +85,8 @@ class QwenCode(InstalledAgent):
         """Node (PyPI's wheel for :attr:`platform`) and the CLI's bundle."""
         return (NODE, self.bin_path(f"npm/node_modules/{PACKAGE}/cli.js"))
 
-    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def home_files(self, task: Task, sandbox: Sandbox) -> Mapping[str, str]:
         return {SETTINGS_FILE: json.dumps(SETTINGS, indent=2) + "\n"}
 
     def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
@@ -119,7 +122,8 @@ class QwenCode(InstalledAgent):
             f"--prompt={task.instruction}",
         ]
 
-    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:  # noqa: D102
+    @override
+    def cli_env(self, sandbox: Sandbox) -> Mapping[str, str]:
         assert self.model is not None
         return {
             "OPENAI_MODEL": self.model.upstream,
@@ -141,7 +145,8 @@ class QwenCode(InstalledAgent):
         home = sandbox.paths.home
         return {"qwen-projects": f"{home}/.qwen/projects", "qwen-tmp": f"{home}/.qwen/tmp"}
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_qwen_stream_json(log, model=self.model_id)
 
 

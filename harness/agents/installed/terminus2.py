@@ -21,6 +21,8 @@ import json
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from harness.agents.installed.debian_agent import DebianPythonAgent
 from harness.records.layout import TRAJECTORY_FILENAME
 from harness.tasks import Task
@@ -130,10 +132,12 @@ class Terminus2(DebianPythonAgent):
     driver_file: ClassVar[str] = DRIVER_FILE
     driver: ClassVar[str] = DRIVER
 
-    def log_arg(self, task: Task, sandbox: Sandbox) -> str:  # noqa: D102
+    @override
+    def log_arg(self, task: Task, sandbox: Sandbox) -> str:
         return self.log_dir(sandbox, self.step_name(task))  # Harbor writes into a dir
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    @override
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return convert_atif("\n".join(log), model=self.model_id)
 
 
