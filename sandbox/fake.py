@@ -16,6 +16,8 @@ import posixpath
 from collections.abc import Callable
 from pathlib import Path
 
+from typing_extensions import override
+
 from sandbox.backend import (
     PhaseRequest,
     PhaseResult,
@@ -86,7 +88,8 @@ class FakeSandbox(Sandbox):
         self.stopped = False
 
     @property
-    def paths(self) -> SandboxPaths:  # noqa: D102
+    @override
+    def paths(self) -> SandboxPaths:
         return SandboxPaths.under(self.ROOT)
 
     def _call(self, name: str) -> None:
@@ -94,7 +97,8 @@ class FakeSandbox(Sandbox):
         if name in self.fail_on:
             raise RuntimeError(f"fake failure in {name}")
 
-    def start(self) -> None:  # noqa: D102
+    @override
+    def start(self) -> None:
         self._call("start")
         for name in self.spec.fixtures:
             check_fixture_path(name)  # every path, before anything is seeded
@@ -103,11 +107,13 @@ class FakeSandbox(Sandbox):
             data = fixture[0] if isinstance(fixture, tuple) else fixture
             self.files[_key(posixpath.join(self.paths.workspace, name))] = data
 
-    def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:  # noqa: D102
+    @override
+    def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:
         self._call(f"put_file:{dest}")
         self.files[_key(dest)] = data
 
-    def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:  # noqa: D102
+    @override
+    def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:
         self._call(f"put_dir:{dest}")
         self._clear(dest)
         for path in sorted(src.rglob("*")):
@@ -116,7 +122,8 @@ class FakeSandbox(Sandbox):
                     path.read_bytes()
                 )
 
-    def upload(self, src: Path, dest: str, *, owner: Role) -> None:  # noqa: D102
+    @override
+    def upload(self, src: Path, dest: str, *, owner: Role) -> None:
         self._call(f"upload:{dest}")
         for path in sorted(src.rglob("*")):
             if path.is_file() and not path.is_symlink():
@@ -130,15 +137,18 @@ class FakeSandbox(Sandbox):
         for name in [n for n in self.files if n.startswith(prefix)]:
             del self.files[name]
 
-    def reset_dir(self, path: str) -> None:  # noqa: D102
+    @override
+    def reset_dir(self, path: str) -> None:
         self._call(f"reset_dir:{path}")
         self._clear(path)
 
-    def new_agent_user(self) -> tuple[int, int] | None:  # noqa: D102
+    @override
+    def new_agent_user(self) -> tuple[int, int] | None:
         self._call("new_agent_user")
         return None  # a dict has no users
 
-    def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
+    @override
+    def run_phase(self, request: PhaseRequest) -> PhaseResult:
         self._call(f"run_phase:{request.role}")
         for src, dest in request.scratch_uploads:
             self.upload(src, dest, owner="verifier")
@@ -146,11 +156,13 @@ class FakeSandbox(Sandbox):
         self.phases.append((request, self.spec.network_for(request.role, request.step)))
         return self.handler(request, self)
 
-    def reset_verifier_dir(self) -> None:  # noqa: D102
+    @override
+    def reset_verifier_dir(self) -> None:
         self._call("reset_verifier_dir")
         self._clear(self.paths.verifier)
 
-    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:  # noqa: D102
+    @override
+    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:
         key = _key(path)
         if key not in self.files:
             return None, EvidenceEvent("missing", path)
@@ -159,7 +171,8 @@ class FakeSandbox(Sandbox):
             return None, EvidenceEvent("too_large", path)
         return data, None
 
-    def copy_out(  # noqa: D102
+    @override
+    def copy_out(
         self, path: str, dest: Path, *, max_file_bytes: int, max_total_bytes: int
     ) -> list[EvidenceEvent]:
         self._call(f"copy_out:{path}")
@@ -176,6 +189,7 @@ class FakeSandbox(Sandbox):
             target.write_bytes(data[:max_file_bytes])
         return []
 
-    def stop(self) -> None:  # noqa: D102
+    @override
+    def stop(self) -> None:
         self._call("stop")
         self.stopped = True

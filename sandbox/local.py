@@ -33,6 +33,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from typing_extensions import override
+
 from sandbox.backend import (
     SUPERVISOR_PATH,
     Capacity,
@@ -433,7 +435,8 @@ class LocalSandbox(Sandbox):
         return self._identity is not None
 
     @property
-    def paths(self) -> SandboxPaths:  # noqa: D102 - documented on the base class
+    @override
+    def paths(self) -> SandboxPaths:
         top = VIEW_ROOT if self.confined else str(self.fs)
         return SandboxPaths.under(top, logs=str(self.root / "logs"))
 
@@ -465,7 +468,8 @@ class LocalSandbox(Sandbox):
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> None:  # noqa: D102
+    @override
+    def start(self) -> None:
         if self._root is not None:
             raise SandboxError("the sandbox was already started")
         if is_root() and is_root_user(self.spec.verifier_user):
@@ -554,7 +558,8 @@ class LocalSandbox(Sandbox):
         """The trial's cgroup (None where its limits are not enforced)."""
         return self._cgroup
 
-    def new_agent_user(self) -> tuple[int, int] | None:  # noqa: D102 - on the base class
+    @override
+    def new_agent_user(self) -> tuple[int, int] | None:
         identity = self._identity
         if identity is None:
             return None
@@ -605,7 +610,8 @@ class LocalSandbox(Sandbox):
             return 0, 0
         return self._identity.grader_uid, self._identity.grader_gid
 
-    def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:  # noqa: D102
+    @override
+    def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:
         target = self.host_path(dest)
         self._safe_parent(target, agent_readable=agent_readable)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -615,7 +621,8 @@ class LocalSandbox(Sandbox):
         if is_root():
             os.lchown(target, *self._reader(agent_readable))
 
-    def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:  # noqa: D102
+    @override
+    def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:
         target = self.host_path(dest)
         self._safe_parent(target, agent_readable=agent_readable)
         remove_tree(target)
@@ -638,7 +645,8 @@ class LocalSandbox(Sandbox):
         if dest == self.paths.solution:
             self._solution_readable = agent_readable
 
-    def upload(self, src: Path, dest: str, *, owner: Role) -> None:  # noqa: D102
+    @override
+    def upload(self, src: Path, dest: str, *, owner: Role) -> None:
         target = self.host_path(dest)
         who = None
         if self._identity is not None:
@@ -658,7 +666,8 @@ class LocalSandbox(Sandbox):
             error = found["error"]
             raise SandboxError(f"cannot upload into {dest}: {error.get('message')}")
 
-    def reset_dir(self, path: str) -> None:  # noqa: D102
+    @override
+    def reset_dir(self, path: str) -> None:
         target = self.host_path(path)
         self._safe_parent(target, agent_readable=False)
         remove_tree(target)
@@ -752,7 +761,8 @@ class LocalSandbox(Sandbox):
             payload["cgroup"] = self._cgroup.procs_files
         return payload
 
-    def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
+    @override
+    def run_phase(self, request: PhaseRequest) -> PhaseResult:
         # Every phase's own namespace is no-network (start refused anything else); a step
         # the spec does not know is a caller's mistake, refused before anything runs.
         self.spec.network_for(request.role, request.step)
@@ -845,18 +855,21 @@ class LocalSandbox(Sandbox):
         safe = [view + repo[len(workspace) :] for repo in repos]
         home_seed.seed(str(grader / "home"), None, *owner, safe)
 
-    def reset_verifier_dir(self) -> None:  # noqa: D102
+    @override
+    def reset_verifier_dir(self) -> None:
         target = self.fs / "verifier"
         remove_tree(target)
         target.mkdir(mode=0o755)
         if is_root():
             os.chown(target, *self._reader(False))
 
-    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:  # noqa: D102
+    @override
+    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:
         rel = os.path.relpath(self.host_path(path), self.root)
         return read_file(self.root, rel, max_bytes=max_bytes)
 
-    def copy_out(  # noqa: D102
+    @override
+    def copy_out(
         self, path: str, dest: Path, *, max_file_bytes: int, max_total_bytes: int
     ) -> list[EvidenceEvent]:
         rel = os.path.relpath(self.host_path(path), self.root)
@@ -869,7 +882,8 @@ class LocalSandbox(Sandbox):
             limits=self.evidence_limits,
         )
 
-    def snapshot_out(  # noqa: D102
+    @override
+    def snapshot_out(
         self,
         path: str,
         *,
@@ -891,13 +905,15 @@ class LocalSandbox(Sandbox):
             limits=self.evidence_limits,
         )
 
-    def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102
+    @override
+    def storage_usage(self) -> tuple[int, int] | None:
         if self._storage is None:
             return None
         usage = self._storage.usage()
         return usage.used_bytes, usage.limit_bytes
 
-    def abort(self) -> None:  # noqa: D102
+    @override
+    def abort(self) -> None:
         if self._session is not None:
             self._session.kill()
         try:
@@ -928,7 +944,8 @@ class LocalSandbox(Sandbox):
         except RuntimeError:
             raise SandboxError(f"processes of uids {uids} survived the final sweep") from None
 
-    def stop(self) -> None:  # noqa: D102
+    @override
+    def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
@@ -982,7 +999,8 @@ class LocalSandbox(Sandbox):
         if self._root is not None:
             remove_tree(self._root)
 
-    def describe(self) -> dict[str, Any]:  # noqa: D102
+    @override
+    def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"backend": self.backend, "image": None, "root": is_root()}
         if self._identity is not None:
             info["uid"], info["gid"] = self._identity.uid, self._identity.gid

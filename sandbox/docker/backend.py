@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from docker.types import Mount
+from typing_extensions import override
 
 from sandbox.backend import (
     PhaseRequest,
@@ -240,7 +241,8 @@ class DockerSandbox(Sandbox):
         self._kept_asked = False
 
     @property
-    def paths(self) -> SandboxPaths:  # noqa: D102
+    @override
+    def paths(self) -> SandboxPaths:
         return SandboxPaths(
             root=_TRIAL,
             workspace=self._workdir,
@@ -343,7 +345,8 @@ class DockerSandbox(Sandbox):
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> None:  # noqa: D102
+    @override
+    def start(self) -> None:
         spec = self.spec
         if spec.os != "linux":
             raise PermanentStartError(
@@ -658,7 +661,8 @@ class DockerSandbox(Sandbox):
             *self.spec.agent_mounts,
         ]
 
-    def root_changes(self) -> RootChanges | None:  # noqa: D102
+    @override
+    def root_changes(self) -> RootChanges | None:
         layer = self._rootlayer
         if layer is None:
             return None
@@ -829,7 +833,8 @@ class DockerSandbox(Sandbox):
             )
         self.workload = {"argv": argv, "uid": who["uid"] if who else 0}
 
-    def new_agent_user(self) -> tuple[int, int]:  # noqa: D102 - on the base class
+    @override
+    def new_agent_user(self) -> tuple[int, int]:
         # The phase's end killed every process of the earlier agent's uid (kill_uid).
         taken = {self._agent_id[0], self._verifier_id[0], *(u for u, _g in self._former_agents)}
         if self.workload is not None:
@@ -846,14 +851,16 @@ class DockerSandbox(Sandbox):
         self._agent_id = (uid, uid)
         return self._agent_id
 
-    def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:  # noqa: D102
+    @override
+    def put_file(self, dest: str, data: bytes, *, agent_readable: bool, mode: int = 0o644) -> None:
         directory, name = posixpath.split(dest)
         item = {"path": name, "data": _b64(data), "mode": mode if agent_readable else mode & 0o700}
         self._call({"op": "put", "dest": directory, "files": [item]})
         if dest == self.paths.instruction:
             self._instruction = (directory, item)
 
-    def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:  # noqa: D102
+    @override
+    def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:
         files = dir_files(src, readable=agent_readable)
         dir_mode = 0o755 if agent_readable else 0o700
         owner = self._owner(agent_readable)
@@ -872,7 +879,8 @@ class DockerSandbox(Sandbox):
         if dest == "/solution":
             self._solution_readable = agent_readable
 
-    def upload(self, src: Path, dest: str, *, owner: Role) -> None:  # noqa: D102
+    @override
+    def upload(self, src: Path, dest: str, *, owner: Role) -> None:
         uid, gid = self._agent_id if owner == "agent" else self._verifier_id
         who = {"uid": uid, "gid": gid}
         self._call(
@@ -886,7 +894,8 @@ class DockerSandbox(Sandbox):
             }
         )
 
-    def reset_dir(self, path: str) -> None:  # noqa: D102
+    @override
+    def reset_dir(self, path: str) -> None:
         self._call({"op": "reset_dir", "path": path, "mode": 0o700, "keep_dir": True})
         if path == "/solution":
             self._solution_readable = False
@@ -934,7 +943,8 @@ class DockerSandbox(Sandbox):
         ]
         return payload
 
-    def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: D102
+    @override
+    def run_phase(self, request: PhaseRequest) -> PhaseResult:
         self._last_role = request.role
         # The previous phase's processes are all dead (its run_phase returned): switch.
         self._net.switch(request.role, self._container, request.step)
@@ -1269,7 +1279,8 @@ class DockerSandbox(Sandbox):
         socket = self.spec.gateway_socket
         return None if socket is None else f"{GATEWAY_MOUNT}/{socket.name}"
 
-    def reset_verifier_dir(self) -> None:  # noqa: D102
+    @override
+    def reset_verifier_dir(self) -> None:
         uid, gid = self._verifier_id
         owner = {"uid": uid, "gid": gid}
         self._call({"op": "reset_dir", "path": "/logs/verifier", "owner": owner, "mode": 0o755})
@@ -1298,7 +1309,8 @@ class DockerSandbox(Sandbox):
             return event._replace(path=path.strip("/") + event.path[len(rel) :])
         return event
 
-    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:  # noqa: D102
+    @override
+    def read_file(self, path: str, *, max_bytes: int) -> tuple[bytes | None, EvidenceEvent | None]:
         rel = self._on_host(path)
         if rel is not None and self._storage is not None:
             data, event = read_file(self._storage.mount_point, rel, max_bytes=max_bytes)
@@ -1311,7 +1323,8 @@ class DockerSandbox(Sandbox):
             return None, EvidenceEvent.from_dict(found["event"])
         return base64.b64decode(found["data"]), None
 
-    def copy_out(  # noqa: D102
+    @override
+    def copy_out(
         self, path: str, dest: Path, *, max_file_bytes: int, max_total_bytes: int
     ) -> list[EvidenceEvent]:
         rel = self._on_host(path)
@@ -1357,7 +1370,8 @@ class DockerSandbox(Sandbox):
         events = found.get("events", [])
         return [EvidenceEvent.from_dict(e) for e in events] + kept
 
-    def snapshot_out(  # noqa: D102
+    @override
+    def snapshot_out(
         self,
         path: str,
         *,
@@ -1398,7 +1412,8 @@ class DockerSandbox(Sandbox):
                     manifest["special"].append({**entry, "detail": e.get("detail", "")})
         return manifest, events
 
-    def abort(self) -> None:  # noqa: D102
+    @override
+    def abort(self) -> None:
         # Killing the container ends the supervisor's exec stream: the phase call fails
         # at once, and stop() removes the container and its volume as usual.
         self._aborted = True
@@ -1408,15 +1423,18 @@ class DockerSandbox(Sandbox):
             except EngineError:
                 pass
 
-    def environment_env(self) -> dict[str, str]:  # noqa: D102
+    @override
+    def environment_env(self) -> dict[str, str]:
         return dict(self._workload_env)
 
-    def sidecars(self) -> SidecarAccess | None:  # noqa: D102
+    @override
+    def sidecars(self) -> SidecarAccess | None:
         if self._compose is None or not self._compose.started or self._container is None:
             return None
         return DockerSidecars(self.client, self._compose, self._container)
 
-    def image_config(self) -> ImageConfig | None:  # noqa: D102
+    @override
+    def image_config(self) -> ImageConfig | None:
         if self.image is None:
             return None
         return ImageConfig.from_engine(self.runtime.image_attrs(self.image).get("Config"))
@@ -1428,7 +1446,8 @@ class DockerSandbox(Sandbox):
         """
         return self._net.events()
 
-    def storage_usage(self) -> tuple[int, int] | None:  # noqa: D102
+    @override
+    def storage_usage(self) -> tuple[int, int] | None:
         if self._storage is None:
             if self.root_cap not in (SOFT, HARD_ENGINE) or self._container is None:
                 return None
@@ -1446,12 +1465,14 @@ class DockerSandbox(Sandbox):
         usage = self._storage.usage()
         return usage.used_bytes, usage.limit_bytes
 
-    def artifacts_usage(self) -> tuple[int, int] | None:  # noqa: D102
+    @override
+    def artifacts_usage(self) -> tuple[int, int] | None:
         space = self._call({"op": "space", "path": ARTIFACTS_DIR})
         total, free = int(space["total_bytes"]), int(space["free_bytes"])
         return total - free, total
 
-    def stop(self) -> None:  # noqa: D102
+    @override
+    def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
@@ -1535,7 +1556,8 @@ class DockerSandbox(Sandbox):
             prepared, self._prepared = self._prepared, None
             self.runtime.storage_pool.give_back(prepared)
 
-    def describe(self) -> dict[str, Any]:  # noqa: D102
+    @override
+    def describe(self) -> dict[str, Any]:
         res = self.spec.resources
         return {
             "backend": self.backend,

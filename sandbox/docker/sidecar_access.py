@@ -29,6 +29,8 @@ import threading
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from typing_extensions import override
+
 from sandbox.docker.compose import ComposeProject
 from sandbox.docker.sdk import EngineError, call
 from sandbox.errors import SandboxError
@@ -77,7 +79,8 @@ class DockerSidecars(SidecarAccess):
         self.project = project
         self.main = main
 
-    def services(self) -> list[str]:  # noqa: D102
+    @override
+    def services(self) -> list[str]:
         return list(self.project.plan.sidecars)
 
     def _container_id(self, service: str) -> str:
@@ -99,7 +102,8 @@ class DockerSidecars(SidecarAccess):
         # even one the task named alike, is not in this list
         return str(found[0].id)
 
-    def run_hook(  # noqa: D102
+    @override
+    def run_hook(
         self, service: str, command: str, *, user: str | None, timeout_sec: float, max_output: int
     ) -> HookResult:
         try:
@@ -173,7 +177,8 @@ class DockerSidecars(SidecarAccess):
         except (SandboxError, EngineError):
             pass
 
-    def copy_out(  # noqa: D102
+    @override
+    def copy_out(
         self,
         service: str,
         source: str,
@@ -208,14 +213,16 @@ class DockerSidecars(SidecarAccess):
             if close is not None:
                 close()
 
-    def freeze_main(self) -> str | None:  # noqa: D102
+    @override
+    def freeze_main(self) -> str | None:
         try:
             call(self.main.pause)
         except EngineError as exc:
             return f"the engine would not pause it: {exc}"
         return None
 
-    def thaw_main(self) -> None:  # noqa: D102
+    @override
+    def thaw_main(self) -> None:
         call(self.main.unpause)
 
 

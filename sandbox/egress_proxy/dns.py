@@ -22,6 +22,8 @@ import struct
 from collections.abc import Callable
 from typing import Any, cast
 
+from typing_extensions import override
+
 from sandbox.egress_proxy.resolve import Resolver
 from sandbox.egress_proxy.rules import Address, Allowlist, forbidden, host_addresses, normalize_name
 from sandbox.network_events import NetworkEventLog, NetworkRefused
@@ -70,10 +72,12 @@ class DnsResponder(asyncio.DatagramProtocol):
         """The queries and TCP connections being served (cancelled when the server stops)."""
         return [*self._pending, *self._streams]
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
+    @override
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.DatagramTransport, transport)
 
-    def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:  # noqa: D102
+    @override
+    def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
         if len(self._pending) >= MAX_PENDING:
             return  # a flood: dropped, as a busy resolver would
         task = asyncio.ensure_future(self._answer(data, addr))
