@@ -273,7 +273,7 @@ def _default_session_id(evidence_dir: Path) -> str | None:
     return None
 
 
-def trajectory_for_trial(
+def trajectory_for_trial(  # noqa: C901
     record: TrialRecord, evidence_dir: Path, *, session_id: str | None = None
 ) -> dict[str, Any]:
     """Build the ATIF-v1.7 trajectory of one trial.

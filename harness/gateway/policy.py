@@ -25,7 +25,7 @@ MODELS_PATHS = ("/v1/models", "/v1/models/")
 """Answered locally with the trial's one model."""
 
 
-class Refused(HarnessError):  # noqa: N818 - a refusal, not a failure of the gateway
+class Refused(HarnessError):  # a refusal, not a failure of the gateway
     """A request the gateway refuses (recorded, answered with ``status``; never raised out).
 
     Attributes:

@@ -285,7 +285,7 @@ async def _chat_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[Any]:
                 raise ProviderError("chat stream carried an event that is not JSON") from None
 
 
-async def chat_stream_to_responses(
+async def chat_stream_to_responses(  # noqa: C901
     chunks: AsyncIterator[bytes], custom: frozenset[str]
 ) -> AsyncIterator[bytes]:
     """A chat completions stream as a Responses event stream.

@@ -106,7 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ViewServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib's name)
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the terminal shows the URL, not every poll."""
 
     def _host_ok(self) -> bool:
@@ -132,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._json({"error": message}, status)
 
-    def do_GET(self) -> None:  # noqa: N802 (stdlib's name)
+    def do_GET(self) -> None:
         """Route a request (see the module docstring)."""
         if not self._host_ok():
             self._error(HTTPStatus.FORBIDDEN, "unexpected Host header")

@@ -283,7 +283,7 @@ def compute(
             entry["value"] = _value(metric, rows, config, run_name, cache)
         except MetricScriptError as exc:
             entry["error"] = str(exc)[:_MAX_ERROR]
-        except Exception as exc:  # noqa: BLE001 - never lose the summary to a metric
+        except Exception as exc:  # never lose the summary to a metric
             entry["error"] = f"{type(exc).__name__}: {exc}"[:_MAX_ERROR]
         if entry["error"] is not None:
             log(f"dataset metric {metric.name} not computed: {entry['error']}")

@@ -118,7 +118,7 @@ def _in_this_thread(plan: TrialPlan, settings: TrialSettings, attempt: int) -> T
     return run_trial(plan, settings, attempt=attempt)
 
 
-class NotRun(HarnessError):  # noqa: N818 - an outcome, not a failure
+class NotRun(HarnessError):  # an outcome, not a failure
     """A trial that ends without a record in this invocation (the run halted or stopped).
 
     ``--resume`` runs it; the reason is the run's, already reported once.

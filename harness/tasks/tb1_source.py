@@ -266,7 +266,7 @@ def load_yaml(path: Path, name: str) -> Any:
             f"{name} is larger than {MAX_YAML_BYTES >> 20} MiB: refused (a TB1 {name} is a few KiB)"
         )
     try:
-        data = yaml.load(raw.decode("utf-8", errors="replace"), Loader=yaml.SafeLoader)  # noqa: S506 - SafeLoader
+        data = yaml.load(raw.decode("utf-8", errors="replace"), Loader=yaml.SafeLoader)
     except RecursionError:
         raise MigrationError(f"{name} nests too deep to read: refused") from None
     except (yaml.YAMLError, ValueError, TypeError) as exc:  # ValueError: a 5000-digit int

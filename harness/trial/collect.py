@@ -126,7 +126,7 @@ def _hook_event(index: int, hook: CollectHook, step: str | None, **facts: Any) -
     }
 
 
-def run_collection(
+def run_collection(  # noqa: C901
     sandbox: Sandbox,
     view: Task,
     *,
@@ -268,7 +268,7 @@ def _main_hook(
                 step=step_index,
             )
         )
-    except Exception as exc:  # noqa: BLE001 - best effort, as in Harbor
+    except Exception as exc:  # best effort, as in Harbor
         detail = str(exc)[:OUTPUT_TAIL]
         return _hook_event(index, hook, None, status="failed", detail=detail, **facts)
     status = "ok" if result.exit_code == 0 and not result.timed_out else "failed"
@@ -292,7 +292,7 @@ def _phase_output(sandbox: Sandbox, name: str) -> str:
             data, _event = sandbox.read_file(
                 f"{sandbox.paths.logs}/{name}.{stream}", max_bytes=1 << 16
             )
-        except Exception:  # noqa: BLE001 - best effort: the output is a courtesy
+        except Exception:  # best effort: the output is a courtesy
             continue
         if data:
             parts.append(data.decode("utf-8", "replace"))
@@ -307,7 +307,7 @@ def _sidecar_hook(
         result = access.run_hook(
             hook.service, hook.command, user=user, timeout_sec=timeout, max_output=OUTPUT_TAIL
         )
-    except Exception as exc:  # noqa: BLE001 - best effort, as in Harbor
+    except Exception as exc:  # best effort, as in Harbor
         return _hook_event(index, hook, step, status="failed", detail=str(exc)[:OUTPUT_TAIL])
     ok = result.error is None and not result.timed_out and result.exit_code == 0
     return _hook_event(
@@ -338,7 +338,7 @@ def _copy(
             max_total_bytes=left.total,
             max_entries=left.entries,
         )
-    except Exception as exc:  # noqa: BLE001 - best effort, as in Harbor
+    except Exception as exc:  # best effort, as in Harbor
         if staged.exists():
             left.take(staged)
         return _entry(artifact, type=None, status="failed", detail=str(exc)[:OUTPUT_TAIL])

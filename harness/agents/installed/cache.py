@@ -331,7 +331,7 @@ def run_fetch(spec: InstallSpec, argv: Sequence[str], *, cwd: Path) -> None:
     """
     env = {**os.environ, "npm_config_update_notifier": "false", "PIP_NO_INPUT": "1"}
     try:
-        done = subprocess.run(  # noqa: S603 - a fixed client with pinned package specs
+        done = subprocess.run(  # a fixed client with pinned package specs
             list(argv),
             cwd=cwd,
             env=env,

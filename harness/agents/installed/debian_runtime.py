@@ -169,7 +169,7 @@ def ensure_debian_python_agent(cache: AgentCache, spec: DebianPythonSpec, mount:
         shutil.rmtree(site / "bin", ignore_errors=True)
         compile_with_runtime(spec_, staging, mount)
 
-    return cache._make(spec, fetch)  # noqa: SLF001 - the cache's own entry builder
+    return cache._make(spec, fetch)  # the cache's own entry builder
 
 
 def _pip_argv(target: Path, requirements: tuple[str, ...], *options: str) -> list[str]:
@@ -324,7 +324,7 @@ def compile_with_runtime(spec: InstallSpec, staging: Path, mount: str) -> None:
         "-s", str(runtime), "-p", f"{mount}/{RUNTIME}", str(runtime),
     ]  # fmt: skip
     try:
-        done = subprocess.run(  # noqa: S603 - the entry's own interpreter on its own files
+        done = subprocess.run(  # the entry's own interpreter on its own files
             argv, capture_output=True, text=True, timeout=FETCH_TIMEOUT_SEC, check=False,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
@@ -344,7 +344,7 @@ def compile_with_runtime(spec: InstallSpec, staging: Path, mount: str) -> None:
 def _run(spec: InstallSpec, argv: list[str]) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
     try:
-        done = subprocess.run(  # noqa: S603 - the host's apt-get/dpkg-deb, fixed options
+        done = subprocess.run(  # the host's apt-get/dpkg-deb, fixed options
             argv, capture_output=True, text=True, timeout=FETCH_TIMEOUT_SEC, check=False,
             stdin=subprocess.DEVNULL, env=env,
         )  # fmt: skip

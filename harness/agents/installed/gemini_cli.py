@@ -150,7 +150,7 @@ class GeminiCli(InstalledAgent):
         return convert_stream_json(log, model=self.model_id)
 
 
-def convert_stream_json(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:
+def convert_stream_json(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:  # noqa: C901
     """Gemini CLI's ``--output-format stream-json`` lines as ``session.jsonl`` lines.
 
     ``init`` opens the session; ``message`` lines of the assistant (streamed as deltas) are

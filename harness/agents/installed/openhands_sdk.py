@@ -165,7 +165,7 @@ class OpenHandsSdk(DebianPythonAgent):
         return convert_events(log, model=self.model_id)
 
 
-def convert_events(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:
+def convert_events(log: Iterable[str], *, model: str | None) -> list[dict[str, Any]]:  # noqa: C901
     """OpenHands' conversation events (one JSON object a line) as ``session.jsonl`` lines.
 
     The user's first message (the instruction) is dropped: the harness opens the session

@@ -158,7 +158,7 @@ def ensure_python_agent(cache: AgentCache, spec: PythonAgentSpec) -> CacheEntry:
         bundle_libraries(staging / RUNTIME, staging)
         compile_bytecode(spec_, staging / RUNTIME)
 
-    return cache._make(spec, fetch)  # noqa: SLF001 - the cache's own entry builder
+    return cache._make(spec, fetch)  # the cache's own entry builder
 
 
 def build_runtime(host: HostPython, dest: Path) -> None:
@@ -200,7 +200,7 @@ def compile_bytecode(spec: InstallSpec, runtime: Path) -> None:
         "-s", str(runtime), "-p", f"{INSTALL_MOUNT}/{RUNTIME}", str(runtime),
     ]  # fmt: skip
     try:
-        subprocess.run(  # noqa: S603 - the host's Python on the entry it just wrote
+        subprocess.run(  # the host's Python on the entry it just wrote
             argv, capture_output=True, timeout=FETCH_TIMEOUT_SEC, check=False,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
@@ -270,7 +270,7 @@ def ldd(path: Path, shipped: frozenset[str] = frozenset()) -> list[tuple[str, Pa
         InstallError: ``ldd`` is missing or a needed library is not on the host.
     """
     try:
-        done = subprocess.run(  # noqa: S603 - the host's ldd on a file the harness wrote
+        done = subprocess.run(  # the host's ldd on a file the harness wrote
             ["ldd", str(path)], capture_output=True, text=True, timeout=FETCH_TIMEOUT_SEC,
             check=False, stdin=subprocess.DEVNULL,
         )  # fmt: skip
