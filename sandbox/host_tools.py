@@ -30,7 +30,7 @@ def run_tool(
     *,
     timeout: float | None = None,
     check: bool = False,
-    input: str | None = None,  # noqa: A002 (subprocess.run's name)
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run a host tool to the end in its own session; its output is captured as text.
 

@@ -469,7 +469,7 @@ class LocalSandbox(Sandbox):
     # -- lifecycle ------------------------------------------------------------------------
 
     @override
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: C901
         if self._root is not None:
             raise SandboxError("the sandbox was already started")
         if is_root() and is_root_user(self.spec.verifier_user):

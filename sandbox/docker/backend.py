@@ -944,7 +944,7 @@ class DockerSandbox(Sandbox):
         return payload
 
     @override
-    def run_phase(self, request: PhaseRequest) -> PhaseResult:
+    def run_phase(self, request: PhaseRequest) -> PhaseResult:  # noqa: C901
         self._last_role = request.role
         # The previous phase's processes are all dead (its run_phase returned): switch.
         self._net.switch(request.role, self._container, request.step)
@@ -1488,7 +1488,7 @@ class DockerSandbox(Sandbox):
             return
         self._remove()
 
-    def _remove(self) -> None:
+    def _remove(self) -> None:  # noqa: C901
         """Remove the container, its sidecars, its volume and its filesystem, in order."""
         errors: list[Exception] = []
         if self._watched is not None:

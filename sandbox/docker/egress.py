@@ -590,7 +590,7 @@ def _split(line: str) -> list[str]:
     return shlex.split(line)
 
 
-def _sweep_stale(client: Any, keep: set[str]) -> list[str]:
+def _sweep_stale(client: Any, keep: set[str]) -> list[str]:  # noqa: C901
     """Remove trial chains whose container (or compose bridge) is gone; what was removed.
 
     Only this engine's: a dispatch rule from another engine's bridge (one that still

@@ -131,7 +131,7 @@ class DockerSidecars(SidecarAccess):
                     kept[0] += len(chunk)
                     while kept[0] > max_output and len(tail) > 1:
                         kept[0] -= len(tail.popleft())
-            except Exception:  # noqa: BLE001 - the stream closed under us (timeout)
+            except Exception:  # the stream closed under us (timeout)
                 return
 
         reader = threading.Thread(target=drain, name=f"collect-{service}", daemon=True)
@@ -143,7 +143,7 @@ class DockerSidecars(SidecarAccess):
             if close is not None:
                 try:
                     close()
-                except Exception:  # noqa: BLE001 - best effort: the hook is left behind
+                except Exception:  # best effort: the hook is left behind
                     pass
         text = b"".join(tail)[-max_output:].decode("utf-8", "replace")
         if timed_out:
@@ -239,7 +239,7 @@ def _write(member_file: IO[bytes], path: Path, size: int) -> None:
             left -= len(block)
 
 
-def unpack(
+def unpack(  # noqa: C901
     stream: Any,
     source: str,
     dest: Path,

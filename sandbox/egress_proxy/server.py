@@ -170,7 +170,7 @@ class ProxyServer:
             async def shut() -> None:
                 for closer in self._closers:
                     closer.close()
-                tasks = list(self.proxy._tasks)  # noqa: SLF001 - our own proxy's tasks
+                tasks = list(self.proxy._tasks)  # our own proxy's tasks
                 if self.responder is not None:
                     tasks += self.responder.tasks
                 for task in tasks:

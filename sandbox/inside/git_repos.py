@@ -235,7 +235,7 @@ def _read_small(dir_fd: int, name: str) -> Tuple[Optional[bytes], str]:
         os.close(fd)
 
 
-def _vet_gitdir(gitdir_fd: int) -> Optional[str]:
+def _vet_gitdir(gitdir_fd: int) -> Optional[str]:  # noqa: C901
     """Why the git dir open at ``gitdir_fd`` is not safe to trust, or None."""
     for name in ("commondir", "gitdir"):
         try:

@@ -442,7 +442,7 @@ class Launch:
         self.keep: Set[int] = set()
         self.doomed: Set[int] = set()
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: C901
         """Fork the tree and wait until its program runs (or failed to start)."""
         stdin_r, self.stdin_w = os.pipe()
         self.out_r, out_w = os.pipe()

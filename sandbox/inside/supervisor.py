@@ -83,7 +83,7 @@ def _prepare(req: Dict[str, Any]) -> None:
             os.chmod(path, int(entry["mode"]))
 
 
-def run_phase(
+def run_phase(  # noqa: C901
     req: Dict[str, Any], reaper: processes.Reaper, control_fd: int = -1
 ) -> Dict[str, Any]:
     """Run one phase as described by ``req`` and return the result dict.
