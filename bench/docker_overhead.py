@@ -650,7 +650,7 @@ def as_user(user: str, argv: list[str], out: Path) -> int:
     return done.returncode
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: C901
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--trials", type=int, default=30, help="trials per measurement (default 30)"

@@ -98,7 +98,7 @@ def bench_views(iterations: int, work: Path) -> dict[str, Any]:
         request = PhaseRequest(role="agent", argv=["true"], env={"PATH": FIXED_PATH})
         in_view = [box.run_phase(request).duration_sec for _ in range(iterations)]
         # The same phase without namespaces: what a container's supervisor does.
-        session = box._supervisor()  # noqa: SLF001 - a bench looks inside
+        session = box._supervisor()  # a bench looks inside
         payload = {
             "op": "run",
             "argv": ["true"],

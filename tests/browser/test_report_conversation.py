@@ -31,7 +31,7 @@ class Canary:
         hits: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 hits.append(self.path)
                 self.send_response(204)
                 self.end_headers()

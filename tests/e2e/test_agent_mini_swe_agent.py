@@ -77,7 +77,7 @@ def _no_python_image() -> str:
     require_image(client)
     try:
         client.images.get(NO_PYTHON_IMAGE)
-    except Exception:  # noqa: BLE001 - docker's NotFound; build it
+    except Exception:  # docker's NotFound; build it
         dockerfile = (
             "FROM harness/base:bookworm\n"
             "RUN rm -rf /usr/bin/python3* /usr/lib/python3* /usr/local/lib/python3* "

@@ -211,7 +211,7 @@ def test_builtin_agent_against_an_openai_compatible_server_on_loopback(tmp_path:
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server API
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["content-length"])))
             seen.append({"path": self.path, "auth": self.headers["authorization"], "body": body})
             message = answers[min(len(seen), len(answers)) - 1]

@@ -142,7 +142,7 @@ class ChatOnlyServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 outer.seen.append((self.path, body))
                 if self.path != "/v1/chat/completions" or not body.get("stream"):

@@ -22,14 +22,14 @@ pytestmark = [pytest.mark.docker, pytest.mark.serial]
 
 
 class _Answers500(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         self.send_response(500)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
     do_HEAD = do_GET
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

@@ -56,7 +56,7 @@ class ScriptedServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 with server.lock:
                     canned = server.responses.pop(0) if server.responses else None
                 if canned == HANG_UP:  # before reading the body: the client gets EPIPE
@@ -85,7 +85,7 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self.httpd = QuietServer(("127.0.0.1", 0), Handler)

@@ -41,7 +41,7 @@ class ChatOnly:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 outer.seen.append((self.path, body))
                 if self.path != "/v1/chat/completions":

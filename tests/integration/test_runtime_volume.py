@@ -41,7 +41,7 @@ def own_base() -> Iterator[tuple[Any, str]]:
         for volume in (name, f"{name}{RUNTIME_READY_SUFFIX}"):
             try:
                 client.volumes.get(volume).remove(force=True)
-            except Exception:  # noqa: BLE001 - absent already
+            except Exception:  # absent already
                 pass
         client.images.remove(tag, force=True)
         client.close()

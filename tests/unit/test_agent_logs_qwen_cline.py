@@ -201,7 +201,7 @@ def test_cline_has_one_executable_per_cpu_and_none_for_musl(tmp_path: Path) -> N
 class NoFetchCache(AgentCache):
     """A cache that fails the test if anything is fetched into it."""
 
-    def ensure(self, spec: InstallSpec) -> CacheEntry:  # noqa: D102
+    def ensure(self, spec: InstallSpec) -> CacheEntry:
         raise AssertionError(f"{spec.agent} was fetched")
 
 

@@ -104,7 +104,7 @@ def test_the_storage_driver_question_goes_through_the_seam() -> None:
     # rootlayer asks `docker info` at a container's boot: an engine gone away there is the
     # engine not answering, not a raw transport error escaping the trial.
     class Away:
-        class api:  # noqa: N801 - the SDK's attribute name
+        class api:  # the SDK's attribute name
             base_url = "http+docker://sdk-seam-storage-driver-test"
 
         def info(self) -> dict[str, Any]:

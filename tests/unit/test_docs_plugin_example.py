@@ -54,7 +54,7 @@ class PrefilledCache(AgentCache):
 class NoFetchCache(AgentCache):
     """Fails the test if anything is fetched."""
 
-    def ensure(self, spec: InstallSpec) -> CacheEntry:  # noqa: D102
+    def ensure(self, spec: InstallSpec) -> CacheEntry:
         raise AssertionError(f"{spec.agent} was fetched before its model was checked")
 
 

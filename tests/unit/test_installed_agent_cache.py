@@ -309,10 +309,10 @@ class Tiny(InstalledAgent):
     default_version = "7.0.0"
     npm_package = "is-number"
 
-    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:  # noqa: D102
+    def cli_argv(self, task: Task, sandbox: Sandbox) -> list[str]:
         return ["true"]
 
-    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:  # noqa: D102
+    def convert(self, log: list[str]) -> Iterable[dict[str, Any]]:
         return []
 
 

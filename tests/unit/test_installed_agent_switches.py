@@ -61,7 +61,7 @@ KEY_NAME = re.compile(r"(^|[_-])key$|apikey$|token$|secret|password|bearer|autho
 class NoFetchCache(AgentCache):
     """A cache that fails the test if anything is fetched into it."""
 
-    def ensure(self, spec: InstallSpec) -> CacheEntry:  # noqa: D102
+    def ensure(self, spec: InstallSpec) -> CacheEntry:
         raise AssertionError(f"{spec.agent} was fetched: these tests install nothing")
 
 

@@ -24,7 +24,7 @@ class FakeApi:
         self.gone = gone
         self.removed: list[str] = []
 
-    def containers(self, *, all: bool, filters: dict[str, Any]) -> list[dict[str, Any]]:  # noqa: A002
+    def containers(self, *, all: bool, filters: dict[str, Any]) -> list[dict[str, Any]]:
         assert all
         return self.entries
 
