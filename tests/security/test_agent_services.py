@@ -29,102 +29,37 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.kept_servers import (
+    ATTEMPTS,
+    KEEP,
+    LISTEN,
+    PORT,
+    QUERY_TEST,
+    add_collect_hook,
+    alive,
+    attack_test,
+    completed_on_attempt_1,
+    kept_task,
+    offline_agent_public_verifier,
+    oracle_task,
+    start_server,
+)
 
-PORT = 5328
 SECRET = "tests-secret-7f3a9c"
 ENV_SECRET = "verifier-env-secret-51bd"
 
-#: A server answering each connection with a greeting; it logs every request to stdout.
-SERVER = r"""
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(16)
-while True:
-    c, _ = s.accept()
-    print("request", flush=True)
-    c.sendall(b"hello from the agent\n")
-    c.close()
-"""
-
-#: solve.sh: the server in the background, its stdio the phase's; a non-listening helper.
-SOLVE = f"""#!/bin/bash
-cat > /app/server.py <<'EOF'
-{SERVER}
-EOF
-python3 /app/server.py {PORT} &
-setsid sleep 1000 &
-until python3 -c "import socket; socket.create_connection(('127.0.0.1', {PORT}))" 2>/dev/null
-do sleep 0.1; done
-"""
-
-#: test.sh: reward 1 iff the agent's server answers; the agent's processes listed.
-QUERY_TEST = f"""
-python3 - <<'EOF'
-import json, os, socket
-try:
-    c = socket.create_connection(("127.0.0.1", {PORT}), timeout=10)
-    ok = c.recv(100).startswith(b"hello")
-except OSError:
-    ok = False
-procs = []
-for name in os.listdir("/proc"):
-    if name.isdigit():
-        try:
-            uid = os.stat("/proc/" + name).st_uid
-            comm = open("/proc/%s/comm" % name).read().strip()
-        except OSError:
-            continue
-        if uid != 0:
-            procs.append({{"pid": int(name), "uid": uid, "comm": comm}})
-open("/logs/verifier/agent_procs.json", "w").write(json.dumps(procs))
-open("/logs/verifier/reward.txt", "w").write("1" if ok else "0")
-EOF
-"""
-
 #: The attacking server: on each connection (the verifier's client is connected, so the
 #: verifier runs) it attacks grading and answers with what each attempt gave.
-ATTACKER = r"""
-import os, signal, socket, sys, time
-
-def attempt(name, fn):
-    try:
-        got = fn()
-        return "%s: SUCCEEDED %r" % (name, got)
-    except Exception as exc:
-        return "%s: denied (%s)" % (name, type(exc).__name__)
-
-def write(path, text):
-    with open(path, "w") as fh:
-        fh.write(text)
-    return path
-
-def read(path):
-    with open(path, "rb") as fh:
-        return fh.read(200)
-
-VDIR = "/logs/verifier"
-
-def verifier_pids():
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                raw = open("/proc/%s/cmdline" % name, "rb").read()
-            except OSError:
-                continue
-            if b"/tests/test.sh" in raw or b"verifier-client" in raw:
-                found.append(int(name))
-    return found
-
+ATTACKER = (
+    ATTEMPTS
+    + r"""
 def attacks():
     lines = []
     pids = verifier_pids()
     lines.append("verifier pids: %r" % pids)
     lines.append(attempt("write reward.txt", lambda: write("/logs/verifier/reward.txt", "1")))
     forged = "echo 1 > /logs/verifier/reward.txt\n"
-    lines.append(attempt("write reward.json", lambda: write(VDIR + "/reward.json", "1")))
+    lines.append(attempt("write reward.json", lambda: write("/logs/verifier/reward.json", "1")))
     lines.append(attempt("rewrite tests", lambda: write("/tests/check.sh", forged)))
     lines.append(attempt("plant in tests", lambda: write("/tests/planted", "x")))
     lines.append(attempt("read tests", lambda: read("/tests/secret.txt")))
@@ -148,12 +83,9 @@ def attacks():
                 pass
     lines.append("my uid's processes: %r" % sorted(mine))
     return "\n".join(lines) + "\n"
-
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(16)
-if os.fork() == 0:
+"""
+    + LISTEN
+    + r"""if os.fork() == 0:
     # A helper forked from the listener that gives up its socket: not a listener.
     s.close()
     os.setsid()
@@ -164,50 +96,20 @@ while True:
     c.sendall(attacks().encode())
     c.close()
 """
+)
 
-ATTACK_AGENT = f"""
-cat > /app/attacker.py <<'EOF'
-{ATTACKER}
-EOF
-setsid python3 /app/attacker.py {PORT} > /dev/null 2>&1 < /dev/null &
-( setsid sleep 1001 & )
-until python3 -c "import socket; socket.create_connection(('127.0.0.1', {PORT}))" 2>/dev/null
-do sleep 0.1; done
-"""
-
-#: The honest verdict is 0 (the agent did not write answer.txt); the verifier's client
-#: connects while the verdict is written, then runs check.sh (which the attacker rewrote,
-#: if it could).
-ATTACK_TEST = f"""
-echo 0 > /logs/verifier/reward.txt
-python3 - verifier-client <<'EOF' > /logs/verifier/attack.txt
-import socket, sys
-c = socket.create_connection(("127.0.0.1", {PORT}), timeout=30)
-data = b""
-while True:
-    chunk = c.recv(65536)
-    if not chunk:
-        break
-    data += chunk
-sys.stdout.write(data.decode())
-EOF
-bash /tests/check.sh
-test -f /app/answer.txt && echo 1 > /logs/verifier/reward.txt
-exit 0
-"""
+#: The attacker, and a helper that leaves the agent's session: not a listener.
+ATTACK_AGENT = start_server("attacker", ATTACKER) + "( setsid sleep 1001 & )\n"
 
 
 #: A server that takes every pid of the container (threads) as soon as the agent's
 #: program is gone: between phases the verifier could not start (an error of the
 #: machine, retried, were the server not stopped then); beside the verifier, the tests
 #: cannot fork.
-STARVER = r"""
-import os, socket, sys, threading, time
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(16)
-
+STARVER = (
+    "import os, socket, sys, threading, time\n"
+    + LISTEN
+    + r"""
 def starve():
     while os.getppid() != 1:
         time.sleep(0.01)
@@ -228,51 +130,25 @@ while True:
     c.sendall(b"hello from the agent\n")
     c.close()
 """
+)
 
-STARVE_AGENT = f"""
-cat > /app/starver.py <<'EOF'
-{STARVER}
-EOF
-setsid python3 /app/starver.py {PORT} > /dev/null 2>&1 < /dev/null &
-until python3 -c "import socket; socket.create_connection(('127.0.0.1', {PORT}))" 2>/dev/null
-do sleep 0.1; done
-"""
-
-
-def _task(sec: Any, parent: Path, name: str, **kwargs: Any) -> Path:
-    task: Path = sec.write_task(parent, sec.unique(name), verifier_timeout=60, **kwargs)
-    return task
-
-
-def _alive(record: dict[str, Any]) -> list[dict[str, Any]]:
-    alive = record.get("agent_processes_alive")
-    assert isinstance(alive, list), record
-    return alive
+STARVE_AGENT = start_server("starver", STARVER)
 
 
 @pytest.mark.docker
 def test_a_server_the_oracle_left_answers_the_tests_only_with_keep(
     cli: Any, sec: Any, tmp_path: Path
 ) -> None:
-    task = _task(
-        sec,
-        tmp_path / "tasks",
-        "keep-server",
-        attack="exit 0\n",
-        test_sh=QUERY_TEST,
-        solution_files={"solve.sh": SOLVE},
-    )
-    kept = cli.run([task], agent="oracle", extra=["--agent-services", "keep"], timeout=240)
-    record = kept.records[0] if kept.records else None
-    assert record is not None, str(kept)
-    assert record["status"] == "completed" and record["attempt"] == 1, record
+    task = oracle_task(sec, tmp_path / "tasks", "keep-server")
+    kept = cli.run([task], agent="oracle", extra=KEEP, timeout=240)
+    record = completed_on_attempt_1(kept)
     assert record["reward"] == 1.0, str(kept)
-    alive = _alive(record)
-    assert [p["comm"] for p in alive] == ["python3"], alive
-    assert f"tcp:0.0.0.0:{PORT}" in alive[0]["listening"], alive
+    listed = alive(record)
+    assert [p["comm"] for p in listed] == ["python3"], listed
+    assert f"tcp:0.0.0.0:{PORT}" in listed[0]["listening"], listed
     assert record["sandbox"].get("agent_services") == "keep"
     kept_events = [e for e in record["events"] if e.get("type") == "agent_services_kept"]
-    assert kept_events and kept_events[0]["processes"][0]["uid"] == alive[0]["uid"]
+    assert kept_events and kept_events[0]["processes"][0]["uid"] == listed[0]["uid"]
     # Nothing else of the agent's ran beside the verifier: the detached sleep was killed.
     procs = json.loads((kept.evidence(record) / "verifier" / "agent_procs.json").read_text())
     assert [p["comm"] for p in procs] == ["python3"], procs
@@ -280,8 +156,7 @@ def test_a_server_the_oracle_left_answers_the_tests_only_with_keep(
     assert summary["agent_services"] == {"verdicts": 1}, summary
 
     killed = cli.run([task], agent="oracle", timeout=240)
-    record = killed.records[0]
-    assert record["status"] == "completed" and record["attempt"] == 1, record
+    record = completed_on_attempt_1(killed)
     assert record["reward"] == 0.0, str(killed)
     assert "agent_processes_alive" not in record
     procs = json.loads((killed.evidence(record) / "verifier" / "agent_procs.json").read_text())
@@ -294,19 +169,10 @@ def test_a_collect_hook_and_then_the_verifier_both_reach_the_kept_server(
     cli: Any, sec: Any, tmp_path: Path
 ) -> None:
     """Every grading phase gets the services; between them they are stopped, not gone."""
-    task = _task(
-        sec,
-        tmp_path / "tasks",
-        "keep-hook",
-        attack="exit 0\n",
-        test_sh=QUERY_TEST,
-        solution_files={"solve.sh": SOLVE},
-    )
-    toml = task / "task.toml"
+    task = oracle_task(sec, tmp_path / "tasks", "keep-hook")
     query = f"import socket; socket.create_connection(('127.0.0.1', {PORT})).recv(5)"
-    hook = f'\n[[verifier.collect]]\ncommand = """python3 -c "{query}" """\n'
-    toml.write_text(toml.read_text() + hook)
-    run = cli.run([task], agent="oracle", extra=["--agent-services", "keep"], timeout=240)
+    add_collect_hook(task, f'python3 -c "{query}" ')
+    run = cli.run([task], agent="oracle", extra=KEEP, timeout=240)
     assert run.records, str(run)
     record = run.records[0]
     hooks = [e for e in record["events"] if e.get("type") == "collect_hook"]
@@ -318,18 +184,16 @@ def test_a_collect_hook_and_then_the_verifier_both_reach_the_kept_server(
 def test_a_kept_server_reaches_nothing_of_grading(
     cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
 ) -> None:
-    task = _task(
+    task = kept_task(
         sec,
         tmp_path / "tasks",
         "keep-attack",
         attack=ATTACK_AGENT,
-        test_sh=ATTACK_TEST,
+        test_sh=attack_test(),
         tests_files={"secret.txt": SECRET + "\n", "check.sh": "exit 0\n"},
     )
-    run = cli.run([task], extra=["--agent-services", "keep"], timeout=240)
-    assert run.records, str(run)
-    record = run.records[0]
-    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
+    run = cli.run([task], extra=KEEP, timeout=240)
+    record = completed_on_attempt_1(run)
     assert record["reward"] == 0.0, str(run)
     evidence = run.evidence(record)
     report = (evidence / "verifier" / "attack.txt").read_text()
@@ -348,7 +212,7 @@ def test_a_kept_server_reaches_nothing_of_grading(
     assert "my uid's processes: ['python3']" in report, report
     assert sec.files_containing(run.run_dir, SECRET) == [], "the tests' secret leaked"
     assert not (evidence / "verifier" / "reward.json").exists()
-    assert [p["comm"] for p in _alive(record)] == ["python3"]
+    assert [p["comm"] for p in alive(record)] == ["python3"]
 
 
 @pytest.mark.docker
@@ -362,8 +226,8 @@ def test_a_kept_server_taking_every_pid_leaves_its_trial_failed_on_attempt_1(
         "until [ -f /app/starved ]; do :; done\n"
         'read took < /app/starved; echo "$took" > /logs/verifier/starved\n' + honest
     )
-    task = _task(sec, tmp_path / "tasks", "keep-starve", attack=STARVE_AGENT, test_sh=honest)
-    run = cli.run([task], extra=["--agent-services", "keep"], timeout=300)
+    task = kept_task(sec, tmp_path / "tasks", "keep-starve", attack=STARVE_AGENT, test_sh=honest)
+    run = cli.run([task], extra=KEEP, timeout=300)
     assert len(run.records) == 1, str(run)
     record = run.records[0]
     assert record["attempt"] == 1 and record["previous_attempts"] == [], str(run)
@@ -376,7 +240,7 @@ def test_a_kept_server_taking_every_pid_leaves_its_trial_failed_on_attempt_1(
     # of memory, the verifier's error).
     took = run.evidence(record) / "verifier" / "starved"
     if took.exists():
-        assert int(took.read_text()) > 0 and _alive(record), str(run)
+        assert int(took.read_text()) > 0 and alive(record), str(run)
     else:
         assert record["errors"][0]["type"] == "SandboxDied", str(run)
 
@@ -387,24 +251,12 @@ def test_a_verifier_with_more_network_than_the_agent_runs_without_the_services(
 ) -> None:
     """The container's network is the running phase's: a kept server would get the
     verifier's ``public`` while the agent phase had ``no-network``; it dies first."""
-    task = _task(
-        sec,
-        tmp_path / "tasks",
-        "keep-net",
-        attack="exit 0\n",
-        test_sh=QUERY_TEST,
-        solution_files={"solve.sh": SOLVE},
-    )
-    toml = task / "task.toml"
-    text = toml.read_text().replace("allow_internet = false\n", "")
-    text = text.replace("[agent]\n", '[agent]\nnetwork_mode = "no-network"\n')
-    toml.write_text(text.replace("[verifier]\n", '[verifier]\nnetwork_mode = "public"\n'))
-    run = cli.run([task], agent="oracle", extra=["--agent-services", "keep"], timeout=240)
-    assert run.records, str(run)
-    record = run.records[0]
-    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
+    task = oracle_task(sec, tmp_path / "tasks", "keep-net")
+    offline_agent_public_verifier(task)
+    run = cli.run([task], agent="oracle", extra=KEEP, timeout=240)
+    record = completed_on_attempt_1(run)
     assert record["reward"] == 0.0, str(run)  # nothing answered the tests
-    assert _alive(record) == []
+    assert alive(record) == []
     dropped = [e for e in record["events"] if e.get("type") == "agent_services_dropped"]
     assert dropped and "network (public) is not the agent's (no-network)" in dropped[0]["reason"]
 
@@ -414,12 +266,12 @@ def test_verifier_env_is_out_of_a_kept_servers_reach(
     cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
 ) -> None:
     """runc: the environment is unreadable to the service; gVisor: the service dies first."""
-    task = _task(
+    task = kept_task(
         sec,
         tmp_path / "tasks",
         "keep-env",
         attack=ATTACK_AGENT,
-        test_sh=ATTACK_TEST.replace("timeout=30", "timeout=5"),
+        test_sh=attack_test(timeout=5),
         tests_files={"secret.txt": SECRET + "\n", "check.sh": "exit 0\n"},
     )
     toml = task / "task.toml"
@@ -428,16 +280,14 @@ def test_verifier_env_is_out_of_a_kept_servers_reach(
             "[verifier]\n", f'[verifier]\nenv = {{ V_SECRET = "{ENV_SECRET}" }}\n'
         )
     )
-    run = cli.run([task], extra=["--agent-services", "keep"], timeout=240)
-    assert run.records, str(run)
-    record = run.records[0]
-    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
+    run = cli.run([task], extra=KEEP, timeout=240)
+    record = completed_on_attempt_1(run)
     assert record["reward"] == 0.0, str(run)
     assert sec.files_containing(run.run_dir, ENV_SECRET) == [], "the verifier's env leaked"
     dropped = [e for e in record["events"] if e.get("type") == "agent_services_dropped"]
     if docker_runtime == "runsc":
         assert dropped and "[verifier].env (V_SECRET)" in dropped[0]["reason"], record["events"]
-        assert _alive(record) == []
+        assert alive(record) == []
     else:
         assert not dropped, dropped
         report = (run.evidence(record) / "verifier" / "attack.txt").read_text()
@@ -446,9 +296,9 @@ def test_verifier_env_is_out_of_a_kept_servers_reach(
 
 @pytest.mark.root
 def test_the_local_sandbox_refuses_keep_before_anything_runs(sec: Any, tmp_path: Path) -> None:
-    task = _task(sec, tmp_path / "tasks", "keep-local", attack="exit 0\n")
+    task = kept_task(sec, tmp_path / "tasks", "keep-local", attack="exit 0\n")
     cli = sec.Cli(tmp_path, sandbox="local")
-    run = cli.run([task], extra=["--agent-services", "keep"], timeout=120)
+    run = cli.run([task], extra=KEEP, timeout=120)
     assert run.code == 2, str(run)
     assert "--agent-services keep" in run.stderr and "--sandbox docker" in run.stderr
     assert run.records == [], "a trial ran"

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agent_services_root import KEEP_ROOT, _refused_on_gvisor
+from support.kept_servers import AS_ROOT, kept_task, run_walled
 
 #: Each operation prints ``NAME: ok`` or ``NAME: failed``.
-OPS_AGENT = r"""
-test "$(id -u)" = 0 || { echo "not root: $(id -u)"; exit 3; }
+OPS_AGENT = (
+    AS_ROOT
+    + r"""
 out=/app/ops.txt
 op() {
   name=$1; shift
@@ -50,6 +51,7 @@ op su-to-user su rt2user -s /bin/sh -c 'id -u'
 op new-root-entry mkdir /rt2top
 exit 0
 """
+)
 
 OPS_TEST = """
 mkdir -p /logs/verifier
@@ -82,22 +84,18 @@ EXPECTED = {
 def test_a_walled_root_agent_still_does_its_setup_work(
     cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
 ) -> None:
-    task = sec.write_task(
+    task = kept_task(
+        sec,
         tmp_path / "tasks",
-        sec.unique("keep-root-ops"),
+        "keep-root-ops",
         attack=OPS_AGENT,
         test_sh=OPS_TEST,
         agent_timeout=60,
-        verifier_timeout=60,
     )
-    if docker_runtime == "runsc":
-        _refused_on_gvisor(cli, task)
-        return
-    run = cli.run([task], extra=KEEP_ROOT, timeout=240)
-    assert run.records, str(run)
-    record = run.records[0]
-    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
-    assert record["sandbox"].get("agent_services_wall") == "landlock", record["sandbox"]
+    walled = run_walled(cli, task, docker_runtime)
+    if walled is None:
+        return  # gVisor: refused before anything ran
+    run, record = walled
     ops = (run.evidence(record) / "verifier" / "ops.txt").read_text()
     seen = dict(line.split(": ", 1) for line in ops.splitlines() if ": " in line)
     assert seen == EXPECTED, ops

@@ -20,20 +20,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agent_services import PORT
-from test_agent_services_root import _refused_on_gvisor
+from support.kept_servers import (
+    AS_ROOT,
+    ATTEMPTS,
+    LISTEN,
+    PORT,
+    add_collect_hook,
+    kept_task,
+    read_answer,
+    run_walled,
+    start_server,
+)
 
 #: The kept root server: on the verifier's connection (it sends ``go``) it trojans ``grep``
 #: (a tool the tests then run), probes its domain's edges and answers with what each gave.
-TROJAN_SERVER = r"""
-import os, socket, sys
-
-def attempt(name, fn):
-    try:
-        return "%s: SUCCEEDED %r" % (name, fn())
-    except Exception as exc:
-        return "%s: denied (%s)" % (name, type(exc).__name__)
-
+TROJAN_SERVER = (
+    ATTEMPTS
+    + r"""
 def others():
     found = []
     for name in os.listdir("/proc"):
@@ -80,12 +83,9 @@ def trojan():
     with open("/usr/bin/grep", "w") as fh:
         fh.write("#!/bin/sh\nexit 0\n")
     return "grep trojaned"
-
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(16)
-while True:
+"""
+    + LISTEN
+    + r"""while True:
     c, _ = s.accept()
     c.settimeout(5)
     try:
@@ -105,57 +105,35 @@ while True:
     c.sendall(("\n".join(lines) + "\n").encode())
     c.close()
 """
+)
 
-AGENT = f"""
-test "$(id -u)" = 0 || {{ echo "not root: $(id -u)"; exit 3; }}
-cat > /app/trojan.py <<'EOF'
-{TROJAN_SERVER}
-EOF
-setsid python3 /app/trojan.py {PORT} > /dev/null 2>&1 < /dev/null &
-until python3 -c "import socket; socket.create_connection(('127.0.0.1', {PORT}))" 2>/dev/null
-do sleep 0.1; done
-"""
+AGENT = AS_ROOT + start_server("trojan", TROJAN_SERVER)
 
 #: Honest verdict 0: the agent wrote no answer, so ``grep`` finds nothing. The tests talk
 #: to the agent's server first (what keep is for), then grep.
-TEST = f"""
-echo 0 > /logs/verifier/reward.txt
-python3 - <<'EOF' > /logs/verifier/probes.txt
-import socket
-c = socket.create_connection(("127.0.0.1", {PORT}), timeout=30)
-c.sendall(b"go")
-data = b""
-while True:
-    chunk = c.recv(65536)
-    if not chunk:
-        break
-    data += chunk
-print(data.decode())
-EOF
-if grep -q right /app/answer.txt; then echo 1 > /logs/verifier/reward.txt; fi
-exit 0
-"""
+TEST = (
+    "echo 0 > /logs/verifier/reward.txt\n"
+    + read_answer("/logs/verifier/probes.txt", send="go")
+    + "if grep -q right /app/answer.txt; then echo 1 > /logs/verifier/reward.txt; fi\n"
+    + "exit 0\n"
+)
 
 
 @pytest.mark.docker
 def test_a_kept_root_server_trojaning_a_tool_during_the_verifier_marks_the_verdict(
     cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
 ) -> None:
-    task = sec.write_task(
+    task = kept_task(
+        sec,
         tmp_path / "tasks",
-        sec.unique("keep-root-trojan"),
+        "keep-root-trojan",
         attack=AGENT,
         test_sh=TEST,
-        verifier_timeout=60,
     )
-    if docker_runtime == "runsc":
-        _refused_on_gvisor(cli, task)  # no Landlock there: nothing runs
-        return
-    run = cli.run([task], extra=["--agent-services", "keep", "--agent-root", "allow"], timeout=240)
-    assert run.records, str(run)
-    record = run.records[0]
-    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
-    assert record["sandbox"].get("agent_services_wall") == "landlock", record["sandbox"]
+    walled = run_walled(cli, task, docker_runtime)
+    if walled is None:
+        return  # gVisor: refused before anything ran
+    run, record = walled
     probes = (run.evidence(record) / "verifier" / "probes.txt").read_text()
     assert "trojan grep: SUCCEEDED" in probes, probes  # the documented reach of the root
     others = [
@@ -189,24 +167,18 @@ exit 0
 def test_a_kept_root_server_trojaning_a_tool_during_a_collect_hook_marks_the_verdict(
     cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
 ) -> None:
-    task = sec.write_task(
+    task = kept_task(
+        sec,
         tmp_path / "tasks",
-        sec.unique("keep-root-hook-trojan"),
+        "keep-root-hook-trojan",
         attack=AGENT,
         test_sh=GREP_TEST,
-        verifier_timeout=60,
     )
-    toml = task / "task.toml"
-    toml.write_text(
-        toml.read_text() + f'\n[[verifier.collect]]\ncommand = """python3 -c "{HOOK_QUERY}" """\n'
-    )
-    if docker_runtime == "runsc":
-        _refused_on_gvisor(cli, task)
-        return
-    run = cli.run([task], extra=["--agent-services", "keep", "--agent-root", "allow"], timeout=240)
-    assert run.records, str(run)
-    record = run.records[0]
-    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
+    add_collect_hook(task, f'python3 -c "{HOOK_QUERY}" ')
+    walled = run_walled(cli, task, docker_runtime)
+    if walled is None:
+        return  # gVisor: refused before anything ran
+    run, record = walled
     hooks = [e for e in record["events"] if e.get("type") == "collect_hook"]
     assert [h["status"] for h in hooks] == ["ok"], hooks
     # The server is gone before the verifier: the verdict was still taken with its grep.

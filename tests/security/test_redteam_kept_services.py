@@ -17,13 +17,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.kept_servers import (
+    KEEP,
+    LISTEN,
+    PORT,
+    add_collect_hook,
+    completed_on_attempt_1,
+    kept_task,
+    offline_agent_public_verifier,
+    oracle_task,
+    read_answer,
+    start_server,
+)
 
-PORT = 5329
 MIRROR = "http://deb.debian.org/debian/dists/bookworm/Release"
 #: A line the Release file has, and no file of the harness or the task.
 PAGE_MARK = "Origin: Debian"
 
-SERVER = r"""
+SERVER = (
+    r"""
 import socket, sys, urllib.request
 
 def fetch():
@@ -32,21 +44,16 @@ def fetch():
             return answer.read(400).decode("utf-8", "replace")
     except Exception as exc:
         return "no internet: %s" % type(exc).__name__
-
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(16)
-while True:
+"""
+    + LISTEN
+    + r"""while True:
     c, _ = s.accept()
     c.sendall(fetch().encode())
     c.close()
 """
+)
 
 AGENT = f"""
-cat > /app/server.py <<'EOF'
-{SERVER}
-EOF
 python3 -c "
 import urllib.request
 try:
@@ -54,48 +61,23 @@ try:
 except Exception as exc:
     print('agent phase: no internet', type(exc).__name__)
 " > /app/agent_probe.txt 2>&1
-setsid python3 /app/server.py {PORT} {MIRROR} > /dev/null 2>&1 < /dev/null &
-until python3 -c "import socket; socket.create_connection(('127.0.0.1', {PORT}))" 2>/dev/null
-do sleep 0.1; done
-"""
+{start_server("server", SERVER, MIRROR)}"""
 
-TEST = f"""
-echo 0 > /logs/verifier/reward.txt
-python3 - <<'EOF' > /logs/verifier/from_service.txt
-import socket, sys
-c = socket.create_connection(("127.0.0.1", {PORT}), timeout=30)
-data = b""
-while True:
-    chunk = c.recv(65536)
-    if not chunk:
-        break
-    data += chunk
-sys.stdout.write(data.decode())
-EOF
-exit 0
-"""
+TEST = (
+    "echo 0 > /logs/verifier/reward.txt\n"
+    + read_answer("/logs/verifier/from_service.txt")
+    + "exit 0\n"
+)
 
 
 @pytest.mark.docker
 def test_a_kept_service_never_gets_more_network_than_the_agent_phase(
     cli: Any, sec: Any, tmp_path: Path
 ) -> None:
-    task: Path = sec.write_task(
-        tmp_path / "tasks",
-        sec.unique("rt-keep-net"),
-        attack=AGENT,
-        test_sh=TEST,
-        verifier_timeout=60,
-    )
-    toml = task / "task.toml"
-    text = toml.read_text().replace("allow_internet = false\n", "")
-    text = text.replace("[agent]\n", '[agent]\nnetwork_mode = "no-network"\n')
-    text = text.replace("[verifier]\n", '[verifier]\nnetwork_mode = "public"\n')
-    toml.write_text(text)
-    run = cli.run([task], extra=["--agent-services", "keep"], timeout=300)
-    assert run.records, str(run)
-    record = run.records[0]
-    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
+    task = kept_task(sec, tmp_path / "tasks", "rt-keep-net", attack=AGENT, test_sh=TEST)
+    offline_agent_public_verifier(task)
+    run = cli.run([task], extra=KEEP, timeout=300)
+    record = completed_on_attempt_1(run)
     evidence = run.evidence(record)
     probe = (evidence / "workspace" / "agent_probe.txt").read_text()
     assert "agent phase: no internet" in probe, probe  # the agent phase was closed
@@ -110,13 +92,10 @@ def test_a_kept_service_never_gets_more_network_than_the_agent_phase(
 #: A kept server that, once the verifier runs, fills the container's memory with many small
 #: processes (each smaller than the supervisor), so the kernel's OOM killer picks someone
 #: else than its biggest: the supervisor or the verifier.
-HOG = r"""
-import os, socket, sys, time
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(16)
-for _ in range(2):  # the agent's own readiness probe, then the verifier's client
+HOG = (
+    "import os, socket, sys, time\n"
+    + LISTEN
+    + r"""for _ in range(2):  # the agent's own readiness probe, then the verifier's client
     c, _ = s.accept()
     c.sendall(b"hello\n")
     c.close()
@@ -132,15 +111,9 @@ for _ in range(200):
         os._exit(0)
 time.sleep(1000)
 """
+)
 
-HOG_AGENT = f"""
-cat > /app/hog.py <<'EOF'
-{HOG}
-EOF
-setsid python3 /app/hog.py {PORT} > /dev/null 2>&1 < /dev/null &
-until python3 -c "import socket; socket.create_connection(('127.0.0.1', {PORT}))" 2>/dev/null
-do sleep 0.1; done
-"""
+HOG_AGENT = start_server("hog", HOG)
 
 #: Honest verdict 0 (no answer.txt); the tests talk to the service, then take their time.
 HOG_TEST = f"""
@@ -156,14 +129,15 @@ exit 0
 def test_a_kept_service_filling_memory_leaves_its_trial_graded_on_attempt_1(
     cli: Any, sec: Any, tmp_path: Path
 ) -> None:
-    task: Path = sec.write_task(
+    task = kept_task(
+        sec,
         tmp_path / "tasks",
-        sec.unique("rt-keep-oom"),
+        "rt-keep-oom",
         attack=HOG_AGENT,
         test_sh=HOG_TEST,
         verifier_timeout=120,
     )
-    run = cli.run([task], extra=["--agent-services", "keep"], timeout=400)
+    run = cli.run([task], extra=KEEP, timeout=400)
     assert len(run.records) == 1, str(run)
     record = run.records[0]
     assert record["attempt"] == 1 and record.get("previous_attempts") == [], str(run)
@@ -171,56 +145,13 @@ def test_a_kept_service_filling_memory_leaves_its_trial_graded_on_attempt_1(
     assert record["reward"] in (0.0, None), str(run)
 
 
-ORACLE_SERVER = r"""
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(16)
-while True:
-    c, _ = s.accept()
-    c.sendall(b"hello from the agent\n")
-    c.close()
-"""
-
-SOLVE = (
-    "#!/bin/bash\ncat > /app/server.py <<'PY'\n"
-    + ORACLE_SERVER
-    + f"\nPY\npython3 /app/server.py {PORT} &\n"
-    + f"until python3 -c \"import socket; socket.create_connection(('127.0.0.1', {PORT}))\""
-    + " 2>/dev/null\ndo sleep 0.1; done\n"
-)
-
-QUERY = f"""
-python3 - <<'PY'
-import socket
-try:
-    c = socket.create_connection(("127.0.0.1", {PORT}), timeout=10)
-    ok = c.recv(100).startswith(b"hello")
-except OSError:
-    ok = False
-open("/logs/verifier/reward.txt", "w").write("1" if ok else "0")
-PY
-"""
-
-
 @pytest.mark.docker
 def test_a_main_collect_hook_leaves_the_kept_services_to_the_tests(
     cli: Any, sec: Any, tmp_path: Path
 ) -> None:
     """Schema 1.4's main hook is a verifier-role phase: the services must outlive it."""
-    task: Path = sec.write_task(
-        tmp_path / "tasks",
-        sec.unique("rt-keep-hook"),
-        attack="exit 0\n",
-        test_sh=QUERY,
-        solution_files={"solve.sh": SOLVE},
-        verifier_timeout=60,
-    )
-    toml = task / "task.toml"
-    toml.write_text(toml.read_text() + '\n[[verifier.collect]]\ncommand = "true"\n')
-    run = cli.run([task], agent="oracle", extra=["--agent-services", "keep"], timeout=300)
-    assert run.records, str(run)
-    record = run.records[0]
-    assert record["status"] == "completed" and record["attempt"] == 1, str(run)
+    task = oracle_task(sec, tmp_path / "tasks", "rt-keep-hook")
+    add_collect_hook(task, "true")
+    run = cli.run([task], agent="oracle", extra=KEEP, timeout=300)
+    record = completed_on_attempt_1(run)
     assert record["reward"] == 1.0, str(run)
