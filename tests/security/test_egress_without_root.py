@@ -18,17 +18,23 @@ trial's network namespace is owned by a holder container that writes its rules
 
 from __future__ import annotations
 
-import json
 import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from support.ci_image import ci_cli
-from support.net import Listener, primary_addresses
+from support.net import Listener
 from support.netns import PublicNet
+from support.public_probe import (
+    ROOTFUL_HOST,
+    host_targets,
+    private_address,
+    probe_task,
+    read_records,
+    token_packets,
+)
 from support.users import (
     ROOTLESS_HOST,
     ROOTLESS_USER,
@@ -40,26 +46,6 @@ from support.users import (
 
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
-ROOTFUL_HOST = "unix:///var/run/docker.sock"
-AGENT = r"""
-import json, socket, sys
-token, targets = sys.argv[1], json.loads(sys.argv[2])
-out = {}
-for name, host, port in targets:
-    s = socket.socket(); s.settimeout(3)
-    try:
-        s.connect((host, port)); s.sendall(token.encode()); out[name] = "tcp"
-    except OSError as exc:
-        out[name] = type(exc).__name__
-    finally:
-        s.close()
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.sendto(token.encode(), (host, port))
-    except OSError:
-        pass
-open("net.json", "w").write(json.dumps(out))
-"""
 VERIFIER = r"""
 import json, os, socket, sys
 token, public = sys.argv[1], sys.argv[2]
@@ -83,29 +69,6 @@ def public_net(tmp_path: Path) -> Iterator[PublicNet]:
         yield net
 
 
-def _task(root: Path, token: str, targets: list[tuple[str, str, int]], public: str) -> Path:
-    task = root / "tasks" / "public"
-    (task / "tests").mkdir(parents=True)
-    (task / "task.toml").write_text(
-        '[task]\nname = "noroot/public"\n'
-        '[agent]\ntimeout_sec = 120\nnetwork_mode = "public"\n'
-        '[verifier]\ntimeout_sec = 60\nnetwork_mode = "no-network"\n'
-    )
-    (task / "instruction.md").write_text(
-        f"python3 - {token} '{json.dumps(targets)}' <<'AGENT'\n{AGENT}AGENT\n"
-    )
-    (task / "tests" / "verify.py").write_text(VERIFIER)
-    (task / "tests" / "test.sh").write_text(f"python3 /tests/verify.py {token} {public}\n")
-    return root / "tasks"
-
-
-def _record(out: Path) -> dict[str, Any]:
-    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
-    (line,) = (run_dir / "trials.jsonl").read_text().splitlines()
-    record: dict[str, Any] = json.loads(line)
-    return record
-
-
 @pytest.mark.parametrize("where", ["docker-group", "rootless", "ci-image"])
 def test_a_public_phase_without_root_reaches_the_internet_and_nothing_of_the_host(
     where: str, public_net: PublicNet, tmp_path: Path
@@ -117,21 +80,20 @@ def test_a_public_phase_without_root_reaches_the_internet_and_nothing_of_the_hos
     elif where == "docker-group":
         host, user = ROOTFUL_HOST, user_harness(docker_group_user())
     public = public_net.route()
-    private = public_net.route(f"10.231.{secrets.randbelow(250) + 2}.{secrets.randbelow(250) + 2}")
+    private = public_net.route(private_address(231))
     token = secrets.token_hex(8)
     work = user.workdir() if user is not None else tmp_path / "ci"
     with Listener(ipv6=True) as listener:
         targets: list[tuple[str, str, int]] = [
             ("public", public, 8443),
             ("private", private, 8443),
-            ("host-primary", primary_addresses()["ipv4"], listener.port),
-            ("docker0", "172.17.0.1", listener.port),
+            *host_targets(listener),
             ("rootless-host", "10.0.2.2", listener.port),
         ]
         if where != "rootless":
             metadata = public_net.route("169.254.169.254", containers_only=True)
             targets.append(("metadata", metadata, 80))
-        tasks = _task(work, token, targets, public)
+        tasks = probe_task(work, "noroot/public", token, targets, public, VERIFIER)
         args = run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
                         "bash {instruction_file}")  # fmt: skip
         if user is None:
@@ -139,9 +101,9 @@ def test_a_public_phase_without_root_reaches_the_internet_and_nothing_of_the_hos
         else:
             user.give(work)
             result = user.cli(*args, docker_host=host)
-        host_got = [r for r in listener.received if token.encode() in r[2]]
+        host_got = token_packets(listener, token)
     assert result.returncode == 0, result.stderr
-    record = _record(work / "out")
+    (record,) = read_records(work / "out")
     seen = public_net.seen()
     # From outside: the control reached the public-like server; nothing else got anything.
     assert f"tcp8443 {token}" in seen or token in seen, seen
