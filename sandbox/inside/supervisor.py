@@ -176,6 +176,12 @@ def run_phase(  # noqa: C901
             kept = []
             result["agent_services_error"] = "%s: %s" % (type(exc).__name__, exc)
         result["agent_services_kept"] = kept
+    if entries is not None:
+        # What is left of the phase is stopped before it is described and killed: a fork
+        # bomb would otherwise keep the CPU (its cgroup is the supervisor's) for all that.
+        processes.stop_all(
+            lambda: phase.processes(processes.live_entries()), phase.processes(entries)
+        )
     survivors = phase.survivors(entries)
     result["survivors"] = survivors[:MAX_SURVIVORS_LISTED]
     result["survivor_count"] = len(survivors)
