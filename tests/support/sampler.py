@@ -23,7 +23,7 @@ class Sampler:
         while not self._stop.is_set():
             try:
                 self.sample()
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
+            except BaseException as exc:  # reported by the test
                 self.errors.append(exc)
                 return
             self._stop.wait(self.interval)
