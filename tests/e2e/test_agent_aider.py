@@ -28,6 +28,7 @@ from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_did_nothing,
     assert_probe,
     assert_told_once,
     files_holding,
@@ -142,18 +143,8 @@ def test_aider_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> None
     script = {"responses": [{"text": "I will not do anything."}]}
     tasks = _task_set(tmp_path, script, "openai-chat", instruction=instruction)
     run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
-    [record] = read_run_dir(run_dir).records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 0
-    evidence = read_run_dir(run_dir).evidence(record)
+    record, evidence = assert_did_nothing(run_dir, canary, "I will not do anything.")
     assert_told_once(record, evidence)
-    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
-    assert [e for e in transcript if e["type"] == "tool_call"] == []
-    assert any(
-        e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
-    )
-    assert not (evidence / "workspace" / "hello.txt").exists()
-    assert files_holding(run_dir, canary.encode()) == []
 
 
 def test_aider_is_listed_with_its_version() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,10 @@ from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_did_nothing,
     assert_probe,
     assert_told_once,
+    assert_unknown_version_refused,
     files_holding,
     listed_with_version,
     listener,
@@ -174,17 +175,7 @@ def test_mini_swe_agent_that_does_nothing_gets_zero(backend: str, tmp_path: Path
     nothing = {"text": "I will not do anything."}
     tasks = _task_set(tmp_path, {"responses": [nothing] * 3}, "openai-chat")
     run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
-    [record] = read_run_dir(run_dir).records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 0
-    evidence = read_run_dir(run_dir).evidence(record)
-    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
-    assert [e for e in transcript if e["type"] == "tool_call"] == []
-    assert any(
-        e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
-    )
-    assert not (evidence / "workspace" / "hello.txt").exists()
-    assert files_holding(run_dir, canary.encode()) == []
+    assert_did_nothing(run_dir, canary, "I will not do anything.")
 
 
 def test_mini_swe_agent_is_listed_with_its_version() -> None:
@@ -197,15 +188,4 @@ def test_a_mini_swe_agent_version_that_cannot_be_had_fails_before_any_trial(
     tmp_path: Path,
 ) -> None:
     tasks = _task_set(tmp_path, {"responses": [{"text": "x"}]}, "openai-chat")
-    out = tmp_path / "runs"
-    result = run_cli(
-        "run", tasks, "--agent", AGENT, "--model", "faux/cli-script",
-        "--set", "agent.version=0.0.0.999", "-o", out,
-        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""}, timeout=600,
-    )  # fmt: skip
-    assert result.code == 2, result
-    errors = result.error_lines()
-    assert len([line for line in errors if f"cannot install agent {AGENT}" in line]) == 1
-    assert "mini-swe-agent==0.0.0.999" in result.stderr and "agent.version" in result.stderr
-    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
-    shutil.rmtree(out, ignore_errors=True)
+    assert_unknown_version_refused(tasks, tmp_path / "runs", AGENT, "mini-swe-agent==0.0.0.999")

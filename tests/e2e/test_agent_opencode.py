@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, read_run_dir, run_cli
+from conftest import read_run_dir, run_cli
 from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_did_nothing,
+    assert_hello_transcript,
     assert_probe,
     assert_told_once,
     files_holding,
@@ -83,17 +85,7 @@ def test_opencode_solves_the_task_through_the_gateway(
     assert (evidence / "agent.log").read_text().startswith('{"type":"step_start"')
     kept = [p for p in (evidence / "agent-logs").rglob("*") if p.is_file() and p.stat().st_size]
     assert kept, "the CLI's own session files are in the evidence"
-    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
-    assert transcript[0]["type"] == "message" and transcript[0]["role"] == "user"
-    assert transcript[0]["content"] == (EXAMPLES / "hello-file" / "instruction.md").read_text()
-    calls = [e for e in transcript if e["type"] == "tool_call"]
-    assert [c["name"] for c in calls] == ["bash"] * 2
-    assert "hello.txt" in json.dumps(calls[0]["arguments"])
-    results = [e for e in transcript if e["type"] == "tool_result"]
-    assert len(results) == 2 and "error" not in results[0]
-    assert any(
-        e["type"] == "message" and e.get("content") == "Created hello.txt." for e in transcript
-    )
+    assert_hello_transcript(evidence, "bash")
 
     assert_atif_tool_call(run_dir, evidence, "bash", "hello.txt")
     assert_told_once(record, evidence)
@@ -117,18 +109,7 @@ def test_opencode_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> N
     canary = CANARY_PREFIX + secrets.token_hex(20)
     script = {"responses": [{"text": "I will not do anything."}]}
     run_dir = run(tmp_path, backend, hello_tasks(tmp_path, script), canary)
-    result = read_run_dir(run_dir)
-    [record] = result.records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 0
-    evidence = result.evidence(record)
-    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
-    assert [e for e in transcript if e["type"] == "tool_call"] == []
-    assert any(
-        e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
-    )
-    assert not (evidence / "workspace" / "hello.txt").exists()
-    assert files_holding(run_dir, canary.encode()) == []
+    assert_did_nothing(run_dir, canary, "I will not do anything.")
 
 
 def test_opencode_is_listed_with_its_version() -> None:

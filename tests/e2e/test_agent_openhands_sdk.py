@@ -34,6 +34,7 @@ from support.installed_agents import (
     probe_command,
     run_agent,
     task_set,
+    zero_reward_run,
 )
 from test_agent_musl import _run_musl, _task_set, musl_image
 from test_installed_agents import CANARY_PREFIX
@@ -129,12 +130,7 @@ def test_openhands_sdk_that_does_nothing_gets_zero(backend: str, tmp_path: Path)
     script = {"responses": [{"text": "I will not do it."}]}
     tasks = task_set(tmp_path, script, "openai-chat", agent_timeout_sec=AGENT_TIMEOUT_SEC)
     run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
-    run = read_run_dir(run_dir)
-    [record] = run.records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 0
-    evidence = run.evidence(record)
-    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    _record, evidence, transcript = zero_reward_run(run_dir)
     assert [e for e in transcript if e["type"] == "tool_call"] == []
     said = [e["content"] for e in transcript if e["type"] == "message" and e["role"] == "assistant"]
     assert said == ["I will not do it."]

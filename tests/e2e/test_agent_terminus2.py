@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,14 @@ from support.installed_agents import (
     HostListener,
     assert_atif_tool_call,
     assert_probe,
+    assert_unknown_version_refused,
     files_holding,
     listed_with_version,
     listener,
     probe_command,
     run_agent,
     task_set,
+    zero_reward_run,
 )
 from test_agent_musl import _run_musl, _task_set, musl_image
 from test_installed_agents import CANARY_PREFIX
@@ -130,12 +131,7 @@ def test_terminus2_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> 
     script = {"responses": [_answer([], complete=True), _answer([], complete=True)]}
     tasks = task_set(tmp_path, script, "openai-chat", agent_timeout_sec=AGENT_TIMEOUT_SEC)
     run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
-    run = read_run_dir(run_dir)
-    [record] = run.records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 0
-    evidence = run.evidence(record)
-    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    _record, evidence, transcript = zero_reward_run(run_dir)
     names = [e["name"] for e in transcript if e["type"] == "tool_call"]
     assert names == ["mark_task_complete", "mark_task_complete"]
     assert not (evidence / "workspace" / "hello.txt").exists()
@@ -144,18 +140,7 @@ def test_terminus2_that_does_nothing_gets_zero(backend: str, tmp_path: Path) -> 
 
 def test_a_terminus2_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path) -> None:
     tasks = task_set(tmp_path, {"responses": [{"text": "x"}]}, "openai-chat")
-    out = tmp_path / "runs"
-    result = run_cli(
-        "run", tasks, "--agent", AGENT, "--model", "faux/cli-script",
-        "--set", "agent.version=0.0.0.999", "-o", out,
-        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""}, timeout=600,
-    )  # fmt: skip
-    assert result.code == 2, result
-    errors = result.error_lines()
-    assert len([line for line in errors if f"cannot install agent {AGENT}" in line]) == 1
-    assert "harbor==0.0.0.999" in result.stderr and "agent.version" in result.stderr
-    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
-    shutil.rmtree(out, ignore_errors=True)
+    assert_unknown_version_refused(tasks, tmp_path / "runs", AGENT, "harbor==0.0.0.999")
 
 
 @pytest.mark.docker

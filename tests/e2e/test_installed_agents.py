@@ -31,8 +31,10 @@ from support.installed_agents import (
     BACKEND_PARAMS,
     HostListener,
     assert_atif_tool_call,
+    assert_did_nothing,
     assert_probe,
     assert_told_once,
+    assert_unknown_version_refused,
     files_holding,
     listed_with_version,
     listener,
@@ -212,41 +214,13 @@ def test_cli_that_does_nothing_gets_zero(backend: str, cli: str, tmp_path: Path)
         tmp_path, script, spec.api, memory_mb=spec.memory_mb, agent_timeout_sec=AGENT_TIMEOUT_SEC
     )
     run_dir = run_agent(tmp_path, backend, cli, tasks, canary)
-    [record] = read_run_dir(run_dir).records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 0
-    evidence = read_run_dir(run_dir).evidence(record)
-    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
-    assert [e for e in transcript if e["type"] == "tool_call"] == []
-    assert any(
-        e["type"] == "message" and e.get("content") == "I will not do anything." for e in transcript
-    )
-    assert not (evidence / "workspace" / "hello.txt").exists()
-    assert files_holding(run_dir, canary.encode()) == []
+    assert_did_nothing(run_dir, canary, "I will not do anything.")
 
 
 def test_a_cli_version_that_cannot_be_had_fails_before_any_trial(tmp_path: Path) -> None:
     tasks = task_set(tmp_path, {"responses": [{"text": "x"}]}, "anthropic-messages")
-    out = tmp_path / "runs"
-    result = run_cli(
-        "run",
-        tasks,
-        "--agent",
-        "claude-code",
-        "--model",
-        "faux/cli-script",
-        "--set",
-        "agent.version=0.0.0-no-such-version",
-        "-o",
-        out,
-        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""},
-        timeout=300,
-    )
-    assert result.code == 2, result
-    errors = result.error_lines()
-    assert len([line for line in errors if "cannot install agent claude-code" in line]) == 1
-    assert "0.0.0-no-such-version" in result.stderr and "agent.version" in result.stderr
-    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+    unknown = "0.0.0-no-such-version"
+    assert_unknown_version_refused(tasks, tmp_path / "runs", "claude-code", unknown, unknown)
 
 
 @pytest.mark.parametrize(

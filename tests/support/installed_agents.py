@@ -4,9 +4,12 @@ Every e2e test of an installed agent (tests/e2e/test_installed_agents.py and
 test_agent_<name>.py) drives the real CLI the same way: a copy of
 ``examples/tasks/hello-file`` whose faux model replays a script written in the CLI's own
 tool protocol (:func:`task_set`), one ``harness run`` with canary keys in the harness's
-environment (:func:`run_agent`), then judges from outside: the run dir, the ATIF export
+environment (:func:`run_agent`), then judges from outside: the run dir and its transcript
+(:func:`assert_hello_transcript`, :func:`assert_did_nothing`), the ATIF export
 (:func:`assert_atif_tool_call`), the files holding a canary (:func:`files_holding`), and a
-host listener the sandbox must not reach (:class:`HostListener`, :func:`probe_command`).
+host listener the sandbox must not reach (:class:`HostListener`, :func:`probe_command`). A
+pinned version that cannot be had fails a run before any trial
+(:func:`assert_unknown_version_refused`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, only_run_dir, run_cli
+from conftest import EXAMPLES, only_run_dir, read_run_dir, run_cli
 
 from support.docker import docker_client, require_image, unavailable
 
@@ -235,3 +238,73 @@ def listed_with_version(listing: str, name: str, version: str) -> bool:
         if len(cells) > 2 and cells[0] == name and cells[1] == version:
             return True
     return False
+
+
+def assert_hello_transcript(evidence: Path, tool: str, said: str = "Created hello.txt.") -> None:
+    """The transcript of a two-tool-call hello-file solve: the instruction, the calls, the end.
+
+    The first event is the user's message, the task's instruction; ``tool`` was called
+    twice, first to write ``hello.txt``; both calls have results, the first without an
+    error; the agent's closing message ``said`` is there.
+    """
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    assert transcript[0]["type"] == "message" and transcript[0]["role"] == "user"
+    assert transcript[0]["content"] == (EXAMPLES / "hello-file" / "instruction.md").read_text()
+    calls = [e for e in transcript if e["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == [tool] * 2
+    assert "hello.txt" in json.dumps(calls[0]["arguments"])
+    results = [e for e in transcript if e["type"] == "tool_result"]
+    assert len(results) == 2 and "error" not in results[0]
+    assert any(e["type"] == "message" and e.get("content") == said for e in transcript)
+
+
+def zero_reward_run(run_dir: Path) -> tuple[dict[str, Any], Path, list[dict[str, Any]]]:
+    """The run's one trial, completed with reward 0: its record, evidence dir and transcript."""
+    result = read_run_dir(run_dir)
+    [record] = result.records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 0
+    evidence = result.evidence(record)
+    transcript = [json.loads(line) for line in (evidence / "transcript.jsonl").open()]
+    return record, evidence, transcript
+
+
+def assert_did_nothing(run_dir: Path, canary: str, said: str) -> tuple[dict[str, Any], Path]:
+    """The run's one trial: completed, reward 0, no tool call, ``said``; no canary kept.
+
+    For an agent whose faux model only answers in words: the transcript holds ``said`` and
+    no tool call, the workspace no ``hello.txt``, and no file of the run dir the canary.
+    Returns the trial's record and evidence dir.
+    """
+    record, evidence, transcript = zero_reward_run(run_dir)
+    assert [e for e in transcript if e["type"] == "tool_call"] == []
+    assert any(e["type"] == "message" and e.get("content") == said for e in transcript)
+    assert not (evidence / "workspace" / "hello.txt").exists()
+    assert files_holding(run_dir, canary.encode()) == []
+    return record, evidence
+
+
+def assert_unknown_version_refused(
+    tasks: Path, out: Path, agent: str, requirement: str, version: str = "0.0.0.999"
+) -> None:
+    """``agent.version=<version>`` fails the run before any trial, once, naming what failed.
+
+    Args:
+        tasks: A task set for ``agent`` (a faux script: it never runs).
+        out: The run's output dir (removed after).
+        agent: The installed agent's name.
+        requirement: What the install tried, as the error names it
+            (``mini-swe-agent==0.0.0.999``).
+        version: The version asked for, one no registry has.
+    """
+    result = run_cli(
+        "run", tasks, "--agent", agent, "--model", FAUX_MODEL,
+        "--set", f"agent.version={version}", "-o", out,
+        env={"HARNESS_PROVIDER": "", "HARNESS_MODEL": ""}, timeout=600,
+    )  # fmt: skip
+    assert result.code == 2, result
+    errors = result.error_lines()
+    assert len([line for line in errors if f"cannot install agent {agent}" in line]) == 1
+    assert requirement in result.stderr and "agent.version" in result.stderr
+    assert not out.exists() or not list(out.glob("*/trials.jsonl"))
+    shutil.rmtree(out, ignore_errors=True)
