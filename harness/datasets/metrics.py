@@ -80,6 +80,17 @@ def check_metric_name(value: str) -> str:
     return value
 
 
+def _checked_digest(value: str | None) -> str | None:
+    """``value`` if it is ``sha256:<64 hex digits>`` (or None).
+
+    Raises:
+        ValueError: any other string (from a lock or a registry: untrusted).
+    """
+    if value is not None and not _DIGEST.match(value):
+        raise ValueError(f"script digest {value[:80]!r} is not sha256:<64 hex digits>")
+    return value
+
+
 class DeclaredMetric(BaseModel):
     """One metric a dataset declares, as the lock pins it.
 
@@ -114,9 +125,7 @@ class DeclaredMetric(BaseModel):
     @field_validator("script_digest")
     @classmethod
     def _digest(cls, value: str | None) -> str | None:
-        if value is not None and not _DIGEST.match(value):
-            raise ValueError(f"script digest {value[:80]!r} is not sha256:<64 hex digits>")
-        return value
+        return _checked_digest(value)
 
     @field_validator("script_path")
     @classmethod
@@ -356,9 +365,7 @@ class LocalMetricPin(BaseModel):
     @field_validator("script_digest")
     @classmethod
     def _digest(cls, value: str | None) -> str | None:
-        if value is not None and not _DIGEST.match(value):
-            raise ValueError(f"script digest {value[:80]!r} is not sha256:<64 hex digits>")
-        return value
+        return _checked_digest(value)
 
 
 def local_pin(task_set: Path, metric: DeclaredMetric) -> LocalMetricPin:

@@ -288,15 +288,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend", backend_params())
 
 
-@pytest.fixture
-def any_cli(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Iterator[Cli]:
-    """A CLI runner for the test's ``backend`` parameter (local, docker or runsc)."""
+def backend_engine(request: pytest.FixtureRequest, backend: str) -> tuple[str, str | None, Any]:
+    """``backend``'s sandbox, runtime and engine client (None: local), its runtime checked.
+
+    A docker runtime the engine does not register fails (CI) or skips, saying how to add it.
+    """
     sandbox, runtime, _marks = BACKENDS[backend]
     client = None
     if sandbox == "docker":
         client = request.getfixturevalue("client")
         if runtime and runtime not in (client.info().get("Runtimes") or {}):
             unavailable(f"runtime {runtime} is not registered (docker/start-engine.sh does it)")
+    return sandbox, runtime, client
+
+
+@pytest.fixture
+def any_cli(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Iterator[Cli]:
+    """A CLI runner for the test's ``backend`` parameter (local, docker or runsc)."""
+    sandbox, runtime, client = backend_engine(request, backend)
     runner = Cli(tmp_path, sandbox=sandbox, runtime=runtime)
     yield runner
     if client is not None and runner.output.exists():

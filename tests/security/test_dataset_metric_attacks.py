@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BACKENDS, RUN_LABEL, remove_labelled, unavailable
+from conftest import RUN_LABEL, backend_engine, remove_labelled
 from support.cli import harness
 
 from harness.config import RunConfig
@@ -42,12 +42,7 @@ rows = [json.loads(line) for line in open(args[args.index("-i") + 1])]
 @pytest.fixture
 def metric_config(request: pytest.FixtureRequest, backend: str) -> Iterator[tuple[RunConfig, str]]:
     """The run config of the test's backend and a run name; teardown removes its objects."""
-    sandbox, runtime, _marks = BACKENDS[backend]
-    client = None
-    if sandbox == "docker":
-        client = request.getfixturevalue("client")
-        if runtime and runtime not in (client.info().get("Runtimes") or {}):
-            unavailable(f"runtime {runtime} is not registered (docker/start-engine.sh does it)")
+    sandbox, runtime, client = backend_engine(request, backend)
     name = f"sec-metric-{secrets.token_hex(4)}"
     config = RunConfig(paths=["/t"], agent="nop", sandbox=sandbox, runtime=runtime)
     yield config, name
@@ -268,10 +263,7 @@ def _dataset(tmp_path: Path, scripts: dict[str, str]) -> Path:
 def test_a_run_whose_metric_scripts_misbehave_writes_its_summary_and_every_record(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    sandbox, runtime, _marks = BACKENDS[backend]
-    client = request.getfixturevalue("client") if sandbox == "docker" else None
-    if client is not None and runtime and runtime not in (client.info().get("Runtimes") or {}):
-        unavailable(f"runtime {runtime} is not registered (docker/start-engine.sh does it)")
+    sandbox, runtime, client = backend_engine(request, backend)
     registry = _dataset(
         tmp_path,
         {

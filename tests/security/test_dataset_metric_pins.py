@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BACKENDS, RUN_LABEL, remove_labelled, unavailable
+from conftest import RUN_LABEL, backend_engine, remove_labelled
 from support.cli import harness
 
 #: An honest metric: how many trials were solved.
@@ -83,12 +83,7 @@ class Runs:
 @pytest.fixture
 def runs(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Iterator[Runs]:
     """Runs on the test's backend; teardown removes what they left on the engine."""
-    sandbox, runtime, _marks = BACKENDS[backend]
-    client = None
-    if sandbox == "docker":
-        client = request.getfixturevalue("client")
-        if runtime and runtime not in (client.info().get("Runtimes") or {}):
-            unavailable(f"runtime {runtime} is not registered (docker/start-engine.sh does it)")
+    sandbox, runtime, client = backend_engine(request, backend)
     found = Runs(tmp_path, sandbox, runtime)
     yield found
     if client is not None:
