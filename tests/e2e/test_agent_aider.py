@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, read_run_dir, run_cli
+from conftest import EXAMPLES, run_cli
 from support.installed_agents import (
     RUNC_PARAMS,
     HostListener,
@@ -36,6 +36,7 @@ from support.installed_agents import (
     listener,
     probe_command,
     run_agent,
+    solved_by,
     task_set,
 )
 from test_installed_agents import CANARY_PREFIX
@@ -90,14 +91,9 @@ def test_aider_solves_the_task_through_the_gateway(
     script = {"responses": [_whole("hello.txt", "Hello, world!\n")]}
     tasks = _task_set(tmp_path, script, "openai-chat", env=_probe_after_edits(listener.port))
     run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
-    run = read_run_dir(run_dir)
-    [record] = run.records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 1
+    record, evidence = solved_by(run_dir, AGENT, VERSION)
     agent = record["agent"]
-    assert agent["name"] == AGENT and agent["version"] == VERSION
     assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
-    evidence = run.evidence(record)
 
     # Its own chat and LLM histories are kept, and converted: the transcript holds the edit.
     history = (evidence / "agent-logs" / AGENT / "chat-history.md").read_text()

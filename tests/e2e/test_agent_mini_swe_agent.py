@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, read_run_dir, run_cli
+from conftest import EXAMPLES, run_cli
 from support.docker import docker_client, require_image
 from support.installed_agents import (
     BACKEND_PARAMS,
@@ -35,6 +35,7 @@ from support.installed_agents import (
     listener,
     probe_command,
     run_agent,
+    solved_by,
     task_set,
 )
 from test_installed_agents import CANARY_PREFIX
@@ -109,14 +110,9 @@ def _on_image(tasks: Path, image: str) -> None:
 
 
 def _check_solved(run_dir: Path, listener: HostListener, canary: str) -> dict[str, Any]:
-    run = read_run_dir(run_dir)
-    [record] = run.records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 1
+    record, evidence = solved_by(run_dir, AGENT, VERSION)
     agent = record["agent"]
-    assert agent["name"] == AGENT and agent["version"] == VERSION
     assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
-    evidence = run.evidence(record)
 
     # Its own trajectory is kept, and converted: the transcript holds the bash calls.
     trajectory = json.loads((evidence / "agent-logs" / AGENT / "trajectory.json").read_text())

@@ -33,6 +33,7 @@ from support.installed_agents import (
     listener,
     probe_command,
     run_agent,
+    solved_by,
     task_set,
     zero_reward_run,
 )
@@ -74,14 +75,9 @@ def test_openhands_sdk_solves_the_task_through_the_gateway(
     }
     tasks = task_set(tmp_path, script, "openai-chat", agent_timeout_sec=AGENT_TIMEOUT_SEC)
     run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
-    run = read_run_dir(run_dir)
-    [record] = run.records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 1
+    record, evidence = solved_by(run_dir, AGENT, VERSION)
     agent = record["agent"]
-    assert agent["name"] == AGENT and agent["version"] == VERSION
     entry = Path(agent["install"]["path"])
-    evidence = run.evidence(record)
 
     # Its own events: the terminal actions it ran, their observations, its final status.
     events = _events(evidence)

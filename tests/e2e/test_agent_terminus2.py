@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, read_run_dir, run_cli
+from conftest import EXAMPLES, run_cli
 from support.installed_agents import (
     BACKEND_PARAMS,
     RUNC_PARAMS,
@@ -32,6 +32,7 @@ from support.installed_agents import (
     listener,
     probe_command,
     run_agent,
+    solved_by,
     task_set,
     zero_reward_run,
 )
@@ -78,14 +79,9 @@ def test_terminus2_solves_the_task_through_the_gateway(
     script = _solving_script(listener.port)
     tasks = task_set(tmp_path, script, "openai-chat", agent_timeout_sec=AGENT_TIMEOUT_SEC)
     run_dir = run_agent(tmp_path, backend, AGENT, tasks, canary)
-    run = read_run_dir(run_dir)
-    [record] = run.records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 1
+    record, evidence = solved_by(run_dir, AGENT, VERSION)
     agent = record["agent"]
-    assert agent["name"] == AGENT and agent["version"] == VERSION
     entry = Path(agent["install"]["path"])
-    evidence = run.evidence(record)
 
     # Its own trajectory: Harbor's ATIF, as it wrote it, with its tmux keystrokes.
     atif = json.loads((evidence / "agent-logs" / AGENT / "trajectory.json").read_text())

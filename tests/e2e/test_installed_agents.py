@@ -40,6 +40,7 @@ from support.installed_agents import (
     listener,
     probe_command,
     run_agent,
+    solved_by,
     task_set,
 )
 
@@ -157,14 +158,9 @@ def test_cli_solves_the_task_through_the_gateway(
         tmp_path, script, spec.api, memory_mb=spec.memory_mb, agent_timeout_sec=AGENT_TIMEOUT_SEC
     )
     run_dir = run_agent(tmp_path, backend, cli, tasks, canary)
-    run = read_run_dir(run_dir)
-    [record] = run.records
-    assert record["status"] == "completed", record["errors"]
-    assert record["reward"] == 1
+    record, evidence = solved_by(run_dir, cli, spec.version)
     agent = record["agent"]
-    assert agent["name"] == cli and agent["version"] == spec.version
     assert len(agent["install"]["key"]) == 64 and len(agent["install"]["tree"]) == 64
-    evidence = run.evidence(record)
 
     # The CLI's own logs are kept, and converted: the transcript holds the tool call.
     first_event = json.loads((evidence / "agent.log").read_text().splitlines()[0])

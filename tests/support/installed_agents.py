@@ -258,6 +258,20 @@ def assert_hello_transcript(evidence: Path, tool: str, said: str = "Created hell
     assert any(e["type"] == "message" and e.get("content") == said for e in transcript)
 
 
+def solved_by(run_dir: Path, name: str, version: str) -> tuple[dict[str, Any], Path]:
+    """The run's one trial, completed with reward 1 by agent ``name`` at ``version``.
+
+    Returns its record and evidence dir.
+    """
+    result = read_run_dir(run_dir)
+    [record] = result.records
+    assert record["status"] == "completed", record["errors"]
+    assert record["reward"] == 1
+    agent = record["agent"]
+    assert agent["name"] == name and agent["version"] == version
+    return record, result.evidence(record)
+
+
 def zero_reward_run(run_dir: Path) -> tuple[dict[str, Any], Path, list[dict[str, Any]]]:
     """The run's one trial, completed with reward 0: its record, evidence dir and transcript."""
     result = read_run_dir(run_dir)
