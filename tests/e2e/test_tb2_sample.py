@@ -67,13 +67,13 @@ def _load_bases() -> ModuleType:
     return module
 
 
-def _aliases() -> list[str]:
+def _aliases(releases: set[str] | None = None) -> list[str]:
     require_image(docker_client())
     if shutil.which("debootstrap") is None:
         prerequisite_missing("debootstrap (the Debian 13 base of build-pmars)")
     bases = _load_bases()
     try:
-        return list(bases.alias_args())
+        return list(bases.alias_args(releases))
     except bases.BaseBuildError as exc:
         pytest.fail(str(exc))
 

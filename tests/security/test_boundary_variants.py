@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BASE_IMAGE, Cli, files_containing, read_records, unique, write_task
+from conftest import (
+    BASE_IMAGE,
+    RUN_LABEL,
+    Cli,
+    files_containing,
+    read_records,
+    remove_labelled,
+    unique,
+    write_task,
+)
 from support.cli import harness, spawn_view
 
 
@@ -72,8 +81,6 @@ def test_a_compose_file_template_reads_no_host_secret(client: Any, tmp_path: Pat
     try:
         result = cli.run([task], env={"RT_COMPOSE_SECRET": secret}, timeout=300)
     finally:
-        from conftest import RUN_LABEL, remove_labelled
-
         if cli.output.exists():
             for run_dir in cli.output.iterdir():
                 remove_labelled(client, f"{RUN_LABEL}={run_dir.name}")
@@ -279,8 +286,6 @@ def test_a_compose_sidecar_cannot_hand_host_files_to_the_agent(
         refused = cli.run([hostile, other], timeout=400)
         result = cli.run([honest], timeout=400)
     finally:
-        from conftest import RUN_LABEL, remove_labelled
-
         if cli.output.exists():
             for run_dir in cli.output.iterdir():
                 remove_labelled(client, f"{RUN_LABEL}={run_dir.name}")

@@ -142,3 +142,33 @@ def test_one_command_collects_test_files_of_every_dir_together() -> None:
     collected = {line.split("::", 1)[0] for line in done.stdout.splitlines() if "::" in line}
     missing = {str(path.relative_to(TESTS.parent)) for path in named} - collected
     assert not missing, f"named but nothing collected: {sorted(missing)}"
+
+
+def conftest_imports_at_run_time(source: str) -> list[int]:
+    """Lines of ``source`` that import from ``conftest`` inside a function or method."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found += [
+                inner.lineno
+                for inner in ast.walk(node)
+                if isinstance(inner, ast.ImportFrom) and inner.module == "conftest"
+            ]
+    return found
+
+
+def test_no_test_imports_from_a_conftest_at_run_time() -> None:
+    """``from conftest import`` at module level only: ``conftest`` means the module's own
+    dir's only while the module is collected; when a test runs it is whichever conftest
+    the collection of the worker's other modules left (two compose tests failed in CI so)."""
+    found = [
+        f"{path.relative_to(TESTS)}:{line}"
+        for path in _modules()
+        for line in conftest_imports_at_run_time(path.read_text())
+    ]
+    assert found == [], "move these imports to the module's top: " + ", ".join(found)
+
+
+def test_the_rule_sees_an_import_from_a_conftest_in_a_function() -> None:
+    source = "from conftest import A\n\ndef test_x():\n    from conftest import B\n"
+    assert conftest_imports_at_run_time(source) == [4]
