@@ -246,8 +246,14 @@ def prepare_run(
             (without ``--resume``) not empty, records that do not match the plan.
     """
     paths = [Path(p) for p in config.tasks.paths]
-    fetched = _dataset_tasks(config, resume_dir)
-    local_metrics, local_pins = _local_metrics(paths, config, resume_dir)
+    # The resumed run's lock, read once: its dataset tasks and its local sets' pins.
+    resume_lock = (
+        read_lock(resume_dir)
+        if resume_dir is not None and lock_path(resume_dir).is_file()
+        else None
+    )
+    fetched = _dataset_tasks(config, resume_lock)
+    local_metrics, local_pins = _local_metrics(paths, config, resume_dir, resume_lock, fetched)
     tasks, skipped = load_runnable_tasks(
         paths + (fetched.task_dirs if fetched else []), skip_invalid=config.tasks.skip_invalid
     )
@@ -351,12 +357,12 @@ def prepare_run(
     )
 
 
-def _dataset_tasks(config: RunConfig, resume_dir: Path | None) -> Resolved | None:
+def _dataset_tasks(config: RunConfig, resume_lock: DatasetsLock | None) -> Resolved | None:
     """The dataset tasks of the run, on disk: a resume's from its lock, else resolved anew."""
     if not config.tasks.datasets.wanted:
         return None
-    if resume_dir is not None and lock_path(resume_dir).is_file():
-        fetched = materialize(read_lock(resume_dir), hub_url=config.tasks.datasets.hub_url)
+    if resume_lock is not None:
+        fetched = materialize(resume_lock, hub_url=config.tasks.datasets.hub_url)
     else:
         fetched = resolve(config.tasks.datasets)
     if not fetched.task_dirs and not config.tasks.paths:
@@ -368,7 +374,11 @@ def _dataset_tasks(config: RunConfig, resume_dir: Path | None) -> Resolved | Non
 
 
 def _local_metrics(
-    paths: Sequence[Path], config: RunConfig, resume_dir: Path | None
+    paths: Sequence[Path],
+    config: RunConfig,
+    resume_dir: Path | None,
+    resume_lock: DatasetsLock | None,
+    fetched: Resolved | None,
 ) -> tuple[list[DeclaredMetric], list[LocalMetricPin]]:
     """Each local task set's ``metric.py``, checked against its pin; the run's pins.
 
@@ -384,7 +394,7 @@ def _local_metrics(
     """
     if not paths:
         return [], []
-    pinned, where, fix = _local_pins(config, resume_dir)
+    pinned, where, fix = _local_pins(config, resume_dir, resume_lock, fetched)
     metrics: list[DeclaredMetric] = []
     pins: list[LocalMetricPin] = []
     for path in paths:
@@ -407,18 +417,27 @@ def _local_metrics(
 
 
 def _local_pins(
-    config: RunConfig, resume_dir: Path | None
+    config: RunConfig,
+    resume_dir: Path | None,
+    resume_lock: DatasetsLock | None,
+    fetched: Resolved | None,
 ) -> tuple[dict[str, LocalMetricPin] | None, str, str]:
-    """The local sets' pins to hold the run to (None: a new run's own), where, the fix."""
+    """The local sets' pins to hold the run to (None: a new run's own), where, the fix.
+
+    From the locks :func:`prepare_run` and :func:`_dataset_tasks` read already: a
+    resume's, else ``--from-lock``'s (its ``local_metrics`` kept by ``materialize``).
+    """
     if resume_dir is not None:
         where = str(Path(resume_dir) / DATASETS_LOCK_FILENAME)
-        found = read_lock(resume_dir).local_metrics if os.path.lexists(where) else []
+        if resume_lock is None and os.path.lexists(where):
+            resume_lock = read_lock(resume_dir)  # not a regular file: refused, saying why
+        found = resume_lock.local_metrics if resume_lock is not None else []
         return {pin.task_set: pin for pin in found}, where, "start a new run"
     from_lock = config.tasks.datasets.from_lock
     if from_lock is not None:
-        found = read_lock(Path(from_lock)).local_metrics
+        assert fetched is not None  # --from-lock asks for dataset tasks: they were read
         return (
-            {pin.task_set: pin for pin in found},
+            {pin.task_set: pin for pin in fetched.lock.local_metrics},
             f"the lock {from_lock}",
             "run without --from-lock",
         )
