@@ -116,15 +116,15 @@ class FakeSandbox(Sandbox):
     def put_dir(self, src: Path, dest: str, *, agent_readable: bool) -> None:
         self._call(f"put_dir:{dest}")
         self._clear(dest)
-        for path in sorted(src.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                self.files[_key(posixpath.join(dest, path.relative_to(src).as_posix()))] = (
-                    path.read_bytes()
-                )
+        self._store_tree(src, dest)
 
     @override
     def upload(self, src: Path, dest: str, *, owner: Role) -> None:
         self._call(f"upload:{dest}")
+        self._store_tree(src, dest)
+
+    def _store_tree(self, src: Path, dest: str) -> None:
+        """Keep every regular file under ``src`` at its place under ``dest`` (no links)."""
         for path in sorted(src.rglob("*")):
             if path.is_file() and not path.is_symlink():
                 self.files[_key(posixpath.join(dest, path.relative_to(src).as_posix()))] = (

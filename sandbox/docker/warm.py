@@ -6,11 +6,10 @@ trial's flags, mounts and per-trial volume and filesystem, started, their superv
 on its attach stream, waiting for its first request; with them, their network: the
 network namespace's holder and its rules, or the host filter's closed chain. A trial of
 that shape takes one (it is renamed for the trial) and a replacement is started in the
-background. A warm
-container serves one trial and is never reused; one that no trial took is removed by
-:meth:`WarmPool.drain` at the end of the run. All carry the run's label, so a run killed
-with ``kill -9`` leaves nothing the next invocation (``--resume``) or ``harness sandbox
-cleanup --run`` does not remove.
+background. A warm container serves one trial and is never reused; one that no trial took
+is removed by :meth:`WarmPool.drain` at the end of the run. All carry the run's label, so
+a run killed with ``kill -9`` leaves nothing the next invocation (``--resume``) or
+``harness sandbox cleanup --run`` does not remove.
 
 Removals (container, volume, trial filesystem) run here too, in the background after the
 trial's record is written; :meth:`WarmPool.drain` waits for them and reports failures.
