@@ -25,6 +25,7 @@ from sandbox import cgroups
 from sandbox.docker import hostguard
 from sandbox.docker.aliases import mark_task_images
 from sandbox.docker.boundary import second_boundary
+from sandbox.docker.compose import engine_network_problem
 from sandbox.docker.engine import LeakReport, connect, engine_facts, remove_leaks
 from sandbox.docker.images import (
     DEFAULT_IMAGE,
@@ -318,7 +319,10 @@ def _host_rules(client: docker.DockerClient) -> str:
     if reason is None:
         return "can be installed (an INPUT DROP rule per compose bridge)"
     # Not a problem: only compose tasks are affected, and they are refused saying so.
-    return f"cannot be installed: {reason}. Compose tasks will be refused; {hostguard.remedy()}"
+    return (
+        f"cannot be installed: {reason}. Compose networks are made by the engine without a "
+        "host address instead (the `compose host guard` row)"
+    )
 
 
 def _local_limits(report: DoctorReport) -> None:
@@ -492,15 +496,22 @@ def _isolation_rows(client: docker.DockerClient, info: dict[str, Any]) -> list[G
     """The compose host guard, gVisor, and the second boundary of ``--agent-root isolated``."""
     runtimes = info.get("Runtimes") or {}
     guard = hostguard.problem(client)
-    rows = [
-        Guarantee(
-            "compose host guard",
-            guard is None,
-            "an INPUT DROP rule per compose bridge on the engine's host"
-            if guard is None
-            else f"compose tasks are refused: {guard}",
+    if guard is None:
+        row = Guarantee(
+            "compose host guard", True, "an INPUT DROP rule per compose bridge on the engine's host"
         )
-    ]
+    else:
+        engine = engine_network_problem(client)
+        row = Guarantee(
+            "compose host guard",
+            engine is None,
+            "an engine-made network without a host address (internal, no IPv4 on its "
+            "bridge, no IPv6; sidecars without NET_RAW and without the internet), no host "
+            f"rules: {guard}"
+            if engine is None
+            else f"compose tasks are refused: {guard}, and {engine}",
+        )
+    rows = [row]
     if "runsc" in runtimes:
         net = network_runtime_of("runsc", runtimes)
         how = "runsc is registered" + (

@@ -29,6 +29,7 @@ from sandbox.docker import hostguard
 from sandbox.docker.aliases import AliasUse, mark_task_images
 from sandbox.docker.backend import DockerSandbox
 from sandbox.docker.boundary import isolated_refusal, second_boundary
+from sandbox.docker.compose import engine_network_problem
 from sandbox.docker.engine import (
     connect,
     engine_address,
@@ -172,8 +173,11 @@ class DockerBackend(SandboxBackend):
         """The base checks, and compose tasks where the host cannot be shielded from them.
 
         A compose network is kept off the host's own services by host firewall rules
-        (:mod:`sandbox.docker.hostguard`); where they cannot be installed such a task is
-        refused before the run, unless ``sandbox.compose_host_access = "allow"``.
+        where the harness filters on the engine's host (:mod:`sandbox.docker.hostguard`),
+        and by how the engine makes it wherever trials are filtered in their own
+        namespaces (:mod:`sandbox.docker.compose`, whose sidecars then get no internet:
+        said once). Where neither holds such a task is refused before the run, unless
+        ``sandbox.compose_host_access = "allow"``.
         """
         problems = super().task_problems(tasks)
         self._warn_unused_aliases(tasks)
@@ -188,6 +192,21 @@ class DockerBackend(SandboxBackend):
             elif line not in self.warnings:
                 self.warnings.append(line)
         if self.options.config.compose_host_access == "allow":
+            return problems
+        if not self.runtime.host_filter():
+            compose = [task for task in tasks if task.compose_file is not None]
+            engine = engine_network_problem(self.runtime.client) if compose else None
+            if engine is not None:
+                why = f"{hostguard.problem(self.runtime.client)}, and {engine}"
+                problems += [f"{t.compose_file}: {hostguard.refusal(why)}" for t in compose]
+            elif compose:
+                line = (
+                    "compose sidecars run on a network the engine makes without a host "
+                    "address and without the internet (no root on the engine's host to "
+                    "filter them); the agent's own phases keep their policies"
+                )
+                if line not in self.warnings:
+                    self.warnings.append(line)
             return problems
         for task in tasks:
             if task.compose_file is None:

@@ -72,10 +72,12 @@ class SandboxConfig(BaseModel):
         gid: First gid of the local sandbox's per-trial identities.
         expose: Host paths the local sandbox's agents see read-only (at the same path), e.g.
             where an agent CLI is installed; nothing else of the host is visible to them.
-        compose_host_access: ``deny`` (default): a task with compose sidecars runs only where
-            the docker backend can keep its network off the host's own services (root, a
-            local engine, iptables), and is refused elsewhere. ``allow``: run it anyway,
-            its agent able to connect to every service the host listens on (insecure).
+        compose_host_access: ``deny`` (default): a task with compose sidecars runs only
+            where the docker backend can keep its network off the host's own services: by
+            host rules (root, a local engine, iptables), else by an engine-made network
+            without a host address or the internet; refused where neither holds.
+            ``allow``: neither, the sidecars with the internet and its agent able to
+            connect to every service the host listens on (insecure).
         local_limits: ``require`` (default): the local sandbox enforces every trial's
             ``memory_mb``, ``cpus`` and ``pids`` in a cgroup of its own, and a run where no
             cgroup can be made (not root, no usable cgroup v2/v1 controllers) is refused.

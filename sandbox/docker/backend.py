@@ -449,6 +449,8 @@ class DockerSandbox(Sandbox):
             run_label=self.runtime.run_label,
             host_problem=hostguard.problem(self.client),
             allow_host_access=self.runtime.compose_host_access == "allow",
+            engine_guard=self._net.namespace,
+            engine=self.client,
         )
 
     def _labels(self, trial: str) -> dict[str, str]:
@@ -691,6 +693,15 @@ class DockerSandbox(Sandbox):
                 f"{self.runtime.runtime} runtime of this engine gives containers no network "
                 "(registered with --network=none); run multi-container tasks with runc"
             )
+        if self._net.namespace:
+            # No host rules: the engine's network is the guard, the holder joins it.
+            self._compose.up()
+            self._sidecar_hosts = self._compose.addresses()
+            if self._net.namespaced:
+                self._net.join_project(
+                    self._compose.network, self._compose.subnets, self._sidecar_hosts
+                )
+            return self._compose.network
         # The host guard first: the trial's chain jumps from INPUT above the guard's drop.
         self._compose.shield_host()
         self._net.before_compose(self._compose.bridge, self._compose.network, self._compose.guard)

@@ -8,10 +8,25 @@ binary, driven by python-on-whales' compose API) in a project of their own:
 
 - on the project's network, which is ``internal`` (no egress) unless the task allows
   internet; ``main`` joins it, so the agent reaches a sidecar by its service name;
-- whose bridge the harness names and shields from the host's own services with INPUT rules
-  installed before anything starts (:mod:`sandbox.docker.hostguard`): ``internal`` stops
-  forwarding only. Where the rules cannot be installed the task is refused, unless the run
-  allows host access (``sandbox.compose_host_access = "allow"``, insecure);
+- kept off the host's own services (``internal`` stops forwarding only: a packet to the
+  bridge's own address is the host's), one of two ways, recorded as ``host_guard.kind``:
+
+  - ``host``, where the harness is root on the engine's host and filters there: the bridge
+    is named by the harness and shielded with INPUT rules installed before anything starts
+    (:mod:`sandbox.docker.hostguard`);
+  - ``engine``, wherever a trial's network is its own namespace's (no root on the engine's
+    host: a docker-group user, rootless docker, the CI image): the network is made by the
+    engine ``internal``, with no IPv4 address on its bridge
+    (``com.docker.network.bridge.inhibit_ipv4``) and no IPv6, so no address of the host is
+    on it or routed from it, and the sidecars run without ``NET_RAW`` (no hand-made frame
+    to the bridge's link-local address). What the engine made is read back before any
+    sidecar starts; a network it did not make so refuses the task. The sidecars get no
+    internet this way (recorded: ``sidecar_internet``); the main container's namespace
+    joins the network through its holder (:mod:`sandbox.docker.netns_holder`), whose
+    rules reach the sidecars in every phase and nothing else of it;
+
+  unless the run allows host access (``sandbox.compose_host_access = "allow"``, insecure:
+  neither, and the sidecars get the internet);
 - with the harness labels on every service, network and volume, so they are removed like
   everything else (``down --volumes``, and leak sweeps by label);
 - a sidecar built from a context gets a content-addressed image, built once and reused by
@@ -57,6 +72,8 @@ from sandbox.docker.sdk import CommandError, command
 from sandbox.errors import EnvironmentStartError, PermanentStartError
 
 MAIN = "main"
+#: The bridge driver's option that leaves a network's bridge without an IPv4 address.
+INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
 #: Keys of ``main`` the harness applies (the rest are overridden, and recorded).
 MAIN_APPLIED = ("command", "environment", "depends_on", "build", "image")
 _UNSAFE = re.compile(r"[^a-z0-9_-]+")
@@ -230,6 +247,40 @@ def plan(data: dict[str, Any]) -> ComposePlan:
     )
 
 
+def engine_network_problem(client: Any, labels: dict[str, str] | None = None) -> str | None:
+    """None when the engine makes a network as the ``engine`` guard needs, else why not.
+
+    A throwaway network is made as a project's would be (internal, no IPv6, no address on
+    its bridge), read back and removed: what ``harness doctor`` reports. A run reads each
+    project's own network back too, before any sidecar starts (:class:`ComposeProject`).
+    """
+    from sandbox.docker.sdk import call
+
+    name = f"harness-guard-probe-{secrets.token_hex(4)}"
+    try:
+        network = call(
+            client.networks.create,
+            name,
+            driver="bridge",
+            internal=True,
+            enable_ipv6=False,
+            options={INHIBIT_IPV4: "true"},
+            labels={MANAGED: "1", **(labels or {})},
+        )
+    except Exception as exc:  # the engine's own refusal is the answer
+        return f"the engine refuses such a network: {exc}"
+    try:
+        attrs = call(client.networks.get, network.id).attrs
+    finally:
+        call(network.remove)
+    options = attrs.get("Options") or {}
+    if attrs.get("Internal") is not True or attrs.get("EnableIPv6"):
+        return "the engine does not make an internal network without IPv6"
+    if str(options.get(INHIBIT_IPV4, "")).lower() != "true":
+        return f"the engine drops the {INHIBIT_IPV4} option (its bridges keep a host address)"
+    return None
+
+
 class ComposeProject:
     """The sidecars of one trial: ``up`` before the main container, ``down`` after it."""
 
@@ -245,13 +296,19 @@ class ComposeProject:
         run_label: str = "adhoc",
         host_problem: str | None = None,
         allow_host_access: bool = False,
+        engine_guard: bool = False,
+        engine: Any = None,
     ) -> None:
         """A project for ``compose_file``, read and normalised by compose.
 
         ``host_problem`` is why the host cannot be shielded from the project's network
-        (:func:`sandbox.docker.hostguard.problem`), None when it can; ``allow_host_access``
-        runs sidecars unshielded then instead of refusing them.
+        by host rules (:func:`sandbox.docker.hostguard.problem`), None when it can;
+        ``engine_guard`` keeps it off the host by how the engine makes the network
+        instead (the trial's network is its own namespace's), read back through ``engine``
+        (a docker SDK client of the engine compose drives); ``allow_host_access`` runs
+        sidecars unshielded instead of either (with the internet), never refusing them.
         """
+        self.engine = engine
         self.file = compose_file
         slug = _UNSAFE.sub("-", trial_id.lower()).strip("-")[:40] or "trial"
         self.name = f"harness-{slug}-{secrets.token_hex(3)}"
@@ -259,9 +316,17 @@ class ComposeProject:
         self.bridge = bridge_name(self.name)
         self.host_problem = host_problem
         self.allow_host_access = allow_host_access
-        self.guard = HostGuard(run_label, self.bridge) if host_problem is None else None
+        self.engine_guarded = engine_guard and not allow_host_access
+        host_rules = host_problem is None and not engine_guard
+        self.guard = HostGuard(run_label, self.bridge) if host_rules else None
         self.labels = {MANAGED: "1", **labels}
-        self.allow_internet = allow_internet
+        #: Whether the sidecars' network reaches the internet (never, engine-guarded).
+        self.allow_internet = allow_internet and not self.engine_guarded
+        #: The project network's ``(subnet, gateway)`` pairs, as the engine made them
+        #: (read once it exists: :meth:`up`).
+        self.subnets: tuple[tuple[str, str | None], ...] = ()
+        #: Whether the engine-guarded network was read back as the guard needs it.
+        self.verified = False
         self.main_image = main_image
         self.build_timeout_sec = build_timeout_sec
         self._dir = Path(tempfile.mkdtemp(prefix="harness-compose-"))
@@ -357,14 +422,21 @@ class ComposeProject:
             elif isinstance(build, dict) and "image" not in spec:
                 entry["image"] = self._sidecar_tag(name, build)
             services[name] = entry
+        # Named by the harness, so its host rules exist before the bridge does.
+        driver_opts = {"com.docker.network.bridge.name": self.bridge}
+        if self.engine_guarded:
+            driver_opts[INHIBIT_IPV4] = "true"
         network: dict[str, Any] = {
             "labels": self.labels,
-            # Named by the harness, so its host rules exist before the bridge does.
-            "driver_opts": Tagged("override", {"com.docker.network.bridge.name": self.bridge}),
+            "driver_opts": Tagged("override", driver_opts),
             **{key: RESET for key in ("driver", "external", "name")},
         }
         if not self.allow_internet:
             network["internal"] = True
+        if self.engine_guarded:
+            network["enable_ipv6"] = False
+            for name in self.plan.sidecars:
+                services[name]["cap_drop"] = ["NET_RAW"]
         override: dict[str, Any] = {"services": services, "networks": {"default": network}}
         volumes = self.data.get("volumes") or {}
         if volumes:
@@ -438,6 +510,11 @@ class ComposeProject:
         self.started = True
         timeout = int(self.build_timeout_sec) if self.build_timeout_sec else None
         try:
+            if self.engine_guarded:
+                # The network and the containers, none started: the network is read back
+                # before anything runs on it.
+                command(self.client().compose.create, services=self.plan.sidecars, pull="missing")
+                self._check_engine_network()
             command(
                 self.client().compose.up,
                 services=self.plan.sidecars,
@@ -453,12 +530,60 @@ class ComposeProject:
             raise ComposeError(
                 f"docker compose up failed for the task's sidecars:\n{tail}"
             ) from None
+        if self.guard is None and not self.engine_guarded and self.engine is not None:
+            self._read_network()  # unguarded: only its subnets, for the trial's namespace
         if self.guard is not None and not self._bridge_exists():
             raise HostGuardUnavailable(
                 f"the compose network's bridge {self.bridge} is not on this host, so the "
                 "rules guarding the host do not apply to it; "
                 + refusal("the engine's networks are not this host's")
             )
+
+    def _check_engine_network(self) -> None:
+        """Read the project's network back from the engine: made as the guard needs it.
+
+        Raises:
+            HostGuardUnavailable: the engine did not make it internal, without IPv6 and
+                without an address on its bridge (its sidecars would reach the host).
+        """
+        attrs = self._read_network()
+        options = attrs.get("Options") or {}
+        configs = (attrs.get("IPAM") or {}).get("Config") or []
+        missing = [
+            what
+            for what, held in (
+                ("internal", attrs.get("Internal") is True),
+                ("no IPv6", not attrs.get("EnableIPv6")),
+                (f"{INHIBIT_IPV4}=true", str(options.get(INHIBIT_IPV4, "")).lower() == "true"),
+                ("an IPv4 subnet", any(":" not in str(c.get("Subnet") or ":") for c in configs)),
+            )
+            if not held
+        ]
+        if missing:
+            raise HostGuardUnavailable(
+                f"the engine made the compose network {self.network} without "
+                + ", ".join(missing)
+                + " (it says: internal="
+                + f"{attrs.get('Internal')}, ipv6={attrs.get('EnableIPv6')}, options={options})"
+                + ", so its sidecars could reach the engine's host; "
+                + refusal("the engine does not make a network without a host address")
+            )
+        self.verified = True
+
+    def _read_network(self) -> dict[str, Any]:
+        """The project network as the engine says it is; its IPv4 subnets kept."""
+        from sandbox.docker.sdk import call
+
+        if self.engine is None:
+            raise HostGuardUnavailable(refusal("no engine client was given to read it back"))
+        attrs: dict[str, Any] = call(self.engine.networks.get, self.network).attrs
+        configs = (attrs.get("IPAM") or {}).get("Config") or []
+        self.subnets = tuple(
+            (str(c["Subnet"]), str(c["Gateway"]).split("/")[0] if c.get("Gateway") else None)
+            for c in configs
+            if c.get("Subnet") and ":" not in str(c["Subnet"])
+        )
+        return attrs
 
     def shield_host(self) -> None:
         """Install the host rules before anything starts, or refuse to start without them.
@@ -473,7 +598,7 @@ class ComposeProject:
         if self.guard is not None:
             if not self.guard.families:
                 self.guard.install()
-        elif not self.allow_host_access:
+        elif not self.allow_host_access and not self.engine_guarded:
             raise HostGuardUnavailable(refusal(self.host_problem or "no rules are possible"))
 
     def _bridge_exists(self) -> bool:
@@ -521,7 +646,30 @@ class ComposeProject:
             "sidecars": self.plan.sidecars,
             "network": self.network,
             "internal": not self.allow_internet,
-            "host_guard": self.guard.describe() if self.guard is not None else None,
-            **({"host_exposed": self.host_problem} if self.guard is None else {}),
+            "sidecar_internet": self.allow_internet,
+            "host_guard": self._guard_record(),
+            **(
+                {"host_exposed": self.host_problem or "sandbox.compose_host_access = allow"}
+                if self.guard is None and not self.engine_guarded
+                else {}
+            ),
             "main_overridden": self.plan.overridden,
         }
+
+    def _guard_record(self) -> dict[str, Any] | None:
+        """How the project's network was kept off the host (None: it was not)."""
+        if self.guard is not None:
+            return {"kind": "host", **self.guard.describe()}
+        if self.engine_guarded:
+            return {
+                "kind": "engine",
+                "network": self.network,
+                # Read back from the engine before any sidecar started (``up``).
+                "verified": self.verified,
+                "internal": True,
+                "bridge_address": False,
+                "ipv6": False,
+                "sidecar_caps_dropped": ["NET_RAW"],
+                "subnets": [subnet for subnet, _gateway in self.subnets],
+            }
+        return None

@@ -334,7 +334,12 @@ def create_args(spec: SandboxSpec, site: ContainerSite) -> dict[str, Any]:
             **IPC_SYSCTLS,
             **(EGRESS_SYSCTLS if site.network == EGRESS_NETWORK else {}),
         },
-        "extra_hosts": dict(site.extra_hosts) if site.extra_hosts is not None else None,
+        # A joined namespace shares its owner's /etc/hosts (the engine refuses entries).
+        "extra_hosts": (
+            dict(site.extra_hosts)
+            if site.extra_hosts is not None and not site.network.startswith("container:")
+            else None
+        ),
         "dns": list(site.dns) if site.dns else None,
         "cap_drop": ["ALL"],
         "cap_add": SUPERVISOR_CAPS,

@@ -218,11 +218,14 @@ def create_args(
     labels: dict[str, str],
     dns: list[str] | None = None,
     egress_dir: str | None = None,
+    extra_hosts: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of ``containers.create`` for a holder (pure).
 
     ``egress_dir``: the harness's dir of an allowlist trial's proxy sockets, mounted
     read-only at :data:`EGRESS_MOUNT` for the holder's relays (see the module's doc).
+    ``extra_hosts``: a compose task's sidecars by name: the trial's container shares the
+    holder's ``/etc/hosts`` (an engine refuses host entries on a joined namespace).
     """
     args: dict[str, Any] = {
         "image": image,
@@ -247,6 +250,8 @@ def create_args(
     }
     if dns:
         args["dns"] = dns
+    if extra_hosts:
+        args["extra_hosts"] = dict(sorted(extra_hosts.items()))
     if egress_dir is not None:
         args["cap_add"] = ["NET_ADMIN", "NET_BIND_SERVICE", "DAC_OVERRIDE"]
         args["pids_limit"] = _FORWARD_PIDS
@@ -283,13 +288,22 @@ class NetnsHolder:
         labels: dict[str, str],
         dns: list[str] | None = None,
         egress_dir: str | None = None,
+        also: str | None = None,
+        extra_hosts: dict[str, str] | None = None,
     ) -> NetnsHolder:
-        """Create and start a holder on ``network`` (the trial joins it later)."""
+        """Create and start a holder on ``network`` (the trial joins it later).
+
+        ``also``: a second engine network the namespace is on from its start (a compose
+        task's project network, where its sidecars are).
+        """
         args = create_args(
-            image, name=name, network=network, labels=labels, dns=dns, egress_dir=egress_dir
-        )
+            image, name=name, network=network, labels=labels, dns=dns, egress_dir=egress_dir,
+            extra_hosts=extra_hosts,
+        )  # fmt: skip
         container = call(client.containers.create, **args)
         try:
+            if also is not None:
+                call(call(client.networks.get, also).connect, container)
             raw = call(
                 client.api.attach_socket,
                 container.id,

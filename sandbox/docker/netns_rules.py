@@ -29,6 +29,10 @@ replaced (:func:`switch_args`), never a round of tools. In each namespace:
   address (:data:`~sandbox.docker.egress.BLOCKED_V4`); it lets through DNS to the
   namespace's own resolvers (port 53, UDP and TCP) before those rejections and the rest of
   the internet after them.
+- A compose task's namespace is on its project's network too: every chain first rejects
+  that network's gateway (no one holds it: the engine-made network has no host address,
+  :mod:`sandbox.docker.compose`) and accepts the rest of its subnet (the sidecars), in
+  every phase, as the host filter does; ``INPUT`` accepts what the sidecars open.
 - IPv6: only loopback, whatever the phase (``public`` is IPv4 only, as on the host filter).
 - ``INPUT`` and ``FORWARD`` drop what was not asked for: nothing outside the namespace
   opens a connection to the trial, and it routes nothing.
@@ -99,6 +103,8 @@ class NetFacts:
         resolvers: IPv4 resolvers of the namespace (its ``resolv.conf``): port 53 to
             these is DNS, not a private address, in a ``public`` phase.
         cluster: Ray cluster nodes, refused in every phase.
+        peers: A compose task's project subnets (its sidecars), reached in every phase.
+        peer_gateways: Those subnets' gateways, refused in every phase.
     """
 
     gateway: str | None = None
@@ -106,6 +112,8 @@ class NetFacts:
     host_addresses: tuple[str, ...] = ()
     resolvers: tuple[str, ...] = ()
     cluster: tuple[str, ...] = field(default_factory=tuple)
+    peers: tuple[str, ...] = ()
+    peer_gateways: tuple[str, ...] = ()
 
 
 def _v4(values: Iterable[str]) -> list[str]:
@@ -130,12 +138,23 @@ def _reject(chain: str, dest: str, reason: str, proto: str | None = None) -> lis
     return [f"{spec} {comment} -j REJECT {reject}"]
 
 
+def _peers(chain: str, facts: NetFacts) -> list[str]:
+    """A chain's first rules: the sidecars' gateways refused, then their subnets reached."""
+    lines: list[str] = []
+    for gateway in _v4(facts.peer_gateways):
+        lines += _reject(chain, gateway, "gateway", "tcp")
+        lines += _reject(chain, gateway, "gateway")
+    lines += [f"-A {chain} -d {subnet} -j ACCEPT" for subnet in _v4(facts.peers)]
+    return lines
+
+
 def _public(facts: NetFacts) -> list[str]:
     chain = CHAINS["public"]
     lines: list[str] = []
     for cidr in _v4(facts.cluster):
         lines += _reject(chain, cidr, "cluster", "tcp")
         lines += _reject(chain, cidr, "cluster")
+    lines += _peers(chain, facts)
     for resolver in _v4(facts.resolvers):
         for proto in ("udp", "tcp"):
             lines.append(f"-A {chain} -d {resolver} -p {proto} --dport 53 -j ACCEPT")
@@ -165,8 +184,11 @@ def ruleset(plan: NetPlan, facts: NetFacts) -> tuple[str, str]:
     v4 += [
         "-A INPUT -i lo -j ACCEPT",
         "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
+        *[f"-A INPUT -s {gateway} -j DROP" for gateway in _v4(facts.peer_gateways)],
+        *[f"-A INPUT -s {subnet} -j ACCEPT" for subnet in _v4(facts.peers)],
         "-A OUTPUT -o lo -j ACCEPT",
         f"-A OUTPUT -j {closed}",
+        *_peers(closed, facts),
         f'-A {closed} -p tcp -m comment --comment "{_COMMENT}closed" -j REJECT '
         "--reject-with tcp-reset",
         f'-A {closed} -m comment --comment "{_COMMENT}closed" -j REJECT '
@@ -176,6 +198,7 @@ def ruleset(plan: NetPlan, facts: NetFacts) -> tuple[str, str]:
         v4 += _public(facts)
     if "allowlist" in modes:
         allowlist = CHAINS["allowlist"]
+        v4 += _peers(allowlist, facts)
         v4 += [
             f'-A {allowlist} -p tcp -m comment --comment "{_COMMENT}allowlist" -j REJECT '
             "--reject-with tcp-reset",

@@ -132,6 +132,10 @@ class TrialNetwork:
         #: The Ray cluster's nodes the namespace's or the chain's rules refuse (None: no
         #: rules written yet).
         self._cluster: tuple[str, ...] | None = None
+        #: A compose project the namespace joins: its network and ``(subnet, gateway)``s.
+        self._project: tuple[str, tuple[tuple[str, str | None], ...]] | None = None
+        #: Its sidecars' addresses by name (the holder's host entries).
+        self._sidecars: dict[str, str] = {}
 
     def policy(self, role: str, step: int | None = None) -> NetworkPolicy:
         """The network of a phase of ``role`` in ``step`` (``allow_internet`` without any).
@@ -192,9 +196,11 @@ class TrialNetwork:
         self._plan = self.plan()
         self._cluster = self.egress.cluster
         egress_dir = self._start_namespace_proxy()
+        project, subnets = self._project or (None, ())
         holder = NetnsHolder.start(
             client, image, name=name, network="bridge", labels=labels,
             dns=["127.0.0.1"] if egress_dir is not None else None, egress_dir=egress_dir,
+            also=project, extra_hosts=self._sidecars or None,
         )  # fmt: skip
         self._holder = holder
         facts = holder.facts()
@@ -213,6 +219,8 @@ class TrialNetwork:
                     host_addresses=host_addresses,
                     resolvers=facts.resolvers,
                     cluster=self._cluster,
+                    peers=tuple(subnet for subnet, _gateway in subnets),
+                    peer_gateways=tuple(gateway for _subnet, gateway in subnets if gateway),
                 ),
             )
         except SandboxError as exc:
@@ -307,18 +315,14 @@ class TrialNetwork:
 
         A task with a compose file gets its proxy later: on its project's gateway
         (:meth:`after_compose`), or on the filtered network's when it has no sidecars
-        (:meth:`start_proxy`).
+        (:meth:`start_proxy`). In a namespace nothing is made here: the holder makes it
+        all (:meth:`start_holder`), a compose project's network joined
+        (:meth:`join_project`).
 
         Raises:
             PermanentStartError: a host that cannot filter, or a proxy that cannot bind.
         """
         if self.namespaced:
-            if self.spec.compose_file is not None:
-                raise PermanentStartError(
-                    "compose sidecars with the internet need the host egress filter, which "
-                    "cannot be installed here; run the harness as root on the engine's host "
-                    "with iptables"
-                )
             return
         if self.internet:
             self.egress.ensure()
@@ -328,6 +332,8 @@ class TrialNetwork:
     def start_proxy(self, gateway: str | None = None, network: str = NETWORK) -> None:
         """Start the trial's egress proxy on ``gateway`` (an allowlist trial; once).
 
+        Not in a namespace: its holder relays the proxy there (:meth:`start_holder`).
+
         Args:
             gateway: The host's address on ``network`` (None: the filtered network's).
             network: The engine network the container joins, for the error message.
@@ -335,7 +341,7 @@ class TrialNetwork:
         Raises:
             PermanentStartError: the proxy cannot bind there.
         """
-        if not self.allowlist or self._proxy is not None:
+        if self.namespaced or not self.allowlist or self._proxy is not None:
             return
         gateway = gateway or self.egress.gateway()
         first = self.policy("agent")
@@ -370,6 +376,36 @@ class TrialNetwork:
         no_proxy = ",".join([NO_PROXY, *self._direct])
         env.update({"NO_PROXY": no_proxy, "no_proxy": no_proxy})
         return env
+
+    def join_project(
+        self,
+        network: str,
+        subnets: tuple[tuple[str, str | None], ...],
+        sidecars: Mapping[str, str],
+    ) -> None:
+        """A compose project the trial's namespace joins, before its holder starts.
+
+        The holder is on the project's network as well as its own, with the sidecars as
+        host entries; its rules reach the project's subnets (not their gateways) in every
+        phase (:mod:`sandbox.docker.netns_rules`). An ``allowlist`` phase reaches the
+        sidecars directly (``NO_PROXY``).
+
+        Args:
+            network: The project's engine network.
+            subnets: Its IPv4 ``(subnet, gateway)`` pairs, as the engine made them.
+            sidecars: Each sidecar's address on it, by service name.
+
+        Raises:
+            PermanentStartError: the engine gave the network no IPv4 subnet.
+        """
+        if not subnets:
+            raise PermanentStartError(
+                f"the compose network {network} has no IPv4 subnet for the trial's namespace "
+                "to reach its sidecars on; leave the default network's ipam to the engine"
+            )
+        self._project = (network, subnets)
+        self._sidecars = dict(sidecars)
+        self._direct = tuple(sorted(sidecars)) + tuple(sorted(set(sidecars.values())))
 
     def before_compose(self, bridge: str, network: str, guard: HostGuard | None = None) -> None:
         """Filter the compose project's bridge before any of its containers starts.

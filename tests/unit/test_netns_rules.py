@@ -123,3 +123,46 @@ def test_counters_are_read_by_reason() -> None:
         ]
     )
     assert parse_counters(listing) == {"gateway": 3}
+
+
+PROJECT = NetFacts(
+    gateway="172.17.0.1",
+    subnets=("172.17.0.0/16", "172.23.0.0/16"),
+    cluster=("198.51.100.9",),
+    peers=("172.23.0.0/16",),
+    peer_gateways=("172.23.0.1",),
+)
+
+
+@pytest.mark.parametrize("mode", ["no-network", "allowlist", "public"])
+def test_a_compose_projects_sidecars_are_reached_in_every_phase_and_its_gateway_never(
+    mode: str,
+) -> None:
+    v4, v6 = ruleset(NetPlan({("agent", None): NetworkPolicy(mode)}), PROJECT)
+    chain = [r for r in _rules(v4) if r.startswith(f"-A {CHAINS[mode]} ")]
+    accept = chain.index(f"-A {CHAINS[mode]} -d 172.23.0.0/16 -j ACCEPT")
+    gateway = [i for i, r in enumerate(chain) if "-d 172.23.0.1/32" in r]
+    # The gateway (no one holds it) is refused, by TCP reset and by ICMP, before the
+    # subnet is accepted; the subnet before whatever the phase refuses.
+    assert len(gateway) == 2 and max(gateway) < accept
+    assert all('"hx:gateway" -j REJECT' in chain[i] for i in gateway)
+    refusals = [i for i, r in enumerate(chain) if "REJECT" in r and i not in gateway]
+    if mode == "public":
+        cluster = [i for i, r in enumerate(chain) if "hx:cluster" in r]
+        assert cluster and max(cluster) < min(gateway)  # the cluster before any accept
+        refusals = [i for i in refusals if i not in cluster]
+        # The host's other subnet is still refused after the project's is accepted.
+        assert any("-d 172.17.0.0/16" in chain[i] for i in refusals)
+    assert refusals and min(refusals) > accept
+    # What a sidecar opens reaches the trial; nothing claiming the gateway does.
+    inputs = [r for r in _rules(v4) if r.startswith("-A INPUT")]
+    assert inputs.index("-A INPUT -s 172.23.0.1/32 -j DROP") < inputs.index(
+        "-A INPUT -s 172.23.0.0/16 -j ACCEPT"
+    )
+    # The sidecars' subnet never opens IPv6.
+    assert "172.23" not in v6
+
+
+def test_without_a_project_no_chain_accepts_a_subnet() -> None:
+    v4, _ = ruleset(NetPlan({("agent", None): PUBLIC, ("verifier", None): CLOSED}), FACTS)
+    assert not [r for r in _rules(v4) if r.endswith("/16 -j ACCEPT")]
