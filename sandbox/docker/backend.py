@@ -567,7 +567,7 @@ class DockerSandbox(Sandbox):
             storage_mounts=mounts,
             host_storage=self._storage is not None,
             extra_hosts=self._sidecar_hosts if self._compose is not None else None,
-            dns=self._net.dns(),
+            dns=self._net.dns(self._network),
             engine_runtime=(
                 self.runtime.network_runtime() if self._network != "none" else self.runtime.runtime
             ),

@@ -47,7 +47,10 @@ binary, driven by python-on-whales' compose API) in a project of their own:
   compose reads it and again as compose normalised it (plain project volumes, the default
   network, read-only binds and files inside the task dir; no host device, namespace,
   port or capability), and the harness's override resets what it can on every sidecar
-  and volume (:data:`RESET_KEYS`), so the agent cannot reach the host through one.
+  and volume (:data:`RESET_KEYS`), so the agent cannot reach the host through one;
+- every sidecar's resolvers are the host's non-loopback ones, whatever the file says
+  (:func:`sandbox.docker.egress.container_resolvers`): the engine's resolver then forwards
+  from the sidecar's own namespace, never a loopback resolver's query from the host's.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.docker.compose_check import compose_file_problems, compose_problems
+from sandbox.docker.egress import container_resolvers
 from sandbox.docker.hostguard import HostGuard, HostGuardUnavailable, bridge_name, refusal
 from sandbox.docker.images import ImageRequest, ImageResolver, ResolvedImage, context_hash
 from sandbox.docker.labels import MANAGED
@@ -413,9 +417,12 @@ class ComposeProject:
         """Labels everywhere, an internal network, content-addressed sidecar images."""
         pinned = {key: RESET for key in RESET_KEYS}
         services: dict[str, Any] = {MAIN: {"labels": self.labels, **pinned}}
+        # The host's non-loopback resolvers, always: given none (or a loopback one), the
+        # engine's resolver asks the host's loopback resolver from the host's namespace.
+        resolvers = Tagged("override", list(container_resolvers()))
         for name in self.plan.sidecars:
             spec = self.data["services"][name] or {}
-            entry: dict[str, Any] = {"labels": self.labels, **pinned}
+            entry: dict[str, Any] = {"labels": self.labels, "dns": resolvers, **pinned}
             build = spec.get("build")
             if name in self.images:
                 entry["image"] = self.images[name]

@@ -285,6 +285,25 @@ def _hooks_v6(bridge: str) -> list[tuple[str, list[str]]]:
     ]
 
 
+#: What the engine gives a container when the host has no resolver but loopback ones
+#: (Docker's own fallback for its default bridge).
+FALLBACK_RESOLVERS = ("8.8.8.8", "8.8.4.4")
+
+
+def container_resolvers() -> tuple[str, ...]:
+    """The resolvers a container on one of the harness's networks is given, explicitly.
+
+    An engine's embedded resolver (``127.0.0.11``, on every user-defined network) forwards
+    what it does not know to the resolvers the container was given, from the container's
+    own namespace, where the trial's rules judge each query; given none, it takes the
+    host's, and asks a loopback one (a local dnsmasq or unbound) from the engine host's own
+    namespace, past every rule of the trial's: a DNS channel out of a ``no-network``
+    phase. So the host's non-loopback resolvers are always given (Docker's fallback where
+    it has none), as the default bridge's containers get them.
+    """
+    return tuple(_resolv_nameservers()) or FALLBACK_RESOLVERS
+
+
 def _resolv_nameservers() -> list[str]:
     """The IPv4 resolvers dockerd forwards the containers' queries to."""
     found: list[str] = []
@@ -1092,7 +1111,7 @@ class TrialFilter:
         for address in self.cluster:
             rules += self._refuse(["-d", f"{address}/32"], f"cluster:{address}/32")
         rules += self._refuse(["-m", "addrtype", "--dst-type", "LOCAL"], "host")
-        for server in _resolv_nameservers():
+        for server in container_resolvers():
             for proto in ("udp", "tcp"):
                 rules.append(["-d", f"{server}/32", "-p", proto, "--dport", "53",
                               *_comment("dns"), "-j", "RETURN"])  # fmt: skip

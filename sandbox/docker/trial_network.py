@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.backend import SandboxSpec
-from sandbox.docker.egress import NETWORK, REASONS, EgressRun, TrialFilter
+from sandbox.docker.egress import NETWORK, REASONS, EgressRun, TrialFilter, container_resolvers
 from sandbox.docker.hostguard import HostGuard
 from sandbox.docker.netns_holder import DNS_PORT, PROXY_PORT, NetnsHolder
 from sandbox.docker.netns_rules import NetFacts, NetPlan
@@ -368,14 +368,20 @@ class TrialNetwork:
                 f"{network} network's bridge up?"
             ) from exc
 
-    def dns(self) -> tuple[str, ...] | None:
-        """The resolvers of the container: the proxy's gateway (allowlist trials only).
+    def dns(self, network: str) -> tuple[str, ...] | None:
+        """The resolvers of a container on ``network`` (the engine's network it joins).
 
-        None in a namespace: the trial's container shares its holder's ``resolv.conf``.
+        An allowlist trial's proxy gateway; else, on any engine network but ``none``, the
+        host's non-loopback resolvers, always given (:func:`container_resolvers`: never
+        the engine's own choice, which asks a loopback resolver from the host's
+        namespace). None without a network, and in a namespace: the trial's container
+        shares its holder's ``resolv.conf``.
         """
-        if self._egress_dir is not None or self._proxy is None or self._proxy.address is None:
+        if network == "none" or network.startswith("container:"):
             return None
-        return (self._proxy.address[0],)
+        if self._egress_dir is None and self._proxy is not None and self._proxy.address:
+            return (self._proxy.address[0],)
+        return container_resolvers()
 
     def phase_env(self, role: str, step: int | None = None) -> dict[str, str]:
         """What a phase of ``role`` in ``step`` adds to its environment (an allowlist's proxy)."""

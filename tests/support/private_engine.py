@@ -55,10 +55,17 @@ class PrivateEngine:
         root: Its dir: data root, exec root, socket, pid file and log go there.
         data_root: Where images and containers go (default ``root/data``); a size-limited
             filesystem makes an engine whose disk fills up.
+        resolv_conf: The ``/etc/resolv.conf`` the daemon reads instead of the host's (it
+            runs in a mount namespace of its own that sees the host's mounts, the file bound
+            over the host's there),
+            with the host's network: an engine on a host whose resolver is on loopback.
     """
 
-    def __init__(self, root: Path, *, data_root: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, *, data_root: Path | None = None, resolv_conf: Path | None = None
+    ) -> None:
         self.root = root
+        self.resolv_conf = resolv_conf
         self.data_root = data_root or root / "data"
         self.sock = root / "d.sock"
         self.host = f"unix://{self.sock}"
@@ -86,8 +93,15 @@ class PrivateEngine:
             self.data_root.mkdir(parents=True, exist_ok=True)
             self._make_bridge()
         log = (self.root / "dockerd.log").open("ab")
+        wrap: list[str] = []
+        if self.resolv_conf is not None:
+            # exec: the daemon keeps this pid (stop() signals it).
+            bind = 'mount --bind "$0" /etc/resolv.conf && exec "$@"'
+            wrap = ["unshare", "--mount", "--propagation", "slave", "sh", "-c", bind,
+                    str(self.resolv_conf)]  # fmt: skip
         self.proc = subprocess.Popen(
             [
+                *wrap,
                 "dockerd",
                 "--data-root",
                 str(self.data_root),
