@@ -1,0 +1,417 @@
+"""Red team: a compose task without root, attacked by its sidecar's author and its agent.
+
+Where the harness is not root on the engine's host, a compose task's network is guarded by
+the engine alone (``internal``, no IPv4 on its bridge, no IPv6, sidecars without
+``NET_RAW``) and by the rules of the trial's own namespace (``sandbox/docker/compose.py``,
+``sandbox/docker/netns_rules.py``). Attacked through the real CLI as a docker-group user,
+judged from outside (a host listener on ``0.0.0.0``, the engine's containers after the
+run) wherever the verdict can be taken there:
+
+- the sidecar, written by the task's author, sends UDP with no address of the host at all:
+  to the limited broadcast, the all-hosts multicast group and an SSDP-like group, bound to
+  its own address (no route, no ``NET_RAW`` needed), which a bridge without an address
+  still hands to the host's stack;
+- a root agent (``--agent-root allow``) tries to rewrite its namespace (routes, sysctls,
+  ``iptables``), then reaches for the host again;
+- the ``no-network`` verifier asks for a public name through the engine's resolver on
+  ``127.0.0.11`` (port 53, then every port the engine's resolver really listens on) and
+  through the sidecar, whose own resolver is the engine's; the sidecar, a public name at
+  its start;
+- the sidecar ignores its stop signal and asks to be restarted always: nothing of the
+  project is left on the engine after the run.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.net import Listener, primary_addresses
+from support.public_probe import ROOTFUL_HOST, read_records, token_packets
+from support.users import docker_group_user, run_args, user_harness
+
+pytestmark = [pytest.mark.docker, pytest.mark.root]
+
+BASE = "harness/base:bookworm"
+#: A name this machine's resolvers answer (the control: it resolves on the host).
+RESOLVABLE = "deb.debian.org"
+
+#: The sidecar (``python3 /srv/side.py``): an HTTP server on 8080 (``/report``,
+#: ``/resolve/NAME``) that first resolves a public name and, when asked to, sends UDP to
+#: every broadcast and multicast destination it can without an address of the host.
+SIDECAR = r"""
+import fcntl, json, signal, socket, struct, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+token, port, public, broadcast = json.load(open("/srv/targets.json"))
+report = {"done": False, "udp": {}}
+
+def own():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        req = struct.pack("256s", b"eth0")
+        address = struct.unpack("!I", fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])[0]
+        mask = struct.unpack("!I", fcntl.ioctl(s.fileno(), 0x891B, req)[20:24])[0]
+        return address, mask
+    finally:
+        s.close()
+
+def lookup(name):
+    try:
+        return socket.gethostbyname(name)
+    except OSError as exc:
+        return type(exc).__name__
+
+def probe():
+    report["dns-start"] = lookup(public)
+    address, mask = own()
+    mine = socket.inet_ntoa(struct.pack("!I", address))
+    directed = socket.inet_ntoa(struct.pack("!I", (address & mask) | (~mask & 0xFFFFFFFF)))
+    dests = ["255.255.255.255", "224.0.0.1", "239.255.255.250", directed]
+    for _ in range(5 if broadcast else 0):
+        for dest in dests:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(mine))
+                s.bind((mine, 0))
+                s.sendto(("SIDECAR" + dest + token).encode(), (dest, port))
+                report["udp"][dest] = "sent"
+            except OSError as exc:
+                report["udp"][dest] = type(exc).__name__
+            finally:
+                s.close()
+        time.sleep(0.5)
+    # The trial's namespace, once its first request says where it is: every TCP port, and
+    # a DNS query to its port 53 (its relay is on its loopback, its supervisor too).
+    while "peer" not in report:
+        time.sleep(0.2)
+    peer, opened, lock = report["peer"], [], threading.Lock()
+    def scan(ports):
+        for p in ports:
+            t = socket.socket(); t.settimeout(1)
+            try:
+                t.connect((peer, p))
+                with lock:
+                    opened.append(p)
+            except OSError:
+                pass
+            finally:
+                t.close()
+    threads = [threading.Thread(target=scan, args=(range(i, 65536, 64),)) for i in range(1, 65)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report["peer-open"] = sorted(opened)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3)
+    try:
+        u.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x03deb\x06debian"
+                 b"\x03org\x00\x00\x01\x00\x01", (peer, 53))
+        report["peer-dns"] = len(u.recv(4096))
+    except OSError as exc:
+        report["peer-dns"] = type(exc).__name__
+    report["done"] = True
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        report.setdefault("peer", self.client_address[0])
+        if self.path.startswith("/resolve/"):
+            body = json.dumps(lookup(self.path[len("/resolve/"):])).encode()
+        else:
+            body = json.dumps(report).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+
+threading.Thread(target=probe, daemon=True).start()
+ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
+"""
+
+COMPOSE = """\
+services:
+  main:
+    depends_on:
+      {side}:
+        condition: service_healthy
+  {side}:
+    build:
+      context: ./side
+    restart: always
+    stop_signal: SIGUSR1
+    healthcheck:
+      test:
+        - CMD
+        - python3
+        - -c
+        - import socket; socket.create_connection(('localhost', 8080), 2)
+      interval: 1s
+      timeout: 5s
+      retries: 30
+"""
+
+#: The agent (``python3 - TOKEN PORT HOST SIDE``): its capabilities, its attempts at its
+#: namespace's rules and routes, then the host's listener again (TCP and broadcast UDP).
+AGENT = r"""
+import json, os, shutil, socket, subprocess, sys, time, urllib.request
+token, port, host, side = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+out = {"uid": os.getuid(), "tamper": {}}
+caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+out["net_admin"] = bool(int(caps, 16) >> 12 & 1)
+out["net_raw"] = bool(int(caps, 16) >> 13 & 1)
+for path in ("/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv4/conf/all/route_localnet",
+             "/proc/sys/net/ipv6/conf/all/disable_ipv6"):
+    try:
+        open(path, "w").write("1\n" if "disable" not in path else "0\n")
+        out["tamper"][path] = "written"
+    except OSError as exc:
+        out["tamper"][path] = type(exc).__name__
+for argv in (["iptables", "-w", "-P", "OUTPUT", "ACCEPT"], ["iptables", "-w", "-F"],
+             ["iptables", "-w", "-t", "nat", "-F"],
+             ["ip", "route", "add", "default", "dev", "eth0"],
+             ["ip", "link", "set", "eth1", "down"]):
+    if shutil.which(argv[0]) is None:
+        out["tamper"][" ".join(argv)] = "absent"
+        continue
+    done = subprocess.run(argv, capture_output=True, text=True)
+    out["tamper"][" ".join(argv)] = done.returncode
+def tcp(address):
+    s = socket.socket(); s.settimeout(3)
+    try:
+        s.connect((address, port)); s.sendall(("AGENT" + token).encode()); return "tcp"
+    except OSError as exc:
+        return type(exc).__name__
+    finally:
+        s.close()
+out["host-after"] = tcp(host)
+for dest in ("255.255.255.255", "224.0.0.1"):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        s.sendto(("AGENT" + dest + token).encode(), (dest, port))
+    except OSError:
+        pass
+    s.close()
+# The control of the sidecar's scan of the namespace: a port the agent opens itself.
+control = socket.socket(); control.bind(("0.0.0.0", 7777)); control.listen(64)
+report = {}
+for _ in range(90):
+    try:
+        report = json.load(urllib.request.urlopen("http://%s:8080/report" % side, timeout=5))
+    except OSError as exc:
+        out["side"] = type(exc).__name__
+        time.sleep(1)
+        continue
+    out["side"] = "reached"
+    if report.get("done"):
+        break
+    time.sleep(1)
+out["report"] = report
+json.dump(out, open("net.json", "w"))
+"""
+
+#: The ``no-network`` verifier (``python3 /tests/verify.py TOKEN NAME SIDE``): every way to
+#: a resolver it can think of; prints ``RT3 {json}``; reward 1 when it reached the sidecar.
+VERIFIER = r"""
+import json, os, random, socket, struct, sys, urllib.request
+token, name, side = sys.argv[1], sys.argv[2], sys.argv[3]
+def query(qname, qtype=1):
+    qid = random.randrange(65536)
+    body = struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    for label in qname.split("."):
+        body += bytes([len(label)]) + label.encode()
+    return qid, body + b"\0" + struct.pack("!HH", qtype, 1)
+def ask_udp(server, port, qname, qtype=1):
+    qid, packet = query(qname, qtype)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+    try:
+        s.sendto(packet, (server, port))
+        data = s.recv(4096)
+        return [struct.unpack("!H", data[2:4])[0] & 0xF, struct.unpack("!H", data[6:8])[0]]
+    except OSError as exc:
+        return type(exc).__name__
+    finally:
+        s.close()
+def ask_tcp(server, port, qname, qtype=1):
+    qid, packet = query(qname, qtype)
+    s = socket.socket(); s.settimeout(3)
+    try:
+        s.connect((server, port)); s.sendall(struct.pack("!H", len(packet)) + packet)
+        data = s.recv(4096)[2:]
+        return [struct.unpack("!H", data[2:4])[0] & 0xF, struct.unpack("!H", data[6:8])[0]]
+    except OSError as exc:
+        return type(exc).__name__
+    finally:
+        s.close()
+def engine_ports(table):
+    # The engine's resolver listens on 127.0.0.11 at ports of its own (0B00007F).
+    ports = set()
+    try:
+        for line in open(table).readlines()[1:]:
+            local = line.split()[1]
+            if local.startswith("0B00007F:"):
+                ports.add(int(local.split(":")[1], 16))
+    except OSError:
+        pass
+    return sorted(ports)
+out = {"gethostbyname": None, "udp": {}, "tcp": {}}
+try:
+    out["gethostbyname"] = socket.gethostbyname(name)
+except OSError as exc:
+    out["gethostbyname"] = type(exc).__name__
+out["udp"]["53"] = ask_udp("127.0.0.11", 53, token + ".a." + name, 16)
+out["tcp"]["53"] = ask_tcp("127.0.0.11", 53, token + ".b." + name, 16)
+for port in engine_ports("/proc/net/udp"):
+    out["udp"][str(port)] = ask_udp("127.0.0.11", port, token + ".c." + name)
+for port in engine_ports("/proc/net/tcp"):
+    out["tcp"][str(port)] = ask_tcp("127.0.0.11", port, token + ".d." + name)
+def side_get(path):
+    try:
+        return json.load(urllib.request.urlopen("http://%s:8080%s" % (side, path), timeout=40))
+    except OSError as exc:
+        return type(exc).__name__
+out["side-resolve"] = side_get("/resolve/" + name)
+out["side-report"] = side_get("/report")
+print("RT3 " + json.dumps(out))
+ok = isinstance(out["side-report"], dict)
+open(os.environ["HARNESS_VERIFIER_DIR"] + "/reward.txt", "w").write("1" if ok else "0")
+"""
+
+
+def _task(root: Path, token: str, side: str, port: int, host: str, broadcast: bool) -> Path:
+    task = root / "tasks" / "compose"
+    (task / "tests").mkdir(parents=True)
+    (task / "environment" / "side").mkdir(parents=True)
+    (task / "task.toml").write_text(
+        '[task]\nname = "redteam3/compose"\n'
+        '[agent]\ntimeout_sec = 180\nnetwork_mode = "public"\n'
+        '[verifier]\ntimeout_sec = 90\nnetwork_mode = "no-network"\n'
+    )
+    (task / "environment" / "Dockerfile").write_text(f"FROM {BASE}\n")
+    (task / "environment" / "docker-compose.yaml").write_text(COMPOSE.format(side=side))
+    sidecar = task / "environment" / "side"
+    (sidecar / "Dockerfile").write_text(
+        f'FROM {BASE}\nCOPY side.py targets.json /srv/\nCMD ["python3", "/srv/side.py"]\n'
+    )
+    (sidecar / "side.py").write_text(SIDECAR)
+    (sidecar / "targets.json").write_text(json.dumps([token, port, RESOLVABLE, broadcast]))
+    (task / "instruction.md").write_text(
+        f"python3 - {token} {port} {host} {side} <<'AGENT'\n{AGENT}AGENT\n"
+    )
+    (task / "tests" / "verify.py").write_text(VERIFIER)
+    (task / "tests" / "test.sh").write_text(
+        f"python3 /tests/verify.py {token} {RESOLVABLE} {side}\n"
+    )
+    return root / "tasks"
+
+
+Packets = list[tuple[str, str, bytes]]
+
+
+def _run(
+    token: str, side: str, *, broadcast: bool, runtime: str | None, agent_root: bool
+) -> tuple[dict[str, Any], Path, Packets]:
+    """One compose trial as the docker-group user; its record, run dir and host packets."""
+    user = user_harness(docker_group_user())
+    work = user.workdir()
+    with Listener(ipv6=True) as listener:
+        host = primary_addresses()["ipv4"]
+        tasks = _task(work, token, side, listener.port, host, broadcast)
+        args = [*run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
+                          "bash {instruction_file}")]  # fmt: skip
+        if runtime is not None:
+            args += ["--runtime", runtime]
+        if agent_root:
+            args += ["--agent-root", "allow"]
+        user.give(work)
+        result = user.cli(*args, docker_host=ROOTFUL_HOST, timeout=900)
+        got = token_packets(listener, token)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = read_records(work / "out")
+    (run_dir,) = [p for p in (work / "out").iterdir() if p.is_dir()]
+    return record, run_dir, got
+
+
+def _left_on_engine(side: str) -> list[str]:
+    """Containers and networks of the sidecar's project still on the engine."""
+    docker = ["docker", "-H", ROOTFUL_HOST]
+    found = subprocess.run(
+        [*docker, "ps", "-aq", "--filter", f"label=com.docker.compose.service={side}"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.split()  # fmt: skip
+    return found
+
+
+@pytest.mark.parametrize("runtime", [None, "runsc"])
+def test_a_sidecar_broadcast_reaches_no_host_listener(runtime: str | None) -> None:
+    """The task's sidecar sends UDP to broadcast and multicast groups: the host hears none.
+
+    No address of the host is on the project's bridge, but the bridge is still the host's
+    interface: a datagram to ``255.255.255.255`` or ``224.0.0.1`` sent from the sidecar's
+    own address needs neither a route nor ``NET_RAW``, and a bridge without an IPv4 address
+    still delivers broadcasts to its host's sockets bound to ``0.0.0.0``.
+    """
+    token = secrets.token_hex(8)
+    side = "bc" + token[:6]
+    record, run_dir, got = _run(token, side, broadcast=True, runtime=runtime, agent_root=False)
+    workspace = run_dir / "trials" / record["id"] / "workspace"
+    net = json.loads((workspace / "net.json").read_text())
+    report = net["report"]
+    assert record["sandbox"]["compose"]["host_guard"]["kind"] == "engine", record["sandbox"]
+    assert report.get("done") and report["udp"], report  # the sidecar did send
+    # From outside: the host's listener on 0.0.0.0 heard nothing of the sidecar's token.
+    assert not got, got
+
+
+def test_a_root_agent_and_a_closed_verifier_reach_no_resolver_and_leave_nothing() -> None:
+    """A root agent cannot rewrite its namespace; a closed verifier gets no DNS answer.
+
+    The agent (``--agent-root allow``) tries the namespace's sysctls, ``iptables`` and
+    routes, then the host's primary address; the ``no-network`` verifier asks the engine's
+    resolver on every port it listens on and the sidecar's resolver for a public name; the
+    sidecar asks too at its start. After the run, the sidecar (which ignores its stop signal
+    and asks to be restarted always) is gone from the engine.
+    """
+    token = secrets.token_hex(8)
+    side = "rt" + token[:6]
+    record, run_dir, got = _run(token, side, broadcast=False, runtime=None, agent_root=True)
+    assert not got, got
+    assert record["status"] == "completed" and record["reward"] == 1, record
+    assert not _left_on_engine(side)
+    workspace = run_dir / "trials" / record["id"] / "workspace"
+    net = json.loads((workspace / "net.json").read_text())
+    assert net["uid"] == 0, net  # the attack ran as root
+    assert not net["net_admin"] and not net["net_raw"], net
+    assert "written" not in net["tamper"].values(), net
+    assert 0 not in net["tamper"].values(), net
+    assert net["host-after"] != "tcp", net
+    # The sidecar has no resolver that answers a public name (no internet, no DNS).
+    assert net["report"]["dns-start"].count(".") != 3, net["report"]
+    # Nothing the harness runs in the trial's namespace listens where a sidecar reaches:
+    # only the agent's own port (the control).
+    assert net["report"]["peer-open"] == [7777], net["report"]
+    assert not isinstance(net["report"]["peer-dns"], int), net["report"]
+    lines = [
+        line.removeprefix("RT3 ")
+        for path in run_dir.rglob("*")
+        if path.is_file() and path.stat().st_size < 1 << 20
+        for line in path.read_text(errors="replace").splitlines()
+        if line.startswith("RT3 {")
+    ]
+    assert lines, "the verifier's report was not found in the run dir"
+    verifier = json.loads(lines[-1])
+    assert verifier["gethostbyname"] == "gaierror", verifier
+    assert str(verifier["side-resolve"]).count(".") != 3, verifier
+    for proto in ("udp", "tcp"):
+        for port, answer in verifier[proto].items():
+            # No answer at all, or an answer with no record (a refusal by the relay).
+            assert not (isinstance(answer, list) and answer[1] > 0), (proto, port, verifier)
