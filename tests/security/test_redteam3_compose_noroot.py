@@ -32,7 +32,13 @@ from typing import Any
 import pytest
 from support.net import Listener, primary_addresses
 from support.public_probe import ROOTFUL_HOST, read_records, token_packets
-from support.users import docker_group_user, run_args, user_harness
+from support.users import (
+    ROOTLESS_USER,
+    docker_group_user,
+    rootless_engine,
+    run_args,
+    user_harness,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
@@ -316,43 +322,101 @@ def _task(root: Path, token: str, side: str, port: int, host: str, broadcast: bo
 
 Packets = list[tuple[str, str, bytes]]
 
+#: A UDP listener on ``0.0.0.0:PORT`` printing each datagram it gets (hex), one a line.
+NS_LISTENER = r"""
+import socket, sys
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("0.0.0.0", int(sys.argv[1])))
+print("ready", flush=True)
+while True:
+    data, peer = u.recvfrom(4096)
+    print(peer[0], data.hex(), flush=True)
+"""
+
+
+class _EngineNamespaceListener:
+    """A UDP listener in a rootless engine's own network namespace (its "host").
+
+    A rootless engine's bridges are in the namespace of its ``dockerd`` (rootlesskit's),
+    not the machine's: what reaches that namespace's stack reaches the engine's host.
+    """
+
+    def __init__(self, user: str, port: int) -> None:
+        pid = subprocess.run(
+            ["pgrep", "-u", user, "-x", "dockerd"], capture_output=True, text=True, timeout=30
+        ).stdout.split()
+        assert len(pid) == 1, f"the rootless engine's dockerd of {user}: {pid}"
+        self.proc = subprocess.Popen(
+            ["nsenter", "-t", pid[0], "-n", "python3", "-c", NS_LISTENER, str(port)],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def close(self) -> list[tuple[str, str, bytes]]:
+        """Stop the listener; what it received."""
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=30)
+        return [
+            ("udp-engine-ns", peer, bytes.fromhex(data))
+            for peer, data in (line.split() for line in out.splitlines() if line.strip())
+        ]
+
+
+def _engine(where: str) -> tuple[str, str]:
+    """The engine's ``DOCKER_HOST`` and the user the harness runs as, for ``where``."""
+    if where == "rootless":
+        return rootless_engine(), ROOTLESS_USER
+    return ROOTFUL_HOST, docker_group_user()
+
 
 def _run(
-    token: str, side: str, *, broadcast: bool, runtime: str | None, agent_root: bool
+    token: str, side: str, *, where: str, broadcast: bool, runtime: str | None, agent_root: bool
 ) -> tuple[dict[str, Any], Path, Packets]:
-    """One compose trial as the docker-group user; its record, run dir and host packets."""
-    user = user_harness(docker_group_user())
+    """One compose trial as the user of ``where``; its record, run dir and host packets.
+
+    The packets: what a listener on the machine's ``0.0.0.0`` got carrying ``token`` (and,
+    for a rootless engine, a listener on the same port in the engine's own namespace).
+    """
+    docker_host, name = _engine(where)
+    user = user_harness(name)
     work = user.workdir()
     with Listener(ipv6=True) as listener:
-        host = primary_addresses()["ipv4"]
-        tasks = _task(work, token, side, listener.port, host, broadcast)
-        args = [*run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
-                          "bash {instruction_file}")]  # fmt: skip
-        if runtime is not None:
-            args += ["--runtime", runtime]
-        if agent_root:
-            args += ["--agent-root", "allow"]
-        user.give(work)
-        result = user.cli(*args, docker_host=ROOTFUL_HOST, timeout=900)
+        engine_ns = _EngineNamespaceListener(name, listener.port) if where == "rootless" else None
+        try:
+            host = primary_addresses()["ipv4"]
+            tasks = _task(work, token, side, listener.port, host, broadcast)
+            args = [*run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
+                              "bash {instruction_file}")]  # fmt: skip
+            if runtime is not None:
+                args += ["--runtime", runtime]
+            if agent_root:
+                args += ["--agent-root", "allow"]
+            user.give(work)
+            result = user.cli(*args, docker_host=docker_host, timeout=900)
+        finally:
+            in_engine = engine_ns.close() if engine_ns is not None else []
         got = token_packets(listener, token)
+        got += [packet for packet in in_engine if token.encode() in packet[2]]
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = read_records(work / "out")
     (run_dir,) = [p for p in (work / "out").iterdir() if p.is_dir()]
     return record, run_dir, got
 
 
-def _left_on_engine(side: str) -> list[str]:
-    """Containers and networks of the sidecar's project still on the engine."""
-    docker = ["docker", "-H", ROOTFUL_HOST]
-    found = subprocess.run(
-        [*docker, "ps", "-aq", "--filter", f"label=com.docker.compose.service={side}"],
+def _left_on_engine(docker_host: str, side: str) -> list[str]:
+    """Containers of the sidecar's service still on the engine (any state)."""
+    return subprocess.run(
+        ["docker", "-H", docker_host, "ps", "-aq", "--filter",
+         f"label=com.docker.compose.service={side}"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout.split()  # fmt: skip
-    return found
 
 
-@pytest.mark.parametrize("runtime", [None, "runsc"])
-def test_a_sidecar_broadcast_reaches_no_host_listener(runtime: str | None) -> None:
+@pytest.mark.parametrize(
+    ("where", "runtime"), [("docker-group", None), ("docker-group", "runsc"), ("rootless", None)]
+)
+def test_a_sidecar_broadcast_reaches_no_host_listener(where: str, runtime: str | None) -> None:
     """The task's sidecar sends UDP to broadcast and multicast groups: the host hears none.
 
     No address of the host is on the project's bridge, but the bridge is still the host's
@@ -362,7 +426,9 @@ def test_a_sidecar_broadcast_reaches_no_host_listener(runtime: str | None) -> No
     """
     token = secrets.token_hex(8)
     side = "bc" + token[:6]
-    record, run_dir, got = _run(token, side, broadcast=True, runtime=runtime, agent_root=False)
+    record, run_dir, got = _run(
+        token, side, where=where, broadcast=True, runtime=runtime, agent_root=False
+    )
     workspace = run_dir / "trials" / record["id"] / "workspace"
     net = json.loads((workspace / "net.json").read_text())
     report = net["report"]
@@ -372,7 +438,10 @@ def test_a_sidecar_broadcast_reaches_no_host_listener(runtime: str | None) -> No
     assert not got, got
 
 
-def test_a_root_agent_and_a_closed_verifier_reach_no_resolver_and_leave_nothing() -> None:
+@pytest.mark.parametrize("where", ["docker-group", "rootless"])
+def test_a_root_agent_and_a_closed_verifier_reach_no_resolver_and_leave_nothing(
+    where: str,
+) -> None:
     """A root agent cannot rewrite its namespace; a closed verifier gets no DNS answer.
 
     The agent (``--agent-root allow``) tries the namespace's sysctls, ``iptables`` and
@@ -383,10 +452,12 @@ def test_a_root_agent_and_a_closed_verifier_reach_no_resolver_and_leave_nothing(
     """
     token = secrets.token_hex(8)
     side = "rt" + token[:6]
-    record, run_dir, got = _run(token, side, broadcast=False, runtime=None, agent_root=True)
+    record, run_dir, got = _run(
+        token, side, where=where, broadcast=False, runtime=None, agent_root=True
+    )
     assert not got, got
     assert record["status"] == "completed" and record["reward"] == 1, record
-    assert not _left_on_engine(side)
+    assert not _left_on_engine(_engine(where)[0], side)
     workspace = run_dir / "trials" / record["id"] / "workspace"
     net = json.loads((workspace / "net.json").read_text())
     assert net["uid"] == 0, net  # the attack ran as root
