@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from support.private_engine import BASE_IMAGE, PrivateEngine, started_engine
 
-pytestmark = [pytest.mark.docker, pytest.mark.root]
+pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.serial]
 
 #: A phase's lookups (``python3 - TOKEN WHERE``): the system's resolver, then a TXT query
 #: straight to the engine's resolver.
