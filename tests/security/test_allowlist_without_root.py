@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ci_image import ci_python
 from support.net import Listener, primary_addresses
 from support.netns import PublicNet
 from support.probes import PROXY_CLIENT
@@ -160,7 +161,14 @@ def public_net(tmp_path: Path) -> Iterator[PublicNet]:
         yield net
 
 
-def _drive(user: UserHarness, host: str, runtime: str | None, config: dict[str, Any]) -> Any:
+def _drive(
+    user: UserHarness | None, host: str, runtime: str | None, config: dict[str, Any], work: Path
+) -> Any:
+    if user is None:
+        # The CI image, on a network (its harness serves the proxy and the responder).
+        done = ci_python(work, DRIVER, json.dumps({**config, "runtime": runtime}))
+        assert done.returncode == 0, done.stderr[-4000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
     env = {
         "HOME": str(user.home),
         "PATH": f"{user.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -184,23 +192,26 @@ def _drive(user: UserHarness, host: str, runtime: str | None, config: dict[str, 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _egress_dirs(user: UserHarness) -> list[str]:
-    return sorted(p.name for p in (user.home / "tmp").glob("harness-egress-*"))
+def _egress_dirs(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.glob("harness-egress-*"))
 
 
 @pytest.mark.parametrize(
     ("where", "runtime"),
-    [("docker-group", None), ("docker-group", "runsc"), ("rootless", None)],
+    [("docker-group", None), ("docker-group", "runsc"), ("rootless", None), ("ci-image", None)],
 )
 def test_an_allowlist_phase_without_root_reaches_only_its_listed_hosts_through_the_proxy(
-    where: str, runtime: str | None, public_net: PublicNet
+    where: str, runtime: str | None, public_net: PublicNet, tmp_path: Path
 ) -> None:
+    user: UserHarness | None = None
     if where == "rootless":
         host, user = rootless_engine(), user_harness(ROOTLESS_USER)
         gateway = "10.0.2.2"
     else:
-        host, user = ROOTFUL_HOST, user_harness(docker_group_user())
-        gateway = "172.17.0.1"
+        host, gateway = ROOTFUL_HOST, "172.17.0.1"
+        if where == "docker-group":
+            user = user_harness(docker_group_user())
+    work = tmp_path / "ci"
     ip = public_net.ip
     routed = public_net.route()
     token = secrets.token_hex(8)
@@ -214,7 +225,7 @@ def test_an_allowlist_phase_without_root_reaches_only_its_listed_hosts_through_t
                 "PUB": ip, "TOKEN": token, "HPORT": str(listener.port), "META": METADATA,
                 "ROUTED": routed, "HOSTS": json.dumps(hosts),
             },
-        })  # fmt: skip
+        }, work)  # fmt: skip
         host_got = [r for r in listener.received if token.encode() in r[2]]
     seen = public_net.seen()[len(before) :]
     agent, verifier, facts = out["agent"], out["verifier"], out["facts"]
@@ -291,4 +302,5 @@ def test_an_allowlist_phase_without_root_reaches_only_its_listed_hosts_through_t
         for tool in ("iptables-save", "ip6tables-save")
     )
     assert "HXN-" not in firewall
-    assert _egress_dirs(user) == [], os.listdir(user.home / "tmp")
+    tmp = user.home / "tmp" if user is not None else work / "tmp"
+    assert _egress_dirs(tmp) == [], os.listdir(tmp)

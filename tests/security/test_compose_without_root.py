@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.ci_image import ci_cli
+from support.ci_image import ci_cli, ci_python
 from support.net import Listener, primary_addresses
 from support.netns import PublicNet
 from support.probes import PROXY_CLIENT
@@ -528,9 +528,9 @@ class _LoopbackResolver:
         self.tcp.close()
 
 
-@pytest.mark.parametrize("where", ["docker-group", "rootless"])
+@pytest.mark.parametrize("where", ["docker-group", "rootless", "ci-image"])
 def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
-    where: str, public_net: PublicNet
+    where: str, public_net: PublicNet, tmp_path: Path
 ) -> None:
     """A compose task's ``allowlist`` agent, then its ``public`` verifier, without root.
 
@@ -539,11 +539,12 @@ def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sideca
     trial's own namespace, never from the engine's host: a resolver on the host's loopback
     hears nothing. The listed host answers through the proxy, the sidecar directly.
     """
+    user = None
     if where == "rootless":
         host, user = rootless_engine(), user_harness(ROOTLESS_USER)
-    else:
+    elif where == "docker-group":
         host, user = ROOTFUL_HOST, user_harness(docker_group_user())
-    work = user.workdir()
+    work = user.workdir() if user is not None else tmp_path / "ci"
     token = secrets.token_hex(8)
     environment = work / "task" / "environment"
     (environment / "kv").mkdir(parents=True)
@@ -552,7 +553,6 @@ def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sideca
     )
     (environment / "kv" / "kv.py").write_text(KV_HTTP)
     (environment / "docker-compose.yaml").write_text(COMPOSE)
-    user.give(work)
     config = {
         "hosts": {"pub.test": [public_net.ip], "evil.test": [public_net.ip]},
         "image": BASE,
@@ -563,14 +563,19 @@ def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sideca
     before = public_net.seen()
     resolver = _LoopbackResolver()
     try:
-        done = subprocess.run(
-            ["runuser", "-u", user.user, "--", "env", "-i", f"HOME={user.home}",
-             f"PATH={user.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"DOCKER_HOST={host}",
-             f"TMPDIR={user.home / 'tmp'}", "LANG=C.UTF-8",
-             f"{user.venv}/bin/python", "-I", "-c", ALLOWLIST_DRIVER],
-            input=json.dumps(config), capture_output=True, text=True, timeout=600,
-            cwd=str(user.home),
-        )  # fmt: skip
+        if user is None:
+            # The CI image on a network: its harness serves the trial's proxy and DNS.
+            done = ci_python(work, ALLOWLIST_DRIVER, json.dumps(config))
+        else:
+            user.give(work)
+            done = subprocess.run(
+                ["runuser", "-u", user.user, "--", "env", "-i", f"HOME={user.home}",
+                 f"PATH={user.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"DOCKER_HOST={host}",
+                 f"TMPDIR={user.home / 'tmp'}", "LANG=C.UTF-8",
+                 f"{user.venv}/bin/python", "-I", "-c", ALLOWLIST_DRIVER],
+                input=json.dumps(config), capture_output=True, text=True, timeout=600,
+                cwd=str(user.home),
+            )  # fmt: skip
     finally:
         resolver.close()
     assert done.returncode == 0, done.stderr[-4000:]

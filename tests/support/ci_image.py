@@ -41,3 +41,27 @@ def ci_cli(work: Path, *args: str, timeout: float = 3600) -> subprocess.Complete
          CI_IMAGE, *args],
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def ci_python(
+    work: Path, script: str, stdin: str, *, network: str = "bridge", timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """``python3 -c SCRIPT`` in the CI image (its harness importable), ``stdin`` fed to it.
+
+    For what the CLI cannot say (a pinned name, a backend driven directly); on ``network``
+    (``bridge`` by default: ``scripts/ci-image``'s ``--network none`` is for runs that need
+    none, and a trial's egress proxy and DNS responder run in the harness's process).
+    """
+    require_ci_image()
+    tmp = work / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    tmp.chmod(0o711)
+    return subprocess.run(
+        ["docker", "run", "--rm", "-i", "--network", network, "--label", "org.harness.managed=1",
+         "-v", "/var/run/docker.sock:/var/run/docker.sock",
+         "-v", f"{REPO / 'harness'}:{_SITE}/harness:ro",
+         "-v", f"{REPO / 'sandbox'}:{_SITE}/sandbox:ro",
+         "-v", f"{work}:{work}", "-w", str(work), "-e", f"TMPDIR={tmp}",
+         "--entrypoint", "python3", CI_IMAGE, "-c", script],
+        input=stdin, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
