@@ -12,7 +12,11 @@ run) wherever the verdict can be taken there:
   its own address (no route, no ``NET_RAW`` needed), which a bridge without an address
   still hands to the host's stack;
 - a root agent (``--agent-root allow``) tries to rewrite its namespace (routes, sysctls,
-  ``iptables``), then reaches for the host again;
+  ``iptables``), then reaches for the host again, by TCP and by UDP to the broadcast
+  addresses of every interface (the project's is inside the subnet every phase accepts);
+- the sidecar scans every TCP port of the trial's namespace and asks its port 53 (the
+  harness's relays and supervisor listen on its loopback only): only the agent's own port
+  answers;
 - the ``no-network`` verifier asks for a public name through the engine's resolver on
   ``127.0.0.11`` (port 53, then every port the engine's resolver really listens on) and
   through the sidecar, whose own resolver is the engine's; the sidecar, a public name at
@@ -199,13 +203,33 @@ def tcp(address):
     finally:
         s.close()
 out["host-after"] = tcp(host)
-for dest in ("255.255.255.255", "224.0.0.1"):
+def broadcasts():
+    # Each interface's directed broadcast: the project's is inside the sidecars' subnet,
+    # which every phase's rules accept.
+    import fcntl, struct
+    found = []
+    for name in [l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]]:
+        req = struct.pack("256s", name.encode())
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            address = struct.unpack("!I", fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])[0]
+            mask = struct.unpack("!I", fcntl.ioctl(s.fileno(), 0x891B, req)[20:24])[0]
+        except OSError:
+            continue
+        finally:
+            s.close()
+        if name != "lo":
+            found.append(socket.inet_ntoa(struct.pack("!I", address | (~mask & 0xFFFFFFFF))))
+    return found
+out["broadcasts"] = {}
+for dest in ["255.255.255.255", "224.0.0.1"] + broadcasts():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
         s.sendto(("AGENT" + dest + token).encode(), (dest, port))
-    except OSError:
-        pass
+        out["broadcasts"][dest] = "sent"
+    except OSError as exc:
+        out["broadcasts"][dest] = type(exc).__name__
     s.close()
 # The control of the sidecar's scan of the namespace: a port the agent opens itself.
 control = socket.socket(); control.bind(("0.0.0.0", 7777)); control.listen(64)
