@@ -19,7 +19,10 @@ binary, driven by python-on-whales' compose API) in a project of their own:
     engine ``internal``, with no IPv4 address on its bridge
     (``com.docker.network.bridge.inhibit_ipv4``) and no IPv6, so no address of the host is
     on it or routed from it, and the sidecars run without ``NET_RAW`` (no hand-made frame
-    to the bridge's link-local address). What the engine made is read back before any
+    to the bridge's link-local address). One thing still reaches the host, and the record
+    says so (``host_guard.residual``, :data:`RESIDUAL`): a sidecar's datagrams to the
+    limited broadcast and the all-hosts group, which a bridge without an address still
+    hands to its host's sockets bound to every address. What the engine made is read back before any
     sidecar starts; a network it did not make so refuses the task. The sidecars get no
     internet this way (recorded: ``sidecar_internet``); the main container's namespace
     joins the network through its holder (:mod:`sandbox.docker.netns_holder`), whose
@@ -78,6 +81,20 @@ from sandbox.errors import EnvironmentStartError, PermanentStartError
 MAIN = "main"
 #: The bridge driver's option that leaves a network's bridge without an IPv4 address.
 INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
+#: What still reaches the engine's host from an ``engine``-guarded project, by where the
+#: engine's bridges are (recorded as ``host_guard.residual``): a bridge without an address
+#: is still its host's interface, and a sidecar bound to its own address sends to the
+#: limited broadcast and the all-hosts group with no route and no capability.
+RESIDUAL = {
+    "host": (
+        "a sidecar's UDP datagrams to 255.255.255.255 and 224.0.0.1 reach the engine "
+        "host's UDP sockets bound to every address (one way: nothing comes back)"
+    ),
+    "rootless": (
+        "a sidecar's UDP datagrams to 255.255.255.255 and 224.0.0.1 reach the rootless "
+        "engine's own network namespace, not the host's"
+    ),
+}
 #: Keys of ``main`` the harness applies (the rest are overridden, and recorded).
 MAIN_APPLIED = ("command", "environment", "depends_on", "build", "image")
 _UNSAFE = re.compile(r"[^a-z0-9_-]+")
@@ -302,6 +319,7 @@ class ComposeProject:
         allow_host_access: bool = False,
         engine_guard: bool = False,
         engine: Any = None,
+        engine_rootless: bool = False,
     ) -> None:
         """A project for ``compose_file``, read and normalised by compose.
 
@@ -309,10 +327,12 @@ class ComposeProject:
         by host rules (:func:`sandbox.docker.hostguard.problem`), None when it can;
         ``engine_guard`` keeps it off the host by how the engine makes the network
         instead (the trial's network is its own namespace's), read back through ``engine``
-        (a docker SDK client of the engine compose drives); ``allow_host_access`` runs
+        (a docker SDK client of the engine compose drives; ``engine_rootless``: its
+        bridges are in a rootless engine's own namespace); ``allow_host_access`` runs
         sidecars unshielded instead of either (with the internet), never refusing them.
         """
         self.engine = engine
+        self.engine_rootless = engine_rootless
         self.file = compose_file
         slug = _UNSAFE.sub("-", trial_id.lower()).strip("-")[:40] or "trial"
         self.name = f"harness-{slug}-{secrets.token_hex(3)}"
@@ -678,5 +698,6 @@ class ComposeProject:
                 "ipv6": False,
                 "sidecar_caps_dropped": ["NET_RAW"],
                 "subnets": [subnet for subnet, _gateway in self.subnets],
+                "residual": RESIDUAL["rootless" if self.engine_rootless else "host"],
             }
         return None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.compose_tasks import kv_compose
 from support.net import Listener, bridge_gateway, primary_addresses
 
 PROBE = r"""
@@ -100,25 +101,7 @@ class Handler(BaseHTTPRequestHandler):
 ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 """
 
-COMPOSE = """\
-services:
-  main:
-    depends_on:
-      kv:
-        condition: service_healthy
-  kv:
-    build:
-      context: ./kv
-    healthcheck:
-      test:
-        - CMD
-        - python3
-        - -c
-        - import socket; socket.create_connection(('localhost', 8080), 2)
-      interval: 1s
-      timeout: 5s
-      retries: 30
-"""
+COMPOSE = kv_compose()
 
 
 def _compose_task(sec: Any, parent: Path, name: str, attack: str) -> Path:

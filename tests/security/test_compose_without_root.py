@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from typing import Any
 
 import pytest
 from support.ci_image import ci_cli, ci_python
+from support.compose_tasks import LoopbackResolver, kv_compose
 from support.net import Listener, primary_addresses
 from support.netns import PublicNet
 from support.probes import PROXY_CLIENT
@@ -141,25 +141,7 @@ threading.Thread(target=probe, daemon=True).start()
 ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 """
 
-COMPOSE = """\
-services:
-  main:
-    depends_on:
-      kv:
-        condition: service_healthy
-  kv:
-    build:
-      context: ./kv
-    healthcheck:
-      test:
-        - CMD
-        - python3
-        - -c
-        - import socket; socket.create_connection(('localhost', 8080), 2)
-      interval: 1s
-      timeout: 5s
-      retries: 30
-"""
+COMPOSE = kv_compose()
 
 #: The agent (``python3 - TOKEN PORT TARGETS``): every gateway of its namespace is a
 #: target too; the sidecar's report is kept as ``kv.json``.
@@ -489,45 +471,6 @@ ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 """
 
 
-class _LoopbackResolver:
-    """A DNS listener on the host's ``127.0.0.1:53`` (UDP and TCP), logging what it is asked.
-
-    Where an engine's embedded DNS were told to forward to a loopback resolver, it would
-    ask this one from the engine's own namespace (the host's, for a rootful engine).
-    """
-
-    def __init__(self) -> None:
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.udp.bind(("127.0.0.1", 53))
-        self.tcp.bind(("127.0.0.1", 53))
-        self.tcp.listen(8)
-        self.got: list[bytes] = []
-        self._stop = threading.Event()
-        for sock in (self.udp, self.tcp):
-            sock.settimeout(0.2)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        while not self._stop.is_set():
-            try:
-                if sock.type == socket.SOCK_DGRAM:
-                    self.got.append(sock.recv(4096))
-                else:
-                    conn, _ = sock.accept()
-                    conn.settimeout(2)
-                    with conn:
-                        self.got.append(conn.recv(4096))
-            except OSError:
-                continue
-
-    def close(self) -> None:
-        self._stop.set()
-        self.udp.close()
-        self.tcp.close()
-
-
 @pytest.mark.parametrize("where", ["docker-group", "rootless", "ci-image"])
 def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
     where: str, public_net: PublicNet, tmp_path: Path
@@ -561,7 +504,7 @@ def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sideca
         "env": {"PUB": public_net.ip, "TOKEN": token},
     }
     before = public_net.seen()
-    resolver = _LoopbackResolver()
+    resolver = LoopbackResolver()
     try:
         if user is None:
             # The CI image on a network: its harness serves the trial's proxy and DNS.

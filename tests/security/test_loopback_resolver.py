@@ -28,13 +28,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.compose_tasks import LoopbackResolver, kv_compose
 from support.private_engine import BASE_IMAGE, PrivateEngine, started_engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.serial]
@@ -76,62 +76,7 @@ class Handler(BaseHTTPRequestHandler):
 ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 """
 
-COMPOSE = """\
-services:
-  main:
-    depends_on:
-      kv:
-        condition: service_healthy
-  kv:
-    build:
-      context: ./kv
-    command: ["python3", "/srv/kv.py", "@TOKEN@"]
-    healthcheck:
-      test:
-        - CMD
-        - python3
-        - -c
-        - import socket; socket.create_connection(('localhost', 8080), 2)
-      interval: 1s
-      timeout: 5s
-      retries: 30
-"""
-
-
-class _Resolver:
-    """UDP and TCP listeners on ``address:53``, keeping every query they get."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.got: list[bytes] = []
-        self._stop = threading.Event()
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.bind((address, 53))
-        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind((address, 53))
-        self.tcp.listen(8)
-        for sock in (self.udp, self.tcp):
-            sock.settimeout(0.2)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        while not self._stop.is_set():
-            try:
-                if sock.type == socket.SOCK_DGRAM:
-                    self.got.append(sock.recv(4096))
-                else:
-                    conn, _ = sock.accept()
-                    with conn:
-                        conn.settimeout(2)
-                        self.got.append(conn.recv(4096))
-            except OSError:
-                continue
-
-    def close(self) -> None:
-        self._stop.set()
-        self.udp.close()
-        self.tcp.close()
+COMPOSE = kv_compose(["python3", "/srv/kv.py", "@TOKEN@"])
 
 
 @dataclass
@@ -139,7 +84,7 @@ class LoopbackEngine:
     """The private engine, its host's loopback resolver, and the harness's TMPDIR."""
 
     engine: PrivateEngine
-    resolver: _Resolver
+    resolver: LoopbackResolver
     #: A shared mount: what the harness mounts under it (a trial's filesystem) the
     #: engine's own mount namespace sees too (this host's ``/`` is private).
     tmp: Path
@@ -149,7 +94,7 @@ class LoopbackEngine:
 def loopback_engine(tmp_path: Path) -> Iterator[LoopbackEngine]:
     # A loopback address of the test's own: tests running at once never share one.
     address = f"127.53.{secrets.randbelow(250) + 1}.{secrets.randbelow(250) + 1}"
-    resolver = _Resolver(address)
+    resolver = LoopbackResolver(address)
     conf = tmp_path / "resolv.conf"
     conf.write_text(f"nameserver {address}\n")
     root = Path("/tmp") / f"hxlr-{secrets.token_hex(3)}"

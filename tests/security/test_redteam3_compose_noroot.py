@@ -10,7 +10,9 @@ run) wherever the verdict can be taken there:
 - the sidecar, written by the task's author, sends UDP with no address of the host at all:
   to the limited broadcast, the all-hosts multicast group and an SSDP-like group, bound to
   its own address (no route, no ``NET_RAW`` needed), which a bridge without an address
-  still hands to the host's stack;
+  still hands to the host's stack: the first two reach the host's sockets on every
+  address (rootful engine), which no guard without root stops; the record must declare
+  it, and nothing more may arrive;
 - a root agent (``--agent-root allow``) tries to rewrite its namespace (routes, sysctls,
   ``iptables``), then reaches for the host again, by TCP and by UDP to the broadcast
   addresses of every interface (the project's is inside the subnet every phase accepts);
@@ -395,7 +397,7 @@ def _engine(where: str) -> tuple[str, str]:
 
 
 def _run(
-    token: str, side: str, *, where: str, broadcast: bool, runtime: str | None, agent_root: bool
+    token: str, side: str, *, where: str, broadcast: bool, agent_root: bool
 ) -> tuple[dict[str, Any], Path, Packets]:
     """One compose trial as the user of ``where``; its record, run dir and host packets.
 
@@ -412,8 +414,6 @@ def _run(
             tasks = _task(work, token, side, listener.port, host, broadcast)
             args = [*run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
                               "bash {instruction_file}")]  # fmt: skip
-            if runtime is not None:
-                args += ["--runtime", runtime]
             if agent_root:
                 args += ["--agent-root", "allow"]
             user.give(work)
@@ -437,29 +437,40 @@ def _left_on_engine(docker_host: str, side: str) -> list[str]:
     ).stdout.split()  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("where", "runtime"), [("docker-group", None), ("docker-group", "runsc"), ("rootless", None)]
-)
-def test_a_sidecar_broadcast_reaches_no_host_listener(where: str, runtime: str | None) -> None:
-    """The task's sidecar sends UDP to broadcast and multicast groups: the host hears none.
+# Sidecars run on the engine's default runtime whatever the trial's (``runtime`` is a reset
+# key): ``--runtime runsc`` would run the same sidecar again.
+@pytest.mark.parametrize("where", ["docker-group", "rootless"])
+def test_a_sidecars_broadcasts_are_the_one_residual_the_record_declares(where: str) -> None:
+    """The task's sidecar sends UDP to broadcast and multicast groups, and no more arrives.
 
     No address of the host is on the project's bridge, but the bridge is still the host's
     interface: a datagram to ``255.255.255.255`` or ``224.0.0.1`` sent from the sidecar's
     own address needs neither a route nor ``NET_RAW``, and a bridge without an IPv4 address
-    still delivers broadcasts to its host's sockets bound to ``0.0.0.0``.
+    still delivers it to its host's sockets bound to ``0.0.0.0``. Without root on the
+    engine's host nothing the harness may create stops that (a hole this red team found;
+    docs/harbor.md), so the record must declare it, and nothing else may arrive: no TCP,
+    no other group, not the subnet's own broadcast, nothing on the machine itself from a
+    rootless engine (whose bridges are in its own namespace).
     """
     token = secrets.token_hex(8)
     side = "bc" + token[:6]
-    record, run_dir, got = _run(
-        token, side, where=where, broadcast=True, runtime=runtime, agent_root=False
-    )
+    record, run_dir, got = _run(token, side, where=where, broadcast=True, agent_root=False)
     workspace = run_dir / "trials" / record["id"] / "workspace"
     net = json.loads((workspace / "net.json").read_text())
     report = net["report"]
-    assert record["sandbox"]["compose"]["host_guard"]["kind"] == "engine", record["sandbox"]
+    guard = record["sandbox"]["compose"]["host_guard"]
+    assert guard["kind"] == "engine", record["sandbox"]
     assert report.get("done") and report["udp"], report  # the sidecar did send
-    # From outside: the host's listener on 0.0.0.0 heard nothing of the sidecar's token.
-    assert not got, got
+    declared = ("SIDECAR255.255.255.255" + token, "SIDECAR224.0.0.1" + token)
+    if where == "rootless":
+        assert "rootless engine's own network namespace" in guard["residual"], guard
+        # From outside: the machine's own listener heard nothing at all.
+        assert not [g for g in got if g[0] != "udp-engine-ns"], got
+    else:
+        assert "reach the engine host's UDP sockets" in guard["residual"], guard
+    # Whatever arrived anywhere is one of the declared datagrams.
+    for kind, _peer, data in got:
+        assert kind in ("udp", "udp-engine-ns") and data.decode() in declared, got
 
 
 @pytest.mark.parametrize("where", ["docker-group", "rootless"])
@@ -476,9 +487,7 @@ def test_a_root_agent_and_a_closed_verifier_reach_no_resolver_and_leave_nothing(
     """
     token = secrets.token_hex(8)
     side = "rt" + token[:6]
-    record, run_dir, got = _run(
-        token, side, where=where, broadcast=False, runtime=None, agent_root=True
-    )
+    record, run_dir, got = _run(token, side, where=where, broadcast=False, agent_root=True)
     assert not got, got
     assert record["status"] == "completed" and record["reward"] == 1, record
     assert not _left_on_engine(_engine(where)[0], side)

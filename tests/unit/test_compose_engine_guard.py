@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.docker.compose import INHIBIT_IPV4, ComposeProject, Tagged
+from sandbox.docker.compose import INHIBIT_IPV4, RESIDUAL, ComposeProject, Tagged
 from sandbox.docker.hostguard import HostGuardUnavailable
 
 COMPOSE = "services:\n  kv:\n    image: harness/base:bookworm\n"
@@ -78,6 +78,10 @@ def test_what_the_engine_made_is_read_back_and_recorded(project: ComposeProject)
     assert guard["kind"] == "engine" and guard["verified"] is True, guard
     assert guard["subnets"] == ["172.29.0.0/16"] and guard["sidecar_caps_dropped"] == ["NET_RAW"]
     assert "host_exposed" not in project.describe()
+    # What the guard cannot stop is said, by where the engine's bridges are.
+    assert guard["residual"] == RESIDUAL["host"] and "255.255.255.255" in guard["residual"]
+    project.engine_rootless = True
+    assert project.describe()["host_guard"]["residual"] == RESIDUAL["rootless"]
 
 
 @pytest.mark.parametrize(

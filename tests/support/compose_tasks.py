@@ -1,0 +1,80 @@
+"""Pieces of the compose attack tests: a sidecar's compose file, a resolver that listens.
+
+The compose attacks (``tests/security/test_compose_*.py``, ``test_loopback_resolver.py``)
+build tasks whose sidecar ``kv`` serves HTTP on 8080 from ``environment/kv``; the DNS
+attacks judge by what a resolver on one of the host's loopback addresses was asked.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+
+def kv_compose(command: list[str] | None = None) -> str:
+    """A compose file: ``main`` waits for ``kv`` (built from ``./kv``) to answer on 8080."""
+    run = f"    command: {json.dumps(command)}\n" if command is not None else ""
+    return (
+        "services:\n"
+        "  main:\n"
+        "    depends_on:\n"
+        "      kv:\n"
+        "        condition: service_healthy\n"
+        "  kv:\n"
+        "    build:\n"
+        "      context: ./kv\n"
+        f"{run}"
+        "    healthcheck:\n"
+        "      test:\n"
+        "        - CMD\n"
+        "        - python3\n"
+        "        - -c\n"
+        "        - import socket; socket.create_connection(('localhost', 8080), 2)\n"
+        "      interval: 1s\n"
+        "      timeout: 5s\n"
+        "      retries: 30\n"
+    )
+
+
+class LoopbackResolver:
+    """UDP and TCP listeners on ``address:53`` of the host, keeping every query they get.
+
+    Where an engine's resolver asks a resolver on the host's loopback, it asks this one.
+    """
+
+    def __init__(self, address: str = "127.0.0.1") -> None:
+        self.address = address
+        self.got: list[bytes] = []
+        self._stop = threading.Event()
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind((address, 53))
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.tcp.bind((address, 53))
+        self.tcp.listen(8)
+        for sock in (self.udp, self.tcp):
+            sock.settimeout(0.2)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        while not self._stop.is_set():
+            try:
+                if sock.type == socket.SOCK_DGRAM:
+                    self.got.append(sock.recv(4096))
+                else:
+                    conn, _ = sock.accept()
+                    with conn:
+                        conn.settimeout(2)
+                        self.got.append(conn.recv(4096))
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        """Stop listening."""
+        self._stop.set()
+        self.udp.close()
+        self.tcp.close()
+
+
+__all__ = ["LoopbackResolver", "kv_compose"]
