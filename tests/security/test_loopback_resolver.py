@@ -37,7 +37,7 @@ import pytest
 from support.compose_tasks import LoopbackResolver, kv_compose
 from support.private_engine import BASE_IMAGE, PrivateEngine, started_engine
 
-pytestmark = [pytest.mark.docker, pytest.mark.root, pytest.mark.serial]
+pytestmark = [pytest.mark.docker, pytest.mark.root]
 
 #: A phase's lookups (``python3 - TOKEN WHERE``): the system's resolver, then a TXT query
 #: straight to the engine's resolver.
