@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.ci_image import ci_python
+from support.ci_image import ci_python, ci_workdir
 from support.net import Listener, primary_addresses
 from support.netns import PublicNet
 from support.probes import PROXY_CLIENT
@@ -156,6 +156,12 @@ print(json.dumps(out))
 
 
 @pytest.fixture
+def ci_dir() -> Iterator[Path]:
+    with ci_workdir() as work:
+        yield work
+
+
+@pytest.fixture
 def public_net(tmp_path: Path) -> Iterator[PublicNet]:
     with PublicNet(tmp_path) as net:
         yield net
@@ -169,15 +175,17 @@ def _drive(
         done = ci_python(work, DRIVER, json.dumps({**config, "runtime": runtime}))
         assert done.returncode == 0, done.stderr[-4000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
+    # A TMPDIR of this test's own: other tests run the harness as the same user at once.
+    tmp = work / "tmp"
     env = {
         "HOME": str(user.home),
         "PATH": f"{user.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "DOCKER_HOST": host,
-        "TMPDIR": str(user.home / "tmp"),
+        "TMPDIR": str(tmp),
         "LANG": "C.UTF-8",
     }
-    (user.home / "tmp").mkdir(exist_ok=True)
-    subprocess.run(["chown", f"{user.user}:{user.user}", str(user.home / "tmp")], check=True)
+    tmp.mkdir(exist_ok=True)
+    subprocess.run(["chown", f"{user.user}:{user.user}", str(tmp)], check=True)
     done = subprocess.run(
         ["runuser", "-u", user.user, "--", "env", "-i"]
         + [f"{k}={v}" for k, v in env.items()]
@@ -201,7 +209,7 @@ def _egress_dirs(tmp: Path) -> list[str]:
     [("docker-group", None), ("docker-group", "runsc"), ("rootless", None), ("ci-image", None)],
 )
 def test_an_allowlist_phase_without_root_reaches_only_its_listed_hosts_through_the_proxy(
-    where: str, runtime: str | None, public_net: PublicNet, tmp_path: Path
+    where: str, runtime: str | None, public_net: PublicNet, ci_dir: Path
 ) -> None:
     user: UserHarness | None = None
     if where == "rootless":
@@ -211,7 +219,7 @@ def test_an_allowlist_phase_without_root_reaches_only_its_listed_hosts_through_t
         host, gateway = ROOTFUL_HOST, "172.17.0.1"
         if where == "docker-group":
             user = user_harness(docker_group_user())
-    work = tmp_path / "ci"
+    work = user.workdir() if user is not None else ci_dir
     ip = public_net.ip
     routed = public_net.route()
     token = secrets.token_hex(8)
@@ -302,5 +310,4 @@ def test_an_allowlist_phase_without_root_reaches_only_its_listed_hosts_through_t
         for tool in ("iptables-save", "ip6tables-save")
     )
     assert "HXN-" not in firewall
-    tmp = user.home / "tmp" if user is not None else work / "tmp"
-    assert _egress_dirs(tmp) == [], os.listdir(tmp)
+    assert _egress_dirs(work / "tmp") == [], os.listdir(work / "tmp")

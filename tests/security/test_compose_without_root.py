@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.ci_image import ci_cli, ci_python
+from support.ci_image import ci_cli, ci_python, ci_workdir
 from support.compose_tasks import LoopbackResolver, kv_compose
 from support.net import Listener, primary_addresses
 from support.netns import PublicNet
@@ -232,12 +232,13 @@ open(os.environ["HARNESS_VERIFIER_DIR"] + "/reward.txt", "w").write("1" if ok el
 
 
 def _task(root: Path, token: str, port: int, sidecar_targets: list[str],
-          agent_targets: list[tuple[str, str, int]], public: str, name: str) -> Path:  # fmt: skip
+          agent_targets: list[tuple[str, str, int]], public: str, name: str,
+          task_name: str) -> Path:  # fmt: skip
     task = root / "tasks" / "compose"
     (task / "tests").mkdir(parents=True)
     (task / "environment" / "kv").mkdir(parents=True)
     (task / "task.toml").write_text(
-        '[task]\nname = "noroot/compose"\n'
+        f'[task]\nname = "{task_name}"\n'
         '[agent]\ntimeout_sec = 180\nnetwork_mode = "public"\n'
         '[verifier]\ntimeout_sec = 60\nnetwork_mode = "no-network"\n'
     )
@@ -258,11 +259,11 @@ def _task(root: Path, token: str, port: int, sidecar_targets: list[str],
 
 
 class _SidecarCaps:
-    """Inspects, from outside, each sidecar container of the run while it exists."""
+    """Inspects, from outside, each sidecar container of a task while it exists."""
 
-    def __init__(self, docker_host: str, token: str) -> None:
+    def __init__(self, docker_host: str, task: str) -> None:
         self.docker_host = docker_host
-        self.token = token
+        self.task = task
         self.seen: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -279,7 +280,8 @@ class _SidecarCaps:
         docker = ["docker", "-H", self.docker_host]
         while not self._stop.is_set():
             ids = subprocess.run(
-                [*docker, "ps", "-q", "--filter", "label=com.docker.compose.service=kv"],
+                [*docker, "ps", "-q", "--filter", "label=com.docker.compose.service=kv",
+                 "--filter", f"label=org.harness.task={self.task}"],
                 capture_output=True, text=True, timeout=30,
             ).stdout.split()  # fmt: skip
             for cid in ids:
@@ -295,6 +297,12 @@ class _SidecarCaps:
 
 
 @pytest.fixture
+def ci_dir() -> Iterator[Path]:
+    with ci_workdir() as work:
+        yield work
+
+
+@pytest.fixture
 def public_net(tmp_path: Path) -> Iterator[PublicNet]:
     with PublicNet(tmp_path) as net:
         yield net
@@ -305,7 +313,7 @@ def public_net(tmp_path: Path) -> Iterator[PublicNet]:
     [("docker-group", None), ("docker-group", "runsc"), ("rootless", None), ("ci-image", None)],
 )
 def test_without_root_a_compose_task_reaches_its_sidecar_and_nothing_of_the_host(
-    where: str, runtime: str | None, public_net: PublicNet, tmp_path: Path
+    where: str, runtime: str | None, public_net: PublicNet, ci_dir: Path
 ) -> None:
     user = None
     if where == "rootless":
@@ -318,7 +326,7 @@ def test_without_root_a_compose_task_reaches_its_sidecar_and_nothing_of_the_host
     public = public_net.route()
     private = public_net.route(private_address(232))
     token = secrets.token_hex(8)
-    work = user.workdir() if user is not None else tmp_path / "ci"
+    work = user.workdir() if user is not None else ci_dir
     with Listener(ipv6=True) as listener:
         primary = primary_addresses()["ipv4"]
         hosts = [primary, "172.17.0.1", "10.0.2.2"]
@@ -326,12 +334,14 @@ def test_without_root_a_compose_task_reaches_its_sidecar_and_nothing_of_the_host
                          (("host-primary", primary), ("docker0", "172.17.0.1"),
                           ("rootless-host", "10.0.2.2"))]  # fmt: skip
         agent_targets += [("public", public, 8443), ("private", private, 8443)]
-        tasks = _task(work, token, listener.port, hosts, agent_targets, public, RESOLVABLE)
+        task_name = f"noroot/compose-{token[:6]}"  # its sidecar alone is inspected
+        tasks = _task(work, token, listener.port, hosts, agent_targets, public, RESOLVABLE,
+                      task_name)  # fmt: skip
         args = [*run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
                           "bash {instruction_file}")]  # fmt: skip
         if runtime is not None:
             args += ["--runtime", runtime]
-        with _SidecarCaps(host, token) as sidecars:
+        with _SidecarCaps(host, task_name) as sidecars:
             if user is None:
                 result = ci_cli(work, *args, timeout=900)
             else:
@@ -473,7 +483,7 @@ ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 
 @pytest.mark.parametrize("where", ["docker-group", "rootless", "ci-image"])
 def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sidecar_only(
-    where: str, public_net: PublicNet, tmp_path: Path
+    where: str, public_net: PublicNet, ci_dir: Path
 ) -> None:
     """A compose task's ``allowlist`` agent, then its ``public`` verifier, without root.
 
@@ -487,7 +497,7 @@ def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sideca
         host, user = rootless_engine(), user_harness(ROOTLESS_USER)
     elif where == "docker-group":
         host, user = ROOTFUL_HOST, user_harness(docker_group_user())
-    work = user.workdir() if user is not None else tmp_path / "ci"
+    work = user.workdir() if user is not None else ci_dir
     token = secrets.token_hex(8)
     environment = work / "task" / "environment"
     (environment / "kv").mkdir(parents=True)
@@ -510,11 +520,12 @@ def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sideca
             # The CI image on a network: its harness serves the trial's proxy and DNS.
             done = ci_python(work, ALLOWLIST_DRIVER, json.dumps(config))
         else:
+            (work / "tmp").mkdir()
             user.give(work)
             done = subprocess.run(
                 ["runuser", "-u", user.user, "--", "env", "-i", f"HOME={user.home}",
                  f"PATH={user.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"DOCKER_HOST={host}",
-                 f"TMPDIR={user.home / 'tmp'}", "LANG=C.UTF-8",
+                 f"TMPDIR={work / 'tmp'}", "LANG=C.UTF-8",
                  f"{user.venv}/bin/python", "-I", "-c", ALLOWLIST_DRIVER],
                 input=json.dumps(config), capture_output=True, text=True, timeout=600,
                 cwd=str(user.home),

@@ -9,7 +9,11 @@ image's copies, so the tests judge the code under test, not the image's build.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from support.docker import prerequisite_missing
@@ -65,3 +69,17 @@ def ci_python(
          "--entrypoint", "python3", CI_IMAGE, "-c", script],
         input=stdin, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def ci_workdir() -> Iterator[Path]:
+    """A short work dir under ``/tmp`` for a run in the image (removed after).
+
+    The image's harness puts its proxy's unix sockets under ``TMPDIR`` (the work dir's
+    ``tmp``), and a socket's path has at most 107 bytes: pytest's own dirs are too deep.
+    """
+    work = Path(tempfile.mkdtemp(prefix="hxci-", dir="/tmp"))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

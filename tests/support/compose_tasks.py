@@ -11,6 +11,8 @@ import json
 import socket
 import threading
 
+import filelock
+
 
 def kv_compose(command: list[str] | None = None) -> str:
     """A compose file: ``main`` waits for ``kv`` (built from ``./kv``) to answer on 8080."""
@@ -45,17 +47,30 @@ class LoopbackResolver:
 
     def __init__(self, address: str = "127.0.0.1") -> None:
         self.address = address
+        # One test at a time on an address (tests of other modules run at once).
+        self._lock = filelock.FileLock(f"/tmp/harness-test-resolver-{address}.lock")
+        self._lock.acquire(timeout=900)
         self.got: list[bytes] = []
         self._stop = threading.Event()
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.bind((address, 53))
         self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind((address, 53))
-        self.tcp.listen(8)
-        for sock in (self.udp, self.tcp):
+        try:
+            self.udp.bind((address, 53))
+            self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.tcp.bind((address, 53))
+            self.tcp.listen(8)
+        except OSError:
+            self.udp.close()
+            self.tcp.close()
+            self._lock.release()
+            raise
+        self._threads = [
+            threading.Thread(target=self._serve, args=(sock,), daemon=True)
+            for sock in (self.udp, self.tcp)
+        ]
+        for sock, thread in zip((self.udp, self.tcp), self._threads, strict=True):
             sock.settimeout(0.2)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+            thread.start()
 
     def _serve(self, sock: socket.socket) -> None:
         while not self._stop.is_set():
@@ -71,10 +86,14 @@ class LoopbackResolver:
                 continue
 
     def close(self) -> None:
-        """Stop listening."""
+        """Stop listening: the address is free again when this returns."""
         self._stop.set()
+        # A socket a thread still waits on stays bound until that wait ends.
+        for thread in self._threads:
+            thread.join(timeout=10)
         self.udp.close()
         self.tcp.close()
+        self._lock.release()
 
 
 __all__ = ["LoopbackResolver", "kv_compose"]

@@ -45,12 +45,21 @@ def _probe(walled: bool, denied: Path, granted: Path) -> list[str]:
     The target is a sibling with the same uid and capabilities, outside any domain: the
     kernel's own checks let the child reach it, only the wall can keep it out.
     """
+    # Ignored before the fork, so the target never dies of the probe's signal however
+    # late it is scheduled; probed only once it has the same capabilities (a process with
+    # more is out of reach whatever the wall).
+    previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    ready_read, ready_write = os.pipe()
     target = os.fork()
     if target == 0:  # pragma: no cover - the target
         confine.set_capabilities(confine.cap_mask(AGENT_CAPS))
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        os.write(ready_write, b"1")
         while True:
             signal.pause()
+    signal.signal(signal.SIGUSR1, previous)
+    os.close(ready_write)
+    os.read(ready_read, 1)
+    os.close(ready_read)
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child
