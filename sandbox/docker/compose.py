@@ -75,7 +75,7 @@ from sandbox.docker.egress import container_resolvers
 from sandbox.docker.hostguard import HostGuard, HostGuardUnavailable, bridge_name, refusal
 from sandbox.docker.images import ImageRequest, ImageResolver, ResolvedImage, context_hash
 from sandbox.docker.labels import MANAGED
-from sandbox.docker.sdk import CommandError, command
+from sandbox.docker.sdk import CommandError, call, command
 from sandbox.errors import EnvironmentStartError, PermanentStartError
 
 MAIN = "main"
@@ -275,8 +275,6 @@ def engine_network_problem(client: Any, labels: dict[str, str] | None = None) ->
     its bridge), read back and removed: what ``harness doctor`` reports. A run reads each
     project's own network back too, before any sidecar starts (:class:`ComposeProject`).
     """
-    from sandbox.docker.sdk import call
-
     name = f"harness-guard-probe-{secrets.token_hex(4)}"
     try:
         network = call(
@@ -294,12 +292,31 @@ def engine_network_problem(client: Any, labels: dict[str, str] | None = None) ->
         attrs = call(client.networks.get, network.id).attrs
     finally:
         call(network.remove)
-    options = attrs.get("Options") or {}
-    if attrs.get("Internal") is not True or attrs.get("EnableIPv6"):
+    gaps = engine_network_gaps(attrs)
+    if "internal" in gaps or "no IPv6" in gaps:
         return "the engine does not make an internal network without IPv6"
-    if str(options.get(INHIBIT_IPV4, "")).lower() != "true":
+    if f"{INHIBIT_IPV4}=true" in gaps:
         return f"the engine drops the {INHIBIT_IPV4} option (its bridges keep a host address)"
     return None
+
+
+def engine_network_gaps(attrs: dict[str, Any]) -> list[str]:
+    """What an engine network (its inspected ``attrs``) lacks of the ``engine`` guard.
+
+    Internal, no IPv6, no address on its bridge, an IPv4 subnet; empty when it has all.
+    """
+    options = attrs.get("Options") or {}
+    configs = (attrs.get("IPAM") or {}).get("Config") or []
+    return [
+        what
+        for what, held in (
+            ("internal", attrs.get("Internal") is True),
+            ("no IPv6", not attrs.get("EnableIPv6")),
+            (f"{INHIBIT_IPV4}=true", str(options.get(INHIBIT_IPV4, "")).lower() == "true"),
+            ("an IPv4 subnet", any(":" not in str(c.get("Subnet") or ":") for c in configs)),
+        )
+        if not held
+    ]
 
 
 class ComposeProject:
@@ -443,6 +460,8 @@ class ComposeProject:
         for name in self.plan.sidecars:
             spec = self.data["services"][name] or {}
             entry: dict[str, Any] = {"labels": self.labels, "dns": resolvers, **pinned}
+            if self.engine_guarded:
+                entry["cap_drop"] = ["NET_RAW"]
             build = spec.get("build")
             if name in self.images:
                 entry["image"] = self.images[name]
@@ -451,8 +470,6 @@ class ComposeProject:
             services[name] = entry
         # Named by the harness, so its host rules exist before the bridge does.
         driver_opts = {"com.docker.network.bridge.name": self.bridge}
-        if self.engine_guarded:
-            driver_opts[INHIBIT_IPV4] = "true"
         network: dict[str, Any] = {
             "labels": self.labels,
             "driver_opts": Tagged("override", driver_opts),
@@ -461,9 +478,8 @@ class ComposeProject:
         if not self.allow_internet:
             network["internal"] = True
         if self.engine_guarded:
+            driver_opts[INHIBIT_IPV4] = "true"
             network["enable_ipv6"] = False
-            for name in self.plan.sidecars:
-                services[name]["cap_drop"] = ["NET_RAW"]
         override: dict[str, Any] = {"services": services, "networks": {"default": network}}
         volumes = self.data.get("volumes") or {}
         if volumes:
@@ -575,17 +591,7 @@ class ComposeProject:
         """
         attrs = self._read_network()
         options = attrs.get("Options") or {}
-        configs = (attrs.get("IPAM") or {}).get("Config") or []
-        missing = [
-            what
-            for what, held in (
-                ("internal", attrs.get("Internal") is True),
-                ("no IPv6", not attrs.get("EnableIPv6")),
-                (f"{INHIBIT_IPV4}=true", str(options.get(INHIBIT_IPV4, "")).lower() == "true"),
-                ("an IPv4 subnet", any(":" not in str(c.get("Subnet") or ":") for c in configs)),
-            )
-            if not held
-        ]
+        missing = engine_network_gaps(attrs)
         if missing:
             raise HostGuardUnavailable(
                 f"the engine made the compose network {self.network} without "
@@ -599,8 +605,6 @@ class ComposeProject:
 
     def _read_network(self) -> dict[str, Any]:
         """The project network as the engine says it is; its IPv4 subnets kept."""
-        from sandbox.docker.sdk import call
-
         if self.engine is None:
             raise HostGuardUnavailable(refusal("no engine client was given to read it back"))
         attrs: dict[str, Any] = call(self.engine.networks.get, self.network).attrs

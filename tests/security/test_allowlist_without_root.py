@@ -175,26 +175,8 @@ def _drive(
         done = ci_python(work, DRIVER, json.dumps({**config, "runtime": runtime}))
         assert done.returncode == 0, done.stderr[-4000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
-    # A TMPDIR of this test's own: other tests run the harness as the same user at once.
-    tmp = work / "tmp"
-    env = {
-        "HOME": str(user.home),
-        "PATH": f"{user.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "DOCKER_HOST": host,
-        "TMPDIR": str(tmp),
-        "LANG": "C.UTF-8",
-    }
-    tmp.mkdir(exist_ok=True)
-    subprocess.run(["chown", f"{user.user}:{user.user}", str(tmp)], check=True)
-    done = subprocess.run(
-        ["runuser", "-u", user.user, "--", "env", "-i"]
-        + [f"{k}={v}" for k, v in env.items()]
-        + [f"{user.venv}/bin/python", "-I", "-c", DRIVER],
-        input=json.dumps({**config, "runtime": runtime}),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=str(user.home),
+    done = user.python(
+        DRIVER, json.dumps({**config, "runtime": runtime}), docker_host=host, tmpdir=work / "tmp"
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

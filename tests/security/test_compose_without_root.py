@@ -520,16 +520,10 @@ def test_without_root_a_compose_allowlist_phase_reaches_its_hosts_and_its_sideca
             # The CI image on a network: its harness serves the trial's proxy and DNS.
             done = ci_python(work, ALLOWLIST_DRIVER, json.dumps(config))
         else:
-            (work / "tmp").mkdir()
             user.give(work)
-            done = subprocess.run(
-                ["runuser", "-u", user.user, "--", "env", "-i", f"HOME={user.home}",
-                 f"PATH={user.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"DOCKER_HOST={host}",
-                 f"TMPDIR={work / 'tmp'}", "LANG=C.UTF-8",
-                 f"{user.venv}/bin/python", "-I", "-c", ALLOWLIST_DRIVER],
-                input=json.dumps(config), capture_output=True, text=True, timeout=600,
-                cwd=str(user.home),
-            )  # fmt: skip
+            done = user.python(
+                ALLOWLIST_DRIVER, json.dumps(config), docker_host=host, tmpdir=work / "tmp"
+            )
     finally:
         resolver.close()
     assert done.returncode == 0, done.stderr[-4000:]

@@ -59,20 +59,24 @@ class UserHarness:
         """Make everything under ``path`` the user's (files a test wrote as root)."""
         subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(path)], check=True)
 
-    def cli(
-        self, *args: str, docker_host: str, timeout: float = 600, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """``harness ARGS...`` run as the user, against the engine at ``docker_host``."""
+    def _env(self, docker_host: str, tmpdir: Path, extra: dict[str, str] | None) -> list[str]:
+        """``env -i``'s arguments: the user's HOME and venv, the engine, ``tmpdir``."""
         base = {
             "HOME": str(self.home),
             "PATH": f"{self.venv}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "DOCKER_HOST": docker_host,
-            "TMPDIR": str(self.home / "tmp"),
+            "TMPDIR": str(tmpdir),
             "LANG": "C.UTF-8",
         }
-        (self.home / "tmp").mkdir(exist_ok=True)
-        shutil.chown(self.home / "tmp", self.user, self.user)
-        env_args = [f"{k}={v}" for k, v in {**base, **(env or {})}.items()]
+        tmpdir.mkdir(exist_ok=True)
+        shutil.chown(tmpdir, self.user, self.user)
+        return [f"{k}={v}" for k, v in {**base, **(extra or {})}.items()]
+
+    def cli(
+        self, *args: str, docker_host: str, timeout: float = 600, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``harness ARGS...`` run as the user, against the engine at ``docker_host``."""
+        env_args = self._env(docker_host, self.home / "tmp", env)
         return subprocess.run(
             ["runuser", "-u", self.user, "--", "env", "-i", *env_args, f"{self.venv}/bin/harness"]
             + list(args),
@@ -82,6 +86,21 @@ class UserHarness:
             stdin=subprocess.DEVNULL,
             cwd=str(self.home),
         )
+
+    def python(
+        self, script: str, stdin: str, *, docker_host: str, tmpdir: Path, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        """``python -I -c SCRIPT`` as the user on its venv's harness, ``stdin`` fed to it.
+
+        For what the CLI cannot say (a pinned name, a backend driven directly); ``tmpdir``
+        is the harness's TMPDIR, a test's own (other tests run as the same user at once).
+        """
+        env_args = self._env(docker_host, tmpdir, None)
+        return subprocess.run(
+            ["runuser", "-u", self.user, "--", "env", "-i", *env_args,
+             f"{self.venv}/bin/python", "-I", "-c", script],
+            input=stdin, capture_output=True, text=True, timeout=timeout, cwd=str(self.home),
+        )  # fmt: skip
 
 
 def _source_digest() -> str:
