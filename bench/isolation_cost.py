@@ -38,12 +38,12 @@ if str(REPO) not in sys.path:  # run as a plain script from anywhere
 
 from measure import host_info, stats_ms  # noqa: E402
 
-import sandbox.local  # noqa: E402
+import sandbox.local.sandbox  # noqa: E402
 from harness.config import RunConfig  # noqa: E402
 from harness.runner import execute_run, prepare_run  # noqa: E402
 from sandbox.backend import PhaseRequest, SandboxSpec  # noqa: E402
 from sandbox.environment import FIXED_PATH  # noqa: E402
-from sandbox.local import IdentityPool, LocalSandbox  # noqa: E402
+from sandbox.local.sandbox import IdentityPool, LocalSandbox  # noqa: E402
 from sandbox.storage import TrialStorage  # noqa: E402
 
 TASK_DIR = BENCH_DIR / "tasks" / "trivial"
@@ -69,9 +69,9 @@ def bench_storage(iterations: int, work: Path) -> dict[str, Any]:
 
 def bench_trials(trials: int, work: Path, *, storage: bool) -> dict[str, Any]:
     """Per-trial overhead of ``trials`` nop trials, with or without trial filesystems."""
-    original = sandbox.local.storage_supported
+    original = sandbox.local.sandbox.storage_supported
     if not storage:
-        sandbox.local.storage_supported = lambda: False  # type: ignore[assignment]
+        sandbox.local.sandbox.storage_supported = lambda: False  # type: ignore[assignment]
     try:
         config = RunConfig.model_validate(
             {
@@ -84,7 +84,7 @@ def bench_trials(trials: int, work: Path, *, storage: bool) -> dict[str, Any]:
         )
         outcome = execute_run(prepare_run(config))
     finally:
-        sandbox.local.storage_supported = original
+        sandbox.local.sandbox.storage_supported = original
     overhead = [r.timings["total"] - r.timings.get("agent", 0.0) for r in outcome.records]
     return stats_ms(overhead)
 

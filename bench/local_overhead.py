@@ -51,7 +51,7 @@ from measure import PHASES, host_info, stats_ms  # noqa: E402
 
 from harness.config import RunConfig  # noqa: E402
 from harness.runner import execute_run, prepare_run  # noqa: E402
-from sandbox.local import spawn_supervisor  # noqa: E402
+from sandbox.local.sandbox import spawn_supervisor  # noqa: E402
 
 TASK_DIR = BENCH_DIR / "tasks" / "trivial"
 TARGET_MS = 20.0  # issue 17: the local backend below 20 ms median overhead

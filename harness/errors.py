@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import HarnessError, SandboxError
+from sandbox.errors import HarnessError, SandboxError, UsageError
 
 EXIT_OK = 0
 """Every trial ran and was graded (low rewards are data, not failures)."""
@@ -89,10 +89,6 @@ def exit_code_for(error: BaseException) -> int:
 # --------------------------------------------------------------------------------------------
 # Exit 2: the request cannot run as given
 # --------------------------------------------------------------------------------------------
-
-
-class UsageError(HarnessError):
-    """Bad command-line usage, config, task or input (exit code 2; nothing is written)."""
 
 
 class ConfigError(UsageError):

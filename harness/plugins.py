@@ -4,7 +4,7 @@ A distribution adds a sandbox backend or an agent by declaring an entry point in
 ``pyproject.toml`` (``harness`` declares its built-ins exactly so)::
 
     [project.entry-points."harness.sandboxes"]
-    mybox = "my_package.backend:MyBackend"      # a harness.backends.SandboxBackend
+    mybox = "my_package.backend:MyBackend"      # a sandbox.plugin.SandboxBackend
 
     [project.entry-points."harness.agents"]
     myagent = "my_package.agent:MyAgent"        # a harness.Agent (either kind)

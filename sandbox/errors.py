@@ -16,6 +16,15 @@ class HarnessError(Exception):
     """
 
 
+class UsageError(HarnessError):
+    """Bad command-line usage, config, task or input (exit code 2; nothing is written).
+
+    Defined here, beside :class:`HarnessError`, because a sandbox backend refuses its
+    options with it (:mod:`sandbox.plugin`); ``harness.errors`` re-exports it with the
+    rest of its branch.
+    """
+
+
 class SandboxError(HarnessError):
     """Base class for errors raised by the isolation runtime.
 

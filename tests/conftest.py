@@ -30,7 +30,7 @@ from support.workers import uid_base
 from harness.tasks import Task, load_task
 from sandbox.backend import SandboxSpec
 from sandbox.environment import FIXED_PATH
-from sandbox.local import IdentityPool, LocalSandbox
+from sandbox.local.sandbox import IdentityPool, LocalSandbox
 
 #: Task fixtures hold their own tests (a vendored TB2 task's ``tests/test_outputs.py``):
 #: they are data the harness runs inside a sandbox, never tests of this repository.

@@ -124,7 +124,7 @@ class Agent(ABC):
         """The in-sandbox paths of :meth:`sandbox_mounts`, known without fetching anything.
 
         Asked before the run, so that a backend that cannot show host dirs refuses it
-        before anything is fetched (:meth:`~harness.backends.SandboxBackend.mount_problem`).
+        before anything is fetched (:meth:`~sandbox.plugin.SandboxBackend.mount_problem`).
         """
         return tuple(self.sandbox_mounts())
 

@@ -1,11 +1,7 @@
-"""Sandbox backends as the harness opens them for a run (the ``harness.sandboxes`` plug-ins).
+"""How the harness finds and opens a run's sandbox backend (the ``harness.sandboxes`` plug-ins).
 
-:class:`~harness.backends.base.SandboxBackend` is the interface; ``local`` and ``docker``
-(this package's modules of the same names) are the built-ins, registered through the same
-entry points a third-party backend uses (see ``docs/plugins.md``).
+The interface a backend implements is :class:`sandbox.plugin.SandboxBackend`; each backend's
+whole code is in its own folder (``sandbox/local/``, ``sandbox/docker/``). This package holds
+only the registry (:mod:`harness.backends.registry`), which the built-ins join through the
+same entry points a third-party backend uses (``docs/plugins.md``).
 """
-
-from harness.backends.base import BackendOptions, SandboxBackend
-from sandbox.backend import CloseReport
-
-__all__ = ["BackendOptions", "CloseReport", "SandboxBackend"]

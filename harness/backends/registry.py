@@ -3,16 +3,16 @@
 A distribution adds a backend by declaring it::
 
     [project.entry-points."harness.sandboxes"]
-    mybox = "my_package.backend:MyBackend"      # a harness.backends.SandboxBackend
+    mybox = "my_package.backend:MyBackend"      # a sandbox.plugin.SandboxBackend
 
 ``harness sandbox list`` shows what is installed; ``--sandbox NAME`` selects one.
 """
 
 from __future__ import annotations
 
-from harness.backends.base import BackendOptions, SandboxBackend
 from harness.config import RunConfig
 from harness.registry import Registry, subclass_of
+from sandbox.plugin import BackendOptions, SandboxBackend
 
 SANDBOXES_GROUP = "harness.sandboxes"
 """The entry-point group of sandbox backends."""

@@ -11,8 +11,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.backends import admin
+from harness.backends import upkeep
 from harness.cli.display import err, out
+from harness.tasks import load_tasks
+from sandbox.docker import admin
 
 images_app = typer.Typer(help="Build, list and prune task images.", no_args_is_help=True)
 sandbox_app = typer.Typer(help="Sandbox backends and maintenance.", no_args_is_help=True)
@@ -40,7 +42,7 @@ def images_build(
 ) -> None:
     """Build (or reuse) the content-addressed image of every task with a Dockerfile."""
     report = admin.build_images(
-        paths,
+        [task.facts() for task in load_tasks(paths)],
         base_alias or [],
         force_build=force_build,
         progress=lambda text: err.print(text, markup=False, highlight=False),
@@ -121,7 +123,7 @@ def sandbox_cleanup(
     ] = None,
 ) -> None:
     """Remove every container, volume, network and local trial cgroup the harness left."""
-    report = admin.cleanup(run=run, temp=temp)
+    report = upkeep.cleanup(run=run, temp=temp)
     leaks = report.leaks
     out.print(
         f"removed {len(leaks.containers)} container(s), {len(leaks.volumes)} volume(s), "
@@ -142,7 +144,7 @@ def doctor(
     ] = False,
 ) -> None:
     """Check the engine and say which guarantee holds on it, and how; exit 1 with fixes."""
-    report = admin.doctor()
+    report = upkeep.doctor()
     if as_json:
         print(
             json.dumps(

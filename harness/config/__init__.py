@@ -31,11 +31,11 @@ from harness.config.model import (
     GatewayConfig,
     RetryConfig,
     RunConfig,
-    SandboxConfig,
     TasksConfig,
 )
 from harness.config.toml import to_toml
 from harness.errors import ConfigError
+from sandbox.options import SandboxConfig
 
 __all__ = [
     "CONFIG_FILENAME",

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.errors import ConfigError
-from sandbox.local import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
+from sandbox.options import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
 
 LEGACY_KEYS: dict[str, tuple[str, ...]] = {
     "paths": ("tasks", "paths"),

@@ -48,7 +48,7 @@ from harness.records.model import TrialRecord, latest_by_id
 from harness.trial.settings import TrialPlan
 from sandbox.backend import PhaseRequest, Resources, SandboxSpec
 from sandbox.errors import HarnessError
-from sandbox.local import is_root
+from sandbox.users import is_root
 
 #: The backends a metric script runs on as the run did; any other: ``local``.
 SCRIPT_BACKENDS = ("docker", "local")

@@ -1,7 +1,7 @@
 """An engine outage pauses the run instead of burning it.
 
 :class:`EngineWatch` asks the sandbox backend whether its engine answers
-(:meth:`~harness.backends.base.SandboxBackend.health`) about once a second. When it stops
+(:meth:`~sandbox.plugin.SandboxBackend.health`) about once a second. When it stops
 answering, the watch marks an *outage*: trial threads start no attempt until it ends
 (:meth:`EngineWatch.wait_ready`), the run says so once, and the watch probes again with a
 growing backoff. When the engine answers again the trials go on; past the run's deadline
@@ -9,7 +9,7 @@ growing backoff. When the engine answers again the trials go on; past the run's 
 
 An attempt that failed while an outage began, or while the engine is down (its ping), or with
 a retryable error the backend recognises as its engine's own (the engine's socket gone or
-refusing, its database closed: :meth:`~harness.backends.base.SandboxBackend.outage_error`,
+refusing, its database closed: :meth:`~sandbox.plugin.SandboxBackend.outage_error`,
 decided from where the error came from, never from a registry's or a task's words), is the
 outage's doing:
 the scheduler reruns it once the engine is back without spending a retry
@@ -24,12 +24,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from harness.backends.base import SandboxBackend
 from harness.episodes.records import failure_errors
 from harness.records import TrialRecord
 from harness.records.status import RunState
 from harness.runner.events import RunEvents
 from harness.runner.faults import Halting, engine_halt
+from sandbox.plugin import SandboxBackend
 
 HEARTBEAT_SEC = 1.0
 """How often the engine is asked whether it answers while it does."""

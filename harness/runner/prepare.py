@@ -21,7 +21,6 @@ from filelock import FileLock
 from harness._version import __version__
 from harness.agents.kinds import Agent
 from harness.agents.registry import build_agent
-from harness.backends.base import SandboxBackend
 from harness.backends.registry import SANDBOXES, open_backend
 from harness.config import RunConfig
 from harness.datasets import DatasetsLock, Resolved, materialize, read_lock, resolve
@@ -63,6 +62,7 @@ from harness.tasks import Task, TaskError, taskset_name
 from harness.tasks.runnable import SkippedTasks, load_runnable_tasks, resolve_tasks_env
 from harness.trial import TrialPlan
 from sandbox.credentials import CredentialStore
+from sandbox.plugin import SandboxBackend
 
 
 @dataclass

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.backends.base import SandboxBackend
 from harness.errors import TaskError, UsageError
 from harness.executors.base import TrialExecutor
 from harness.tasks import Task
+from sandbox.plugin import SandboxBackend
 
 __all__ = ["refuse_places"]
 
@@ -46,13 +46,13 @@ def refuse_places(
             ``skip_invalid`` or when no task is left.
     """
     if not skip_invalid:
-        problems = backend.task_problems(tasks) + executor.task_problems(tasks)
+        problems = backend.task_problems([t.facts() for t in tasks]) + executor.task_problems(tasks)
         problems += more(tasks) if more is not None else []
         if problems:
             raise UsageError("\n".join(problems))
         return {}
     refused: dict[str, list[TaskError]] = {}
-    by_task = backend.problems_by_task(tasks)
+    by_task = backend.problems_by_task([t.facts() for t in tasks])
     for task in tasks:
         problems = by_task.get(task.key, []) + executor.task_problems([task])
         problems += more([task]) if more is not None else []

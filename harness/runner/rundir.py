@@ -31,7 +31,6 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from harness.backends.base import SandboxBackend
 from harness.config import RunConfig
 from harness.errors import UsageError
 from harness.records import CompactReport, StoreSnapshot, TrialRecord, TrialStore, write_json_atomic
@@ -48,6 +47,7 @@ from harness.records.layout import (
 from harness.records.metrics import Summary, summarize
 from harness.runner.events import RunEvents
 from sandbox.backend import CloseReport
+from sandbox.plugin import SandboxBackend
 
 LOCK_FILENAME = RUN_LOCK_FILENAME
 """The old public name of :data:`~harness.records.layout.RUN_LOCK_FILENAME` (kept importable)."""

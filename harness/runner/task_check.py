@@ -16,12 +16,12 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.registry import SANDBOXES
 from harness.config import SandboxConfig
 from harness.runner.network import network_problems, run_network
 from harness.tasks import Task
 from sandbox.errors import HarnessError
+from sandbox.plugin import BackendOptions, SandboxBackend
 
 #: ``--sandbox none``: the static checks only.
 NO_ENGINE = "none"
@@ -68,7 +68,7 @@ def check_against_engine(
         return EngineCheck(said=f"{static}: {backend_name}: {_first_line(exc)}")
     try:
         against = backend.describe() or f"the {backend_name} backend"
-        by_task = backend.problems_by_task(tasks)
+        by_task = backend.problems_by_task([t.facts() for t in tasks])
         capacity = backend.capacity()
         run = run_network("task", capacity)
         for task in tasks:

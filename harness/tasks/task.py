@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.tasks.model import Artifact, CollectHook, Healthcheck, TaskConfig
 from harness.tasks.paths import SOLVE_SCRIPT, TEST_SCRIPT, dir_or_none, file_or_none
 from harness.tasks.steps import Step
+from sandbox.plugin import TaskFacts
 
 __all__ = ["Task"]
 
@@ -59,6 +60,24 @@ class Task:
             dataclasses.replace(self, instruction=step.instruction, step=step)
             for step in self.steps
         ]
+
+    def facts(self) -> TaskFacts:
+        """What a sandbox backend is told about this task before the run."""
+        env = self.config.environment
+        return TaskFacts(
+            key=self.key,
+            name=self.name,
+            path=self.path,
+            dockerfile=self.dockerfile,
+            compose_file=self.compose_file,
+            docker_image=env.docker_image,
+            cpus=env.cpus,
+            memory_mb=env.memory_mb,
+            gpus=env.gpus,
+            build_timeout_sec=env.build_timeout_sec,
+            verifier_user=self.config.verifier.user,
+            agent_users=tuple(view.agent_user for view in self.views()),
+        )
 
     @property
     def artifacts(self) -> list[Artifact]:

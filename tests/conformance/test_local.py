@@ -12,7 +12,7 @@ from support.sandbox_contract import CONFORMANCE_UID_BASE, ProjectSandboxContrac
 from sandbox.backend import Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import SandboxError
-from sandbox.local import IdentityPool, LocalSandbox
+from sandbox.local.sandbox import IdentityPool, LocalSandbox
 from sandbox.testing import SandboxFactory, run
 
 SYSTEM_PYTHON = shutil.which("python3", path=FIXED_PATH) or sys.executable

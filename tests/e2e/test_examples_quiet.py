@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from support.docker import docker_client, require_image, unavailable
 
-from harness.backends.agent_root import announcement, wants_root
 from harness.tasks import load_tasks
-from sandbox.local import is_root_user
+from sandbox.agent_root import announcement, wants_root
+from sandbox.users import is_root_user
 
 
 def _warnings(result: Any) -> list[str]:
@@ -31,10 +31,11 @@ def test_every_example_declares_an_unprivileged_agent_user(e2e: Any) -> None:
         for view in task.views():
             user = view.agent_user
             assert user is not None and not is_root_user(user), (task.name, user)
-        assert not wants_root(task), task.name
+        assert not wants_root(task.facts()), task.name
     for rule in ("never", "isolated", "allow"):
-        assert announcement(tasks, rule, "none") is None
-        assert announcement(tasks, rule, "none", images=False) is None
+        facts = [task.facts() for task in tasks]
+        assert announcement(facts, rule, "none") is None
+        assert announcement(facts, rule, "none", images=False) is None
 
 
 def test_tasks_check_of_the_examples_prints_no_warning(e2e: Any) -> None:

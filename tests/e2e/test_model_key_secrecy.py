@@ -26,7 +26,7 @@ from conftest import read_run_dir, start_cli
 from support.docker import docker_client, require_image
 
 import docker
-from sandbox.local import DEFAULT_SANDBOX_UID
+from sandbox.options import DEFAULT_SANDBOX_UID
 
 CANARY_PREFIX = "sk-canary-"
 

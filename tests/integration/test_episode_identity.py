@@ -24,8 +24,8 @@ from support.docker import docker_client
 from support.episodes import EXAMPLES, HELLO, RUN_NAME, episode_config, only, run_dir
 
 import harness
-from harness.backends.tmpdir import run_tmp_dir
 from harness.episodes import episode_of
+from sandbox.run_tmp import run_tmp_dir
 
 #: The judge: writes its verdict and a private note, says where, waits for the attack.
 JUDGE = (

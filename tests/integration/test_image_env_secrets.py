@@ -21,7 +21,7 @@ from harness.trial.env import agent_env, grader_env
 from sandbox.backend import PhaseRequest, Role, Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
 from sandbox.image_config import ImageConfig
-from sandbox.local import IdentityPool, LocalSandbox
+from sandbox.local.sandbox import IdentityPool, LocalSandbox
 
 pytestmark = pytest.mark.root
 

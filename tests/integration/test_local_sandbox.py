@@ -26,7 +26,7 @@ from harness.trial import TrialPlan, TrialSettings, run_trial
 from sandbox.backend import PhaseRequest, PhaseResult, SandboxSpec
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import SandboxError
-from sandbox.local import LocalSandbox
+from sandbox.local.sandbox import LocalSandbox
 
 pytestmark = pytest.mark.root
 

@@ -16,7 +16,7 @@ import pytest
 
 from sandbox.backend import PhaseRequest, PhaseResult
 from sandbox.environment import FIXED_PATH
-from sandbox.local import LocalSandbox
+from sandbox.local.sandbox import LocalSandbox
 
 pytestmark = pytest.mark.root
 

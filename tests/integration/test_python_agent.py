@@ -24,7 +24,7 @@ from harness.runner.plan import plan_trials
 from harness.tasks import load_tasks
 from harness.trial import TrialSettings, run_trial
 from sandbox.credentials import CredentialStore
-from sandbox.local import IdentityPool, LocalSandbox, SupervisorPool
+from sandbox.local.sandbox import IdentityPool, LocalSandbox, SupervisorPool
 
 pytestmark = pytest.mark.root
 

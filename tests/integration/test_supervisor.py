@@ -24,10 +24,10 @@ import psutil
 import pytest
 from support.workers import uid_base
 
-from sandbox import cgroups
 from sandbox.backend import PROTOCOL_VERSION, SUPERVISOR_PATH, SupervisorSession
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import HostToolInterrupted, SandboxError, SupervisorError
+from sandbox.local import cgroups
 from sandbox.storage import release_leftovers
 
 IS_ROOT = os.geteuid() == 0
@@ -215,7 +215,7 @@ def test_harness_sigkill_mid_phase_kills_the_phase(tmp_path: Path) -> None:
             sys.path.insert(0, {str(REPO)!r})
             from pathlib import Path
             from sandbox.backend import PhaseRequest, SandboxSpec
-            from sandbox.local import IdentityPool, LocalSandbox
+            from sandbox.local.sandbox import IdentityPool, LocalSandbox
             sb = LocalSandbox(
                 SandboxSpec(trial_id="doomed"),
                 identities=IdentityPool({uid_base(61020)}, {uid_base(61020)}),

@@ -22,7 +22,7 @@ from support.workers import uid_base
 
 from sandbox.backend import PhaseRequest, Role, Sandbox, SandboxSpec
 from sandbox.environment import FIXED_PATH
-from sandbox.local import IdentityPool, LocalSandbox
+from sandbox.local.sandbox import IdentityPool, LocalSandbox
 
 #: A uid range of its own (conftest: 61000+, conformance: 61100+, python agent: 61300+).
 UID_BASE = uid_base(61500)

@@ -22,7 +22,7 @@ from conftest import REPO, Cli, read_records, write_task
 from support.host_procs import named
 from support.sampler import Sampler
 
-from sandbox import cgroups
+from sandbox.local import cgroups
 
 pytestmark = pytest.mark.root
 

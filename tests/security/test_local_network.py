@@ -23,7 +23,7 @@ from support.workers import uid_base
 
 from sandbox.backend import SandboxSpec
 from sandbox.errors import PermanentStartError
-from sandbox.local import IdentityPool, LocalSandbox
+from sandbox.local.sandbox import IdentityPool, LocalSandbox
 from sandbox.network_policy import NetworkPolicy
 
 pytestmark = pytest.mark.root

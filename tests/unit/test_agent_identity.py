@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends.agent_root import announcement, dockerfile_user, wants_root
 from harness.config.model import SandboxConfig
 from harness.tasks import load_task
+from sandbox.agent_root import announcement, dockerfile_user, wants_root
 from sandbox.docker.boundary import second_boundary
 from sandbox.docker.identity import DEFAULT_UID, resolve
 from sandbox.errors import PermanentStartError
@@ -100,6 +100,7 @@ def test_announcement(tmp_path: Path) -> None:
         ),
         load_task(_task(tmp_path, "task-app", "app", None)),
     ]
+    tasks = [task.facts() for task in tasks]
     assert dockerfile_user(tasks[2].dockerfile) == "app"
     assert [wants_root(t) for t in tasks] == [True, True, False, False]
     line = announcement(tasks, "never", "none")

@@ -1,10 +1,10 @@
-"""Trial cgroup names and the parsing of this host's cgroup tables (sandbox/cgroups.py)."""
+"""Trial cgroup names and the parsing of this host's cgroup tables (sandbox/local/cgroups.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sandbox import cgroups
+from sandbox.local import cgroups
 
 
 @pytest.mark.parametrize("run", ["plain", "with@at", "a/b c", "x" * 300])

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import docker
-from harness.backends.base import BackendOptions, SandboxBackend
 from harness.config import SandboxConfig
 from harness.errors import EXIT_ENGINE_OUTAGE
 from harness.records.status import RunState
@@ -18,6 +17,7 @@ from harness.runner.faults import Halting
 from harness.runner.outage import DETAIL_CHARS, detail, wait_words, watch_engine
 from sandbox.backend import CloseReport, Sandbox, SandboxSpec
 from sandbox.docker.engine import ping
+from sandbox.plugin import BackendOptions, SandboxBackend
 
 
 class _StoppedEngine(SandboxBackend):

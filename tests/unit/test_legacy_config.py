@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import ConfigError, load_saved_config, resume_config, save_config
-from sandbox.local import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
+from sandbox.options import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy-run-0.1.0"
 

@@ -10,8 +10,6 @@ import pytest
 from harness.agents import AgentCommand, AgentContext, HarnessAgent, SandboxAgent
 from harness.agents.builtin import BuiltinAgent
 from harness.agents.python_agent import PythonAgent
-from harness.backends.base import BackendOptions, SandboxBackend
-from harness.backends.local import LocalBackend
 from harness.config import AgentConfig, RunConfig, SandboxConfig
 from harness.errors import AgentConfigError, PluginError
 from harness.plugins import AGENTS, EXECUTORS, SANDBOXES, build_agent, open_backend
@@ -19,6 +17,8 @@ from harness.registry import plain_text
 from harness.tasks import Task
 from sandbox.backend import CloseReport, Sandbox, SandboxSpec
 from sandbox.fake import FakeSandbox
+from sandbox.local.plugin import LocalBackend
+from sandbox.plugin import BackendOptions, SandboxBackend
 
 
 def test_the_built_ins_are_registered_through_harness_own_entry_points() -> None:
@@ -28,7 +28,7 @@ def test_the_built_ins_are_registered_through_harness_own_entry_points() -> None
     assert {"oracle", "nop", "command", "builtin"} <= set(agents)
     for plugin in [sandboxes["local"], sandboxes["docker"], agents["oracle"], agents["builtin"]]:
         assert plugin.distribution == "harness" and plugin.version
-    assert sandboxes["local"].target == "harness.backends.local:LocalBackend"
+    assert sandboxes["local"].target == "sandbox.local.plugin:LocalBackend"
     assert agents["builtin"].target == "harness.agents.builtin:BuiltinAgent"
     assert SANDBOXES.get("local") is LocalBackend and AGENTS.get("builtin") is BuiltinAgent
 
@@ -90,7 +90,7 @@ def test_only_concrete_subclasses_register() -> None:
         AGENTS.register("bad", object)  # type: ignore[arg-type]
     with pytest.raises(PluginError, match="not a concrete subclass"):
         AGENTS.register("abstract", SandboxAgent)
-    with pytest.raises(PluginError, match="harness.backends.base.SandboxBackend"):
+    with pytest.raises(PluginError, match="sandbox.plugin.SandboxBackend"):
         SANDBOXES.register("bad", _EchoAgent)  # type: ignore[arg-type]
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from harness.config.model import SandboxConfig
-from sandbox.cgroups import Limits, TrialCgroup, cpu_weight
 from sandbox.docker.container import cpu_args, cpu_shares, memory_args
 from sandbox.docker.limits import enforced
+from sandbox.local.cgroups import Limits, TrialCgroup, cpu_weight
 
 ROOTFUL = {"CgroupDriver": "cgroupfs", "MemoryLimit": True, "CpuCfsQuota": True, "PidsLimit": True}
 ROOTLESS_V1 = {"CgroupDriver": "none"}

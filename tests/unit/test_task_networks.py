@@ -338,7 +338,7 @@ def test_the_refusal_says_what_is_missing_and_how_to_fix_it_as_docs_tasks_md_quo
     """
     import re
 
-    from sandbox.local import NETWORK_MODES, NETWORK_PROBLEM
+    from sandbox.local.sandbox import NETWORK_MODES, NETWORK_PROBLEM
 
     swe = '[agent]\nnetwork_mode = "public"\n[verifier]\nnetwork_mode = "public"\n'
     tasks = [load_task(write_task(tmp_path / "swe", swe))]

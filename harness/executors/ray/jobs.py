@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.backends.tmpdir import NODE_DIR_PREFIX
 from harness.models.catalog import ModelSpec
+from sandbox.run_tmp import NODE_DIR_PREFIX
 
 
 def node_run_dir(run_name: str) -> Path:

@@ -24,9 +24,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from harness.agents.registry import build_agent
-from harness.backends.base import BackendOptions, SandboxBackend
 from harness.backends.registry import SANDBOXES
-from harness.backends.tmpdir import NODE_DIR_PREFIX, remove_tree
 from harness.config import RunConfig
 from harness.errors import TaskError
 from harness.executors.ray.jobs import (
@@ -44,6 +42,8 @@ from harness.tasks.env_templates import map_env_tables
 from harness.tasks.networks import RunNetwork
 from harness.trial import TrialPlan, TrialSettings, run_trial
 from sandbox.backend import CloseReport
+from sandbox.plugin import BackendOptions, SandboxBackend
+from sandbox.run_tmp import NODE_DIR_PREFIX, remove_tree
 
 
 def node_address() -> str:

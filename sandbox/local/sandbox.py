@@ -11,7 +11,7 @@ task set, no run dir, no ``/root`` or ``/home``, no host process. Everything the
 write lives on its own size-limited filesystem (:mod:`sandbox.storage`), including its
 private ``/tmp``, ``/var/tmp`` and ``/dev/shm``.
 Its ``memory_mb`` (no swap), ``cpus`` and ``pids`` are enforced in a cgroup of its own
-(:mod:`sandbox.cgroups`), which every launch of every phase joins before it runs, and
+(:mod:`sandbox.local.cgroups`), which every launch of every phase joins before it runs, and
 which is killed and removed when the sandbox stops.
 
 Started as another user it cannot drop privileges or build views and says plainly that it
@@ -51,26 +51,23 @@ from sandbox.backend import (
     inside_modules,
     phase_payload,
 )
-from sandbox.cgroups import Limits, Support, TrialCgroup, probe
 from sandbox.environment import FIXED_PATH
 from sandbox.errors import EnvironmentStartError, PermanentStartError, SandboxDied, SandboxError
 from sandbox.evidence_diff import ObjectStore, snapshot_tree
 from sandbox.inside import git_repos, home_seed
 from sandbox.inside.evidence import EvidenceEvent, copy_path, read_file
 from sandbox.inside.processes import kill_all, live_entries, uid_processes
+from sandbox.local.cgroups import Limits, Support, TrialCgroup, probe
 from sandbox.network_policy import NetworkPolicy
+from sandbox.options import DEFAULT_SANDBOX_GID, DEFAULT_SANDBOX_UID
 from sandbox.removal import remove_tree
 from sandbox.scratch import PARKED, park, unpark
 from sandbox.seeding import chown_tree, copy_tree_nofollow, seed_workspace
 from sandbox.storage import StorageBudget, TrialStorage, reserve, storage_supported
 from sandbox.storage_pool import PreparedStorage, StoragePool
+from sandbox.users import is_root, is_root_user
 from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT, stage_tools
 
-#: First uid/gid of the local sandbox's identities: far from every account and service (65534
-#: is "nobody", which gVisor's own processes and many daemons run as: a sweep must never
-#: touch them).
-DEFAULT_SANDBOX_UID = 1_600_000_000
-DEFAULT_SANDBOX_GID = 1_600_000_000
 #: Ids no sandbox identity may take.
 _RESERVED_IDS = frozenset({0, 65534, 65535, 2**32 - 1})
 IDENTITY_LOCK_DIR = Path("/run/harness/identities")
@@ -132,16 +129,6 @@ def default_cgroup_support() -> Support:
         if not _AUTO_SUPPORT:
             _AUTO_SUPPORT.append(probe())
         return _AUTO_SUPPORT[0]
-
-
-def is_root() -> bool:
-    """Whether this process can drop privileges (effective uid 0)."""
-    return os.geteuid() == 0
-
-
-def is_root_user(user: str | int | None) -> bool:
-    """Whether a task's ``user`` value names root."""
-    return user is not None and str(user).split(":")[0] in ("root", "0")
 
 
 class Identity:
@@ -358,7 +345,7 @@ class LocalSandbox(Sandbox):
         storage_pool: Trial filesystems made ahead and removed in the background (as root);
             without it each trial makes and removes its own.
         cgroups: How the trial's ``memory_mb``/``cpus``/``pids`` are enforced: a probed
-            :class:`~sandbox.cgroups.Support`, ``"auto"`` (probe this host once), or None
+            :class:`~sandbox.local.cgroups.Support`, ``"auto"`` (probe this host once), or None
             (not enforced: the backend warned, ``local_limits = "warn"``).
         run_label: The run's name, in the trial cgroup's name (the sweep finds it by it).
     """

@@ -11,7 +11,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from harness.errors import UsageError
+from sandbox.errors import UsageError
 from sandbox.removal import remove_tree
 from sandbox.storage import release_leftovers
 

@@ -14,16 +14,7 @@ from dataclasses import replace
 
 from typing_extensions import override
 
-from harness.backends.agent_root import announcement
-from harness.backends.base import BackendOptions, SandboxBackend
-from harness.backends.tmpdir import (
-    ensure_private_dir,
-    fresh_private_dir,
-    remove_private_dir,
-    run_tmp_dir,
-)
-from harness.errors import UsageError
-from harness.tasks import Task
+from sandbox.agent_root import announcement
 from sandbox.backend import Capacity, CloseReport, SandboxSpec
 from sandbox.docker import hostguard
 from sandbox.docker.aliases import AliasUse, mark_task_images
@@ -47,7 +38,14 @@ from sandbox.docker.pulls import ImagePuller
 from sandbox.docker.runtime import DockerRuntime
 from sandbox.docker.sdk import call
 from sandbox.docker.warm import spares_for
-from sandbox.errors import EngineUnavailable
+from sandbox.errors import EngineUnavailable, UsageError
+from sandbox.plugin import BackendOptions, SandboxBackend, TaskFacts
+from sandbox.run_tmp import (
+    ensure_private_dir,
+    fresh_private_dir,
+    remove_private_dir,
+    run_tmp_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +167,7 @@ class DockerBackend(SandboxBackend):
             )
         return self._gpu_answers[gpus]
 
-    def task_problems(self, tasks: Sequence[Task]) -> list[str]:
+    def task_problems(self, tasks: Sequence[TaskFacts]) -> list[str]:
         """The base checks, and compose tasks where the host cannot be shielded from them.
 
         A compose network is kept off the host's own services by host firewall rules
@@ -218,7 +216,7 @@ class DockerBackend(SandboxBackend):
                 problems.append(f"{task.compose_file}: {hostguard.refusal(reason)}")
         return problems
 
-    def _warn_unused_aliases(self, tasks: Sequence[Task]) -> None:
+    def _warn_unused_aliases(self, tasks: Sequence[TaskFacts]) -> None:
         """One warning naming each ``--base-alias`` that no image of the run's tasks matches."""
         aliases = self.runtime.resolver.aliases
         if not aliases:
@@ -227,7 +225,7 @@ class DockerBackend(SandboxBackend):
         for task in tasks:
             mark_task_images(
                 use,
-                image=task.config.environment.docker_image,
+                image=task.docker_image,
                 dockerfile=task.dockerfile,
                 force_build=self.runtime.resolver.force_build,
                 compose_file=task.compose_file,

@@ -1,12 +1,12 @@
-"""The ``local`` backend: trials as host processes (``sandbox.local``).
+"""The ``local`` backend: trials as host processes (``sandbox.local.sandbox``).
 
 As root each trial runs as its own uid in a confined view of the host; otherwise it cannot
 drop privileges and is not a security boundary (a warning says so). The run's trial roots
-and trial filesystems live in its private temp dir (:mod:`harness.backends.tmpdir`), so
+and trial filesystems live in its private temp dir (:mod:`sandbox.run_tmp`), so
 whatever a killed run left there is removed by the next invocation (``--resume``).
 
 Every trial's ``memory_mb``, ``cpus`` and ``pids`` are enforced in a cgroup of its own
-(:mod:`sandbox.cgroups`), named for the run so that the next invocation (``--resume``, or
+(:mod:`sandbox.local.cgroups`), named for the run so that the next invocation (``--resume``, or
 ``harness sandbox cleanup``) removes what a killed one left. Where no cgroup can be made the
 run is refused, or runs with a warning under ``[sandbox] local_limits = "warn"``.
 """
@@ -21,37 +21,35 @@ from pathlib import Path
 
 from typing_extensions import override
 
-from harness.backends.agent_root import announcement
-from harness.backends.base import BackendOptions, SandboxBackend
-from harness.backends.tmpdir import (
-    ensure_private_dir,
-    fresh_private_dir,
-    remove_private_dir,
-    run_tmp_dir,
-)
-from harness.errors import UsageError
-from harness.tasks import Task
+from sandbox.agent_root import announcement
 from sandbox.backend import Capacity, CloseReport, SandboxSpec
-from sandbox.cgroups import Support, probe, sweep
-from sandbox.local import (
+from sandbox.errors import UsageError
+from sandbox.local.cgroups import Support, probe, sweep
+from sandbox.local.sandbox import (
     AGENT_MOUNTS_NEED_ROOT,
     NOT_A_BOUNDARY,
     ROOT_VERIFIER_REFUSED,
     IdentityPool,
     LocalSandbox,
     SupervisorPool,
-    is_root,
-    is_root_user,
     layout_trial_fs,
 )
-from sandbox.local import (
+from sandbox.local.sandbox import (
     NETWORK_MODES as LOCAL_NETWORK_MODES,
 )
-from sandbox.local import (
+from sandbox.local.sandbox import (
     NETWORK_PROBLEM as LOCAL_NETWORK_PROBLEM,
+)
+from sandbox.plugin import BackendOptions, SandboxBackend, TaskFacts
+from sandbox.run_tmp import (
+    ensure_private_dir,
+    fresh_private_dir,
+    remove_private_dir,
+    run_tmp_dir,
 )
 from sandbox.storage import StorageBudget
 from sandbox.storage_pool import StoragePool
+from sandbox.users import is_root, is_root_user
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +164,7 @@ class LocalBackend(SandboxBackend):
         self.warnings.append(f"{message} (local_limits = warn: the limits are NOT enforced)")
         return support  # its problem goes into every record
 
-    def task_problems(self, tasks: Sequence[Task]) -> list[str]:
+    def task_problems(self, tasks: Sequence[TaskFacts]) -> list[str]:
         """The base checks (CPUs, memory); an exposed path showing a task its own files."""
         problems = super().task_problems(tasks)
         line = announcement(tasks, "never", "none", images=False)
@@ -179,8 +177,8 @@ class LocalBackend(SandboxBackend):
                         f"expose: {exposed} would show the agent task {task.name}'s own files "
                         "(its tests and solution); expose a narrower path"
                     )
-            if is_root_user(task.config.verifier.user):
-                where = task.path / "task.toml"
+            if is_root_user(task.verifier_user):
+                where = task.config_file
                 problems.append(f"{where}: [verifier].user = root: {ROOT_VERIFIER_REFUSED}")
         return problems
 

@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.tasks import Task
-from sandbox.local import is_root_user
+from sandbox.plugin import TaskFacts
+from sandbox.users import is_root_user
 
 #: How many task names the line lists before it counts the rest.
 MAX_NAMED = 10
@@ -42,14 +42,13 @@ def dockerfile_user(dockerfile: Path | None) -> str | None:
     return users[-1] if users else None
 
 
-def wants_root(task: Task, *, images: bool = True) -> bool:
+def wants_root(task: TaskFacts, *, images: bool = True) -> bool:
     """Whether any agent phase of ``task`` would run as root under Harbor's rule.
 
     ``images``: an unset ``[agent].user`` defers to the image (False where the backend
     runs no image, as the local sandbox: then only an explicit root counts).
     """
-    for view in task.views():
-        user = view.agent_user
+    for user in task.agent_users:
         if user is None and not images:
             continue
         if user is None:
@@ -59,14 +58,14 @@ def wants_root(task: Task, *, images: bool = True) -> bool:
     return False
 
 
-def _names(tasks: Sequence[Task]) -> str:
+def _names(tasks: Sequence[TaskFacts]) -> str:
     names = [task.name for task in tasks[:MAX_NAMED]]
     more = len(tasks) - len(names)
     return ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
 
 def announcement(
-    tasks: Sequence[Task], rule: str, boundary: str, *, images: bool = True
+    tasks: Sequence[TaskFacts], rule: str, boundary: str, *, images: bool = True
 ) -> str | None:
     """The run's one line about root agents (None: no task's agent wants root).
 

@@ -1,27 +1,19 @@
-"""Administering the container engine: task images, leftovers, a health check.
+"""The docker backend's admin verbs: task images, the engine's leftovers, its health check.
 
-What ``harness images``, ``harness sandbox cleanup`` and ``harness doctor`` do, as
-functions returning what they found (the CLI only displays it).
+What ``harness images`` does, and the docker backend's part of ``harness sandbox cleanup``
+and ``harness doctor`` (``harness.backends.upkeep`` adds the other backends' and the
+harness's own), as functions returning what they found (the CLI only displays it).
 """
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import requests
 
 import docker
-from harness.backends.tmpdir import NODE_DIR_PREFIX, RUN_TMP_PREFIX, remove_private_dir
-from harness.errors import UsageError
-from harness.gateway.sockets import remove_stale_socket_dirs
-from harness.tasks import load_tasks
-from sandbox import cgroups
 from sandbox.docker import hostguard
 from sandbox.docker.aliases import mark_task_images
 from sandbox.docker.boundary import second_boundary
@@ -46,23 +38,9 @@ from sandbox.docker.sdk import (
     ImageMissing,
     call,
 )
-from sandbox.errors import EngineUnavailable, EnvironmentStartError
-from sandbox.removal import remove_tree
-from sandbox.storage import release_leftovers, storage_supported
-
-#: Temp dirs the harness and its sandboxes create (``harness-run-<name>`` holds a local
-#: run's trial roots, ``harness-ray-<name>`` a Ray node's copy of a run's tasks and scratch).
-TEMP_PATTERNS = (
-    "harness-trial-*",
-    "harness-build-*",
-    "harness-supervisor-*",
-    "harness-tools-*",
-    "harness-compose-*",  # a trial's compose overrides
-    "harness-docker-cli-*",  # the compose plug-in's private docker CLI config
-    f"{RUN_TMP_PREFIX}*",
-    "harness-gw-*",
-    f"{NODE_DIR_PREFIX}*",
-)
+from sandbox.errors import EngineUnavailable, EnvironmentStartError, UsageError
+from sandbox.plugin import TaskFacts
+from sandbox.storage import storage_supported
 
 
 def engine(timeout: int | None = None) -> docker.DockerClient:
@@ -97,7 +75,7 @@ class BuildReport:
 
 
 def build_images(
-    paths: Sequence[Path],
+    tasks: Sequence[TaskFacts],
     base_aliases: Sequence[str] = (),
     *,
     force_build: bool = False,
@@ -106,15 +84,14 @@ def build_images(
     """Build (or reuse) the content-addressed image of every task with a Dockerfile.
 
     Args:
-        paths: Task dirs or task-set folders.
+        tasks: The tasks (loaded and checked by the harness).
         base_aliases: ``FROM=LOCAL`` pairs.
         force_build: Build a task's Dockerfile even when it names a ``docker_image``.
         progress: Where build progress goes ("building image of <task>", its steps).
 
     Raises:
-        UsageError: An invalid task or alias, or no engine.
+        UsageError: An invalid alias, or no engine.
     """
-    tasks = load_tasks(paths)
     try:
         aliases = parse_aliases(list(base_aliases))
     except ValueError as exc:
@@ -124,9 +101,9 @@ def build_images(
     for task in tasks:
         request = ImageRequest(
             name=task.name,
-            image=task.config.environment.docker_image,
+            image=task.docker_image,
             dockerfile=task.dockerfile,
-            build_timeout_sec=task.config.environment.build_timeout_sec,
+            build_timeout_sec=task.build_timeout_sec,
             force_build=force_build,
         )
         try:
@@ -140,7 +117,7 @@ def build_images(
     for task in tasks:
         mark_task_images(
             resolver.alias_use,
-            image=task.config.environment.docker_image,
+            image=task.docker_image,
             dockerfile=task.dockerfile,
             force_build=force_build,
             compose_file=task.compose_file,
@@ -250,67 +227,38 @@ def prune_images(*, untagged_only: bool = False) -> tuple[int, list[str]]:
 
 
 @dataclass
-class CleanupReport:
-    """What ``harness sandbox cleanup`` removed, and what it could not.
+class EngineLeftovers:
+    """What the docker backend's part of ``harness sandbox cleanup`` removed.
 
     Attributes:
         leaks: The containers, volumes and networks removed, and the errors.
-        temp_dirs: The temp dirs removed.
-        cgroups: The local sandbox's trial cgroups removed (their processes killed).
-        cgroup_errors: The trial cgroups that could not be removed, and why.
         images: The untagged image layers failed builds left (without ``run`` only).
     """
 
     leaks: LeakReport
-    temp_dirs: list[str] = field(default_factory=list)
-    cgroups: list[str] = field(default_factory=list)
-    cgroup_errors: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
 
 
-def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
+def remove_engine_leftovers(run: str | None = None) -> EngineLeftovers:
     """Remove every container, volume and network carrying the harness labels.
 
-    The local sandbox's trial cgroups (of the run, or all of them) are killed and removed
-    first, whether or not the engine answers.
-
     Args:
-        run: Only the objects of this run (its name); other runs are untouched.
-        temp: Also remove harness temp dirs and dead gateways' socket dirs (only without
-            ``run``, and only when no harness run is active).
+        run: Only the objects of this run (its name); other runs are untouched. Without
+            it, the untagged layers failed builds left go too (a layer a running build
+            still uses is kept by the engine: it has a child or a container).
+
+    Raises:
+        UsageError: The engine cannot be reached.
     """
-    removed, failed = cgroups.sweep(run)
+    client = engine()
     # ``shared``: what a run could not give back at its end (the egress filter's network
     # the engine refused to remove) goes too once no live run holds it, as the run said.
-    report = CleanupReport(
-        remove_leaks(engine(), run=run, keep_runtime=run is not None, shared=True)
+    found = EngineLeftovers(
+        remove_leaks(client, run=run, keep_runtime=run is not None, shared=True)
     )
-    report.cgroups, report.cgroup_errors = removed, failed
-    base = os.environ.get("TMPDIR", "/tmp")
-    if run is not None:
-        # The run's own temp dir: its trial roots and their (maybe still mounted) filesystems.
-        own = Path(base) / f"{RUN_TMP_PREFIX}{run}"
-        if own.exists():
-            remove_private_dir(own)
-            report.temp_dirs.append(str(own))
-        # On a Ray node: the run's task copies and trial scratch.
-        node = Path(base) / f"{NODE_DIR_PREFIX}{run}"
-        if node.exists():
-            remove_tree(node)
-            report.temp_dirs.append(str(node))
-    else:
-        # What failed builds left: untagged layers with the harness's labels. A layer a
-        # running build still uses is kept by the engine (it has a child or a container).
-        client = engine()
-        report.images = _remove_images(client, _managed_images(client, untagged=True))[0]
-    if run is None and temp:
-        report.temp_dirs.extend(str(path) for path in remove_stale_socket_dirs())
-        for pattern in TEMP_PATTERNS:
-            for path in glob.glob(os.path.join(base, pattern)):
-                release_leftovers(Path(path))  # a dead run's trial filesystems, still mounted
-                shutil.rmtree(path, ignore_errors=True)
-                report.temp_dirs.append(path)
-    return report
+    if run is None:
+        found.images = _remove_images(client, _managed_images(client, untagged=True))[0]
+    return found
 
 
 def _host_rules(client: docker.DockerClient) -> str:
@@ -322,20 +270,6 @@ def _host_rules(client: docker.DockerClient) -> str:
     return (
         f"cannot be installed: {reason}. Compose networks are made by the engine without a "
         "host address instead (the `compose host guard` row)"
-    )
-
-
-def _local_limits(report: DoctorReport) -> None:
-    """Whether the local sandbox can enforce memory_mb / cpus / pids (a cgroup made and removed)."""
-    support = cgroups.probe()
-    if support.version is not None:
-        where = ", ".join(sorted(support.parents))
-        report.checks.append(("local sandbox limits", f"{support.mechanism} ({where})"))
-        return
-    report.checks.append(("local sandbox limits", "unavailable"))
-    report.problems.append(
-        f"the local sandbox cannot enforce memory_mb, cpus and pids: {support.problem} "
-        '(local runs are refused unless [sandbox] local_limits = "warn")'
     )
 
 
@@ -558,27 +492,19 @@ def guarantees(client: docker.DockerClient) -> list[Guarantee]:
     ]
 
 
-def doctor() -> DoctorReport:
-    """Check root, the engine, its API version, runtimes, cgroups, host rules, base image.
+def doctor(report: DoctorReport) -> None:
+    """Add the engine's rows to ``report``: API version, runtimes, cgroups, host rules, image.
 
     Then each guarantee of the docker sandbox on that engine (:func:`guarantees`). The
     problems are what keeps a sandbox from running at all; a guarantee that does not hold
     here is a row, not a problem (a run needing it is refused, or says so, itself).
     """
-    report = DoctorReport()
-    root = os.geteuid() == 0
-    report.checks.append(("running as root", "yes" if root else "no"))
-    if root:
-        _local_limits(report)
-    else:
-        # The local sandbox needs root (docs/deployments.md); the docker sandbox does not.
-        report.checks.append(("local sandbox", "needs root (use --sandbox docker)"))
     try:
         client = connect(timeout=10)
     except EngineUnavailable as exc:
         report.checks.append(("docker engine", "unreachable"))
         report.problems.append(str(exc))
-        return report
+        return
     # The engine answered a ping within 10 s; a probe container's create may take longer
     # (rootless podman's vfs driver copies the image's root for each one).
     client.api.timeout = 120
@@ -601,23 +527,21 @@ def doctor() -> DoctorReport:
             f"base image {DEFAULT_IMAGE} is missing: `bash images/bootstrap-base.sh`"
         )
     report.guarantees = guarantees(client)
-    return report
 
 
 __all__ = [
     "DEFAULT_IMAGE",
-    "TEMP_PATTERNS",
-    "CleanupReport",
     "DoctorReport",
+    "EngineLeftovers",
     "Guarantee",
     "BuildReport",
     "ImageResult",
     "ImageRow",
     "build_images",
-    "cleanup",
     "doctor",
     "engine",
     "guarantees",
     "list_images",
     "prune_images",
+    "remove_engine_leftovers",
 ]

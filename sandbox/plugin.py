@@ -19,13 +19,55 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from harness.config import SandboxConfig
-from harness.tasks import Task
 from sandbox.backend import Capacity, CloseReport, Sandbox, SandboxSpec
+from sandbox.options import SandboxConfig
 
 #: How a refused task is left out of a run instead of refusing the whole run.
 SKIP_HINT = "leave the task out with --skip-invalid"
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    """What a backend is told about a task before the run (its up-front checks).
+
+    The harness builds it from a loaded task (``harness.tasks.Task.facts``); a backend never
+    reads a task dir's config itself.
+
+    Attributes:
+        key: The task's key in the run (what ``--skip-invalid`` leaves out).
+        name: The task's name, for messages.
+        path: The task dir.
+        dockerfile: ``environment/Dockerfile`` when the task has one.
+        compose_file: ``environment/docker-compose.yaml`` when the task has sidecars.
+        docker_image: ``[environment].docker_image`` (None: built from the Dockerfile).
+        cpus: ``[environment].cpus``.
+        memory_mb: ``[environment].memory_mb``.
+        gpus: ``[environment].gpus``.
+        build_timeout_sec: ``[environment].build_timeout_sec``.
+        verifier_user: ``[verifier].user`` (None: the default).
+        agent_users: ``[agent].user`` of each phase that runs an agent, in order (one per
+            step of a multi-step task); None where unset (the image's ``USER`` decides).
+    """
+
+    key: str
+    name: str
+    path: Path
+    dockerfile: Path | None = None
+    compose_file: Path | None = None
+    docker_image: str | None = None
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    gpus: int = 0
+    build_timeout_sec: float = 600.0
+    verifier_user: str | int | None = None
+    agent_users: tuple[str | int | None, ...] = (None,)
+
+    @property
+    def config_file(self) -> Path:
+        """The task's ``task.toml``, where a refusal points."""
+        return self.path / "task.toml"
 
 
 @dataclass(frozen=True)
@@ -102,7 +144,7 @@ class SandboxBackend(ABC):
             f"{capacity.memory_mb / 1024:.1f} GB memory"
         )
 
-    def task_problems(self, tasks: Sequence[Task]) -> list[str]:
+    def task_problems(self, tasks: Sequence[TaskFacts]) -> list[str]:
         """What keeps each task from running on this backend at all (checked before the run).
 
         A limit the engine cannot satisfy fails the same way on every attempt, so it is
@@ -114,33 +156,33 @@ class SandboxBackend(ABC):
         capacity = self.capacity()
         gpus: dict[int, str | None] = {}
         for task in tasks:
-            env, where = task.config.environment, task.path / "task.toml"
-            if env.gpus > 0:
-                if env.gpus not in gpus:
-                    gpus[env.gpus] = self.gpu_problem(env.gpus)
-                reason = gpus[env.gpus]
+            where = task.config_file
+            if task.gpus > 0:
+                if task.gpus not in gpus:
+                    gpus[task.gpus] = self.gpu_problem(task.gpus)
+                reason = gpus[task.gpus]
                 if reason is not None:
                     problems.append(
-                        f"{where}: [environment].gpus = {env.gpus}, but {reason}; run it "
+                        f"{where}: [environment].gpus = {task.gpus}, but {reason}; run it "
                         f"where GPUs are, or {SKIP_HINT}"
                     )
             if capacity is None:
                 continue
-            if env.cpus > capacity.cpus:
+            if task.cpus > capacity.cpus:
                 problems.append(
-                    f"{where}: [environment].cpus = {env.cpus:g} is more than the {self.name} "
+                    f"{where}: [environment].cpus = {task.cpus:g} is more than the {self.name} "
                     f"engine's {capacity.cpus:g} CPUs; lower it, run on a bigger machine, or "
                     f"{SKIP_HINT}"
                 )
-            if env.memory_mb > capacity.memory_mb:
+            if task.memory_mb > capacity.memory_mb:
                 problems.append(
-                    f"{where}: [environment].memory_mb = {env.memory_mb} is more than the "
+                    f"{where}: [environment].memory_mb = {task.memory_mb} is more than the "
                     f"{self.name} engine's {capacity.memory_mb} MB; lower it, run on a "
                     f"bigger machine, or {SKIP_HINT}"
                 )
         return problems
 
-    def problems_by_task(self, tasks: Sequence[Task]) -> dict[str, list[str]]:
+    def problems_by_task(self, tasks: Sequence[TaskFacts]) -> dict[str, list[str]]:
         """:meth:`task_problems` of each task alone, by task key (only tasks with some).
 
         What ``--skip-invalid`` leaves out of a run and ``harness tasks check`` lists per
@@ -232,4 +274,4 @@ class SandboxBackend(ABC):
         """
 
 
-__all__ = ["SKIP_HINT", "BackendOptions", "SandboxBackend"]
+__all__ = ["SKIP_HINT", "BackendOptions", "SandboxBackend", "TaskFacts"]
