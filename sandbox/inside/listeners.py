@@ -6,11 +6,28 @@ the processes of the phase that hold a listening socket are its services, and su
 A socket listens when ``/proc/net`` says so: TCP (v4, v6) in ``LISTEN``, UDP (v4, v6)
 bound to a port and connected to nobody, a unix stream or seqpacket socket accepting
 connections. Its inode is matched against the ``socket:[inode]`` links of each candidate's
-``/proc/<pid>/fd``. Reading another user's fd links needs ptrace access to it, which root
-without ``CAP_SYS_PTRACE`` lacks (Linux; gVisor lets any user list them): the links are
-read by a forked child that dropped to the candidates' own user, made non-dumpable first
-so that they cannot reach into it. A process that hides its fds (non-dumpable) is no
-listener: it is killed, the safe answer. Every read is bounded.
+``/proc/<pid>/fd``.
+
+Reading a process's fd links needs ptrace read access to it (Linux; gVisor lets any user
+list them), which the supervisor, root without ``CAP_SYS_PTRACE``, has only to processes
+whose real, effective and saved uids all equal its fsuid and whose gids all equal its
+fsgid, that are dumpable, and whose permitted capabilities its own effective ones include.
+So each candidate is read as its own user:
+
+- a non-root agent's phase (a ``user`` given): by one forked child dropped to that user;
+  only its processes can be found (one of another user, a setuid program's, is killed);
+- a root agent's phase (no user, or uid 0), whose processes may run as any user (nginx's
+  workers run as ``www-data``, the listening socket its root master's): the candidates are
+  grouped by their user (:func:`owner`); root's are read by the supervisor itself, each
+  other user's by a forked child dropped to it. At most :data:`MAX_USERS` users are read
+  (root's first, then in the order of their lowest pid); the processes of the others, and
+  those whose ids differ among themselves (no user may read them), are no listeners.
+
+A child dropping to a user (``setgroups([])`` → ``setresgid`` → ``setresuid``) makes itself
+non-dumpable, so that the user's processes cannot reach into it. A process that hides its
+fds (non-dumpable, or holding a capability its reader lacks) is no listener: it is killed,
+the safe answer. The children have :data:`SCAN_TIMEOUT_SEC` all together. Every read is
+bounded.
 """
 
 from __future__ import annotations
@@ -20,7 +37,12 @@ import os
 import select
 import socket
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+try:  # in the harness: the sandbox.inside package; inside a sandbox: a sibling on sys.path
+    from sandbox.inside import confine
+except ImportError:  # pragma: no cover - inside a sandbox
+    import confine  # type: ignore[no-redef,import-not-found]
 
 #: ``st`` of a listening TCP socket and of an unconnected (bound) UDP socket.
 _TCP_LISTEN = "0A"
@@ -33,8 +55,12 @@ MAX_NET_BYTES = 16 << 20
 #: How many processes and fds per process are looked at.
 MAX_PIDS = 4096
 MAX_FDS = 65536
-#: How long the child reading fd links may take.
+#: How long the children reading fd links may take, all of them.
 SCAN_TIMEOUT_SEC = 20.0
+#: How many users' processes a root agent's scan reads (one child each).
+MAX_USERS = 64
+#: How much of a process's ``status`` is read (its ``Uid:`` and ``Gid:`` lines are early).
+MAX_STATUS_BYTES = 4096
 
 
 def _address(hex_addr: str) -> str:
@@ -114,15 +140,64 @@ def socket_inodes(pid: int, proc: str = "/proc") -> List[int]:
     return inodes
 
 
-def _scan(pids: Iterable[int]) -> Dict[int, List[str]]:
-    """Pid → its listening sockets (only pids that hold one), read as we are."""
-    listening = listening_sockets()
+def _scan(pids: Iterable[int], listening: Dict[int, str]) -> Dict[int, List[str]]:
+    """Pid → its sockets in ``listening`` (only pids that hold one), read as we are."""
     found: Dict[int, List[str]] = {}
-    for pid in list(pids)[:MAX_PIDS]:
+    for pid in pids:
         labels = sorted({listening[i] for i in socket_inodes(pid) if i in listening})
         if labels:
             found[pid] = labels
     return found
+
+
+def owner(pid: int, proc: str = "/proc") -> Optional[Tuple[int, int]]:
+    """``(uid, gid)`` of the only user who may read ``pid``'s fd links, or None.
+
+    The kernel lets a caller read them when its fsuid and fsgid equal all of the target's
+    real, effective and saved uids and gids (``ptrace_may_access``, ``FSCREDS``): that
+    user, when all three uids agree and all three gids do. None when they differ (a
+    setuid program's), or the process is gone or its ``status`` unreadable.
+    """
+    try:
+        with open("%s/%d/status" % (proc, pid), "rb") as fh:
+            raw = fh.read(MAX_STATUS_BYTES)
+    except OSError:
+        return None
+    ids: Dict[bytes, Set[int]] = {}
+    for line in raw.splitlines():
+        key, _, rest = line.partition(b":")
+        if key in (b"Uid", b"Gid") and key not in ids:
+            fields = rest.split()
+            if len(fields) < 3 or not all(f.isdigit() for f in fields[:3]):
+                return None
+            ids[key] = {int(f) for f in fields[:3]}  # real, effective, saved
+    uids, gids = ids.get(b"Uid", set()), ids.get(b"Gid", set())
+    if len(uids) != 1 or len(gids) != 1:
+        return None
+    return uids.pop(), gids.pop()
+
+
+def _by_owner(pids: List[int]) -> List[Tuple[Tuple[int, int], List[int]]]:
+    """``pids`` grouped by :func:`owner`: at most :data:`MAX_USERS` groups.
+
+    Root's (``(0, 0)``) first, then the others in the order of their lowest pid; the
+    processes of any further group, and those without an owner, are left out.
+    """
+    groups: Dict[Tuple[int, int], List[int]] = {}
+    for pid in pids:
+        ids = owner(pid)
+        if ids is not None:
+            groups.setdefault(ids, []).append(pid)
+    ordered = sorted(groups.items(), key=lambda item: (item[0] != (0, 0), min(item[1])))
+    return ordered[:MAX_USERS]
+
+
+def _own_ids() -> Optional[Tuple[int, int]]:
+    """``(uid, gid)`` when all our own uids agree and all our gids do (else None)."""
+    uids, gids = set(os.getresuid()), set(os.getresgid())
+    if len(uids) != 1 or len(gids) != 1:
+        return None
+    return uids.pop(), gids.pop()
 
 
 def listening_processes(
@@ -130,15 +205,48 @@ def listening_processes(
 ) -> Dict[int, List[str]]:
     """Pid → listening sockets of those of ``pids`` that hold one.
 
-    ``user`` {uid, gid}: the candidates' user, whose fd links only that user (or
-    ``CAP_SYS_PTRACE``) may read; a forked child drops to it and reads them. None: read
-    here (root's own processes). ``reaper`` forks and waits for that child.
+    ``user`` {uid, gid}: the candidates' user (a non-root agent's); a forked child drops
+    to it and reads them all, so only that user's processes can be found. None or uid 0
+    (a root agent's phase, whose processes may be of any user): the candidates are
+    grouped by :func:`owner`, root's read here and each other user's by a child that
+    drops to it (:data:`MAX_USERS` users at most; the others' are no listeners).
+    ``reaper`` forks and waits for those children, which have :data:`SCAN_TIMEOUT_SEC`
+    for all of them.
+
+    Raises:
+        RuntimeError: the children did not finish in time (nothing is found then).
+        OSError: a child could not be forked.
     """
-    wanted = sorted(set(pids))
+    wanted = sorted(set(pids))[:MAX_PIDS]
     if not wanted:
         return {}
-    if user is None:
-        return _scan(wanted)
+    listening = listening_sockets()
+    if not listening:
+        return {}
+    if user is not None and int(user["uid"]) != 0:
+        groups = [((int(user["uid"]), int(user["gid"])), wanted)]
+    else:
+        groups = _by_owner(wanted)
+    own = _own_ids()
+    stop_at = time.monotonic() + SCAN_TIMEOUT_SEC
+    found: Dict[int, List[str]] = {}
+    for ids, members in groups:
+        if ids == own:
+            found.update(_scan(members, listening))
+        else:
+            found.update(_scan_as(ids, members, listening, reaper, stop_at))
+    return found
+
+
+def _scan_as(
+    ids: Tuple[int, int],
+    pids: List[int],
+    listening: Dict[int, str],
+    reaper: Any,
+    stop_at: float,
+) -> Dict[int, List[str]]:
+    """:func:`_scan` in a forked child that dropped to ``ids`` (uid, gid), by ``stop_at``."""
+    uid, gid = ids
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     child = reaper.fork()
     if child == 0:  # pragma: no cover - a child process
@@ -146,9 +254,12 @@ def listening_processes(
         try:
             os.close(read_end)
             os.setgroups([])
-            os.setresgid(int(user["gid"]), int(user["gid"]), int(user["gid"]))
-            os.setresuid(int(user["uid"]), int(user["uid"]), int(user["uid"]))
-            data = json.dumps({str(k): v for k, v in _scan(wanted).items()}).encode()
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            # The drop set it to fs.suid_dumpable, which may be 1: the user's processes
+            # could then ptrace us and write a forged answer into the pipe.
+            confine.prctl(confine.PR_SET_DUMPABLE, 0)
+            data = json.dumps({str(k): v for k, v in _scan(pids, listening).items()}).encode()
             while data:
                 data = data[os.write(write_end, data) :]
             code = 0
@@ -156,7 +267,6 @@ def listening_processes(
             os._exit(code)
     os.close(write_end)
     raw = b""
-    stop_at = time.monotonic() + SCAN_TIMEOUT_SEC
     try:
         while True:
             left = stop_at - time.monotonic()
@@ -172,7 +282,8 @@ def listening_processes(
             reaper.kill_unreaped(child, 9)
             reaper.wait(child, 5.0)
     answer = json.loads(raw.decode() or "{}")
-    return {int(k): [str(x) for x in v] for k, v in answer.items()}
+    asked = set(pids)
+    return {int(k): [str(x) for x in v] for k, v in answer.items() if int(k) in asked}
 
 
 def comm(pid: int, proc: str = "/proc") -> str:

@@ -11,6 +11,11 @@ do the listening ones kept through grading. Judged from outside, on docker with 
   ``CAP_DAC_OVERRIDE`` and ``CAP_KILL``; every attempt fails all the same, the reward is
   the honest 0 on attempt 1, and the record says the wall was ``landlock``;
 - a kept root server still answers the tests (reward 1);
+- a root server whose workers run as another user (nginx's ``www-data`` workers): the
+  root master binds the socket and never accepts, its uid-33 workers inherited it and do;
+  the workers are kept beside it (the supervisor, without ``CAP_SYS_PTRACE``, reads their
+  fds as their own user) and answer the tests (reward 1), and the record lists them
+  listening;
 - under gVisor (no Landlock) the same run is refused before anything runs, naming why.
 """
 
@@ -24,10 +29,12 @@ from support.kept_servers import (
     AS_ROOT,
     ATTEMPTS,
     LISTEN,
+    PORT,
     alive,
     attack_test,
     kept_task,
     oracle_task,
+    read_answer,
     run_walled,
     start_server,
 )
@@ -130,3 +137,68 @@ def test_a_kept_root_server_answers_the_tests(
         return  # gVisor: refused before anything ran
     run, record = walled
     assert record["reward"] == 1.0, str(run)
+
+
+#: A pre-forking root server: the master binds the socket and never accepts nor respawns;
+#: two workers that inherited it, as uid 33 (``www-data``, as nginx's run), answer.
+PREFORK = (
+    "import os, signal, socket, subprocess, sys\n"
+    + LISTEN
+    + r"""WORKER = '''
+import os, socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+while True:
+    c, _ = s.accept()
+    c.sendall(b"hello from a worker, uid %d\\n" % os.getuid())
+    c.close()
+'''
+workers = [
+    subprocess.Popen([sys.executable, "-c", WORKER, str(s.fileno())], user=33, group=33,
+                     extra_groups=[], pass_fds=[s.fileno()])
+    for _ in range(2)
+]
+while True:
+    signal.pause()
+"""
+)
+
+#: test.sh: reward 1 iff a worker answers (the master never does).
+WORKER_TEST = (
+    read_answer("/logs/verifier/answer.txt", timeout=10)
+    + "grep -q '^hello from a worker, uid 33$' /logs/verifier/answer.txt"
+    + " && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+)
+
+
+@pytest.mark.docker
+def test_a_root_servers_workers_of_another_user_are_kept_and_answer(
+    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
+) -> None:
+    task = kept_task(
+        sec,
+        tmp_path / "tasks",
+        "keep-root-workers",
+        attack=AS_ROOT + start_server("prefork", PREFORK),
+        test_sh=WORKER_TEST,
+    )
+    walled = run_walled(cli, task, docker_runtime)
+    if walled is None:
+        return  # gVisor: refused before anything ran
+    run, record = walled
+    answer = (run.evidence(record) / "verifier" / "answer.txt").read_text()
+    assert record["reward"] == 1.0, (answer, str(run))
+    listening = f"tcp:0.0.0.0:{PORT}"
+    [kept] = [e for e in record["events"] if e.get("type") == "agent_services_kept"]
+    assert sorted((p["uid"], p["listening"]) for p in kept["processes"]) == [
+        (0, [listening]),
+        (33, [listening]),
+        (33, [listening]),
+    ], kept
+    listed = alive(record)
+    assert sorted((p["comm"], p["uid"], p["listening"]) for p in listed) == [
+        ("python3", 0, [listening]),
+        ("python3", 33, [listening]),
+        ("python3", 33, [listening]),
+    ], listed
+    # The very processes kept at the agent's end answered: none was killed and respawned.
+    assert {p["pid"] for p in listed} == {p["pid"] for p in kept["processes"]}, (kept, listed)

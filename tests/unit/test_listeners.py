@@ -6,10 +6,12 @@ Real sockets of this test process, read back through the real ``/proc/net`` and
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from harness.records.model import verdict_with_agent_processes
 from sandbox.inside import listeners
 from sandbox.inside.processes import Reaper
 
+REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
@@ -83,6 +86,86 @@ def test_another_users_listener_is_read_by_a_child_of_that_user() -> None:
     finally:
         server.kill()
         server.communicate()
+
+
+#: Binds a listening socket, prints its port, then (argv: uid gid suid) changes its ids
+#: without an exec and makes itself dumpable again: only its ids decide who reads its fds.
+_LISTENER = """
+import ctypes, os, socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+uid, gid, suid = (int(x) for x in sys.argv[1:4])
+if uid:
+    os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, suid)
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+print(s.getsockname()[1], flush=True); sys.stdin.read()
+"""
+
+#: The supervisor's condition in a container: root without CAP_SYS_PTRACE (checked), the
+#: scan of a root agent's phase (no user).
+_SCAN = """
+import json, sys
+caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+assert not int(caps, 16) & (1 << 19), "CAP_SYS_PTRACE still held: " + caps
+from sandbox.inside import listeners
+from sandbox.inside.processes import Reaper
+found = listeners.listening_processes(json.loads(sys.argv[1]), None, Reaper())
+print(json.dumps({str(k): v for k, v in found.items()}))
+"""
+
+
+def test_a_root_agents_listeners_of_every_user_are_found_without_ptrace() -> None:
+    """Root without CAP_SYS_PTRACE reads each user's fds as that user (nginx's workers).
+
+    Listeners of root, of uid 65533 (gid 65533), of uid 65533 with gid 65534, and one
+    whose saved uid stayed root (a setuid program's): the kernel lets only a caller whose
+    fsuid and fsgid equal all of a target's real, effective and saved ids read its fd links,
+    so the last is unreadable by anyone here and no listener. Every process here runs
+    without CAP_SYS_PTRACE, as in the container: a reader's capabilities must also include
+    its target's.
+    """
+    if os.geteuid() != 0:
+        prerequisite_missing("root (to run listeners as other uids)")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        prerequisite_missing("setpriv (util-linux), to drop CAP_SYS_PTRACE")
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        prerequisite_missing("a python3 every user may run, in /usr/bin or /bin")
+    servers = [
+        subprocess.Popen(
+            [setpriv, "--bounding-set", "-sys_ptrace", python, "-c", _LISTENER, *ids],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for ids in (
+            ("0", "0", "0"),
+            ("65533", "65533", "65533"),
+            ("65533", "65534", "65533"),
+            ("65533", "65533", "0"),
+        )  # fmt: skip
+    ]
+    try:
+        ports = []
+        for server in servers:
+            assert server.stdout is not None
+            ports.append(int(server.stdout.readline()))
+        pids = [s.pid for s in servers]
+        scan = subprocess.run(
+            [setpriv, "--bounding-set", "-sys_ptrace", sys.executable, "-c", _SCAN,
+             json.dumps(pids)],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert scan.returncode == 0, scan.stderr
+        found = {int(k): v for k, v in json.loads(scan.stdout).items()}
+        assert found == {
+            pid: [f"tcp:127.0.0.1:{port}"] for pid, port in zip(pids[:3], ports[:3], strict=True)
+        }, (found, pids)
+    finally:
+        for server in servers:
+            server.kill()
+            server.communicate()
 
 
 def test_a_process_without_sockets_or_gone_is_no_listener() -> None:
