@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbox.backend import Capacity, CloseReport, Sandbox, SandboxSpec
@@ -71,6 +71,46 @@ class TaskFacts:
 
 
 @dataclass(frozen=True)
+class Guarantee:
+    """One guarantee of a backend where the doctor ran: whether it holds there, and how.
+
+    Attributes:
+        name: The guarantee (``network: public``, ``limit: memory_mb``, ...).
+        holds: Whether trials there, run by this user, get it.
+        how: What enforces it here, or why it does not hold and what happens instead.
+    """
+
+    name: str
+    holds: bool
+    how: str
+
+
+@dataclass
+class DoctorReport:
+    """``harness doctor``: facts as (check, result) rows, guarantees, problems with fixes."""
+
+    checks: list[tuple[str, str]] = field(default_factory=list)
+    guarantees: list[Guarantee] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Leftovers:
+    """What a backend's part of ``harness sandbox cleanup`` removed, and what it could not.
+
+    Attributes:
+        removed: What was removed by kind, in the order the line names them: a singular noun
+            (``container``, ``cgroup``) to the names of what went.
+        errors: What could not be removed, each saying what and why.
+        notes: Further lines for the user (e.g. a shared network no live run held).
+    """
+
+    removed: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class BackendOptions:
     """What a backend is opened with.
 
@@ -105,6 +145,29 @@ class SandboxBackend(ABC):
     @abstractmethod
     def make_sandbox(self, spec: SandboxSpec) -> Sandbox:
         """A new, not yet started sandbox for one trial."""
+
+    @classmethod  # noqa: B027 - a backend may check nothing
+    def doctor(cls, report: DoctorReport) -> None:
+        """Add this backend's rows to ``harness doctor``'s report (its admin verb).
+
+        Facts as ``checks`` rows, each guarantee it gives here as a row, and what keeps it
+        from running at all as ``problems`` (each saying how to fix it). Asked without a
+        run: no backend is opened. Default: nothing.
+        """
+
+    @classmethod
+    def remove_leftovers(cls, run: str | None) -> Leftovers:
+        """Remove what runs of this backend left (``harness sandbox cleanup``; an admin verb).
+
+        Args:
+            run: Only what this run (its name) left; other runs are untouched. None: what
+                every run left, no run of the harness being active.
+
+        Raises:
+            UsageError: What it would clean cannot be reached (e.g. the engine), saying how
+                to reach it.
+        """
+        return Leftovers()
 
     @classmethod
     def mount_problem(cls, mount_points: Sequence[str]) -> str | None:
@@ -274,4 +337,12 @@ class SandboxBackend(ABC):
         """
 
 
-__all__ = ["SKIP_HINT", "BackendOptions", "SandboxBackend", "TaskFacts"]
+__all__ = [
+    "SKIP_HINT",
+    "BackendOptions",
+    "DoctorReport",
+    "Guarantee",
+    "Leftovers",
+    "SandboxBackend",
+    "TaskFacts",
+]

@@ -1,9 +1,9 @@
-"""``harness sandbox cleanup`` and ``harness doctor`` over every built-in backend.
+"""``harness sandbox cleanup`` and ``harness doctor`` over every installed backend.
 
-Each backend's own part lives in its folder (the docker backend's in
-:mod:`sandbox.docker.admin`, the local sandbox's cgroups in :mod:`sandbox.local.cgroups`);
-this module runs them in order and adds what the harness itself leaves (run temp dirs, dead
-gateways' socket dirs). Functions return what they found; the CLI only displays it.
+Each backend's own part is its admin verbs (:meth:`sandbox.plugin.SandboxBackend.doctor`,
+:meth:`~sandbox.plugin.SandboxBackend.remove_leftovers`), in its own folder; this module
+asks every installed backend in turn and adds what the harness itself leaves (run temp dirs,
+dead gateways' socket dirs). Functions return what they found; the CLI only displays it.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.backends.registry import SANDBOXES
+from harness.errors import HarnessError, UsageError
 from harness.gateway.sockets import remove_stale_socket_dirs
-from sandbox.docker import admin
-from sandbox.docker.engine import LeakReport
-from sandbox.local import cgroups
+from sandbox.plugin import DoctorReport, SandboxBackend
 from sandbox.removal import remove_tree
 from sandbox.run_tmp import NODE_DIR_PREFIX, RUN_TMP_PREFIX, remove_private_dir
 from sandbox.storage import release_leftovers
@@ -42,38 +42,60 @@ class CleanupReport:
     """What ``harness sandbox cleanup`` removed, and what it could not.
 
     Attributes:
-        leaks: The containers, volumes and networks removed, and the errors.
+        removed: What the backends removed by kind (a singular noun, ``container``,
+            ``cgroup``), in the order the summary line names them.
+        errors: What could not be removed, each saying what and why.
+        notes: The backends' further lines for the user.
         temp_dirs: The temp dirs removed.
-        cgroups: The local sandbox's trial cgroups removed (their processes killed).
-        cgroup_errors: The trial cgroups that could not be removed, and why.
-        images: The untagged image layers failed builds left (without ``run`` only).
     """
 
-    leaks: LeakReport
+    removed: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     temp_dirs: list[str] = field(default_factory=list)
-    cgroups: list[str] = field(default_factory=list)
-    cgroup_errors: list[str] = field(default_factory=list)
-    images: list[str] = field(default_factory=list)
+
+
+def _backends() -> tuple[list[tuple[str, type[SandboxBackend]]], list[str]]:
+    """Every installed backend that loads, by name; and why each other one does not."""
+    found, broken = [], []
+    for name in SANDBOXES.names():
+        try:
+            found.append((name, SANDBOXES.get(name)))
+        except HarnessError as exc:
+            broken.append(f"{exc} (`harness sandbox list` lists the installed backends)")
+    return found, broken
 
 
 def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
-    """Remove what the harness's runs left: trial cgroups, engine objects, temp dirs.
+    """Remove what the harness's runs left: each backend's leftovers, then temp dirs.
 
-    The local sandbox's trial cgroups (of the run, or all of them) are killed and removed
-    first, whether or not the engine answers.
+    Every backend is asked, whether or not another one can reach what it would clean (the
+    local sandbox's trial cgroups are removed even when the engine does not answer).
 
     Args:
-        run: Only the objects of this run (its name); other runs are untouched.
+        run: Only what this run (its name) left; other runs are untouched.
         temp: Also remove harness temp dirs and dead gateways' socket dirs (only without
             ``run``, and only when no harness run is active).
 
     Raises:
-        UsageError: The engine cannot be reached (the cgroups are already swept).
+        UsageError: A backend could not reach what it cleans (the others have cleaned).
     """
-    removed, failed = cgroups.sweep(run)
-    engine = admin.remove_engine_leftovers(run)
-    report = CleanupReport(engine.leaks, images=engine.images)
-    report.cgroups, report.cgroup_errors = removed, failed
+    report = CleanupReport()
+    unreachable: list[str] = []
+    backends, broken = _backends()
+    report.errors += broken
+    for name, backend in backends:
+        try:
+            found = backend.remove_leftovers(run)
+        except UsageError as exc:
+            unreachable.append(f"{name}: {exc}")
+            continue
+        for kind, names in found.removed.items():
+            report.removed.setdefault(kind, []).extend(names)
+        report.errors += found.errors
+        report.notes += found.notes
+    if unreachable:
+        raise UsageError("\n".join(unreachable))
     base = os.environ.get("TMPDIR", "/tmp")
     if run is not None:
         # The run's own temp dir: its trial roots and their (maybe still mounted) filesystems.
@@ -96,31 +118,18 @@ def cleanup(*, run: str | None = None, temp: bool = True) -> CleanupReport:
     return report
 
 
-def _local_limits(report: admin.DoctorReport) -> None:
-    """Whether the local sandbox can enforce memory_mb / cpus / pids (a cgroup made and removed)."""
-    support = cgroups.probe()
-    if support.version is not None:
-        where = ", ".join(sorted(support.parents))
-        report.checks.append(("local sandbox limits", f"{support.mechanism} ({where})"))
-        return
-    report.checks.append(("local sandbox limits", "unavailable"))
-    report.problems.append(
-        f"the local sandbox cannot enforce memory_mb, cpus and pids: {support.problem} "
-        '(local runs are refused unless [sandbox] local_limits = "warn")'
-    )
+def doctor() -> DoctorReport:
+    """Whether the harness runs as root, then each installed backend's rows.
 
-
-def doctor() -> admin.DoctorReport:
-    """Check root and the local sandbox's limits, then the engine (:func:`admin.doctor`)."""
-    report = admin.DoctorReport()
-    root = os.geteuid() == 0
-    report.checks.append(("running as root", "yes" if root else "no"))
-    if root:
-        _local_limits(report)
-    else:
-        # The local sandbox needs root (docs/deployments.md); the docker sandbox does not.
-        report.checks.append(("local sandbox", "needs root (use --sandbox docker)"))
-    admin.doctor(report)
+    A backend that does not load is a problem (its rows would be missing).
+    """
+    report = DoctorReport()
+    report.checks.append(("running as root", "yes" if os.geteuid() == 0 else "no"))
+    backends, broken = _backends()
+    report.problems += broken
+    # The local sandbox's rows first: the engine's are many, and end with its guarantees.
+    for _name, backend in sorted(backends, key=lambda item: item[0] != "local"):
+        backend.doctor(report)
     return report
 
 

@@ -124,18 +124,13 @@ def sandbox_cleanup(
 ) -> None:
     """Remove every container, volume, network and local trial cgroup the harness left."""
     report = upkeep.cleanup(run=run, temp=temp)
-    leaks = report.leaks
-    out.print(
-        f"removed {len(leaks.containers)} container(s), {len(leaks.volumes)} volume(s), "
-        f"{len(leaks.networks)} network(s), {len(leaks.rules)} firewall rule(s), "
-        f"{len(report.temp_dirs)} temp dir(s), {len(report.cgroups)} cgroup(s)"
-        + (f", {len(report.images)} failed-build image layer(s)" if report.images else "")
-    )
-    if leaks.shared:
-        out.print(f"removed the egress filter no live run held: {escape(', '.join(leaks.shared))}")
-    for error in [*leaks.errors, *report.cgroup_errors]:
+    counts = [f"{len(names)} {kind}(s)" for kind, names in report.removed.items()]
+    out.print("removed " + ", ".join([*counts, f"{len(report.temp_dirs)} temp dir(s)"]))
+    for note in report.notes:
+        out.print(escape(note))
+    for error in report.errors:
         err.print(f"[red]error:[/red] {escape(error)}")
-    raise typer.Exit(1 if leaks.errors or report.cgroup_errors else 0)
+    raise typer.Exit(1 if report.errors else 0)
 
 
 def doctor(

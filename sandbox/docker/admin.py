@@ -18,7 +18,7 @@ from sandbox.docker import hostguard
 from sandbox.docker.aliases import mark_task_images
 from sandbox.docker.boundary import second_boundary
 from sandbox.docker.compose import engine_network_problem
-from sandbox.docker.engine import LeakReport, connect, engine_facts, remove_leaks
+from sandbox.docker.engine import connect, engine_facts, remove_leaks
 from sandbox.docker.images import (
     DEFAULT_IMAGE,
     ImageBuildError,
@@ -39,7 +39,7 @@ from sandbox.docker.sdk import (
     call,
 )
 from sandbox.errors import EngineUnavailable, EnvironmentStartError, UsageError
-from sandbox.plugin import TaskFacts
+from sandbox.plugin import DoctorReport, Guarantee, Leftovers, TaskFacts
 from sandbox.storage import storage_supported
 
 
@@ -226,20 +226,7 @@ def prune_images(*, untagged_only: bool = False) -> tuple[int, list[str]]:
     return len(removed), kept
 
 
-@dataclass
-class EngineLeftovers:
-    """What the docker backend's part of ``harness sandbox cleanup`` removed.
-
-    Attributes:
-        leaks: The containers, volumes and networks removed, and the errors.
-        images: The untagged image layers failed builds left (without ``run`` only).
-    """
-
-    leaks: LeakReport
-    images: list[str] = field(default_factory=list)
-
-
-def remove_engine_leftovers(run: str | None = None) -> EngineLeftovers:
+def remove_engine_leftovers(run: str | None = None) -> Leftovers:
     """Remove every container, volume and network carrying the harness labels.
 
     Args:
@@ -253,11 +240,22 @@ def remove_engine_leftovers(run: str | None = None) -> EngineLeftovers:
     client = engine()
     # ``shared``: what a run could not give back at its end (the egress filter's network
     # the engine refused to remove) goes too once no live run holds it, as the run said.
-    found = EngineLeftovers(
-        remove_leaks(client, run=run, keep_runtime=run is not None, shared=True)
+    leaks = remove_leaks(client, run=run, keep_runtime=run is not None, shared=True)
+    found = Leftovers(
+        removed={
+            "container": list(leaks.containers),
+            "volume": list(leaks.volumes),
+            "network": list(leaks.networks),
+            "firewall rule": list(leaks.rules),
+        },
+        errors=list(leaks.errors),
     )
+    if leaks.shared:
+        found.notes.append(f"removed the egress filter no live run held: {', '.join(leaks.shared)}")
     if run is None:
-        found.images = _remove_images(client, _managed_images(client, untagged=True))[0]
+        images = _remove_images(client, _managed_images(client, untagged=True))[0]
+        if images:
+            found.removed["failed-build image layer"] = images
     return found
 
 
@@ -271,30 +269,6 @@ def _host_rules(client: docker.DockerClient) -> str:
         f"cannot be installed: {reason}. Compose networks are made by the engine without a "
         "host address instead (the `compose host guard` row)"
     )
-
-
-@dataclass(frozen=True)
-class Guarantee:
-    """One guarantee on the engine the doctor reached: whether it holds there, and how.
-
-    Attributes:
-        name: The guarantee (``network: public``, ``limit: memory_mb``, ...).
-        holds: Whether trials on this engine, run by this user, get it.
-        how: What enforces it here, or why it does not hold and what happens instead.
-    """
-
-    name: str
-    holds: bool
-    how: str
-
-
-@dataclass
-class DoctorReport:
-    """``harness doctor``: facts as (check, result) rows, guarantees, problems with fixes."""
-
-    checks: list[tuple[str, str]] = field(default_factory=list)
-    guarantees: list[Guarantee] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
 
 
 def _network_rows(client: docker.DockerClient, runtimes: dict[str, Any]) -> list[Guarantee]:
@@ -531,9 +505,6 @@ def doctor(report: DoctorReport) -> None:
 
 __all__ = [
     "DEFAULT_IMAGE",
-    "DoctorReport",
-    "EngineLeftovers",
-    "Guarantee",
     "BuildReport",
     "ImageResult",
     "ImageRow",

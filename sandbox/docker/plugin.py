@@ -16,7 +16,7 @@ from typing_extensions import override
 
 from sandbox.agent_root import announcement
 from sandbox.backend import Capacity, CloseReport, SandboxSpec
-from sandbox.docker import hostguard
+from sandbox.docker import admin, hostguard
 from sandbox.docker.aliases import AliasUse, mark_task_images
 from sandbox.docker.backend import DockerSandbox
 from sandbox.docker.boundary import isolated_refusal, second_boundary
@@ -39,7 +39,13 @@ from sandbox.docker.runtime import DockerRuntime
 from sandbox.docker.sdk import call
 from sandbox.docker.warm import spares_for
 from sandbox.errors import EngineUnavailable, UsageError
-from sandbox.plugin import BackendOptions, SandboxBackend, TaskFacts
+from sandbox.plugin import (
+    BackendOptions,
+    DoctorReport,
+    Leftovers,
+    SandboxBackend,
+    TaskFacts,
+)
 from sandbox.run_tmp import (
     ensure_private_dir,
     fresh_private_dir,
@@ -166,6 +172,18 @@ class DockerBackend(SandboxBackend):
                 else f"the Docker engine has no GPU for it (its answer: {answer})"
             )
         return self._gpu_answers[gpus]
+
+    @classmethod
+    @override
+    def doctor(cls, report: DoctorReport) -> None:
+        """The engine's facts and each guarantee of the docker sandbox on it (:mod:`.admin`)."""
+        admin.doctor(report)
+
+    @classmethod
+    @override
+    def remove_leftovers(cls, run: str | None) -> Leftovers:
+        """The engine's objects with the harness's labels (and failed builds' layers)."""
+        return admin.remove_engine_leftovers(run)
 
     def task_problems(self, tasks: Sequence[TaskFacts]) -> list[str]:
         """The base checks, and compose tasks where the host cannot be shielded from them.

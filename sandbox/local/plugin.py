@@ -40,7 +40,13 @@ from sandbox.local.sandbox import (
 from sandbox.local.sandbox import (
     NETWORK_PROBLEM as LOCAL_NETWORK_PROBLEM,
 )
-from sandbox.plugin import BackendOptions, SandboxBackend, TaskFacts
+from sandbox.plugin import (
+    BackendOptions,
+    DoctorReport,
+    Leftovers,
+    SandboxBackend,
+    TaskFacts,
+)
 from sandbox.run_tmp import (
     ensure_private_dir,
     fresh_private_dir,
@@ -163,6 +169,34 @@ class LocalBackend(SandboxBackend):
             )
         self.warnings.append(f"{message} (local_limits = warn: the limits are NOT enforced)")
         return support  # its problem goes into every record
+
+    @classmethod
+    @override
+    def doctor(cls, report: DoctorReport) -> None:
+        """Whether the local sandbox can run here, and enforce memory_mb / cpus / pids.
+
+        It needs root (docs/deployments.md); as root, a trial cgroup is made and removed.
+        """
+        if not is_root():
+            report.checks.append(("local sandbox", "needs root (use --sandbox docker)"))
+            return
+        support = probe()
+        if support.version is not None:
+            where = ", ".join(sorted(support.parents))
+            report.checks.append(("local sandbox limits", f"{support.mechanism} ({where})"))
+            return
+        report.checks.append(("local sandbox limits", "unavailable"))
+        report.problems.append(
+            f"the local sandbox cannot enforce memory_mb, cpus and pids: {support.problem} "
+            '(local runs are refused unless [sandbox] local_limits = "warn")'
+        )
+
+    @classmethod
+    @override
+    def remove_leftovers(cls, run: str | None) -> Leftovers:
+        """The trial cgroups runs left (of ``run``, or all), their processes killed first."""
+        removed, failed = sweep(run)
+        return Leftovers(removed={"cgroup": removed}, errors=failed)
 
     def task_problems(self, tasks: Sequence[TaskFacts]) -> list[str]:
         """The base checks (CPUs, memory); an exposed path showing a task its own files."""
