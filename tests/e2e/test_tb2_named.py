@@ -115,6 +115,11 @@ def test_a_root_oracles_services_are_kept_and_answer_the_tests(
     alive = nginx["agent_processes_alive"]
     # The root master and its www-data workers (they inherit its listening socket).
     assert {(p["comm"], p["uid"]) for p in alive} == {("nginx", 0), ("nginx", 33)}, alive
+    # The very master and workers kept at the oracle's end serve the tests, all listening
+    # (the www-data workers' fds read as their own user): none was killed and respawned.
+    [kept] = [e for e in nginx["events"] if e.get("type") == "agent_services_kept"]
+    assert sorted(p["pid"] for p in kept["processes"]) == sorted(p["pid"] for p in alive), kept
+    assert all(p["listening"] for p in alive), alive
     outcome = outcomes(e2e, tmp_path / "runs", nginx)
     assert set(outcome.values()) == {"passed"}, outcome
 
