@@ -12,10 +12,13 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.docker import prerequisite_missing
 
 from harness.records import AgentRef, SandboxRef, TaskRef, TrialRecord, TrialStatus, Usage
@@ -113,6 +116,46 @@ print(json.dumps({str(k): v for k, v in found.items()}))
 """
 
 
+@contextmanager
+def _listeners(*owners: tuple[int, int, int], no_ptrace: bool = False) -> Iterator[dict[int, str]]:
+    """Processes of :data:`_LISTENER`, one per (uid, gid, saved uid): pid → its label."""
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        prerequisite_missing("a python3 every user may run, in /usr/bin or /bin")
+    prefix = [_setpriv(), "--bounding-set", "-sys_ptrace"] if no_ptrace else []
+    servers = [
+        subprocess.Popen(
+            [*prefix, python, "-c", _LISTENER, *(str(i) for i in ids)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for ids in owners
+    ]
+    try:
+        labels = {}
+        for server in servers:
+            assert server.stdout is not None
+            labels[server.pid] = f"tcp:127.0.0.1:{int(server.stdout.readline())}"
+        yield labels
+    finally:
+        for server in servers:
+            server.kill()
+            server.communicate()
+
+
+def _setpriv() -> str:
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        prerequisite_missing("setpriv (util-linux), to drop CAP_SYS_PTRACE")
+    return setpriv
+
+
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        prerequisite_missing("root (to run listeners as other uids)")
+
+
 def test_a_root_agents_listeners_of_every_user_are_found_without_ptrace() -> None:
     """Root without CAP_SYS_PTRACE reads each user's fds as that user (nginx's workers).
 
@@ -123,49 +166,41 @@ def test_a_root_agents_listeners_of_every_user_are_found_without_ptrace() -> Non
     without CAP_SYS_PTRACE, as in the container: a reader's capabilities must also include
     its target's.
     """
-    if os.geteuid() != 0:
-        prerequisite_missing("root (to run listeners as other uids)")
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        prerequisite_missing("setpriv (util-linux), to drop CAP_SYS_PTRACE")
-    python = shutil.which("python3", path="/usr/bin:/bin")
-    if python is None:
-        prerequisite_missing("a python3 every user may run, in /usr/bin or /bin")
-    servers = [
-        subprocess.Popen(
-            [setpriv, "--bounding-set", "-sys_ptrace", python, "-c", _LISTENER, *ids],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for ids in (
-            ("0", "0", "0"),
-            ("65533", "65533", "65533"),
-            ("65533", "65534", "65533"),
-            ("65533", "65533", "0"),
-        )  # fmt: skip
-    ]
-    try:
-        ports = []
-        for server in servers:
-            assert server.stdout is not None
-            ports.append(int(server.stdout.readline()))
-        pids = [s.pid for s in servers]
+    _needs_root()
+    owners = ((0, 0, 0), (65533, 65533, 65533), (65533, 65534, 65533), (65533, 65533, 0))
+    with _listeners(*owners, no_ptrace=True) as labels:
+        pids = list(labels)
         scan = subprocess.run(
-            [setpriv, "--bounding-set", "-sys_ptrace", sys.executable, "-c", _SCAN,
+            [_setpriv(), "--bounding-set", "-sys_ptrace", sys.executable, "-c", _SCAN,
              json.dumps(pids)],
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert scan.returncode == 0, scan.stderr
         found = {int(k): v for k, v in json.loads(scan.stdout).items()}
-        assert found == {
-            pid: [f"tcp:127.0.0.1:{port}"] for pid, port in zip(pids[:3], ports[:3], strict=True)
-        }, (found, pids)
-    finally:
-        for server in servers:
-            server.kill()
-            server.communicate()
+        assert found == {pid: [labels[pid]] for pid in pids[:3]}, (found, pids)
+
+
+def test_a_non_root_agents_scan_finds_only_its_own_users_listeners() -> None:
+    """A root listener among a non-root agent's processes (a setuid program's) is no service."""
+    _needs_root()
+    with _listeners((0, 0, 0), (65533, 65533, 65533)) as labels:
+        root, mine = labels
+        user = {"uid": 65533, "gid": 65533}
+        found = listeners.listening_processes([root, mine], user, Reaper())
+        assert found == {mine: [labels[mine]]}
+
+
+def test_a_root_agents_scan_reads_a_bounded_number_of_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_USERS users (root's first, then by lowest pid), processes are no listeners."""
+    _needs_root()
+    monkeypatch.setattr(listeners, "MAX_USERS", 2)
+    with _listeners((65531, 65531, 65531), (65532, 65532, 65532), (0, 0, 0)) as labels:
+        first, second, root = labels
+        found = listeners.listening_processes(list(labels), None, Reaper())
+        assert found == {root: [labels[root]], first: [labels[first]]}, (found, labels)
 
 
 def test_a_process_without_sockets_or_gone_is_no_listener() -> None:
