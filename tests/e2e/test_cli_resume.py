@@ -581,28 +581,34 @@ def test_a_run_dir_written_by_0_1_0_resumes(
 
 
 def test_a_second_live_run_of_the_same_name_is_refused_and_the_first_goes_on(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, env: dict[str, str], flag_dir: Path
 ) -> None:
     """A run's name is what its sandboxes answer to on the host (its temp dir, its labels).
 
     A second run of that name in another output dir, started while the first runs, would
     empty the first's temp dir and remove what is labelled with the name: it is refused
-    before anything is opened or written, and the first finishes whole.
+    before anything is opened or written, and the first finishes whole. The first's agents
+    hold until the test removes a flag, so the first is live however slow the second starts.
     """
     tag = numeric_tag()
+    flag = flag_dir / "hold"
+    flag.touch()
     tasks = make_tasks(tmp_path, 2)
     first_out, second_out = tmp_path / "a", tmp_path / "b"
+    hold = f"bash -c 'for i in $(seq 3000); do [ -e {flag} ] || exit 0; sleep 0.1; done' hold-{tag}"
     first = start(
-        env, tmp_path, "run", tasks, "--agent", "command", "--agent-cmd", sleeper("3", tag),
-        "-j", "2", "-o", first_out, *local_options(tag),
+        env, tmp_path, "run", tasks, "--agent", "command", "--agent-cmd", hold,
+        "-j", "2", "-o", first_out, *local_options(tag), "--set", f'expose=["{flag_dir}"]',
     )  # fmt: skip
-    wait_for(lambda: len(procs_with(f"sleep 3.{tag}")) >= 2, "two agents running", first)
+    wait_for(lambda: len(procs_with(f"hold-{tag}")) >= 2, "two agents running", first)
     code, _stdout, stderr = harness(
         env, tmp_path, "run", tasks, "--agent", "nop", "-o", second_out, *local_options(tag)
     )
     assert code == 2, stderr
     assert f"a run named resume-{tag} is already running on this host" in stderr, stderr
     assert not second_out.exists()
+    assert first.proc.poll() is None, "the first run ended before the second was refused"
+    flag.unlink()
     code, _stdout, stderr = first.wait(timeout=120)
     assert code == 0, stderr
     statuses = [r["status"] for r in records(first_out / f"resume-{tag}")]
