@@ -453,6 +453,7 @@ class DockerSandbox(Sandbox):
             engine_guard=self._net.namespace,
             engine=self.client,
             engine_rootless=second_boundary(None, self.runtime.engine_info()) == "rootless",
+            holder_image=self.runtime.base_image,
         )
 
     def _labels(self, trial: str) -> dict[str, str]:

@@ -19,11 +19,13 @@ binary, driven by python-on-whales' compose API) in a project of their own:
     engine ``internal``, with no IPv4 address on its bridge
     (``com.docker.network.bridge.inhibit_ipv4``) and no IPv6, so no address of the host is
     on it or routed from it, and the sidecars run without ``NET_RAW`` (no hand-made frame
-    to the bridge's link-local address). One thing still reaches the host, and the record
-    says so (``host_guard.residual``, :data:`RESIDUAL`): a sidecar's datagrams to the
-    limited broadcast and the all-hosts group, which a bridge without an address still
-    hands to its host's sockets bound to every address. What the engine made is read back before any
-    sidecar starts; a network it did not make so refuses the task. The sidecars get no
+    to the bridge's link-local address). A bridge without an address is still its host's
+    interface, which hands a datagram to a broadcast or multicast address to its host's
+    sockets bound to every address: so each sidecar runs in a namespace of its own whose
+    rules are written and read back before it starts (:mod:`sandbox.docker.sidecar_netns`,
+    recorded as ``host_guard.sidecar_rules``): it sends to its peers' unicast addresses
+    and its loopback only. What the engine made is read back before any sidecar is
+    created; a network it did not make so refuses the task. The sidecars get no
     internet this way (recorded: ``sidecar_internet``); the main container's namespace
     joins the network through its holder (:mod:`sandbox.docker.netns_holder`), whose
     rules reach the sidecars in every phase and nothing else of it;
@@ -70,31 +72,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.docker import sidecar_netns
 from sandbox.docker.compose_check import compose_file_problems, compose_problems
 from sandbox.docker.egress import container_resolvers
 from sandbox.docker.hostguard import HostGuard, HostGuardUnavailable, bridge_name, refusal
 from sandbox.docker.images import ImageRequest, ImageResolver, ResolvedImage, context_hash
 from sandbox.docker.labels import MANAGED
+from sandbox.docker.netns_rules import SidecarRules, sidecar_rules
 from sandbox.docker.sdk import CommandError, call, command
 from sandbox.errors import EnvironmentStartError, PermanentStartError
 
 MAIN = "main"
 #: The bridge driver's option that leaves a network's bridge without an IPv4 address.
 INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
-#: What still reaches the engine's host from an ``engine``-guarded project, by where the
-#: engine's bridges are (recorded as ``host_guard.residual``): a bridge without an address
-#: is still its host's interface, and a sidecar bound to its own address sends to the
-#: limited broadcast and the all-hosts group with no route and no capability.
-RESIDUAL = {
-    "host": (
-        "a sidecar's UDP datagrams to 255.255.255.255 and 224.0.0.1 reach the engine "
-        "host's UDP sockets bound to every address (one way: nothing comes back)"
-    ),
-    "rootless": (
-        "a sidecar's UDP datagrams to 255.255.255.255 and 224.0.0.1 reach the rootless "
-        "engine's own network namespace, not the host's"
-    ),
-}
 #: Keys of ``main`` the harness applies (the rest are overridden, and recorded).
 MAIN_APPLIED = ("command", "environment", "depends_on", "build", "image")
 _UNSAFE = re.compile(r"[^a-z0-9_-]+")
@@ -337,6 +327,7 @@ class ComposeProject:
         engine_guard: bool = False,
         engine: Any = None,
         engine_rootless: bool = False,
+        holder_image: str = "harness/base:bookworm",
     ) -> None:
         """A project for ``compose_file``, read and normalised by compose.
 
@@ -345,11 +336,14 @@ class ComposeProject:
         ``engine_guard`` keeps it off the host by how the engine makes the network
         instead (the trial's network is its own namespace's), read back through ``engine``
         (a docker SDK client of the engine compose drives; ``engine_rootless``: its
-        bridges are in a rootless engine's own namespace); ``allow_host_access`` runs
-        sidecars unshielded instead of either (with the internet), never refusing them.
+        bridges are in a rootless engine's own namespace), each sidecar in a namespace
+        filtered by containers of ``holder_image`` (the harness's base image);
+        ``allow_host_access`` runs sidecars unshielded instead of either (with the
+        internet), never refusing them.
         """
         self.engine = engine
         self.engine_rootless = engine_rootless
+        self.holder_image = holder_image
         self.file = compose_file
         slug = _UNSAFE.sub("-", trial_id.lower()).strip("-")[:40] or "trial"
         self.name = f"harness-{slug}-{secrets.token_hex(3)}"
@@ -383,6 +377,16 @@ class ComposeProject:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         self.plan = plan(self.data)
+        #: Each sidecar's namespace holder and filter (engine-guarded only).
+        self.netns = (
+            sidecar_netns.plan(self.plan.sidecars, self.data["services"])
+            if self.engine_guarded
+            else []
+        )
+        #: The sidecars' namespace rules, once the project's network is read back.
+        self.sidecar_rules: SidecarRules | None = None
+        #: Whether the sidecars started, each after its namespace's rules were read back.
+        self.sidecars_filtered = False
 
     def _refuse_host_access(self, normalised: dict[str, Any] | None) -> None:
         """Refuse a compose file that would hand the host to a service (:mod:`compose_check`).
@@ -462,12 +466,25 @@ class ComposeProject:
             entry: dict[str, Any] = {"labels": self.labels, "dns": resolvers, **pinned}
             if self.engine_guarded:
                 entry["cap_drop"] = ["NET_RAW"]
+                del entry["dns"]  # its holder's (a joined namespace has no resolvers of its own)
             build = spec.get("build")
             if name in self.images:
                 entry["image"] = self.images[name]
             elif isinstance(build, dict) and "image" not in spec:
                 entry["image"] = self._sidecar_tag(name, build)
             services[name] = entry
+        if self.engine_guarded:
+            made = sidecar_netns.services(
+                self.netns,
+                self.data["services"],
+                image=self.holder_image,
+                labels=self.labels,
+                dns=list(container_resolvers()),
+                rules=self.sidecar_rules,
+                reset=RESET,
+            )
+            for name, entry in made.items():
+                services.setdefault(name, {}).update(entry)
         # Named by the harness, so its host rules exist before the bridge does.
         driver_opts = {"com.docker.network.bridge.name": self.bridge}
         network: dict[str, Any] = {
@@ -554,10 +571,13 @@ class ComposeProject:
         timeout = int(self.build_timeout_sec) if self.build_timeout_sec else None
         try:
             if self.engine_guarded:
-                # The network and the containers, none started: the network is read back
-                # before anything runs on it.
-                command(self.client().compose.create, services=self.plan.sidecars, pull="missing")
+                # The network and the sidecars' holders, none started: the network is read
+                # back before anything runs on it, and the sidecars' rules made from it.
+                holders = [net.holder for net in self.netns]
+                command(self.client().compose.create, services=holders, pull="missing")
                 self._check_engine_network()
+                self.sidecar_rules = sidecar_rules(self.subnets)
+                self._client = None  # its override carries the rules now
             command(
                 self.client().compose.up,
                 services=self.plan.sidecars,
@@ -573,6 +593,8 @@ class ComposeProject:
             raise ComposeError(
                 f"docker compose up failed for the task's sidecars:\n{tail}"
             ) from None
+        # Each sidecar started only once its filter exited 0 (rules read back).
+        self.sidecars_filtered = self.engine_guarded
         if self.guard is None and not self.engine_guarded and self.engine is not None:
             self._read_network()  # unguarded: only its subnets, for the trial's namespace
         if self.guard is not None and not self._bridge_exists():
@@ -642,8 +664,11 @@ class ComposeProject:
         reachable from every runtime (gVisor's own network stack bypasses it).
         """
         found: dict[str, str] = {}
+        # An engine-guarded sidecar is on the network through its holder's namespace.
+        holders = {net.holder: net.sidecar for net in self.netns}
         for container in command(self.client().compose.ps):
             service = (container.config.labels or {}).get("com.docker.compose.service")
+            service = holders.get(str(service), service)
             networks = container.network_settings.networks or {}
             endpoint = networks.get(self.network)
             if service and endpoint is not None and endpoint.ip_address:
@@ -702,6 +727,10 @@ class ComposeProject:
                 "ipv6": False,
                 "sidecar_caps_dropped": ["NET_RAW"],
                 "subnets": [subnet for subnet, _gateway in self.subnets],
-                "residual": RESIDUAL["rootless" if self.engine_rootless else "host"],
+                # Each sidecar's own namespace: written and read back before it started.
+                "sidecars_filtered": self.sidecars_filtered,
+                "sidecar_rules": (
+                    sidecar_netns.listing(self.sidecar_rules) if self.sidecar_rules else None
+                ),
             }
         return None

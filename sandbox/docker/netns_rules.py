@@ -258,6 +258,79 @@ def ruleset(plan: NetPlan, facts: NetFacts) -> tuple[str, str]:
     return "\n".join(v4) + "\n", "\n".join(v6) + "\n"
 
 
+@dataclass(frozen=True)
+class SidecarRules:
+    """The rules of one compose sidecar's own namespace, as ``iptables -S`` lists them.
+
+    Written canonically, so the very lines restored are the lines read back: the sidecar
+    starts only once its namespace lists exactly these (:mod:`sandbox.docker.sidecar_netns`).
+    """
+
+    v4: tuple[str, ...]
+    v6: tuple[str, ...]
+
+    @staticmethod
+    def restore(listing: tuple[str, ...]) -> str:
+        """The ``iptables-restore`` input (``filter`` table) of a listing."""
+        lines = ["*filter"]
+        lines += [
+            f":{line.split()[1]} {line.split()[2]} [0:0]"
+            for line in listing
+            if line.startswith("-P ")
+        ]
+        lines += [line for line in listing if line.startswith("-A ")]
+        return "\n".join([*lines, "COMMIT"]) + "\n"
+
+
+def sidecar_rules(peers: Iterable[tuple[str, str | None]]) -> SidecarRules:
+    """A sidecar's namespace: it sends to its project's unicast peers and loopback only.
+
+    ``peers`` are the project network's ``(subnet, gateway)`` pairs, as the engine made
+    them. ``OUTPUT`` drops by policy; it accepts loopback (the engine's resolver
+    included, which answers no public name on an internal network), then each subnet,
+    but never its gateway, its network address or its broadcast: no broadcast, no
+    multicast, nothing to the gateway or any other address of the engine's host leaves
+    the namespace, so none reaches the host's sockets through the bridge. ``INPUT``
+    accepts (the main container and the other sidecars open connections to it); nothing
+    is forwarded. IPv6: loopback only, both ways.
+    """
+    drops: list[str] = []
+    accepts: list[str] = []
+    for subnet, gateway in peers:
+        try:
+            net = ipaddress.ip_network(subnet, strict=False)
+        except ValueError:
+            continue
+        if not isinstance(net, ipaddress.IPv4Network):
+            continue
+        special = [net.network_address, net.broadcast_address]
+        if gateway:
+            special.insert(1, ipaddress.IPv4Address(gateway))
+        for address in dict.fromkeys(special):
+            line = f"-A OUTPUT -d {address}/32 -j DROP"
+            if line not in drops:
+                drops.append(line)
+        accepts.append(f"-A OUTPUT -d {net} -j ACCEPT")
+    v4 = (
+        "-P INPUT ACCEPT",
+        "-P FORWARD DROP",
+        "-P OUTPUT DROP",
+        "-A OUTPUT -m addrtype --dst-type BROADCAST -j DROP",
+        "-A OUTPUT -d 224.0.0.0/4 -j DROP",
+        "-A OUTPUT -o lo -j ACCEPT",
+        *drops,
+        *dict.fromkeys(accepts),
+    )
+    v6 = (
+        "-P INPUT DROP",
+        "-P FORWARD DROP",
+        "-P OUTPUT DROP",
+        "-A INPUT -i lo -j ACCEPT",
+        "-A OUTPUT -o lo -j ACCEPT",
+    )
+    return SidecarRules(v4=v4, v6=v6)
+
+
 def switch_args(chain: str) -> list[str]:
     """``iptables`` arguments that send ``OUTPUT`` to ``chain`` (one rule replaced)."""
     if chain not in CHAINS.values():
@@ -285,7 +358,9 @@ __all__ = [
     "PHASE_RULE",
     "NetFacts",
     "NetPlan",
+    "SidecarRules",
     "parse_counters",
     "ruleset",
+    "sidecar_rules",
     "switch_args",
 ]

@@ -219,9 +219,8 @@ class DockerBackend(SandboxBackend):
                 line = (
                     "compose sidecars run on a network the engine makes without a host "
                     "address and without the internet (no root on the engine's host to "
-                    "filter them); the agent's own phases keep their policies; a sidecar's "
-                    "UDP to the broadcast and all-hosts addresses still reaches the "
-                    "engine's host, one way (run as root there to drop it)"
+                    "filter them there), each in a namespace whose rules let it reach its "
+                    "peers only; the agent's own phases keep their policies"
                 )
                 if line not in self.warnings:
                     self.warnings.append(line)

@@ -8,11 +8,10 @@ judged from outside (a host listener on ``0.0.0.0``, the engine's containers aft
 run) wherever the verdict can be taken there:
 
 - the sidecar, written by the task's author, sends UDP with no address of the host at all:
-  to the limited broadcast, the all-hosts multicast group and an SSDP-like group, bound to
-  its own address (no route, no ``NET_RAW`` needed), which a bridge without an address
-  still hands to the host's stack: the first two reach the host's sockets on every
-  address (rootful engine), which no guard without root stops; the record must declare
-  it, and nothing more may arrive;
+  to the limited broadcast, the all-hosts multicast group, an SSDP-like group and its
+  subnet's broadcast, bound to its own address (no route, no ``NET_RAW`` needed), which a
+  bridge without an address would still hand to the host's sockets on every address:
+  nothing may arrive (each sidecar's namespace is filtered before it runs);
 - a root agent (``--agent-root allow``) tries to rewrite its namespace (routes, sysctls,
   ``iptables``), then reaches for the host again, by TCP and by UDP to the broadcast
   addresses of every interface (the project's is inside the subnet every phase accepts);
@@ -32,14 +31,17 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ci_image import ci_cli, ci_workdir
 from support.net import Listener, primary_addresses
 from support.public_probe import ROOTFUL_HOST, read_records, token_packets
 from support.users import (
     ROOTLESS_USER,
+    UserHarness,
     docker_group_user,
     rootless_engine,
     run_args,
@@ -397,16 +399,29 @@ def _engine(where: str) -> tuple[str, str]:
 
 
 def _run(
-    token: str, side: str, *, where: str, broadcast: bool, agent_root: bool
+    token: str,
+    side: str,
+    *,
+    where: str,
+    broadcast: bool,
+    agent_root: bool,
+    ci_dir: Path | None = None,
 ) -> tuple[dict[str, Any], Path, Packets]:
     """One compose trial as the user of ``where``; its record, run dir and host packets.
 
-    The packets: what a listener on the machine's ``0.0.0.0`` got carrying ``token`` (and,
-    for a rootless engine, a listener on the same port in the engine's own namespace).
+    ``where`` is ``docker-group``, ``rootless`` or ``ci-image`` (the harness in the CI
+    image, the host's engine through its socket, in ``ci_dir``). The packets: what a
+    listener on the machine's ``0.0.0.0`` got carrying ``token`` (and, for a rootless
+    engine, a listener on the same port in the engine's own namespace).
     """
-    docker_host, name = _engine(where)
-    user = user_harness(name)
-    work = user.workdir()
+    user: UserHarness | None = None
+    if where == "ci-image":
+        assert ci_dir is not None
+        name, work = "", ci_dir
+    else:
+        docker_host, name = _engine(where)
+        user = user_harness(name)
+        work = user.workdir()
     with Listener(ipv6=True) as listener:
         engine_ns = _EngineNamespaceListener(name, listener.port) if where == "rootless" else None
         try:
@@ -416,8 +431,11 @@ def _run(
                               "bash {instruction_file}")]  # fmt: skip
             if agent_root:
                 args += ["--agent-root", "allow"]
-            user.give(work)
-            result = user.cli(*args, docker_host=docker_host, timeout=900)
+            if user is None:
+                result = ci_cli(work, *args, timeout=900)
+            else:
+                user.give(work)
+                result = user.cli(*args, docker_host=docker_host, timeout=900)
         finally:
             in_engine = engine_ns.close() if engine_ns is not None else []
         got = token_packets(listener, token)
@@ -437,40 +455,45 @@ def _left_on_engine(docker_host: str, side: str) -> list[str]:
     ).stdout.split()  # fmt: skip
 
 
+@pytest.fixture
+def ci_dir() -> Iterator[Path]:
+    with ci_workdir() as work:
+        yield work
+
+
 # Sidecars run on the engine's default runtime whatever the trial's (``runtime`` is a reset
 # key): ``--runtime runsc`` would run the same sidecar again.
-@pytest.mark.parametrize("where", ["docker-group", "rootless"])
-def test_a_sidecars_broadcasts_are_the_one_residual_the_record_declares(where: str) -> None:
-    """The task's sidecar sends UDP to broadcast and multicast groups, and no more arrives.
+@pytest.mark.parametrize("where", ["docker-group", "rootless", "ci-image"])
+def test_a_sidecars_broadcasts_and_multicasts_reach_no_host_socket(
+    where: str, ci_dir: Path
+) -> None:
+    """The task's sidecar sends UDP to broadcast and multicast groups: nothing arrives.
 
     No address of the host is on the project's bridge, but the bridge is still the host's
-    interface: a datagram to ``255.255.255.255`` or ``224.0.0.1`` sent from the sidecar's
-    own address needs neither a route nor ``NET_RAW``, and a bridge without an IPv4 address
-    still delivers it to its host's sockets bound to ``0.0.0.0``. Without root on the
-    engine's host nothing the harness may create stops that (a hole this red team found;
-    docs/harbor.md), so the record must declare it, and nothing else may arrive: no TCP,
-    no other group, not the subnet's own broadcast, nothing on the machine itself from a
-    rootless engine (whose bridges are in its own namespace).
+    interface: a datagram to ``255.255.255.255``, ``224.0.0.1``, an SSDP-like group or the
+    subnet's own broadcast, sent from the sidecar's own address, needs neither a route
+    nor ``NET_RAW``, and a bridge without an IPv4 address would still hand the first two
+    to its host's sockets bound to ``0.0.0.0``. Each sidecar's namespace is filtered
+    before it runs, so the listener on the machine's ``0.0.0.0`` (and, for a rootless
+    engine, the one in the engine's own namespace, whose bridges are there) hears
+    nothing at all, while the agent still reaches the sidecar by its name.
     """
     token = secrets.token_hex(8)
     side = "bc" + token[:6]
-    record, run_dir, got = _run(token, side, where=where, broadcast=True, agent_root=False)
+    record, run_dir, got = _run(
+        token, side, where=where, broadcast=True, agent_root=False, ci_dir=ci_dir
+    )
     workspace = run_dir / "trials" / record["id"] / "workspace"
     net = json.loads((workspace / "net.json").read_text())
     report = net["report"]
     guard = record["sandbox"]["compose"]["host_guard"]
     assert guard["kind"] == "engine", record["sandbox"]
-    assert report.get("done") and report["udp"], report  # the sidecar did send
-    declared = ("SIDECAR255.255.255.255" + token, "SIDECAR224.0.0.1" + token)
-    if where == "rootless":
-        assert "rootless engine's own network namespace" in guard["residual"], guard
-        # From outside: the machine's own listener heard nothing at all.
-        assert not [g for g in got if g[0] != "udp-engine-ns"], got
-    else:
-        assert "reach the engine host's UDP sockets" in guard["residual"], guard
-    # Whatever arrived anywhere is one of the declared datagrams.
-    for kind, _peer, data in got:
-        assert kind in ("udp", "udp-engine-ns") and data.decode() in declared, got
+    assert report.get("done") and len(report["udp"]) == 4, report  # the sidecar did try
+    assert net["side"] == "reached", net  # its peers still reach it, by its name
+    # From outside: not one datagram (nor anything else) carrying the token arrived.
+    assert not got, got
+    # The record says what held: every sidecar filtered, no residual declared.
+    assert guard["sidecars_filtered"] is True and "residual" not in guard, guard
 
 
 @pytest.mark.parametrize("where", ["docker-group", "rootless"])

@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 
-from sandbox.docker.compose import INHIBIT_IPV4, RESIDUAL, ComposeProject, Tagged
+from sandbox.docker.compose import INHIBIT_IPV4, RESET, ComposeProject, Tagged
 from sandbox.docker.hostguard import HostGuardUnavailable
+from sandbox.docker.netns_rules import sidecar_rules
+from sandbox.docker.sdk import command
+from sandbox.docker.sidecar_netns import JOINED_RESET
 
 COMPOSE = "services:\n  kv:\n    image: harness/base:bookworm\n"
 
@@ -78,10 +81,85 @@ def test_what_the_engine_made_is_read_back_and_recorded(project: ComposeProject)
     assert guard["kind"] == "engine" and guard["verified"] is True, guard
     assert guard["subnets"] == ["172.29.0.0/16"] and guard["sidecar_caps_dropped"] == ["NET_RAW"]
     assert "host_exposed" not in project.describe()
-    # What the guard cannot stop is said, by where the engine's bridges are.
-    assert guard["residual"] == RESIDUAL["host"] and "255.255.255.255" in guard["residual"]
-    project.engine_rootless = True
-    assert project.describe()["host_guard"]["residual"] == RESIDUAL["rootless"]
+    # Nothing said filtered before the sidecars started behind their read-back rules.
+    assert guard["sidecars_filtered"] is False and guard["sidecar_rules"] is None, guard
+    assert "residual" not in guard
+
+
+def test_each_sidecar_joins_a_namespace_its_filter_closed_first(project: ComposeProject) -> None:
+    services = project._override()["services"]
+    sidecar, holder, rules = services["kv"], services["hxnet-kv"], services["hxrules-kv"]
+    # The sidecar: in its holder's namespace, started only once the filter exited 0.
+    assert sidecar["network_mode"] == "service:hxnet-kv"
+    assert sidecar["depends_on"] == {"hxrules-kv": {"condition": "service_completed_successfully"}}
+    assert all(sidecar[key] is RESET for key in JOINED_RESET)
+    # The holder: the sidecar's name on the network, no capability, never restarted.
+    assert holder["networks"] == {"default": {"aliases": ["kv"]}}
+    assert holder["cap_drop"] == ["ALL"] and "cap_add" not in holder
+    assert holder["restart"] == "no" and holder["read_only"] is True
+    # The filter: NET_ADMIN alone, in the holder's namespace; it fails closed until the
+    # network is read back and the rules are made from it.
+    assert rules["network_mode"] == "service:hxnet-kv" and rules["cap_add"] == ["NET_ADMIN"]
+    assert rules["cap_drop"] == ["ALL"] and rules["command"] == ["false"]
+    project._check_engine_network()
+    project.sidecar_rules = sidecar_rules(project.subnets)
+    command_line = project._override()["services"]["hxrules-kv"]["command"]
+    assert command_line[:4] == ["python3", "-I", "-S", "-c"]
+    assert "-A OUTPUT -d 172.29.255.255/32 -j DROP" in command_line[-1]
+    assert project.describe()["host_guard"]["sidecar_rules"]["ipv4"] == list(
+        project.sidecar_rules.v4
+    )
+
+
+def test_compose_takes_the_override_with_every_key_a_joined_namespace_refuses(
+    tmp_path: Path,
+) -> None:
+    """A sidecar's names, links and resolvers go to its holder, as compose merges them."""
+    (tmp_path / "docker-compose.yaml").write_text(
+        "services:\n"
+        "  kv:\n"
+        "    image: harness/base:bookworm\n"
+        "    hostname: kvhost\n"
+        "    expose: ['8080']\n"
+        "    dns: [9.9.9.9]\n"
+        "    extra_hosts: ['db.local:10.1.2.3']\n"
+        "    networks:\n"
+        "      default:\n"
+        "        aliases: [store]\n"
+        "  web:\n"
+        "    image: harness/base:bookworm\n"
+        "    depends_on: [kv]\n"
+        "    links: ['kv:cache']\n"
+    )
+    made = ComposeProject(
+        tmp_path / "docker-compose.yaml",
+        trial_id="t.r0",
+        labels={},
+        allow_internet=False,
+        main_image="harness/base:bookworm",
+        build_timeout_sec=None,
+        host_problem="the harness does not run as root",
+        engine_guard=True,
+        engine=_engine(HELD),
+    )
+    try:
+        data = command(made.client().compose.config, return_json=True)
+    finally:
+        made.down()
+    services = data["services"]
+    for name in ("kv", "web"):
+        joined = services[name]
+        assert joined["network_mode"] == f"service:hxnet-{name}", joined
+        assert not {"networks", "links", "hostname", "dns", "extra_hosts", "expose"} & set(joined)
+        assert joined["cap_drop"] == ["NET_RAW"]
+        assert joined["depends_on"][f"hxrules-{name}"]["condition"] == (
+            "service_completed_successfully"
+        )
+    assert "kv" in services["web"]["depends_on"]  # the file's own order is kept
+    holder = services["hxnet-kv"]
+    assert sorted(holder["networks"]["default"]["aliases"]) == ["cache", "kv", "store"]
+    assert holder["hostname"] == "kvhost"
+    assert "db.local" in str(holder["extra_hosts"])
 
 
 @pytest.mark.parametrize(

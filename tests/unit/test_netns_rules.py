@@ -10,8 +10,10 @@ from sandbox.docker.netns_rules import (
     PHASE_RULE,
     NetFacts,
     NetPlan,
+    SidecarRules,
     parse_counters,
     ruleset,
+    sidecar_rules,
     switch_args,
 )
 from sandbox.network_policy import NetworkPolicy
@@ -201,3 +203,43 @@ def test_the_engines_resolver_is_never_asked_on_a_project_network() -> None:
 def test_without_a_project_there_is_no_nat_table() -> None:
     v4, _ = ruleset(NetPlan({("agent", None): PUBLIC}), FACTS)
     assert "*nat" not in v4 and EMBEDDED_DNS not in v4
+
+
+def test_a_sidecar_sends_to_its_peers_unicast_and_its_loopback_only() -> None:
+    rules = sidecar_rules([("172.23.0.0/16", "172.23.0.1"), ("fd00::/64", None)])
+    assert rules.v4[:3] == ("-P INPUT ACCEPT", "-P FORWARD DROP", "-P OUTPUT DROP")
+    accept = rules.v4.index("-A OUTPUT -d 172.23.0.0/16 -j ACCEPT")
+    # Broadcasts, multicast groups, the gateway and the subnet's own network and broadcast
+    # addresses are dropped before the subnet is accepted; the rest by the policy.
+    for refused in (
+        "-A OUTPUT -m addrtype --dst-type BROADCAST -j DROP",
+        "-A OUTPUT -d 224.0.0.0/4 -j DROP",
+        "-A OUTPUT -d 172.23.0.0/32 -j DROP",
+        "-A OUTPUT -d 172.23.0.1/32 -j DROP",
+        "-A OUTPUT -d 172.23.255.255/32 -j DROP",
+    ):
+        assert rules.v4.index(refused) < accept
+    assert [r for r in rules.v4 if r.endswith("-j ACCEPT")] == [
+        "-A OUTPUT -o lo -j ACCEPT",
+        "-A OUTPUT -d 172.23.0.0/16 -j ACCEPT",
+    ]
+    # IPv6: loopback only, both ways; no IPv6 subnet is ever accepted.
+    assert rules.v6 == (
+        "-P INPUT DROP",
+        "-P FORWARD DROP",
+        "-P OUTPUT DROP",
+        "-A INPUT -i lo -j ACCEPT",
+        "-A OUTPUT -o lo -j ACCEPT",
+    )
+
+
+def test_a_sidecars_rules_are_restored_as_the_lines_they_are_read_back_as() -> None:
+    rules = sidecar_rules([("10.9.0.0/24", "10.9.0.1")])
+    restore = SidecarRules.restore(rules.v4).splitlines()
+    assert restore[0] == "*filter" and restore[-1] == "COMMIT"
+    assert restore[1:4] == [":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT DROP [0:0]"]
+    assert restore[4:-1] == [r for r in rules.v4 if r.startswith("-A ")]
+    # Without a gateway its address is not guessed; the subnet's edges are still dropped.
+    bare = sidecar_rules([("10.9.0.0/24", None)])
+    assert "-A OUTPUT -d 10.9.0.1/32 -j DROP" not in bare.v4
+    assert "-A OUTPUT -d 10.9.0.255/32 -j DROP" in bare.v4
