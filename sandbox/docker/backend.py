@@ -49,7 +49,6 @@ from sandbox.backend import (
     phase_payload,
 )
 from sandbox.docker import hostguard
-from sandbox.docker.boundary import second_boundary
 from sandbox.docker.channel import ExecChannel
 from sandbox.docker.compose import ComposeProject
 from sandbox.docker.container import (
@@ -452,7 +451,6 @@ class DockerSandbox(Sandbox):
             allow_host_access=self.runtime.compose_host_access == "allow",
             engine_guard=self._net.namespace,
             engine=self.client,
-            engine_rootless=second_boundary(None, self.runtime.engine_info()) == "rootless",
             holder_image=self.runtime.base_image,
         )
 

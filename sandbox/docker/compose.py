@@ -326,7 +326,6 @@ class ComposeProject:
         allow_host_access: bool = False,
         engine_guard: bool = False,
         engine: Any = None,
-        engine_rootless: bool = False,
         holder_image: str = "harness/base:bookworm",
     ) -> None:
         """A project for ``compose_file``, read and normalised by compose.
@@ -335,14 +334,12 @@ class ComposeProject:
         by host rules (:func:`sandbox.docker.hostguard.problem`), None when it can;
         ``engine_guard`` keeps it off the host by how the engine makes the network
         instead (the trial's network is its own namespace's), read back through ``engine``
-        (a docker SDK client of the engine compose drives; ``engine_rootless``: its
-        bridges are in a rootless engine's own namespace), each sidecar in a namespace
+        (a docker SDK client of the engine compose drives), each sidecar in a namespace
         filtered by containers of ``holder_image`` (the harness's base image);
         ``allow_host_access`` runs sidecars unshielded instead of either (with the
         internet), never refusing them.
         """
         self.engine = engine
-        self.engine_rootless = engine_rootless
         self.holder_image = holder_image
         self.file = compose_file
         slug = _UNSAFE.sub("-", trial_id.lower()).strip("-")[:40] or "trial"
