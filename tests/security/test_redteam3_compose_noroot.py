@@ -7,7 +7,8 @@ the engine alone (``internal``, no IPv4 on its bridge, no IPv6, sidecars without
 judged from outside (a host listener on ``0.0.0.0``, the engine's containers after the
 run) wherever the verdict can be taken there:
 
-- the sidecar, written by the task's author, sends UDP with no address of the host at all:
+- the sidecar, written by the task's author, root in its container, tries to open its
+  namespace's rules, then sends UDP with no address of the host at all:
   to the limited broadcast, the all-hosts multicast group, an SSDP-like group and its
   subnet's broadcast, bound to its own address (no route, no ``NET_RAW`` needed), which a
   bridge without an address would still hand to the host's sockets on every address:
@@ -58,7 +59,7 @@ RESOLVABLE = "deb.debian.org"
 #: ``/resolve/NAME``) that first resolves a public name and, when asked to, sends UDP to
 #: every broadcast and multicast destination it can without an address of the host.
 SIDECAR = r"""
-import fcntl, json, signal, socket, struct, threading, time
+import fcntl, json, signal, socket, struct, subprocess, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -88,6 +89,15 @@ def probe():
     mine = socket.inet_ntoa(struct.pack("!I", address))
     directed = socket.inet_ntoa(struct.pack("!I", (address & mask) | (~mask & 0xFFFFFFFF)))
     dests = ["255.255.255.255", "224.0.0.1", "239.255.255.250", directed]
+    # Root in its own container, the sidecar first tries to open its namespace's rules.
+    report["tamper"] = {}
+    for argv in (["iptables", "-w", "-P", "OUTPUT", "ACCEPT"], ["iptables", "-w", "-F"],
+                 ["ip6tables", "-w", "-P", "OUTPUT", "ACCEPT"]) if broadcast else ():
+        try:
+            done = subprocess.run(argv, capture_output=True)
+            report["tamper"][" ".join(argv)] = done.returncode
+        except OSError as exc:
+            report["tamper"][" ".join(argv)] = type(exc).__name__
     for _ in range(5 if broadcast else 0):
         for dest in dests:
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -489,6 +499,9 @@ def test_a_sidecars_broadcasts_and_multicasts_reach_no_host_socket(
     guard = record["sandbox"]["compose"]["host_guard"]
     assert guard["kind"] == "engine", record["sandbox"]
     assert report.get("done") and len(report["udp"]) == 4, report  # the sidecar did try
+    # Each tool ran (as root) and was refused: the sidecar has no NET_ADMIN.
+    tamper = report["tamper"]
+    assert len(tamper) == 3 and all(isinstance(v, int) and v for v in tamper.values()), report
     assert net["side"] == "reached", net  # its peers still reach it, by its name
     # From outside: not one datagram (nor anything else) carrying the token arrived.
     assert not got, got
