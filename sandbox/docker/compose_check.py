@@ -13,6 +13,9 @@ is accepted by name, and what is not listed is refused:
   - ``networks``: only ``default``, with no key of its own (the harness defines it);
   - ``secrets`` / ``configs``: a ``file`` inside the task dir, or a config's ``content``;
   - anything else (``include``, ``models``...) is refused.
+- no service is named like the harness's own (``hxnet-*``, ``hxrules-*``: each sidecar's
+  network namespace holder and filter, :mod:`sandbox.docker.sidecar_netns`), even one of
+  a profile compose leaves out: compose would merge its keys into the harness's service;
 - a sidecar (any service but ``main``) has only the keys of :data:`SIDECAR_KEYS`, each
   checked: volumes are project volumes, anonymous volumes, tmpfs, or read-only binds of a
   path inside the task dir; ``build`` contexts, Dockerfiles and ``env_file`` resolve
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.docker.labels import MANAGED
+from sandbox.docker.sidecar_netns import PREFIXES
 
 MAIN = "main"
 
@@ -345,6 +349,14 @@ class _Judge:
             self.refuse("services", "is not a mapping", "give the file a services: mapping")
             return
         for name, spec in services.items():
+            if str(name).lower().startswith(tuple(f"{prefix}-" for prefix in PREFIXES)):
+                self.refuse(
+                    f"services.{name}",
+                    "takes a name the harness gives its own services (a sidecar's network "
+                    "namespace holder and filter): its keys would merge into them",
+                    "rename the service",
+                )
+                continue
             if spec is None:
                 continue
             if not isinstance(spec, dict):

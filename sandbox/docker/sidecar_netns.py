@@ -66,6 +66,9 @@ JOINED_RESET = (
     "expose",
     "mac_address",
 )
+#: The prefixes of the services the harness adds: a task's service never takes one (refused
+#: by :mod:`sandbox.docker.compose_check`), so none of its keys merges into a holder or filter.
+PREFIXES = ("hxnet", "hxrules")
 _HOLDER_KEYS = ("hostname", "domainname", "dns_search", "dns_opt", "extra_hosts")
 _ENVIRONMENT = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
@@ -85,7 +88,7 @@ def plan(sidecars: Iterable[str], taken: Iterable[str]) -> list[SidecarNetns]:
     made: list[SidecarNetns] = []
     for sidecar in sidecars:
         names = []
-        for prefix in ("hxnet", "hxrules"):
+        for prefix in PREFIXES:
             name, index = f"{prefix}-{sidecar}", 1
             while name in used:
                 index += 1
@@ -189,9 +192,12 @@ def services(
             "pids_limit": 16,
             "mem_limit": "64m",
             "network_mode": f"service:{net.holder}",
-            "depends_on": {net.holder: {"condition": "service_started"}},
+            "depends_on": {net.holder: {"condition": "service_started", "required": True}},
         }
-        depends = {net.filter: {"condition": "service_completed_successfully"}}
+        # Required whatever the file says: compose merges a task's ``required: false`` on
+        # the same name, and starts a sidecar past an optional dependency that failed or
+        # was never run.
+        depends = {net.filter: {"condition": "service_completed_successfully", "required": True}}
         declared = spec.get("depends_on")
         for target in link_deps[net.sidecar]:
             # A link ordered its target first: kept, unless the file orders it already.
@@ -210,4 +216,4 @@ def listing(rules: SidecarRules) -> dict[str, list[str]]:
     return {"ipv4": list(rules.v4), "ipv6": list(rules.v6)}
 
 
-__all__ = ["JOINED_RESET", "SidecarNetns", "listing", "plan", "services"]
+__all__ = ["JOINED_RESET", "PREFIXES", "SidecarNetns", "listing", "plan", "services"]

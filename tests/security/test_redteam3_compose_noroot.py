@@ -183,6 +183,24 @@ services:
       retries: 30
 """
 
+#: The same sidecar, whose file also declares a service named as the harness names the
+#: sidecar's namespace filter, in a profile compose leaves out (so compose's reading of the
+#: file does not list it), which does nothing and exits 0; the sidecar depends on it, as
+#: optional. Compose merges both into the harness's filter: disabled, and optional.
+FILTER_DECOY = (
+    COMPOSE
+    + """\
+    depends_on:
+      hxrules-{side}:
+        condition: service_started
+        required: false
+  hxrules-{side}:
+    image: harness/base:bookworm
+    entrypoint: ["true"]
+    profiles: ["off"]
+"""
+)
+
 #: The agent (``python3 - TOKEN PORT HOST SIDE``): its capabilities, its attempts at its
 #: namespace's rules and routes, then the host's listener again (TCP and broadcast UDP).
 AGENT = r"""
@@ -331,7 +349,9 @@ open(os.environ["HARNESS_VERIFIER_DIR"] + "/reward.txt", "w").write("1" if ok el
 """
 
 
-def _task(root: Path, token: str, side: str, port: int, host: str, broadcast: bool) -> Path:
+def _task(
+    root: Path, token: str, side: str, port: int, host: str, broadcast: bool, compose: str
+) -> Path:
     task = root / "tasks" / "compose"
     (task / "tests").mkdir(parents=True)
     (task / "environment" / "side").mkdir(parents=True)
@@ -341,7 +361,7 @@ def _task(root: Path, token: str, side: str, port: int, host: str, broadcast: bo
         '[verifier]\ntimeout_sec = 90\nnetwork_mode = "no-network"\n'
     )
     (task / "environment" / "Dockerfile").write_text(f"FROM {BASE}\n")
-    (task / "environment" / "docker-compose.yaml").write_text(COMPOSE.format(side=side))
+    (task / "environment" / "docker-compose.yaml").write_text(compose.format(side=side))
     sidecar = task / "environment" / "side"
     (sidecar / "Dockerfile").write_text(
         f'FROM {BASE}\nCOPY side.py targets.json /srv/\nCMD ["python3", "/srv/side.py"]\n'
@@ -416,13 +436,18 @@ def _run(
     broadcast: bool,
     agent_root: bool,
     ci_dir: Path | None = None,
+    compose: str = COMPOSE,
+    refused: bool = False,
 ) -> tuple[dict[str, Any], Path, Packets]:
     """One compose trial as the user of ``where``; its record, run dir and host packets.
 
     ``where`` is ``docker-group``, ``rootless`` or ``ci-image`` (the harness in the CI
     image, the host's engine through its socket, in ``ci_dir``). The packets: what a
     listener on the machine's ``0.0.0.0`` got carrying ``token`` (and, for a rootless
-    engine, a listener on the same port in the engine's own namespace).
+    engine, a listener on the same port in the engine's own namespace). ``compose`` is the
+    task's file (``{side}``: the sidecar's name); ``refused``: the CLI must refuse the task
+    before any trial (exit code 2, no trial recorded), and the record returned is then
+    ``{"refusal": <its stderr>}``.
     """
     user: UserHarness | None = None
     if where == "ci-image":
@@ -436,7 +461,7 @@ def _run(
         engine_ns = _EngineNamespaceListener(name, listener.port) if where == "rootless" else None
         try:
             host = primary_addresses()["ipv4"]
-            tasks = _task(work, token, side, listener.port, host, broadcast)
+            tasks = _task(work, token, side, listener.port, host, broadcast, compose)
             args = [*run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
                               "bash {instruction_file}")]  # fmt: skip
             if agent_root:
@@ -450,6 +475,10 @@ def _run(
             in_engine = engine_ns.close() if engine_ns is not None else []
         got = token_packets(listener, token)
         got += [packet for packet in in_engine if token.encode() in packet[2]]
+    if refused:
+        assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+        assert not list((work / "out").rglob("trials.jsonl")), "a trial ran"
+        return {"refusal": result.stderr}, work / "out", got
     assert result.returncode == 0, result.stderr[-3000:]
     (record,) = read_records(work / "out")
     (run_dir,) = [p for p in (work / "out").iterdir() if p.is_dir()]
@@ -555,3 +584,27 @@ def test_a_root_agent_and_a_closed_verifier_reach_no_resolver_and_leave_nothing(
         for port, answer in verifier[proto].items():
             # No answer at all, or an answer with no record (a refusal by the relay).
             assert not (isinstance(answer, list) and answer[1] > 0), (proto, port, verifier)
+
+
+@pytest.mark.parametrize("where", ["docker-group", "rootless"])
+def test_a_sidecar_that_disables_its_namespace_filter_never_runs(where: str) -> None:
+    """A task's service named as the sidecar's filter, out of every profile: refused.
+
+    Compose's reading of the file leaves a service of an inactive profile out, so the
+    harness would name the sidecar's filter after it; compose then merges the task's
+    service into the harness's (its ``profiles`` disable the filter, its ``entrypoint``
+    makes it a no-op) and the sidecar's ``required: false`` into its dependency on it:
+    the sidecar would start in its holder's namespace with no rule at all, and its
+    broadcasts reach the host. The task is refused before any trial, naming the service,
+    the listener on the machine's ``0.0.0.0`` (and in a rootless engine's namespace)
+    hears nothing, and nothing of the sidecar is on the engine.
+    """
+    token = secrets.token_hex(8)
+    side = "fd" + token[:6]
+    record, _out, got = _run(
+        token, side, where=where, broadcast=True, agent_root=False,
+        compose=FILTER_DECOY, refused=True,
+    )  # fmt: skip
+    assert not got, got
+    assert f"services.hxrules-{side} takes a name the harness gives" in record["refusal"], record
+    assert not _left_on_engine(_engine(where)[0], side)

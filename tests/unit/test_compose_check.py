@@ -101,3 +101,29 @@ def test_a_trial_refuses_the_file_before_compose_reads_it(tmp_path: Path) -> Non
     message = str(refused.value)
     assert "services.main.env_file" in message and "volumes.h.driver_opts" in message
     assert "host-secret" not in message
+
+
+def test_a_service_named_as_the_harnesss_own_is_refused_even_out_of_every_profile(
+    tmp_path: Path,
+) -> None:
+    """``hxnet-*``/``hxrules-*`` are each sidecar's namespace holder and filter.
+
+    Compose leaves a service of an inactive profile out of its reading of the file, but
+    merges its keys into the harness's service of the same name.
+    """
+    (tmp_path / "environment").mkdir()
+    path = tmp_path / "environment" / "docker-compose.yaml"
+    path.write_text(
+        "services:\n"
+        "  kv:\n"
+        "    image: x\n"
+        "  hxrules-kv:\n"
+        "    image: x\n"
+        "    entrypoint: ['true']\n"
+        "    profiles: ['off']\n"
+        "  HXNET-kv:\n"
+        "    image: x\n"
+    )
+    problems = compose_file_problems(path, tmp_path)
+    assert [p.split(" ", 1)[0] for p in problems] == ["services.hxrules-kv", "services.HXNET-kv"]
+    assert all("rename the service" in p for p in problems), problems

@@ -91,7 +91,10 @@ def test_each_sidecar_joins_a_namespace_its_filter_closed_first(project: Compose
     sidecar, holder, rules = services["kv"], services["hxnet-kv"], services["hxrules-kv"]
     # The sidecar: in its holder's namespace, started only once the filter exited 0.
     assert sidecar["network_mode"] == "service:hxnet-kv"
-    assert sidecar["depends_on"] == {"hxrules-kv": {"condition": "service_completed_successfully"}}
+    # Required: compose merges a file's ``required: false`` into the same dependency.
+    assert sidecar["depends_on"] == {
+        "hxrules-kv": {"condition": "service_completed_successfully", "required": True}
+    }
     assert all(sidecar[key] is RESET for key in JOINED_RESET)
     # The holder: the sidecar's name on the network, no capability, never restarted.
     assert holder["networks"] == {"default": {"aliases": ["kv"]}}
@@ -152,9 +155,10 @@ def test_compose_takes_the_override_with_every_key_a_joined_namespace_refuses(
         assert joined["network_mode"] == f"service:hxnet-{name}", joined
         assert not {"networks", "links", "hostname", "dns", "extra_hosts", "expose"} & set(joined)
         assert joined["cap_drop"] == ["NET_RAW"]
-        assert joined["depends_on"][f"hxrules-{name}"]["condition"] == (
-            "service_completed_successfully"
-        )
+        assert joined["depends_on"][f"hxrules-{name}"] == {
+            "condition": "service_completed_successfully",
+            "required": True,
+        }, joined["depends_on"]
     assert "kv" in services["web"]["depends_on"]  # the file's own order is kept
     holder = services["hxnet-kv"]
     assert sorted(holder["networks"]["default"]["aliases"]) == ["cache", "kv", "store"]
