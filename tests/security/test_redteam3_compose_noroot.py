@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 from support.ci_image import ci_cli, ci_workdir
+from support.compose_tasks import LoopbackResolver
 from support.net import Listener, primary_addresses
 from support.public_probe import ROOTFUL_HOST, read_records, token_packets
 from support.users import (
@@ -64,7 +65,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-token, port, public, broadcast = json.load(open("/srv/targets.json"))
+token, port, public, broadcast, host, unicast = json.load(open("/srv/targets.json"))
 report = {"done": False, "udp": {}}
 
 def own():
@@ -112,6 +113,35 @@ def probe():
             finally:
                 s.close()
         time.sleep(0.5)
+    # Unicast, TCP and UDP, to every name and address of the host it has: the names its
+    # file maps (extra_hosts, now its holder's), the host's own, docker0, the metadata
+    # address, slirp's host; IPv6 all-nodes and all-routers; a name through the resolvers
+    # its file names (now reset).
+    report["hosts"] = {n: lookup(n) for n in ("hostgw", "hostip", "metadata") if unicast}
+    report["unicast"] = {}
+    for dest in ("hostgw", "hostip", "metadata", host, "172.17.0.1", "169.254.169.254",
+                 "10.0.2.2") if unicast else ():
+        for kind in ("udp", "tcp"):
+            data = ("SIDECAR-%s-%s-%s" % (kind, dest, token)).encode()
+            try:
+                if kind == "udp":
+                    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                        s.sendto(data, (dest, port))
+                else:
+                    with socket.create_connection((dest, port), 1) as s:
+                        s.sendall(data)
+                report["unicast"][kind + " " + dest] = "sent"
+            except OSError as exc:
+                report["unicast"][kind + " " + dest] = type(exc).__name__
+    for dest in ("ff02::1", "ff02::2") if unicast else ():
+        try:
+            with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+                s.sendto(("SIDECAR-6-" + dest + token).encode(),
+                         (dest, port, 0, socket.if_nametoindex("eth0")))
+            report["unicast"]["udp " + dest] = "sent"
+        except OSError as exc:
+            report["unicast"]["udp " + dest] = type(exc).__name__
+    report["dns-file"] = lookup("q" + token) if unicast else None
     # The trial's namespace, once its first request says where it is: every TCP port, and
     # a DNS query to its port 53 (its relay is on its loopback, its supervisor too).
     while "peer" not in report:
@@ -198,6 +228,27 @@ FILTER_DECOY = (
     image: harness/base:bookworm
     entrypoint: ["true"]
     profiles: ["off"]
+"""
+)
+
+#: The same sidecar, whose file names the host everywhere a sidecar's keys can: its
+#: ``extra_hosts`` map names to the engine host's gateway, the host's own address
+#: (``{host}``) and the metadata address, its ``dns`` are the host's address, the
+#: engine's resolver and docker0, its ``hostname`` and an alias are ``main``, another
+#: alias its holder's name.
+NAMES_THE_HOST = (
+    COMPOSE
+    + """\
+    hostname: main
+    dns: ["{host}", "127.0.0.11", "172.17.0.1"]
+    dns_search: [example]
+    extra_hosts:
+      - "hostgw:host-gateway"
+      - "hostip:{host}"
+      - "metadata:169.254.169.254"
+    networks:
+      default:
+        aliases: [main, "hxnet-{side}"]
 """
 )
 
@@ -350,7 +401,14 @@ open(os.environ["HARNESS_VERIFIER_DIR"] + "/reward.txt", "w").write("1" if ok el
 
 
 def _task(
-    root: Path, token: str, side: str, port: int, host: str, broadcast: bool, compose: str
+    root: Path,
+    token: str,
+    side: str,
+    port: int,
+    host: str,
+    broadcast: bool,
+    compose: str,
+    unicast: bool,
 ) -> Path:
     task = root / "tasks" / "compose"
     (task / "tests").mkdir(parents=True)
@@ -361,13 +419,15 @@ def _task(
         '[verifier]\ntimeout_sec = 90\nnetwork_mode = "no-network"\n'
     )
     (task / "environment" / "Dockerfile").write_text(f"FROM {BASE}\n")
-    (task / "environment" / "docker-compose.yaml").write_text(compose.format(side=side))
+    (task / "environment" / "docker-compose.yaml").write_text(compose.format(side=side, host=host))
     sidecar = task / "environment" / "side"
     (sidecar / "Dockerfile").write_text(
         f'FROM {BASE}\nCOPY side.py targets.json /srv/\nCMD ["python3", "/srv/side.py"]\n'
     )
     (sidecar / "side.py").write_text(SIDECAR)
-    (sidecar / "targets.json").write_text(json.dumps([token, port, RESOLVABLE, broadcast]))
+    (sidecar / "targets.json").write_text(
+        json.dumps([token, port, RESOLVABLE, broadcast, host, unicast])
+    )
     (task / "instruction.md").write_text(
         f"python3 - {token} {port} {host} {side} <<'AGENT'\n{AGENT}AGENT\n"
     )
@@ -438,6 +498,7 @@ def _run(
     ci_dir: Path | None = None,
     compose: str = COMPOSE,
     refused: bool = False,
+    unicast: bool = False,
 ) -> tuple[dict[str, Any], Path, Packets]:
     """One compose trial as the user of ``where``; its record, run dir and host packets.
 
@@ -447,7 +508,8 @@ def _run(
     engine, a listener on the same port in the engine's own namespace). ``compose`` is the
     task's file (``{side}``: the sidecar's name); ``refused``: the CLI must refuse the task
     before any trial (exit code 2, no trial recorded), and the record returned is then
-    ``{"refusal": <its stderr>}``.
+    ``{"refusal": <its stderr>}``. ``unicast``: the sidecar also sends to the names its
+    file maps and the host's addresses (:data:`NAMES_THE_HOST`).
     """
     user: UserHarness | None = None
     if where == "ci-image":
@@ -461,7 +523,7 @@ def _run(
         engine_ns = _EngineNamespaceListener(name, listener.port) if where == "rootless" else None
         try:
             host = primary_addresses()["ipv4"]
-            tasks = _task(work, token, side, listener.port, host, broadcast, compose)
+            tasks = _task(work, token, side, listener.port, host, broadcast, compose, unicast)
             args = [*run_args(tasks, work / "out", "--agent", "command", "--agent-cmd",
                               "bash {instruction_file}")]  # fmt: skip
             if agent_root:
@@ -608,3 +670,43 @@ def test_a_sidecar_that_disables_its_namespace_filter_never_runs(where: str) -> 
     assert not got, got
     assert f"services.hxrules-{side} takes a name the harness gives" in record["refusal"], record
     assert not _left_on_engine(_engine(where)[0], side)
+
+
+@pytest.mark.parametrize("where", ["docker-group", "rootless"])
+def test_a_sidecar_whose_file_names_the_host_reaches_no_host_socket(where: str) -> None:
+    """Names and resolvers of the host in a sidecar's file: nothing of the host answers.
+
+    The file maps names to the engine host's gateway (``host-gateway``), the host's own
+    address and the metadata address, names the host's address, the engine's resolver and
+    docker0 as its resolvers, calls itself ``main`` and its holder's name. The keys a
+    joined namespace refuses move to its holder (the names resolve: the control), its
+    resolvers are the harness's; then the sidecar sends TCP and UDP to each name and to
+    the host's addresses it knows, to IPv6 all-nodes and all-routers, and asks for a name
+    carrying the token. Judged from outside: the listener on the machine's ``0.0.0.0`` and
+    ``::`` (and in a rootless engine's namespace) and a resolver on the host's address
+    get nothing.
+    """
+    token = secrets.token_hex(8)
+    side = "nh" + token[:6]
+    resolver = LoopbackResolver(primary_addresses()["ipv4"])
+    try:
+        record, run_dir, got = _run(
+            token, side, where=where, broadcast=True, agent_root=False,
+            compose=NAMES_THE_HOST, unicast=True,
+        )  # fmt: skip
+    finally:
+        resolver.close()
+    assert not got, got
+    assert not [query for query in resolver.got if token.encode() in query], resolver.got
+    report = json.loads((run_dir / "trials" / record["id"] / "workspace" / "net.json").read_text())[
+        "report"
+    ]
+    # The file's names held (on its holder): the sidecar had the host's address in hand.
+    assert report["hosts"]["hostip"] == primary_addresses()["ipv4"], report
+    assert report["hosts"]["metadata"] == "169.254.169.254", report
+    assert report.get("done") and len(report["unicast"]) == 16, report  # it tried every one
+    # None left its namespace (UDP refused at once by its rules, TCP never connected).
+    assert "sent" not in report["unicast"].values(), report
+    assert str(report["dns-file"]).count(".") != 3, report
+    guard = record["sandbox"]["compose"]["host_guard"]
+    assert guard["kind"] == "engine" and guard["sidecars_filtered"] is True, guard
