@@ -590,8 +590,11 @@ class ComposeProject:
             raise ComposeError(
                 f"docker compose up failed for the task's sidecars:\n{tail}"
             ) from None
-        # Each sidecar started only once its filter exited 0 (rules read back).
-        self.sidecars_filtered = self.engine_guarded
+        # Each sidecar started only once its filter exited 0 (rules read back): compose
+        # was told so; the engine's own account of it is what the record says.
+        if self.engine_guarded:
+            self._check_sidecar_filters()
+            self.sidecars_filtered = True
         if self.guard is None and not self.engine_guarded and self.engine is not None:
             self._read_network()  # unguarded: only its subnets, for the trial's namespace
         if self.guard is not None and not self._bridge_exists():
@@ -599,6 +602,48 @@ class ComposeProject:
                 f"the compose network's bridge {self.bridge} is not on this host, so the "
                 "rules guarding the host do not apply to it; "
                 + refusal("the engine's networks are not this host's")
+            )
+
+    def _check_sidecar_filters(self) -> None:
+        """Read back from the engine that every sidecar runs in its filtered namespace.
+
+        Each filter exited 0 (it does only once its rules listed back exactly), each
+        sidecar's network is its holder's namespace, and it started after its filter
+        finished: what compose was asked, as the engine did it.
+
+        Raises:
+            HostGuardUnavailable: a sidecar runs otherwise (the trial does not go on).
+        """
+        by_service: dict[str, Any] = {}
+        for container in command(self.client().compose.ps, all=True):
+            service = (container.config.labels or {}).get("com.docker.compose.service")
+            if service:
+                by_service[str(service)] = container
+        problems = []
+        for net in self.netns:
+            holder, rules = by_service.get(net.holder), by_service.get(net.filter)
+            sidecar = by_service.get(net.sidecar)
+            if holder is None or rules is None or sidecar is None:
+                problems.append(f"{net.sidecar}: its holder, filter or itself is missing")
+                continue
+            state = rules.state
+            if state.status != "exited" or state.exit_code != 0:
+                problems.append(
+                    f"{net.sidecar}: its filter {net.filter} is {state.status} with exit "
+                    f"code {state.exit_code}, not exited 0"
+                )
+                continue
+            mode = str(sidecar.host_config.network_mode or "")
+            if mode != f"container:{holder.id}":
+                problems.append(f"{net.sidecar}: its network is {mode!r}, not its holder's")
+                continue
+            started, finished = sidecar.state.started_at, state.finished_at
+            if started is None or finished is None or started < finished:
+                problems.append(f"{net.sidecar}: it started before its filter finished")
+        if problems:
+            raise HostGuardUnavailable(
+                "a compose sidecar does not run in its filtered network namespace: "
+                + "; ".join(problems)
             )
 
     def _check_engine_network(self) -> None:

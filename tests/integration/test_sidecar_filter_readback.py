@@ -1,0 +1,63 @@
+"""An engine-guarded sidecar's filtered namespace is read back from the engine, not assumed.
+
+``ComposeProject.up`` asks compose to start each sidecar only once its filter exited 0;
+the record's ``host_guard.sidecars_filtered`` is then set from what the engine says it
+did: each filter exited 0, each sidecar runs in its holder's namespace and started after
+its filter finished. A real engine and real compose; the filter is run again after the
+sidecar started, so the engine's account no longer matches, and the check says so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from support.docker import docker_client, require_image
+
+from sandbox.docker.compose import ComposeProject
+from sandbox.docker.hostguard import HostGuardUnavailable
+
+pytestmark = pytest.mark.docker
+
+BASE_IMAGE = "harness/base:bookworm"
+COMPOSE = f"services:\n  kv:\n    image: {BASE_IMAGE}\n    command: [sleep, infinity]\n"
+
+
+def test_the_engine_is_asked_whether_each_sidecar_runs_behind_its_filter(tmp_path: Path) -> None:
+    client = docker_client()
+    require_image(client, BASE_IMAGE)
+    (tmp_path / "docker-compose.yaml").write_text(COMPOSE)
+    project = ComposeProject(
+        tmp_path / "docker-compose.yaml",
+        trial_id=f"readback-{uuid.uuid4().hex[:8]}.r0",
+        labels={"org.harness.managed": "1"},
+        allow_internet=False,
+        main_image=BASE_IMAGE,
+        build_timeout_sec=None,
+        host_problem="the harness does not run as root",
+        engine_guard=True,
+        engine=client,
+    )
+    try:
+        project.up()
+        assert project.describe()["host_guard"]["sidecars_filtered"] is True
+        project._check_sidecar_filters()  # what up() read back holds still
+        # The filter run again, after the sidecar started: the engine's account differs.
+        (net,) = project.netns
+        filters = client.containers.list(
+            all=True,
+            filters={
+                "label": [
+                    f"com.docker.compose.project={project.name}",
+                    f"com.docker.compose.service={net.filter}",
+                ]
+            },
+        )
+        assert len(filters) == 1
+        subprocess.run(["docker", "start", "-a", filters[0].id], check=True, timeout=60)
+        with pytest.raises(HostGuardUnavailable, match="started before its filter finished"):
+            project._check_sidecar_filters()
+    finally:
+        project.down()
