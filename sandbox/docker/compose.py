@@ -462,8 +462,8 @@ class ComposeProject:
             spec = self.data["services"][name] or {}
             entry: dict[str, Any] = {"labels": self.labels, "dns": resolvers, **pinned}
             if self.engine_guarded:
+                # Its ``dns`` is reset below (its holder's: a joined namespace has none).
                 entry["cap_drop"] = ["NET_RAW"]
-                del entry["dns"]  # its holder's (a joined namespace has no resolvers of its own)
             build = spec.get("build")
             if name in self.images:
                 entry["image"] = self.images[name]

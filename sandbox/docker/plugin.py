@@ -108,6 +108,8 @@ class DockerBackend(SandboxBackend):
         )
         self._pinger = pinger(client)
         self._gpu_answers: dict[int, str | None] = {}
+        #: The engine's answer to the compose guard's probe network, once asked.
+        self._engine_network_answer: tuple[str | None] | None = None
         self._capacity: Capacity | None = None
 
     @override
@@ -211,7 +213,7 @@ class DockerBackend(SandboxBackend):
             return problems
         if not self.runtime.host_filter():
             compose = [task for task in tasks if task.compose_file is not None]
-            engine = engine_network_problem(self.runtime.client) if compose else None
+            engine = self._engine_network_problem() if compose else None
             if engine is not None:
                 why = f"{hostguard.problem(self.runtime.client)}, and {engine}"
                 problems += [f"{t.compose_file}: {hostguard.refusal(why)}" for t in compose]
@@ -232,6 +234,15 @@ class DockerBackend(SandboxBackend):
             if reason is not None:
                 problems.append(f"{task.compose_file}: {hostguard.refusal(reason)}")
         return problems
+
+    def _engine_network_problem(self) -> str | None:
+        """:func:`engine_network_problem`, asked once per backend: it makes a probe network.
+
+        ``--skip-invalid`` and ``tasks check`` ask :meth:`task_problems` one task at a time.
+        """
+        if self._engine_network_answer is None:
+            self._engine_network_answer = (engine_network_problem(self.runtime.client),)
+        return self._engine_network_answer[0]
 
     def _warn_unused_aliases(self, tasks: Sequence[TaskFacts]) -> None:
         """One warning naming each ``--base-alias`` that no image of the run's tasks matches."""
