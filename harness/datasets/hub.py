@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from harness.datasets.inputs import (
     check_digest,
     check_hub_ref,
@@ -159,6 +157,8 @@ class Hub:
         self.url = hub_url(url)
         key = os.environ.get(HUB_KEY_ENV)
         headers = {"apikey": key, "Authorization": f"Bearer {key}"} if key else {}
+        import httpx  # here, not at the top: only a run that reads the network loads it
+
         self._http = httpx.Client(
             base_url=self.url, headers=headers, timeout=_TIMEOUT_SEC, follow_redirects=False
         )
@@ -175,6 +175,8 @@ class Hub:
         )
 
     def _get_json(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx  # here, not at the top: only a run that reads the network loads it
+
         try:
             with self._http.stream(method, path, **kwargs) as response:
                 if response.status_code >= 300:
@@ -324,6 +326,8 @@ class Hub:
         Raises:
             DatasetError: Unreachable, not found, or larger than :data:`MAX_ARCHIVE_BYTES`.
         """
+        import httpx  # here, not at the top: only a run that reads the network loads it
+
         path = f"/storage/v1/object/authenticated/{_BUCKET}/{quote(version.archive_path)}"
         try:
             with (

@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from harness.config import DatasetsConfig
 from harness.datasets import git
 from harness.datasets.cache import TaskCache, key, write_json_atomic
@@ -82,6 +80,8 @@ def load_registry(
         return load_registry(path=url.removeprefix("file://"))
     cache = cache or TaskCache()
     copy = cache.registry_copy(url)
+    import httpx  # here, not at the top: only a run that reads the network loads it
+
     try:
         response = httpx.get(url, timeout=_HTTP_TIMEOUT_SEC, follow_redirects=True)
         response.raise_for_status()

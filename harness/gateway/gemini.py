@@ -23,10 +23,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-import httpx
 from typing_extensions import override
 
 from harness.errors import ProviderError
@@ -44,6 +43,9 @@ from harness.gateway.providers import (
 )
 from harness.gateway.usage import estimate_tokens, sse_payloads, strict_json, text_chars
 from harness.models.catalog import ModelSpec
+
+if TYPE_CHECKING:
+    import httpx
 
 #: The API name of the Gemini routes (``ModelSpec.api``, ``ProviderCall.api``).
 GEMINI_API = "gemini"
@@ -265,6 +267,8 @@ class GoogleProvider(Provider):
 
     @override
     async def send(self, call: ProviderCall) -> ProviderReply:
+        import httpx  # here, not at the top: a run with no model never loads it
+
         if call.api != GEMINI_API:
             raise ProviderError(f"{self.spec.id} speaks only the Gemini API, not {call.api}")
         headers = {"content-type": "application/json", **self._auth}

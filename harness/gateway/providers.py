@@ -11,13 +11,15 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from typing_extensions import override
 
 from harness.errors import ProviderError
 from harness.models.catalog import ModelSpec, default_base_url
+
+if TYPE_CHECKING:
+    import httpx
 
 #: API of each endpoint the gateway serves, by path.
 ENDPOINTS: dict[str, str] = {
@@ -126,6 +128,8 @@ class HTTPProvider(Provider):
 
     @override
     async def send(self, call: ProviderCall) -> ProviderReply:
+        import httpx  # here, not at the top: a run with no model never loads it
+
         headers = {k: v for k, v in call.headers.items() if k in PASSTHROUGH_HEADERS}
         if call.api == "anthropic-messages":
             headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
@@ -171,6 +175,8 @@ def upstream_client(
     transport: httpx.AsyncBaseTransport | None, timeout_sec: float
 ) -> httpx.AsyncClient:
     """The HTTP client of an upstream: no redirects, and no proxy from the environment."""
+    import httpx  # here, not at the top: a run with no model never loads it
+
     return httpx.AsyncClient(
         transport=transport,
         timeout=httpx.Timeout(timeout_sec, connect=30.0),
@@ -201,6 +207,8 @@ async def whole_reply(
     Raises:
         ProviderError: The upstream broke off, or its answer passed ``limit`` bytes.
     """
+    import httpx  # here, not at the top: a run with no model never loads it
+
     try:
         body = await _read_capped(response, limit)
     except httpx.HTTPError as exc:
@@ -217,6 +225,8 @@ async def whole_reply(
 
 async def relay(response: httpx.Response, who: str) -> AsyncIterator[bytes]:
     """An upstream's stream, chunk by chunk; its breaking off is a :class:`ProviderError`."""
+    import httpx  # here, not at the top: a run with no model never loads it
+
     try:
         async for chunk in response.aiter_bytes():
             yield chunk

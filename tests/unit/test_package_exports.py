@@ -38,3 +38,12 @@ def test_importing_the_package_imports_no_runner_nor_third_party_stack() -> None
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_the_command_line_loads_no_http_client_until_a_model_or_registry_is_read() -> None:
+    # The gateway and the datasets readers import httpx where they call out, not at the top.
+    probe = "import sys, harness.cli.app; print('httpx' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"
