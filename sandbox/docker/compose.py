@@ -366,6 +366,8 @@ class ComposeProject:
         #: Sidecar name -> the local image it runs (:meth:`prepare_images`).
         self.images: dict[str, str] = {}
         self.started = False
+        #: The last listing of every container of the project, taken by :meth:`up`.
+        self._listed: list[Any] | None = None
         try:
             self._refuse_host_access(None)  # before compose reads anything the file names
             self.data = self._config()
@@ -615,7 +617,9 @@ class ComposeProject:
             HostGuardUnavailable: a sidecar runs otherwise (the trial does not go on).
         """
         by_service: dict[str, Any] = {}
-        for container in command(self.client().compose.ps, all=True):
+        listed = command(self.client().compose.ps, all=True)
+        self._listed = listed  # :meth:`addresses`, called next, needs no listing of its own
+        for container in listed:
             service = (container.config.labels or {}).get("com.docker.compose.service")
             if service:
                 by_service[str(service)] = container
@@ -708,7 +712,12 @@ class ComposeProject:
         found: dict[str, str] = {}
         # An engine-guarded sidecar is on the network through its holder's namespace.
         holders = {net.holder: net.sidecar for net in self.netns}
-        for container in command(self.client().compose.ps):
+        listed, self._listed = self._listed, None
+        if listed is None:
+            listed = command(self.client().compose.ps)
+        for container in listed:
+            if not container.state.running:
+                continue  # the listing of every container (sidecar filters exited 0)
             service = (container.config.labels or {}).get("com.docker.compose.service")
             service = holders.get(str(service), service)
             networks = container.network_settings.networks or {}
