@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import select
 import socket
 import struct
@@ -202,6 +203,8 @@ class PacketLog:
         self._lock = threading.Lock()
         self._trials: dict[str, Destinations] = {}
         self._stop = threading.Event()
+        # Written by close() so the thread's wait ends at once, not at its next timeout.
+        self._wake_r, self._wake_w = os.pipe()
         #: Packets the kernel could not queue for us (the socket's buffer was full).
         self.lost = 0
         self._thread = threading.Thread(target=self._loop, daemon=True, name="egress-nflog")
@@ -229,9 +232,11 @@ class PacketLog:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                ready, _w, _x = select.select([self._sock], [], [], 0.5)
+                ready, _w, _x = select.select([self._sock.fileno(), self._wake_r], [], [], 0.5)
             except (OSError, ValueError):
                 return  # closed
+            if self._wake_r in ready:
+                return
             if ready:
                 with self._lock:
                     self._read_all()
@@ -259,8 +264,14 @@ class PacketLog:
 
     def close(self) -> None:
         """Unbind the group and end the thread (idempotent)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
+        os.write(self._wake_w, b"x")
         self._thread.join(timeout=5)
+        os.close(self._wake_w)
+        if not self._thread.is_alive():
+            os.close(self._wake_r)
         with self._lock:
             if self._sock.fileno() >= 0:
                 try:
