@@ -14,21 +14,18 @@ import json
 import os
 import re
 import secrets
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import read_run_dir, start_cli
 from support.docker import docker_client, require_image
+from support.key_canary import CANARY_PREFIX, Upstream, process_memory_has
 
 import docker
 from sandbox.options import DEFAULT_SANDBOX_UID
-
-CANARY_PREFIX = "sk-canary-"
 
 # Runs inside the sandbox as the agent. It never spells the prefix in one piece, so a
 # search for the key cannot match this script itself.
@@ -91,83 +88,11 @@ sleep "${PROBE_SLEEP:-4}"
 """
 
 
-class Upstream:
-    """An OpenAI-compatible server on loopback that records what reached it."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        upstream = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                upstream.requests.append({"path": self.path, "headers": headers, "body": body})
-                answer = json.dumps(
-                    {
-                        "id": "chatcmpl-1",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body.get("model"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": "hello"},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def upstream() -> Iterator[Upstream]:
     server = Upstream()
     yield server
     server.close()
-
-
-def _process_memory_has(pid: int, needle: bytes) -> bool:
-    """Whether any readable mapping of ``pid`` contains ``needle`` (we are root)."""
-    try:
-        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
-        mem = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115
-    except OSError:
-        return False
-    with mem:
-        for line in maps:
-            addr, perms = line.split()[:2]
-            if "r" not in perms:
-                continue
-            start, end = (int(x, 16) for x in addr.split("-"))
-            if end - start > 256 << 20:
-                continue
-            try:
-                mem.seek(start)
-                if needle in mem.read(end - start):
-                    return True
-            except (OSError, ValueError, OverflowError):
-                continue
-    return False
 
 
 def _sandbox_pids(backend: str, client: Any, label: str) -> list[int]:
@@ -252,7 +177,7 @@ def test_real_key_never_reaches_the_sandbox(
         if label is not None:
             pids = _sandbox_pids(backend, client, label)
             for pid in pids:
-                assert not _process_memory_has(pid, needle), f"real key in memory of pid {pid}"
+                assert not process_memory_has(pid, needle), f"real key in memory of pid {pid}"
             scanned += len(pids)
             if backend == "docker" and client is not None:
                 # sparse: listing must not inspect (a container removed meanwhile fails it).

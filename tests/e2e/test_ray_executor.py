@@ -25,6 +25,7 @@ import psutil
 import pytest
 from conftest import EXAMPLE_KEYS, EXAMPLES, RunningCli, make_task_dir, read_run_dir, start_cli
 from support.docker import docker_client, require_image
+from support.key_canary import CANARY_PREFIX, Upstream, process_memory_has
 from support.ray_cluster import RayCluster
 
 WORKER_IP = "127.0.0.3"
@@ -310,8 +311,6 @@ PY
 
 def test_the_real_key_never_reaches_a_worker_node(cluster: RayCluster, tmp_path: Path) -> None:
     """The driver holds the key; its sandbox, records, Ray's objects and logs never do."""
-    from test_model_key_secrecy import CANARY_PREFIX, Upstream, _process_memory_has
-
     upstream = Upstream()
     canary = CANARY_PREFIX + secrets.token_hex(24)
     task = make_task_dir(tmp_path / "tasks", "probe", workspace={"probe.sh": RAY_PROBE})
@@ -363,7 +362,7 @@ def test_the_real_key_never_reaches_a_worker_node(cluster: RayCluster, tmp_path:
     scanned = 0
     for node in cluster.nodes:
         for proc in node.processes():
-            assert not _process_memory_has(proc.pid, canary.encode()), proc.cmdline()
+            assert not process_memory_has(proc.pid, canary.encode()), proc.cmdline()
             scanned += 1
     assert scanned >= 4, "too few Ray processes were scanned"
 
