@@ -696,8 +696,7 @@ class DockerSandbox(Sandbox):
             )
         if self._net.namespace:
             # No host rules: the engine's network is the guard, the holder joins it.
-            self._compose.up()
-            self._sidecar_hosts = self._compose.addresses()
+            self._sidecar_hosts = self._compose.up()
             if self._net.namespaced:
                 self._net.join_project(
                     self._compose.network, self._compose.subnets, self._sidecar_hosts
@@ -706,8 +705,7 @@ class DockerSandbox(Sandbox):
         # The host guard first: the trial's chain jumps from INPUT above the guard's drop.
         self._compose.shield_host()
         self._net.before_compose(self._compose.bridge, self._compose.network, self._compose.guard)
-        self._compose.up()
-        self._sidecar_hosts = self._compose.addresses()
+        self._sidecar_hosts = self._compose.up()
         self._net.after_compose(self._sidecar_hosts)
         return self._compose.network
 

@@ -366,8 +366,6 @@ class ComposeProject:
         #: Sidecar name -> the local image it runs (:meth:`prepare_images`).
         self.images: dict[str, str] = {}
         self.started = False
-        #: The last listing of every container of the project, taken by :meth:`up`.
-        self._listed: list[Any] | None = None
         try:
             self._refuse_host_access(None)  # before compose reads anything the file names
             self.data = self._config()
@@ -557,14 +555,19 @@ class ComposeProject:
             self._client = self._files_client(self._base_override(), self._override())
         return self._client
 
-    def up(self) -> None:
+    def up(self) -> dict[str, str]:
         """Build what is missing and start the sidecars, waiting until they are healthy.
+
+        Returns:
+            Each sidecar's address on the project network, by service name: given to the
+            main container as host entries (the engine's embedded DNS is not reachable
+            from every runtime; gVisor's own network stack bypasses it).
 
         Raises:
             ComposeError: compose failed; PermanentStartError when the file is invalid.
         """
         if not self.plan.sidecars:
-            return
+            return {}
         self.shield_host()
         self.started = True
         timeout = int(self.build_timeout_sec) if self.build_timeout_sec else None
@@ -594,8 +597,9 @@ class ComposeProject:
             ) from None
         # Each sidecar started only once its filter exited 0 (rules read back): compose
         # was told so; the engine's own account of it is what the record says.
+        listed = None
         if self.engine_guarded:
-            self._check_sidecar_filters()
+            listed = self._check_sidecar_filters()
             self.sidecars_filtered = True
         if self.guard is None and not self.engine_guarded and self.engine is not None:
             self._read_network()  # unguarded: only its subnets, for the trial's namespace
@@ -605,20 +609,23 @@ class ComposeProject:
                 "rules guarding the host do not apply to it; "
                 + refusal("the engine's networks are not this host's")
             )
+        return self._addresses(command(self.client().compose.ps) if listed is None else listed)
 
-    def _check_sidecar_filters(self) -> None:
+    def _check_sidecar_filters(self) -> list[Any]:
         """Read back from the engine that every sidecar runs in its filtered namespace.
 
         Each filter exited 0 (it does only once its rules listed back exactly), each
         sidecar's network is its holder's namespace, and it started after its filter
         finished: what compose was asked, as the engine did it.
 
+        Returns:
+            The listing of every container of the project it read.
+
         Raises:
             HostGuardUnavailable: a sidecar runs otherwise (the trial does not go on).
         """
         by_service: dict[str, Any] = {}
-        listed = command(self.client().compose.ps, all=True)
-        self._listed = listed  # :meth:`addresses`, called next, needs no listing of its own
+        listed: list[Any] = command(self.client().compose.ps, all=True)
         for container in listed:
             service = (container.config.labels or {}).get("com.docker.compose.service")
             if service:
@@ -649,6 +656,7 @@ class ComposeProject:
                 "a compose sidecar does not run in its filtered network namespace: "
                 + "; ".join(problems)
             )
+        return listed
 
     def _check_engine_network(self) -> None:
         """Read the project's network back from the engine: made as the guard needs it.
@@ -703,21 +711,14 @@ class ComposeProject:
     def _bridge_exists(self) -> bool:
         return Path("/sys/class/net", self.bridge).exists()
 
-    def addresses(self) -> dict[str, str]:
-        """Each sidecar's address on the project network, by service name.
-
-        Given to the main container as host entries: the engine's embedded DNS is not
-        reachable from every runtime (gVisor's own network stack bypasses it).
-        """
+    def _addresses(self, listed: list[Any]) -> dict[str, str]:
+        """Each running sidecar's address on the project network in ``listed``, by name."""
         found: dict[str, str] = {}
         # An engine-guarded sidecar is on the network through its holder's namespace.
         holders = {net.holder: net.sidecar for net in self.netns}
-        listed, self._listed = self._listed, None
-        if listed is None:
-            listed = command(self.client().compose.ps)
         for container in listed:
             if not container.state.running:
-                continue  # the listing of every container (sidecar filters exited 0)
+                continue  # a listing of every container holds the filters, exited 0
             service = (container.config.labels or {}).get("com.docker.compose.service")
             service = holders.get(str(service), service)
             networks = container.network_settings.networks or {}
