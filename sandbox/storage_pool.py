@@ -82,6 +82,10 @@ def _choose(
     return None
 
 
+class NoRoomForSpare(SandboxError):
+    """Something made ahead found no disk room free now; the trial it was for makes its own."""
+
+
 class StoragePool:
     """One run's trial filesystems: made ahead, handed out once, removed in the background.
 
@@ -139,8 +143,21 @@ class StoragePool:
             want = (declared_mb or DEFAULT_STORAGE_MB) + RESERVE_MB
             floor = None if declared_mb else MIN_DEFAULT_STORAGE_MB + RESERVE_MB
             if not self.budget.has_room(want, at_least_mb=floor):
-                raise SandboxError("no room for a spare trial filesystem")
+                # Finished trials' filesystems being removed give their room back soon.
+                self._wait_for_removals()
+            if not self.budget.has_room(want, at_least_mb=floor):
+                raise NoRoomForSpare("no room for a spare trial filesystem")
         return self._make(declared_mb, grader_gid)
+
+    def _wait_for_removals(self) -> None:
+        """Wait for the removals queued so far (their errors are :meth:`close`'s to report)."""
+        with self._lock:
+            pending = [f for f in self._removals if not f.done()]
+        for future in pending:
+            try:
+                future.result()
+            except Exception:
+                pass  # reported by close()
 
     def take(
         self, declared_mb: int | None, grader_gid: int | None = None, *, spare: bool = False
@@ -152,8 +169,9 @@ class StoragePool:
             grader_gid: The group the reserved blocks are for. Replacements are made for
                 the same group (a slot's grader is usually the next trial's too), which
                 spares the trial a remount (~10 ms: it syncs the filesystem).
-            spare: For something made ahead (a warm container): fail rather than wait
-                for disk room.
+            spare: For something made ahead (a warm container): no filesystem is made
+                ahead of it, and it fails rather than wait for room a running trial
+                holds (it waits only for finished trials' filesystems to be removed).
         """
         with self._lock:
             queue = self._ready.setdefault(declared_mb, [])
@@ -177,8 +195,11 @@ class StoragePool:
                 self.give_back(prepared)
             raise
         finally:
-            # Only now: the trial's own filesystem comes first.
-            self._refill(declared_mb, grader_gid)
+            # Only now: the trial's own filesystem comes first. Something made ahead (a
+            # warm container) is itself the next trial's, made in the background: a
+            # filesystem made ahead of it would only hold the disk's room twice.
+            if not spare:
+                self._refill(declared_mb, grader_gid)
         return prepared
 
     def _return_spare(self, declared_mb: int | None, future: Future[PreparedStorage]) -> None:

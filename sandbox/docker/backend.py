@@ -60,9 +60,6 @@ from sandbox.docker.container import (
     cpu_shares,
     create_args,
 )
-from sandbox.docker.container import (
-    SUPERVISOR_CAPS as SUPERVISOR_CAPS,  # re-exported: its old home
-)
 from sandbox.docker.enginefiles import ContainerFiles, container_dir
 from sandbox.docker.gpus import no_gpu_error
 from sandbox.docker.identity import AgentIdentity, resolve
@@ -108,7 +105,7 @@ from sandbox.scratch import PRIVATE_MODE, SERVICE_MODE, SHARED_MODE, park, unpar
 from sandbox.seeding import check_fixture_path, chown_tree, seed_workspace
 from sandbox.sidecars import SidecarAccess
 from sandbox.storage import DEFAULT_STORAGE_MB, TrialStorage
-from sandbox.storage_pool import PreparedStorage
+from sandbox.storage_pool import NoRoomForSpare, PreparedStorage
 from sandbox.verifier_tools import EXEC_DIR, EXEC_SOCKET, TOOLS_MOUNT
 
 logger = logging.getLogger(__name__)
@@ -519,7 +516,14 @@ class DockerSandbox(Sandbox):
                         labels=labels,
                         host_addresses=self.runtime.host_addresses(),
                     )
-                spare._boot(name, labels, volume_name)
+                try:
+                    spare._boot(name, labels, volume_name)
+                except NoRoomForSpare:
+                    # Finished trials hold their disk room until their removal is done.
+                    assert pool is not None
+                    if not pool.settle():
+                        raise
+                    spare._boot(name, labels, volume_name)
                 spare._setup(config)
                 spare._net.ready(spare._container)
             except BaseException:

@@ -58,6 +58,8 @@ class WarmPool(Generic[T]):
         self._maker = ThreadPoolExecutor(max(1, spares), thread_name_prefix="warm-make")
         self._remover = ThreadPoolExecutor(2, thread_name_prefix="warm-remove")
         self._removals: list[Future[None]] = []
+        #: Finished trials' removals (not spares'), which give disk room back: settle().
+        self._returning: list[Future[None]] = []
         self._last_key: Hashable | None = None
         self._closed = False
 
@@ -93,7 +95,7 @@ class WarmPool(Generic[T]):
                 while len(queue) < min(self.spares, upcoming):
                     queue.append(self._maker.submit(make))
         for future in evicted:
-            self.later(functools.partial(self._discard, future))
+            self._later(functools.partial(self._discard, future), returns_room=False)
         if taken is None:
             return None
         try:
@@ -122,12 +124,36 @@ class WarmPool(Generic[T]):
 
     def later(self, removal: Callable[[], None]) -> None:
         """Run ``removal`` in the background (its errors are reported by :meth:`drain`)."""
+        self._later(removal, returns_room=True)
+
+    def _later(self, removal: Callable[[], None], *, returns_room: bool) -> None:
         with self._lock:
             self._removals = [f for f in self._removals if not f.done() or f.exception()]
+            self._returning = [f for f in self._returning if not f.done()]
             if not self._closed:
-                self._removals.append(self._remover.submit(removal))
+                future = self._remover.submit(removal)
+                self._removals.append(future)
+                if returns_room:
+                    self._returning.append(future)
                 return
         removal()
+
+    def settle(self) -> bool:
+        """Wait for the finished trials' removals queued so far; whether there were any.
+
+        Something made ahead that found no room (a filesystem for a warm container) asks
+        again once they are done: a finished trial holds its share of the disk until its
+        container and filesystem are removed. Removals of spares nobody took are not waited
+        for (one may be waiting for the very container being made).
+        """
+        with self._lock:
+            pending = [f for f in self._returning if not f.done()]
+        for future in pending:
+            try:
+                future.result()
+            except Exception:
+                pass  # reported by drain()
+        return bool(pending)
 
     def drain(self) -> list[str]:
         """Remove every warm container and wait for all removals; what failed, as text."""

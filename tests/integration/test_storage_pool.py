@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
 from sandbox.storage import StorageBudget, mounts_under, storage_supported
-from sandbox.storage_pool import StoragePool
+from sandbox.storage_pool import NoRoomForSpare, PreparedStorage, StoragePool
 
 
 def _need_root() -> None:
@@ -85,3 +86,37 @@ def test_spares_come_laid_out_for_the_last_grader_group(tmp_path: Path) -> None:
         pool.give_back(prepared)
     assert pool.close() == []
     assert mounts_under(tmp_path) == []
+
+
+def test_a_spare_makes_nothing_ahead_and_waits_only_for_room_coming_back(tmp_path: Path) -> None:
+    """Something made ahead (a warm container) takes only free room, or room on its way back.
+
+    Nothing is made ahead of it (that would hold the disk's room twice). Short of room,
+    it fails at once when nothing is being removed, and waits when a finished trial's
+    filesystem is: its room comes back when the removal is done.
+    """
+    _need_root()
+    free = shutil.disk_usage(tmp_path).free >> 20
+    # Room for one filesystem of 300 MB (+ its 256 MB reserve), not two.
+    budget = StorageBudget(tmp_path, margin_mb=free - 800)
+    pool = StoragePool(tmp_path / "run", budget, spares=1)
+    first = pool.take(300, spare=True)
+    assert pool._ready.get(300, []) == []  # no filesystem made ahead of a spare
+    with pytest.raises(NoRoomForSpare):
+        pool.take(300, spare=True)  # no room, and none on its way back
+    release = threading.Event()
+    pool._remover.submit(release.wait, 10)  # the remover is busy...
+    pool.give_back(first)  # ...so the finished trial's removal waits behind it
+    got: list[object] = []
+    taker = threading.Thread(target=lambda: got.append(pool.take(300, spare=True)))
+    taker.start()
+    taker.join(0.5)
+    assert taker.is_alive() and got == []  # waiting for the room, not refused
+    release.set()
+    taker.join(30)
+    second = got[0]
+    assert isinstance(second, PreparedStorage) and second.storage.size_mb == 300
+    pool.give_back(second)
+    assert pool.close() == []
+    assert mounts_under(tmp_path) == []
+    assert budget._promised == 0

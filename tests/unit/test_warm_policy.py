@@ -70,3 +70,51 @@ def test_a_run_makes_one_container_more_than_its_j_ahead_and_never_more_than_fou
     """At ``-j 1`` two are made at once: a trial never waits for the whole of one make."""
     assert [spares_for(j) for j in (1, 2, 3, 4, 8)] == [2, 3, 4, 4, 4]
     assert spares_for(64) == MAX_SPARES
+
+
+def test_settle_waits_for_finished_trials_removals_but_not_for_untaken_spares() -> None:
+    """A make short of disk room waits for trials' removals, never for a spare's discard.
+
+    A finished trial holds its share of the disk until its removal is done; a make that
+    found no room asks again after :meth:`WarmPool.settle`. A discarded spare's removal
+    waits for that spare's own make, so waiting for it could wait for itself.
+    """
+    pool: WarmPool[str] = WarmPool(1, lambda _w: None)
+    assert pool.settle() is False  # nothing queued: nothing to wait for
+    release, removed = threading.Event(), threading.Event()
+
+    def removal() -> None:
+        release.wait(10)
+        removed.set()
+
+    pool.later(removal)
+    settled: list[bool] = []
+    waiter = threading.Thread(target=lambda: settled.append(pool.settle()))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and not removed.is_set()  # still waiting for the removal
+    release.set()
+    waiter.join(10)
+    assert settled == [True] and removed.is_set()
+
+    # A spare of another shape, evicted while its make is still running: its discard
+    # is queued, and settle() returns without it.
+    making = threading.Event()
+    finish = threading.Event()
+
+    def slow_make() -> str:
+        making.set()
+        finish.wait(10)
+        return "A"
+
+    pool.take("A", slow_make, lambda _w: True, upcoming=2)
+    pool.take("A", slow_make, lambda _w: True, upcoming=2)  # repeats: one made ahead
+    assert making.wait(10)
+    pool.take("B", lambda: "B", lambda _w: True, upcoming=2)
+    pool.take("B", lambda: "B", lambda _w: True, upcoming=2)  # repeats: evicts A's spare
+    done = threading.Thread(target=pool.settle)
+    done.start()
+    done.join(5)
+    assert not done.is_alive()  # it did not wait for A's discard
+    finish.set()
+    assert pool.drain() == []
