@@ -833,6 +833,8 @@ def _remove_network(client: Any, network: Any, *, stale_grace: float | None = No
         network: The filtered network.
         stale_grace: How long a removal refused with no container attached is retried
             before :class:`StaleEndpoint` (None: :data:`SETTLE_SEC`, as any refusal).
+            A network found stale before (its ID is remembered in :data:`STATE_DIR`
+            until it is removed) is asked once, whatever this says.
 
     Raises:
         StaleEndpoint: refused with no container attached past ``stale_grace``.
@@ -842,18 +844,22 @@ def _remove_network(client: Any, network: Any, *, stale_grace: float | None = No
 
     deadline = time.monotonic() + SETTLE_SEC
     unattached_since: float | None = None
+    if str(network.id) in _stale_networks():
+        # Refused before with no container attached: asked once more (an engine
+        # restarted since removes it), never waited for again.
+        stale_grace = 0.0
     while True:
         try:
             call(network.reload)
         except EngineObjectMissing:
+            _forget_stale(str(network.id))
             return True
         if not _only_stale_endpoints(client, network, deadline):
             return False  # a container of a dead run: `harness sandbox cleanup` removes it
         try:
             call(network.remove)
-            return True
         except EngineObjectMissing:
-            return True
+            pass
         except EngineRequestError as exc:
             # The engine releases a removed container's endpoint a moment after the removal.
             now = time.monotonic()
@@ -865,7 +871,37 @@ def _remove_network(client: Any, network: Any, *, stale_grace: float | None = No
                     raise _unremovable(network, exc) from exc
             else:
                 unattached_since = None
-        time.sleep(_SETTLE_POLL_SEC)
+            time.sleep(_SETTLE_POLL_SEC)
+            continue
+        _forget_stale(str(network.id))
+        return True
+
+
+#: The filtered networks (by ID) the engine refused to remove with no container attached.
+_STALE_FILE = "stale-networks"
+
+
+def _stale_networks() -> set[str]:
+    """IDs of networks found stale before (under the run lock)."""
+    try:
+        return set((STATE_DIR / _STALE_FILE).read_text().split())
+    except OSError:
+        return set()
+
+
+def _remember_stale(network_id: str) -> None:
+    """Note a network the engine counts an endpoint on that no container has."""
+    known = _stale_networks() | {network_id}
+    STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (STATE_DIR / _STALE_FILE).write_text("".join(f"{n}\n" for n in sorted(known)))
+
+
+def _forget_stale(network_id: str) -> None:
+    known = _stale_networks()
+    if network_id in known:
+        (STATE_DIR / _STALE_FILE).write_text(
+            "".join(f"{n}\n" for n in sorted(known - {network_id}))
+        )
 
 
 def _unremovable(network: Any, exc: Exception) -> SandboxError:
@@ -880,6 +916,8 @@ def _unremovable(network: Any, exc: Exception) -> SandboxError:
     if not attached:
         # The engine counts an endpoint no container has: its store lost the endpoint's
         # removal. Nothing but its restart resets the count (its own `network rm` fails).
+        # Remembered, so that no later run waits for it again.
+        _remember_stale(str(network.id))
         return StaleEndpoint(
             f"the {NETWORK} network could not be removed ({exc}) though no container is "
             "attached to it: the engine still counts an endpoint of a removed container, "

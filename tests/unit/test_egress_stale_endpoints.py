@@ -12,6 +12,7 @@ a moment late, cannot be made on demand on a real engine.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import docker.errors
@@ -59,11 +60,13 @@ class Network:
         #: How many removals the engine refuses before it takes one.
         self.refusals = refusals
         self.removed = False
+        self.asked = 0
 
     def reload(self) -> None:
         pass
 
     def remove(self) -> None:
+        self.asked += 1
         if self.refusals > 0:
             self.refusals -= 1
             raise docker.errors.APIError(f"error while removing network: network {self.id} "
@@ -72,10 +75,11 @@ class Network:
 
 
 @pytest.fixture(autouse=True)
-def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Looks a millisecond apart, and a settling time of a second."""
+def quick(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Looks a millisecond apart, a settling time of a second, a state dir of its own."""
     monkeypatch.setattr(egress, "_SETTLE_POLL_SEC", 0.001)
     monkeypatch.setattr(egress, "SETTLE_SEC", 1.0)
+    monkeypatch.setattr(egress, "STATE_DIR", tmp_path / "egress-state")
 
 
 def test_stale_endpoints_are_disconnected_by_force_by_name() -> None:
@@ -171,3 +175,32 @@ def test_at_a_runs_end_an_attached_endpoint_is_not_taken_for_a_stale_one() -> No
     with pytest.raises(SandboxError) as info:
         _remove_network(Client(alive=set()), network, stale_grace=0.0)
     assert not isinstance(info.value, egress.StaleEndpoint)
+
+
+def test_a_network_found_stale_is_asked_once_by_later_runs_and_never_waited_for() -> None:
+    """What only a restart mends is remembered: the next runs' ends do not wait for it."""
+    network = Network({}, refusals=10**9)
+    with pytest.raises(egress.StaleEndpoint):
+        _remove_network(Client(alive=set()), network, stale_grace=0.2)
+    assert network.asked > 1  # the first time, the grace: it may be released late
+    network.asked = 0
+    started = time.monotonic()
+    with pytest.raises(egress.StaleEndpoint):
+        _remove_network(Client(alive=set()), network, stale_grace=0.2)
+    assert network.asked == 1 and time.monotonic() - started < 0.2
+    # `harness sandbox cleanup` (no grace: the settling time) does not wait either.
+    network.asked = 0
+    with pytest.raises(egress.StaleEndpoint):
+        _remove_network(Client(alive=set()), network)
+    assert network.asked == 1
+
+
+def test_a_network_found_stale_goes_once_the_engine_takes_its_removal_and_is_forgotten() -> None:
+    """After the engine's restart the removal succeeds; the ID is no longer remembered."""
+    network = Network({}, refusals=10**9)
+    with pytest.raises(egress.StaleEndpoint):
+        _remove_network(Client(alive=set()), network, stale_grace=0.05)
+    assert network.id in egress._stale_networks()
+    network.refusals = 0  # the engine restarted
+    assert _remove_network(Client(alive=set()), network, stale_grace=0.05) is True
+    assert network.removed and egress._stale_networks() == set()
