@@ -72,6 +72,7 @@ import shutil
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,15 +224,31 @@ def _v6() -> bool:
     return Path("/proc/net/if_inet6").exists() and shutil.which("ip6tables") is not None
 
 
+#: Each client's bridge (:func:`bridge_of`), asked of its engine once.
+_bridges: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_bridges_lock = threading.Lock()
+
+
 def bridge_of(client: Any) -> str:
-    """The Linux bridge of this engine's filtered network (``hxe`` + a hash of its ID)."""
+    """The Linux bridge of this engine's filtered network (``hxe`` + a hash of its ID).
+
+    Asked of the engine once per client (a run asks it at its start, its sweeps and its
+    end).
+    """
     from sandbox.docker.sdk import call
 
+    with _bridges_lock:
+        known = _bridges.get(client)
+    if known is not None:
+        return known
     info = call(client.info)
     # Two daemons started from one host's default config share their ID (key.json); their
     # data roots always differ.
     engine = f"{info.get('ID') or ''}|{info.get('DockerRootDir') or ''}|{info.get('Name') or ''}"
-    return "hxe" + hashlib.sha256(engine.encode()).hexdigest()[:11]
+    bridge = "hxe" + hashlib.sha256(engine.encode()).hexdigest()[:11]
+    with _bridges_lock:
+        _bridges[client] = bridge
+    return bridge
 
 
 def _hooks_v4(bridge: str) -> list[tuple[str, list[str]]]:

@@ -285,7 +285,7 @@ class DockerRuntime:
         with self._lock:
             known = self._network_runtime
         if known is False:
-            runtimes = call(self.client.info).get("Runtimes") or {}
+            runtimes = self.engine_info().get("Runtimes") or {}
             known = network_runtime_of(self.runtime, runtimes)
             with self._lock:
                 self._network_runtime = known
