@@ -16,7 +16,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,8 @@ from sandbox.storage import (
 )
 
 _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_NOATIME = 2, 4, 32, 1024
+#: The longest a spare short of room waits for finished trials' filesystems to go.
+_REMOVALS_WAIT_SEC = 30.0
 
 
 @dataclass
@@ -153,11 +155,7 @@ class StoragePool:
         """Wait for the removals queued so far (their errors are :meth:`close`'s to report)."""
         with self._lock:
             pending = [f for f in self._removals if not f.done()]
-        for future in pending:
-            try:
-                future.result()
-            except Exception:
-                pass  # reported by close()
+        wait(pending, timeout=_REMOVALS_WAIT_SEC)
 
     def take(
         self, declared_mb: int | None, grader_gid: int | None = None, *, spare: bool = False

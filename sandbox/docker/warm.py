@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Generic, TypeVar
 
 from sandbox.docker.sdk import call
@@ -29,6 +29,8 @@ T = TypeVar("T")
 
 #: The most warm containers a run keeps, whatever its ``-j``.
 MAX_SPARES = 4
+#: The longest a make short of disk room waits for finished trials' removals (seconds).
+SETTLE_TIMEOUT_SEC = 30.0
 
 
 def spares_for(concurrency: int) -> int:
@@ -148,11 +150,9 @@ class WarmPool(Generic[T]):
         """
         with self._lock:
             pending = [f for f in self._returning if not f.done()]
-        for future in pending:
-            try:
-                future.result()
-            except Exception:
-                pass  # reported by drain()
+        # Their errors are drain()'s to report; a removal the engine takes minutes over
+        # leaves the make to fail (its trial then makes its own container).
+        wait(pending, timeout=SETTLE_TIMEOUT_SEC)
         return bool(pending)
 
     def drain(self) -> list[str]:
