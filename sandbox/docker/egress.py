@@ -112,6 +112,8 @@ SETTLE_SEC = 30.0
 #: this, it counts an endpoint no container has, which only its restart clears, and the
 #: run leaves the network to the next one instead of waiting :data:`SETTLE_SEC`.
 STALE_GRACE_SEC = 3.0
+#: The same for a network found stale before: only an engine restarted since removes it.
+KNOWN_STALE_GRACE_SEC = 0.5
 _SETTLE_POLL_SEC = 0.25
 #: Container states that end in the container's removal without anyone's further request.
 _GOING = frozenset({"removing", "dead"})
@@ -851,7 +853,9 @@ def _remove_network(client: Any, network: Any, *, stale_grace: float | None = No
         stale_grace: How long a removal refused with no container attached is retried
             before :class:`StaleEndpoint` (None: :data:`SETTLE_SEC`, as any refusal).
             A network found stale before (its ID is remembered in :data:`STATE_DIR`
-            until it is removed) is asked once, whatever this says.
+            until it is removed) gets at most :data:`KNOWN_STALE_GRACE_SEC` (but for
+            None: `harness sandbox cleanup`, the command that removes it after a
+            restart of the engine, still gets the settling time).
 
     Raises:
         StaleEndpoint: refused with no container attached past ``stale_grace``.
@@ -861,10 +865,10 @@ def _remove_network(client: Any, network: Any, *, stale_grace: float | None = No
 
     deadline = time.monotonic() + SETTLE_SEC
     unattached_since: float | None = None
-    if str(network.id) in _stale_networks():
-        # Refused before with no container attached: asked once more (an engine
-        # restarted since removes it), never waited for again.
-        stale_grace = 0.0
+    if stale_grace is not None and str(network.id) in _stale_networks():
+        # A run's end, for a network refused before with no container attached: asked
+        # again briefly (an engine restarted since removes it), never waited for as long.
+        stale_grace = min(stale_grace, KNOWN_STALE_GRACE_SEC)
     while True:
         try:
             call(network.reload)

@@ -177,8 +177,11 @@ def test_at_a_runs_end_an_attached_endpoint_is_not_taken_for_a_stale_one() -> No
     assert not isinstance(info.value, egress.StaleEndpoint)
 
 
-def test_a_network_found_stale_is_asked_once_by_later_runs_and_never_waited_for() -> None:
+def test_a_network_found_stale_is_asked_once_at_later_runs_ends_never_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """What only a restart mends is remembered: the next runs' ends do not wait for it."""
+    monkeypatch.setattr(egress, "KNOWN_STALE_GRACE_SEC", 0.0)  # one ask, to count it
     network = Network({}, refusals=10**9)
     with pytest.raises(egress.StaleEndpoint):
         _remove_network(Client(alive=set()), network, stale_grace=0.2)
@@ -188,11 +191,12 @@ def test_a_network_found_stale_is_asked_once_by_later_runs_and_never_waited_for(
     with pytest.raises(egress.StaleEndpoint):
         _remove_network(Client(alive=set()), network, stale_grace=0.2)
     assert network.asked == 1 and time.monotonic() - started < 0.2
-    # `harness sandbox cleanup` (no grace: the settling time) does not wait either.
+    # `harness sandbox cleanup` (no grace), the command run after the engine's restart,
+    # still gets the settling time: a restarted engine may release the endpoint late.
     network.asked = 0
     with pytest.raises(egress.StaleEndpoint):
         _remove_network(Client(alive=set()), network)
-    assert network.asked == 1
+    assert network.asked > 1
 
 
 def test_a_network_found_stale_goes_once_the_engine_takes_its_removal_and_is_forgotten() -> None:
