@@ -23,8 +23,10 @@ So each candidate is read as its own user:
   (root's first, then in the order of their lowest pid); the processes of the others, and
   those whose ids differ among themselves (no user may read them), are no listeners.
 
-A child dropping to a user (``setgroups([])`` → ``setresgid`` → ``setresuid``) makes itself
-non-dumpable, so that the user's processes cannot reach into it. A process that hides its
+A child reading as a user takes only that user's file-system ids and drops every
+capability, its other ids staying root's, so that the user's processes cannot reach into
+it (where the kernel has no ``setfsuid``, as gVisor: the whole drop, then non-dumpable;
+:func:`become_reader`). A process that hides its
 fds (non-dumpable, or holding a capability its reader lacks) is no listener: it is killed,
 the safe answer. The children have :data:`SCAN_TIMEOUT_SEC` all together. Every read is
 bounded.
@@ -238,6 +240,34 @@ def listening_processes(
     return found
 
 
+def become_reader(uid: int, gid: int) -> str:
+    """Make this forked child a reader of ``uid``'s fd links, out of that user's reach.
+
+    Where the kernel has them (Linux), only the file-system ids change (``setfsgid``,
+    ``setfsuid``: what the kernel checks a read of ``/proc/<pid>/fd`` against) and every
+    capability is dropped: the real, effective and saved ids stay root's, so no process
+    of the user may ptrace or signal the reader at any moment. Elsewhere (gVisor has no
+    ``setfsuid``) the whole drop, then non-dumpable: the drop set dumpable to
+    ``fs.suid_dumpable``, which may be 1, and until then the user's processes could
+    ptrace the reader and forge its answer.
+
+    Returns:
+        ``"fs"`` or ``"full"``: which drop was made.
+    """
+    os.setgroups([])
+    libc = confine.LIBC
+    libc.setfsgid(gid)
+    libc.setfsuid(uid)
+    # Each returns the fs id it replaced: asked again, the one just set (-1: no such call).
+    if libc.setfsgid(gid) == gid and libc.setfsuid(uid) == uid:
+        confine.set_capabilities(0)
+        return "fs"
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    confine.prctl(confine.PR_SET_DUMPABLE, 0)
+    return "full"
+
+
 def _scan_as(
     ids: Tuple[int, int],
     pids: List[int],
@@ -253,12 +283,7 @@ def _scan_as(
         code = 1
         try:
             os.close(read_end)
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-            # The drop set it to fs.suid_dumpable, which may be 1: the user's processes
-            # could then ptrace us and write a forged answer into the pipe.
-            confine.prctl(confine.PR_SET_DUMPABLE, 0)
+            become_reader(uid, gid)
             data = json.dumps({str(k): v for k, v in _scan(pids, listening).items()}).encode()
             while data:
                 data = data[os.write(write_end, data) :]

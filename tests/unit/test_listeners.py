@@ -240,3 +240,43 @@ def test_verdicts_taken_beside_kept_services_are_counted_only_where_they_happene
     summary = summarize([kept, none_alive, ungraded, plain], planned=4).model_dump()
     assert summary["agent_services"] == {"verdicts": 1}
     assert "agent_services" not in summarize([plain], planned=1).model_dump()
+
+
+def test_a_reader_takes_only_the_users_fs_ids_and_no_capability() -> None:
+    """The scan's child stays root by its real, effective and saved ids: out of the user's reach.
+
+    A process of that user may ptrace or signal a process only if its own uid matches all
+    of the target's; the reader's are root's from the start, with no capability left, and
+    its fs ids (what a read of ``/proc/<pid>/fd`` is checked against) are the user's.
+    """
+    _needs_root()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - a child process
+        code = 1
+        try:
+            os.close(read_end)
+            how = listeners.become_reader(65533, 65533)
+            lines = Path("/proc/self/status").read_text().splitlines()
+            status = dict(line.split(":", 1) for line in lines)
+            seen = {
+                "how": how,
+                "uid": status["Uid"].split(),
+                "gid": status["Gid"].split(),
+                "eff": status["CapEff"].strip(),
+                "prm": status["CapPrm"].strip(),
+                "groups": status["Groups"].split(),
+            }
+            os.write(write_end, json.dumps(seen).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as answer:
+        seen = json.loads(answer.read())
+    os.waitpid(child, 0)
+    assert seen["how"] == "fs"  # Linux has setfsuid (gVisor's fallback is tested in runsc)
+    assert seen["uid"] == ["0", "0", "0", "65533"]  # real, effective, saved, fs
+    assert seen["gid"] == ["0", "0", "0", "65533"]
+    assert int(seen["eff"], 16) == 0 and int(seen["prm"], 16) == 0
+    assert seen["groups"] == []
