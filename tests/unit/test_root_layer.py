@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,13 @@ def test_a_leftover_bind_of_a_trial_filesystem_is_released(tmp_path: Path) -> No
             if os.path.ismount(point):
                 subprocess.run(["umount", "-l", str(point)], check=False)
     assert not os.path.ismount(layer) and not os.path.ismount(storage.mount_point)
+    # Autoclear detaches the loop device once its last mount is gone: the kernel does it
+    # a moment after the unmount returns (deferred work), so it is waited for, bounded.
     image = str(storage.image)
-    loops = subprocess.run(["losetup", "-j", image], capture_output=True, text=True).stdout
+    deadline = time.monotonic() + 10
+    while True:
+        loops = subprocess.run(["losetup", "-j", image], capture_output=True, text=True).stdout
+        if not loops.strip() or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert loops.strip() == ""
