@@ -246,7 +246,8 @@ def become_reader(uid: int, gid: int) -> str:
     Where the kernel has them (Linux), only the file-system ids change (``setfsgid``,
     ``setfsuid``: what the kernel checks a read of ``/proc/<pid>/fd`` against) and every
     capability is dropped: the real, effective and saved ids stay root's, so no process
-    of the user may ptrace or signal the reader at any moment. Elsewhere (gVisor has no
+    of the user may ptrace or signal the reader at any moment, and it is non-dumpable, so
+    neither may a root agent's. Elsewhere (gVisor has no
     ``setfsuid``) the whole drop, then non-dumpable: the drop set dumpable to
     ``fs.suid_dumpable``, which may be 1, and until then the user's processes could
     ptrace the reader and forge its answer.
@@ -260,6 +261,9 @@ def become_reader(uid: int, gid: int) -> str:
     libc.setfsuid(uid)
     # Each returns the fs id it replaced: asked again, the one just set (-1: no such call).
     if libc.setfsgid(gid) == gid and libc.setfsuid(uid) == uid:
+        # The new fs ids set dumpable to fs.suid_dumpable: off again while this child still
+        # holds a capability a root agent lacks (SETPCAP), then every capability goes.
+        confine.prctl(confine.PR_SET_DUMPABLE, 0)
         confine.set_capabilities(0)
         return "fs"
     os.setresgid(gid, gid, gid)

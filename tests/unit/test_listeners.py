@@ -24,7 +24,7 @@ from support.docker import prerequisite_missing
 from harness.records import AgentRef, SandboxRef, TaskRef, TrialRecord, TrialStatus, Usage
 from harness.records.metrics import summarize
 from harness.records.model import verdict_with_agent_processes
-from sandbox.inside import listeners
+from sandbox.inside import confine, listeners
 from sandbox.inside.processes import Reaper
 
 REPO = Path(__file__).resolve().parents[2]
@@ -242,14 +242,8 @@ def test_verdicts_taken_beside_kept_services_are_counted_only_where_they_happene
     assert "agent_services" not in summarize([plain], planned=1).model_dump()
 
 
-def test_a_reader_takes_only_the_users_fs_ids_and_no_capability() -> None:
-    """The scan's child stays root by its real, effective and saved ids: out of the user's reach.
-
-    A process of that user may ptrace or signal a process only if its own uid matches all
-    of the target's; the reader's are root's from the start, with no capability left, and
-    its fs ids (what a read of ``/proc/<pid>/fd`` is checked against) are the user's.
-    """
-    _needs_root()
+def _reader_facts() -> dict[str, Any]:
+    """What a forked child sees of itself after :func:`listeners.become_reader`."""
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - a child process
@@ -266,6 +260,7 @@ def test_a_reader_takes_only_the_users_fs_ids_and_no_capability() -> None:
                 "eff": status["CapEff"].strip(),
                 "prm": status["CapPrm"].strip(),
                 "groups": status["Groups"].split(),
+                "dumpable": confine.prctl(3),  # PR_GET_DUMPABLE
             }
             os.write(write_end, json.dumps(seen).encode())
             code = 0
@@ -273,10 +268,41 @@ def test_a_reader_takes_only_the_users_fs_ids_and_no_capability() -> None:
             os._exit(code)
     os.close(write_end)
     with os.fdopen(read_end) as answer:
-        seen = json.loads(answer.read())
+        seen: dict[str, Any] = json.loads(answer.read())
     os.waitpid(child, 0)
-    assert seen["how"] == "fs"  # Linux has setfsuid (gVisor's fallback is tested in runsc)
+    return seen
+
+
+def test_a_reader_takes_only_the_users_fs_ids_and_no_capability() -> None:
+    """The scan's child stays root by its real, effective and saved ids: out of the user's reach.
+
+    A process of that user may ptrace or signal a process only if its own uid matches all
+    of the target's; the reader's are root's from the start, with no capability left, and
+    its fs ids (what a read of ``/proc/<pid>/fd`` is checked against) are the user's.
+    """
+    _needs_root()
+    seen = _reader_facts()
+    assert seen["how"] == "fs"  # Linux has setfsuid (gVisor's fallback: the runsc tests)
     assert seen["uid"] == ["0", "0", "0", "65533"]  # real, effective, saved, fs
     assert seen["gid"] == ["0", "0", "0", "65533"]
     assert int(seen["eff"], 16) == 0 and int(seen["prm"], 16) == 0
     assert seen["groups"] == []
+    assert seen["dumpable"] == 0
+
+
+@pytest.mark.serial  # fs.suid_dumpable is the host's, not this test's alone
+def test_a_reader_is_non_dumpable_where_id_changes_leave_processes_dumpable() -> None:
+    """With ``fs.suid_dumpable = 1`` the new fs ids leave the reader dumpable: it turns that off.
+
+    Dumpable, a root agent's process (uid 0, and a superset of the reader's no
+    capabilities) could ptrace it and forge its answer.
+    """
+    _needs_root()
+    knob = Path("/proc/sys/fs/suid_dumpable")
+    before = knob.read_text().strip()
+    knob.write_text("1")
+    try:
+        seen = _reader_facts()
+    finally:
+        knob.write_text(before)
+    assert seen["how"] == "fs" and seen["dumpable"] == 0
