@@ -268,6 +268,10 @@ class PhaseResult:
     agent_services_dropped: dict[str, Any] | None = None
     #: Why the listening processes could not be found (then every process was killed).
     agent_services_error: str | None = None
+    #: Agent phases with ``agent_services = keep``: the processes the listener scan's
+    #: bounds left unread (``{count, processes}``, the first 50 listed), killed as no
+    #: listeners; None when every process was read.
+    agent_services_unread: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PhaseResult:
@@ -292,6 +296,7 @@ class PhaseResult:
             agent_processes_alive=data.get("agent_processes_alive"),
             agent_services_dropped=data.get("agent_services_dropped"),
             agent_services_error=data.get("agent_services_error"),
+            agent_services_unread=data.get("agent_services_unread"),
         )
 
 

@@ -141,6 +141,20 @@ class TrialState:
                     **step,
                 }
             )
+        unread = result.agent_services_unread
+        if unread:
+            self.events.append(
+                {
+                    "type": "agent_services_unread",
+                    "phase": role,
+                    "detail": "the listener scan left these processes unread (past its 64 "
+                    "users or 4096 processes, or with ids no single user holds): none was "
+                    "kept, they were killed with the phase",
+                    "count": int(unread.get("count") or 0),
+                    "processes": list(unread.get("processes") or []),
+                    **step,
+                }
+            )
         if result.agent_services_error is not None:
             self.events.append(
                 {

@@ -70,16 +70,26 @@ def _facts(
 
 
 def keep_listeners(
-    phase: Any, entries: List[Dict[str, Any]], user: Optional[Dict[str, Any]], reaper: Any
+    phase: Any,
+    entries: List[Dict[str, Any]],
+    user: Optional[Dict[str, Any]],
+    reaper: Any,
+    unread: Optional[Dict[str, Any]] = None,
 ) -> List[Dict[str, Any]]:
     """Mark the phase's listening processes as kept (its kill spares them).
 
     ``phase`` is the agent's :class:`launch.Launch` (not in a pid namespace of its own),
     ``entries`` a scan taken after its program ended, ``user`` its user. Returns the
-    record of what is kept.
+    record of what is kept. ``unread``, if given and some were, gets how many processes
+    the scan's bounds left unread (:func:`listeners.listening_processes`) and the record
+    of the first :data:`MAX_LISTED` (``{count, processes}``): they are killed with the
+    phase.
     """
     candidates = phase.processes(entries) - {phase.pid}
-    found = listeners.listening_processes(sorted(candidates), user, reaper)
+    skipped: Set[int] = set()
+    found = listeners.listening_processes(sorted(candidates), user, reaper, skipped)
+    if unread is not None and skipped:
+        unread.update(count=len(skipped), processes=_facts(sorted(skipped), entries, {}))
     kept = set(found)
     if not kept:
         return []

@@ -179,18 +179,26 @@ def owner(pid: int, proc: str = "/proc") -> Optional[Tuple[int, int]]:
     return uids.pop(), gids.pop()
 
 
-def _by_owner(pids: List[int]) -> List[Tuple[Tuple[int, int], List[int]]]:
+def _by_owner(
+    pids: List[int], unread: Optional[Set[int]] = None
+) -> List[Tuple[Tuple[int, int], List[int]]]:
     """``pids`` grouped by :func:`owner`: at most :data:`MAX_USERS` groups.
 
     Root's (``(0, 0)``) first, then the others in the order of their lowest pid; the
-    processes of any further group, and those without an owner, are left out.
+    processes of any further group, and those without an owner, are left out (added to
+    ``unread``; one gone meanwhile is not).
     """
     groups: Dict[Tuple[int, int], List[int]] = {}
     for pid in pids:
         ids = owner(pid)
         if ids is not None:
             groups.setdefault(ids, []).append(pid)
+        elif unread is not None and os.path.exists("/proc/%d" % pid):
+            unread.add(pid)
     ordered = sorted(groups.items(), key=lambda item: (item[0] != (0, 0), min(item[1])))
+    if unread is not None:
+        for _ids, members in ordered[MAX_USERS:]:
+            unread.update(members)
     return ordered[:MAX_USERS]
 
 
@@ -203,7 +211,10 @@ def _own_ids() -> Optional[Tuple[int, int]]:
 
 
 def listening_processes(
-    pids: Iterable[int], user: Optional[Dict[str, Any]], reaper: Any
+    pids: Iterable[int],
+    user: Optional[Dict[str, Any]],
+    reaper: Any,
+    unread: Optional[Set[int]] = None,
 ) -> Dict[int, List[str]]:
     """Pid → listening sockets of those of ``pids`` that hold one.
 
@@ -213,13 +224,18 @@ def listening_processes(
     grouped by :func:`owner`, root's read here and each other user's by a child that
     drops to it (:data:`MAX_USERS` users at most; the others' are no listeners).
     ``reaper`` forks and waits for those children, which have :data:`SCAN_TIMEOUT_SEC`
-    for all of them.
+    for all of them. ``unread``, if given, gets the pids that were never read (past
+    :data:`MAX_PIDS`; in a root agent's phase past :data:`MAX_USERS` users, or whose ids
+    differ among themselves), so that the record can say so: they are no listeners.
 
     Raises:
         RuntimeError: the children did not finish in time (nothing is found then).
         OSError: a child could not be forked.
     """
-    wanted = sorted(set(pids))[:MAX_PIDS]
+    every = sorted(set(pids))
+    wanted = every[:MAX_PIDS]
+    if unread is not None:
+        unread.update(every[MAX_PIDS:])
     if not wanted:
         return {}
     listening = listening_sockets()
@@ -228,7 +244,7 @@ def listening_processes(
     if user is not None and int(user["uid"]) != 0:
         groups = [((int(user["uid"]), int(user["gid"])), wanted)]
     else:
-        groups = _by_owner(wanted)
+        groups = _by_owner(wanted, unread)
     own = _own_ids()
     stop_at = time.monotonic() + SCAN_TIMEOUT_SEC
     found: Dict[int, List[str]] = {}

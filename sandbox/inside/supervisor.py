@@ -170,12 +170,15 @@ def run_phase(  # noqa: C901
     entries = None if phase.namespaced else processes.live_entries()
     if req.get("keep_listeners") and entries is not None:
         # agent_services = keep: its listening processes outlive it (kept_services).
+        unread: Dict[str, Any] = {}
         try:
-            kept = kept_services.keep_listeners(phase, entries, req.get("user"), reaper)
+            kept = kept_services.keep_listeners(phase, entries, req.get("user"), reaper, unread)
         except (OSError, RuntimeError, ValueError) as exc:
             kept = []
             result["agent_services_error"] = "%s: %s" % (type(exc).__name__, exc)
         result["agent_services_kept"] = kept
+        if unread:
+            result["agent_services_unread"] = unread
     if entries is not None:
         # What is left of the phase is stopped before it is described and killed: a fork
         # bomb would otherwise keep the CPU (its cgroup is the supervisor's) for all that.

@@ -202,3 +202,57 @@ def test_a_root_servers_workers_of_another_user_are_kept_and_answer(
     ], listed
     # The very processes kept at the agent's end answered: none was killed and respawned.
     assert {p["pid"] for p in listed} == {p["pid"] for p in kept["processes"]}, (kept, listed)
+
+
+#: A root master, and a sleeping child holding its socket under each of 70 users
+#: (2000..2069, started in that order): more users than the listener scan reads. The
+#: socket listens only once every child holds it (start_server waits for that).
+MANY_USERS = r"""import signal, socket, subprocess, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+children = [
+    subprocess.Popen(["sleep", "600"], user=uid, group=uid, extra_groups=[],
+                     pass_fds=[s.fileno()])
+    for uid in range(2000, 2070)
+]
+s.listen(16)
+while True:
+    signal.pause()
+"""
+
+
+@pytest.mark.docker
+def test_processes_past_the_scans_users_are_killed_and_the_record_says_so(
+    cli: Any, sec: Any, tmp_path: Path, docker_runtime: str | None
+) -> None:
+    """Past 64 users (root's first, then by lowest pid) nothing is read: the record counts them.
+
+    The master (root) and the children of the first 63 users are read and kept; the last 7
+    users' children are no listeners, killed with the phase, and the agent phase's
+    ``agent_services_unread`` event counts and lists them.
+    """
+    task = kept_task(
+        sec,
+        tmp_path / "tasks",
+        "keep-many-users",
+        attack=AS_ROOT + start_server("many", MANY_USERS),
+        # The users of every live process (zombies are dead: the master never reaps).
+        test_sh='for d in /proc/[0-9]*; do awk \'/^State:/{z=($2=="Z")} /^Uid:/{u=$2} '
+        "END{if(!z)print u}' $d/status 2>/dev/null; "
+        "done | sort -un > /logs/verifier/uids.txt\necho 1 > /logs/verifier/reward.txt\n",
+    )
+    walled = run_walled(cli, task, docker_runtime)
+    if walled is None:
+        return  # gVisor: refused before anything ran
+    run, record = walled
+    [kept] = [e for e in record["events"] if e.get("type") == "agent_services_kept"]
+    [unread] = [e for e in record["events"] if e.get("type") == "agent_services_unread"]
+    assert unread["phase"] == "agent" and unread["count"] == 7, unread
+    assert sorted(p["uid"] for p in unread["processes"]) == list(range(2063, 2070)), unread
+    kept_uids = sorted(p["uid"] for p in kept["processes"])
+    assert kept_uids == [0, *range(2000, 2049)], kept_uids  # the record lists the first 50
+    seen = (run.evidence(record) / "verifier" / "uids.txt").read_text().split()
+    alive_uids = {int(uid) for uid in seen}
+    assert set(range(2000, 2063)) <= alive_uids, seen  # kept through grading
+    assert not alive_uids & set(range(2063, 2070)), seen  # killed with the agent's phase

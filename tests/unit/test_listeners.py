@@ -199,8 +199,10 @@ def test_a_root_agents_scan_reads_a_bounded_number_of_users(
     monkeypatch.setattr(listeners, "MAX_USERS", 2)
     with _listeners((65531, 65531, 65531), (65532, 65532, 65532), (0, 0, 0)) as labels:
         first, second, root = labels
-        found = listeners.listening_processes(list(labels), None, Reaper())
+        unread: set[int] = set()
+        found = listeners.listening_processes(list(labels), None, Reaper(), unread)
         assert found == {root: [labels[root]], first: [labels[first]]}, (found, labels)
+        assert unread == {second}  # for the record: never read, so no listener
 
 
 def test_a_process_without_sockets_or_gone_is_no_listener() -> None:
