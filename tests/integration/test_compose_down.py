@@ -9,17 +9,14 @@ engine. A real engine and real compose.
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
+from support.compose_tasks import BASE_IMAGE, guarded_project
 from support.docker import docker_client, require_image
-
-from sandbox.docker.compose import ComposeProject
 
 pytestmark = pytest.mark.docker
 
-BASE_IMAGE = "harness/base:bookworm"
 COMPOSE = (
     "services:\n"
     "  kv:\n"
@@ -46,17 +43,7 @@ def test_a_project_compose_cannot_read_again_is_removed_by_its_label(tmp_path: P
     require_image(client, BASE_IMAGE)
     compose_file = tmp_path / "docker-compose.yaml"
     compose_file.write_text(COMPOSE)
-    project = ComposeProject(
-        compose_file,
-        trial_id=f"down-{uuid.uuid4().hex[:8]}.r0",
-        labels={"org.harness.managed": "1"},
-        allow_internet=False,
-        main_image=BASE_IMAGE,
-        build_timeout_sec=None,
-        host_problem="the harness does not run as root",
-        engine_guard=True,
-        engine=client,
-    )
+    project = guarded_project(compose_file, client, "down")
     try:
         project.up()
         made = _left(client, project.name)

@@ -10,18 +10,16 @@ sidecar started, so the engine's account no longer matches, and the check says s
 from __future__ import annotations
 
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
+from support.compose_tasks import BASE_IMAGE, guarded_project
 from support.docker import docker_client, require_image
 
-from sandbox.docker.compose import ComposeProject
 from sandbox.docker.hostguard import HostGuardUnavailable
 
 pytestmark = pytest.mark.docker
 
-BASE_IMAGE = "harness/base:bookworm"
 COMPOSE = f"services:\n  kv:\n    image: {BASE_IMAGE}\n    command: [sleep, infinity]\n"
 
 
@@ -29,17 +27,7 @@ def test_the_engine_is_asked_whether_each_sidecar_runs_behind_its_filter(tmp_pat
     client = docker_client()
     require_image(client, BASE_IMAGE)
     (tmp_path / "docker-compose.yaml").write_text(COMPOSE)
-    project = ComposeProject(
-        tmp_path / "docker-compose.yaml",
-        trial_id=f"readback-{uuid.uuid4().hex[:8]}.r0",
-        labels={"org.harness.managed": "1"},
-        allow_internet=False,
-        main_image=BASE_IMAGE,
-        build_timeout_sec=None,
-        host_problem="the harness does not run as root",
-        engine_guard=True,
-        engine=client,
-    )
+    project = guarded_project(tmp_path / "docker-compose.yaml", client, "readback")
     try:
         project.up()
         assert project.describe()["host_guard"]["sidecars_filtered"] is True

@@ -1,4 +1,4 @@
-"""Pieces of the compose attack tests: a sidecar's compose file, a resolver that listens.
+"""Pieces of the compose tests: a sidecar's compose file, a resolver that listens, a project.
 
 The compose attacks (``tests/security/test_compose_*.py``, ``test_loopback_resolver.py``)
 build tasks whose sidecar ``kv`` serves HTTP on 8080 from ``environment/kv``; the DNS
@@ -10,8 +10,31 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import uuid
+from pathlib import Path
+from typing import Any
 
 import filelock
+
+from sandbox.docker.compose import ComposeProject
+
+#: The image of the sidecars that :func:`guarded_project`'s tests write.
+BASE_IMAGE = "harness/base:bookworm"
+
+
+def guarded_project(compose_file: Path, client: Any, name: str) -> ComposeProject:
+    """An engine-guarded project of ``compose_file`` on ``client``'s engine (not up yet)."""
+    return ComposeProject(
+        compose_file,
+        trial_id=f"{name}-{uuid.uuid4().hex[:8]}.r0",
+        labels={"org.harness.managed": "1"},
+        allow_internet=False,
+        main_image=BASE_IMAGE,
+        build_timeout_sec=None,
+        host_problem="the harness does not run as root",
+        engine_guard=True,
+        engine=client,
+    )
 
 
 def kv_compose(command: list[str] | None = None) -> str:
