@@ -22,7 +22,7 @@ from harness.records.metrics import trial_duration
 from harness.report.clip import Limits, clip_text
 from harness.report.compare import comparison_sources
 from harness.report.evidence import trial_detail
-from harness.report.rundata import RunData, run_fingerprint, task_category
+from harness.report.rundata import RunData, task_category
 
 __all__ = ["TRIAL_COLUMNS", "build_index", "iter_details", "run_index", "trial_row"]
 
@@ -140,7 +140,7 @@ def run_index(run: RunData, index: int) -> dict[str, Any]:
         "columns": list(TRIAL_COLUMNS),
         "trials": [trial_row(record) for record in run.records],
         "tasks": _task_rows(run),
-        "fingerprint": run_fingerprint(run.run_dir),
+        "fingerprint": run.fingerprint,
     }
 
 

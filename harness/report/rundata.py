@@ -54,6 +54,8 @@ class RunData:
         summary_source: ``"summary.json"`` or ``"computed"``.
         status: ``status.json``, if the run has one.
         notes: Things the reader should know (a torn last line, a computed summary, ...).
+        fingerprint: :func:`run_fingerprint` of the dir, taken before anything was read:
+            a live page that holds it reloads on any write made while it was read.
     """
 
     run_dir: Path
@@ -65,6 +67,7 @@ class RunData:
     summary_source: str
     status: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    fingerprint: list[list[int]] = field(default_factory=list)
 
     @property
     def running(self) -> bool:
@@ -112,6 +115,8 @@ def load_run(run_dir: Path) -> RunData:
             f"{CONFIG_FILENAME} (give runs/<run-name>, not its parent)"
         )
     notes: list[str] = []
+    # Before anything is read: a write meanwhile then moves it past what was read.
+    fingerprint = run_fingerprint(run_dir)
     try:
         read = read_run(run_dir)
     except CorruptRecordError as exc:
@@ -161,6 +166,7 @@ def load_run(run_dir: Path) -> RunData:
         summary_source=source,
         status=status,
         notes=notes,
+        fingerprint=fingerprint,
     )
 
 

@@ -171,6 +171,36 @@ def test_unknown_fields_and_forged_evidence_dirs_do_not_break_a_trial(tmp_path: 
     assert detail["evidence"] == {"dir": "../../etc", "exists": False, "safe": False}
 
 
+def test_a_write_while_a_run_is_read_moves_the_fingerprint_past_what_was_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live page reloads when the index it holds is older than the run dir.
+
+    The page keeps the index's fingerprint and reloads when ``/api/version``'s differs. A
+    fingerprint taken after the data was read would name a write the data lacks (the
+    run's last ``status.json``, say), and the page would show the older state for good.
+    Here the run writes its final status right after its files were read.
+    """
+    import harness.report.rundata as rundata
+    from harness.records.run import run_fingerprint
+
+    run_dir = make_run(tmp_path / "live", [record("a.r0")])
+    status = run_dir / "status.json"
+    status.write_text(json.dumps({"state": "running"}))
+    real_read = rundata.read_run
+
+    def read_then_the_run_writes(path: Path) -> Any:
+        read = real_read(path)
+        status.write_text(json.dumps({"state": "finished", "pad": "the last write"}))
+        return read
+
+    monkeypatch.setattr(rundata, "read_run", read_then_the_run_writes)
+    run = load_run(run_dir)
+    assert run.running  # what was read: the status before the write
+    (entry,) = build_index([run], live=True)["runs"]
+    assert entry["fingerprint"] != run_fingerprint(run_dir)  # so the page reloads
+
+
 def test_index_rows_follow_the_columns(tmp_path: Path) -> None:
     failed = record(
         "b.r0",
