@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -37,9 +38,19 @@ def _as_user(user: str, runtime_dir: Path, *argv: str, **kwargs: Any) -> Any:
     home = os.path.expanduser(f"~{user}")
     env = [f"HOME={home}", f"XDG_RUNTIME_DIR={runtime_dir}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
     command = ["runuser", "-u", user, "--", "env", "-i", *env, *argv]
+    kwargs.setdefault("cwd", home)  # never the caller's dir, which may go first
     if kwargs.pop("background", False):
-        return subprocess.Popen(command, **kwargs)
+        return subprocess.Popen(command, start_new_session=True, **kwargs)
     return subprocess.run(command, **kwargs)
+
+
+def _stop_leftovers(sock: Path) -> None:
+    """Stop an API service on ``sock`` that an earlier run left (its dir may be gone)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if argv[:3] == ["podman", "system", "service"] and f"unix://{sock}" in argv:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def _answers(sock: Path) -> bool:
@@ -62,6 +73,7 @@ def podman() -> Iterator[str]:
     runtime_dir.mkdir(mode=0o700, exist_ok=True)
     shutil.chown(runtime_dir, ROOTLESS_USER, ROOTLESS_USER)
     sock = runtime_dir / "podman.sock"
+    _stop_leftovers(sock)
     service = None
     if not _answers(sock):
         service = _as_user(
@@ -96,8 +108,14 @@ def podman() -> Iterator[str]:
         yield f"unix://{sock}"
     finally:
         if service is not None:
-            service.terminate()
-            service.wait(timeout=60)
+            # The service's whole session: runuser and podman under it.
+            os.killpg(service.pid, signal.SIGTERM)
+            try:
+                service.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(service.pid, signal.SIGKILL)
+                service.wait(timeout=60)
+            _stop_leftovers(sock)
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
