@@ -75,11 +75,12 @@ from typing import Any
 from sandbox.docker import sidecar_netns
 from sandbox.docker.compose_check import compose_file_problems, compose_problems
 from sandbox.docker.egress import container_resolvers
+from sandbox.docker.engine import remove_labelled
 from sandbox.docker.hostguard import HostGuard, HostGuardUnavailable, bridge_name, refusal
 from sandbox.docker.images import ImageRequest, ImageResolver, ResolvedImage, context_hash
 from sandbox.docker.labels import MANAGED
 from sandbox.docker.netns_rules import SidecarRules, sidecar_rules
-from sandbox.docker.sdk import CommandError, EngineError, EngineObjectMissing, call, command
+from sandbox.docker.sdk import CommandError, EngineError, call, command
 from sandbox.errors import EnvironmentStartError, PermanentStartError
 
 MAIN = "main"
@@ -748,47 +749,24 @@ class ComposeProject:
                         quiet=True,
                     )
                 except CommandError as exc:
-                    left = self._remove_by_label()
-                    if left is None or left:
+                    failed = f"docker compose down failed: {exc.stderr or exc}"
+                    if self.engine is None:
+                        raise ComposeError(failed) from None
+                    try:
+                        left = remove_labelled(
+                            self.engine, f"com.docker.compose.project={self.name}"
+                        ).errors
+                    except EngineError as listing:
+                        left = [f"cannot list them: {listing}"]
+                    if left:
                         raise ComposeError(
-                            f"docker compose down failed: {exc.stderr or exc}"
-                            + (f"; by the project's label: {'; '.join(left)}" if left else "")
+                            f"{failed}; by the project's label: {'; '.join(left)}"
                         ) from None
             # A bridge still there keeps its rule (a sweep removes it once the bridge goes).
             if self.guard is not None and not self._bridge_exists():
                 self.guard.remove()
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
-
-    def _remove_by_label(self) -> list[str] | None:
-        """Remove the project's containers, networks and volumes by compose's label.
-
-        Returns:
-            What could not be removed (empty: all of it); None without an engine client.
-        """
-        if self.engine is None:
-            return None
-        label = {"label": f"com.docker.compose.project={self.name}"}
-        failed: list[str] = []
-        kinds: tuple[tuple[str, Any, dict[str, Any], dict[str, Any]], ...] = (
-            ("container", self.engine.containers, {"all": True}, {"force": True, "v": True}),
-            ("network", self.engine.networks, {}, {}),
-            ("volume", self.engine.volumes, {}, {"force": True}),
-        )
-        for kind, collection, listing, removal in kinds:
-            try:
-                found = call(collection.list, filters=label, **listing)
-            except EngineError as exc:
-                failed.append(f"cannot list its {kind}s: {exc}")
-                continue
-            for item in found:
-                try:
-                    call(item.remove, **removal)
-                except EngineObjectMissing:
-                    pass
-                except EngineError as exc:
-                    failed.append(f"{kind} {item.name}: {exc}")
-        return failed
 
     def describe(self) -> dict[str, Any]:
         """Record facts: the project, its sidecars, and ``main``'s overridden keys."""

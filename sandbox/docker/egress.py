@@ -910,19 +910,20 @@ def _stale_networks() -> set[str]:
         return set()
 
 
+def _write_stale(ids: set[str]) -> None:
+    STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (STATE_DIR / _STALE_FILE).write_text("".join(f"{n}\n" for n in sorted(ids)))
+
+
 def _remember_stale(network_id: str) -> None:
     """Note a network the engine counts an endpoint on that no container has."""
-    known = _stale_networks() | {network_id}
-    STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (STATE_DIR / _STALE_FILE).write_text("".join(f"{n}\n" for n in sorted(known)))
+    _write_stale(_stale_networks() | {network_id})
 
 
 def _forget_stale(network_id: str) -> None:
     known = _stale_networks()
     if network_id in known:
-        (STATE_DIR / _STALE_FILE).write_text(
-            "".join(f"{n}\n" for n in sorted(known - {network_id}))
-        )
+        _write_stale(known - {network_id})
 
 
 def _unremovable(network: Any, exc: Exception) -> SandboxError:

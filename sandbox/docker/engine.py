@@ -214,22 +214,14 @@ def _remove_containers(
             report.errors.append(f"container {name}: {exc}")
 
 
-def remove_leaks(
+def _remove(
     client: docker.DockerClient,
-    *,
-    run: str | None = None,
-    keep_runtime: bool = True,
-    shared: bool = False,
-) -> LeakReport:
-    """Remove every container, volume and network of the harness (of one run), and rules.
-
-    Those with the harness label (and the run's), and those without labels whose names are
-    a run's (:func:`~sandbox.docker.labels.run_prefix`, or the run's own with ``run``).
-    With ``shared`` (always without ``run``), also the egress filter's network and hooks
-    that runs share, when no live run holds them (:func:`~sandbox.docker.egress.sweep`).
-    """
-    report = LeakReport()
-    containers, volumes, networks = _leaked(client, run, keep_runtime)
+    containers: list[_Listed],
+    volumes: list[Any],
+    networks: list[Any],
+    report: LeakReport,
+) -> None:
+    """Remove the containers, then the volumes and networks they used, into ``report``."""
     _remove_containers(client, containers, report)
     for volume in volumes:
         try:
@@ -245,6 +237,42 @@ def remove_leaks(
             report.networks.append(str(network.name))
         except EngineRequestError as exc:
             report.errors.append(f"network {network.name}: {exc}")
+
+
+def remove_labelled(client: docker.DockerClient, label: str) -> LeakReport:
+    """Remove every container, volume and network labelled ``label`` (``key=value``).
+
+    What ``remove_leaks`` does for the harness's own labels, for another one (a compose
+    project's, when compose cannot remove its project).
+    """
+    report = LeakReport()
+    wanted = {"label": [label]}
+    _remove(
+        client,
+        _containers(client, wanted),
+        call(client.volumes.list, filters=wanted),
+        call(client.networks.list, filters=wanted),
+        report,
+    )
+    return report
+
+
+def remove_leaks(
+    client: docker.DockerClient,
+    *,
+    run: str | None = None,
+    keep_runtime: bool = True,
+    shared: bool = False,
+) -> LeakReport:
+    """Remove every container, volume and network of the harness (of one run), and rules.
+
+    Those with the harness label (and the run's), and those without labels whose names are
+    a run's (:func:`~sandbox.docker.labels.run_prefix`, or the run's own with ``run``).
+    With ``shared`` (always without ``run``), also the egress filter's network and hooks
+    that runs share, when no live run holds them (:func:`~sandbox.docker.egress.sweep`).
+    """
+    report = LeakReport()
+    _remove(client, *_leaked(client, run, keep_runtime), report)
     # After the networks: a rule whose bridge is still there stays.
     rules, errors = sweep(run)
     report.rules += rules
