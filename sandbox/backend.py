@@ -269,7 +269,7 @@ class PhaseResult:
     #: Why the listening processes could not be found (then every process was killed).
     agent_services_error: str | None = None
     #: Agent phases with ``agent_services = keep``: the processes the listener scan's
-    #: bounds left unread (``{count, processes}``, the first 50 listed), killed as no
+    #: bounds left unread (``{count, processes, bounds}``, the first 50 listed), killed as no
     #: listeners; None when every process was read.
     agent_services_unread: dict[str, Any] | None = None
 

@@ -143,13 +143,15 @@ class TrialState:
             )
         unread = result.agent_services_unread
         if unread:
+            bounds = unread.get("bounds") or {}
             self.events.append(
                 {
                     "type": "agent_services_unread",
                     "phase": role,
-                    "detail": "the listener scan left these processes unread (past its 64 "
-                    "users or 4096 processes, or with ids no single user holds): none was "
-                    "kept, they were killed with the phase",
+                    "detail": "the listener scan left these processes unread (past its "
+                    f"{bounds.get('users')} users or {bounds.get('processes')} processes, or "
+                    "with ids no single user holds): none was kept, they were killed with "
+                    "the phase",
                     "count": int(unread.get("count") or 0),
                     "processes": list(unread.get("processes") or []),
                     **step,

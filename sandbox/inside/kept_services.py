@@ -82,14 +82,18 @@ def keep_listeners(
     ``entries`` a scan taken after its program ended, ``user`` its user. Returns the
     record of what is kept. ``unread``, if given and some were, gets how many processes
     the scan's bounds left unread (:func:`listeners.listening_processes`) and the record
-    of the first :data:`MAX_LISTED` (``{count, processes}``): they are killed with the
-    phase.
+    of the first :data:`MAX_LISTED`, with the bounds (``{count, processes, bounds}``):
+    they are killed with the phase.
     """
     candidates = phase.processes(entries) - {phase.pid}
     skipped: Set[int] = set()
     found = listeners.listening_processes(sorted(candidates), user, reaper, skipped)
     if unread is not None and skipped:
-        unread.update(count=len(skipped), processes=_facts(sorted(skipped), entries, {}))
+        unread.update(
+            count=len(skipped),
+            processes=_facts(sorted(skipped), entries, {}),
+            bounds={"users": listeners.MAX_USERS, "processes": listeners.MAX_PIDS},
+        )
     kept = set(found)
     if not kept:
         return []

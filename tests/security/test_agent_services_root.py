@@ -249,6 +249,7 @@ def test_processes_past_the_scans_users_are_killed_and_the_record_says_so(
     [kept] = [e for e in record["events"] if e.get("type") == "agent_services_kept"]
     [unread] = [e for e in record["events"] if e.get("type") == "agent_services_unread"]
     assert unread["phase"] == "agent" and unread["count"] == 7, unread
+    assert "past its 64 users or 4096 processes" in unread["detail"], unread
     assert sorted(p["uid"] for p in unread["processes"]) == list(range(2063, 2070)), unread
     kept_uids = sorted(p["uid"] for p in kept["processes"])
     assert kept_uids == [0, *range(2000, 2049)], kept_uids  # the record lists the first 50
